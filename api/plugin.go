@@ -1,0 +1,55 @@
+package api
+
+// PluginQuery is the JSON model of one Grafana panel query of the DeepSeed
+// data source (plugin id deepseed-telemetry-datasource). The provisioned
+// dashboards write it, the plugin's query editor edits it, and the
+// plugin's backend turns it into query-service calls. Template variables
+// ($project, $run, …) are interpolated by Grafana before the backend
+// sees the query.
+type PluginQuery struct {
+	// QueryType selects the query: one of the QueryType constants.
+	QueryType string `json:"queryType"`
+
+	Project  string   `json:"project,omitempty"`
+	RunID    string   `json:"runId,omitempty"`    // single run
+	RunIDs   []string `json:"runIds,omitempty"`   // compare: several runs
+	Sweep    string   `json:"sweep,omitempty"`    // runs, compare
+	Tag      string   `json:"tag,omitempty"`      // runs
+	Status   string   `json:"status,omitempty"`   // runs
+	Baseline string   `json:"baseline,omitempty"` // compare
+
+	Metrics  []string `json:"metrics,omitempty"` // series: loss, lr, metrics.NAME, …; gpus: util_pct, …
+	Rank     string   `json:"rank,omitempty"`    // "0", "3", "all"; default "0"
+	XAxis    string   `json:"xAxis,omitempty"`   // series: "time" (default) or "step"
+	MinMax   bool     `json:"minMax,omitempty"`  // series: add min and max fields
+	FromStep *int64   `json:"fromStep,omitempty"`
+	ToStep   *int64   `json:"toStep,omitempty"`
+
+	Pass     string `json:"pass,omitempty"`     // heatmap: forward (default) or backward
+	MaxSteps int    `json:"maxSteps,omitempty"` // heatmap: columns
+
+	Host string `json:"host,omitempty"` // gpus
+	GPU  string `json:"gpu,omitempty"`  // gpus: index or "" for all
+
+	StragglerPct float64 `json:"stragglerPct,omitempty"` // ranks
+}
+
+// Query types of [PluginQuery].
+const (
+	QueryRuns        = "runs"        // table of runs
+	QueryRunSummary  = "run_summary" // one-row frame of the summary cards
+	QueryRunDetails  = "run_details" // key/value table: config, params, command, commit, versions
+	QuerySeries      = "series"      // time series (or step on x)
+	QueryHeatmap     = "heatmap"     // heatmap-rows frame
+	QueryEvals       = "evals"       // evaluation points
+	QueryBreakdown   = "breakdown"   // donut
+	QueryMemory      = "memory"      // ZeRO bars
+	QueryCompare     = "compare"     // comparison table
+	QueryRanks       = "ranks"       // per-rank table
+	QueryGPUs        = "gpus"        // GPU telemetry per host and GPU
+	QueryAnnotations = "annotations" // run events
+)
+
+// PluginQueryTypes lists every query type.
+var PluginQueryTypes = []string{QueryRuns, QueryRunSummary, QueryRunDetails, QuerySeries, QueryHeatmap, QueryEvals,
+	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations}

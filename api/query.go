@@ -1,0 +1,288 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Error is the body of every 4xx and 5xx answer.
+type Error struct {
+	Error string `json:"error"`
+	// Param names the query parameter at fault, for 400 answers of the
+	// query API.
+	Param string `json:"param,omitempty"`
+	// Record details a rejected ingest record.
+	Record *RecordError `json:"record,omitempty"`
+}
+
+// IngestResult answers a successful POST /api/v1/ingest or /api/v1/import.
+type IngestResult struct {
+	Accepted   int            `json:"accepted"`
+	Duplicates int            `json:"duplicates"`
+	ByKind     map[string]int `json:"by_kind,omitempty"`
+	RunIDs     []string       `json:"run_ids,omitempty"` // import: the run created
+}
+
+// RunList answers GET /api/v1/runs.
+type RunList struct {
+	Runs   []RunSummary `json:"runs"`
+	Total  int          `json:"total"`
+	Limit  int          `json:"limit"`
+	Offset int          `json:"offset"`
+}
+
+// RunSummary is one run with the figures of the seed dashboard's summary
+// cards. Figures that cannot be computed yet are null.
+type RunSummary struct {
+	RunID      string     `json:"run_id"`
+	Project    string     `json:"project"`
+	Name       string     `json:"name"`
+	Status     string     `json:"status"`
+	Tags       []string   `json:"tags"`
+	SweepID    string     `json:"sweep_id,omitempty"`
+	StartedAt  *time.Time `json:"started_at"`
+	EndedAt    *time.Time `json:"ended_at"`
+	DurationS  *Float     `json:"duration_s"`
+	LastSeenAt *time.Time `json:"last_seen_at"`
+
+	Model          string `json:"model"`
+	ParamCount     *int64 `json:"param_count"`
+	GPU            string `json:"gpu"`
+	ZeroStage      *int   `json:"zero_stage"`
+	Precision      string `json:"precision"`
+	MicroBatch     *int   `json:"micro_batch"`
+	GradAccum      *int   `json:"grad_accum"`
+	EffectiveBatch *int   `json:"effective_batch"`
+	WorldSize      *int   `json:"world_size"`
+	PipelineStages *int   `json:"pipeline_stages"`
+	OffloadOptim   string `json:"offload_optimizer"`
+	OffloadParams  string `json:"offload_params"`
+
+	Steps             int64  `json:"steps"`     // number of distinct steps recorded (rank 0 or any)
+	LastStep          *int64 `json:"last_step"` // highest step recorded
+	FinalLoss         *Float `json:"final_loss"`
+	BestValAccuracy   *Float `json:"best_val_accuracy"`
+	FinalValAccuracy  *Float `json:"final_val_accuracy"`
+	BestValF1         *Float `json:"best_val_f1"`
+	FinalValF1        *Float `json:"final_val_f1"`
+	FinalValLoss      *Float `json:"final_val_loss"`
+	MeanThroughputSPS *Float `json:"mean_throughput_sps"`
+	MeanGPUUtilPct    *Float `json:"mean_gpu_util_pct"`
+	PeakGPUMemGB      *Float `json:"peak_gpu_mem_gb"`
+	MeanStepMS        *Float `json:"mean_step_ms"`
+	SkippedSteps      int64  `json:"skipped_steps"`
+}
+
+// RunDetail answers GET /api/v1/runs/{id}: the summary plus the seed's
+// "training notebook" — config, hyper-parameters, command line, git
+// commit and library versions.
+type RunDetail struct {
+	RunSummary
+	Meta      json.RawMessage   `json:"meta"`
+	Config    json.RawMessage   `json:"config"`
+	Params    json.RawMessage   `json:"params"`
+	Summary   json.RawMessage   `json:"summary"`
+	Command   string            `json:"command"`
+	GitCommit string            `json:"git_commit"`
+	Versions  map[string]string `json:"versions"`
+	Host      string            `json:"host"`
+	Ranks     []int             `json:"ranks"`
+	Metrics   []string          `json:"metrics"` // user metric names, as metrics.NAME
+}
+
+// SeriesResponse answers GET /api/v1/runs/{id}/series.
+type SeriesResponse struct {
+	RunID     string   `json:"run_id"`
+	MaxPoints int      `json:"max_points"`
+	Series    []Series `json:"series"`
+}
+
+// Series is one metric of one rank. When downsampled, each point stands
+// for a bucket of BucketSteps consecutive steps: Value is the mean, Min
+// and Max the extremes, Step and Time those of the bucket's first row.
+type Series struct {
+	Metric      string  `json:"metric"`
+	Rank        int     `json:"rank"`
+	Unit        string  `json:"unit"` // ms, percent, GB, …; "" when none
+	BucketSteps int64   `json:"bucket_steps"`
+	Points      []Point `json:"points"`
+}
+
+// Point is one (possibly aggregated) value. NaN and infinite values travel
+// as the strings "NaN", "Infinity", "-Infinity".
+type Point struct {
+	Step  int64     `json:"step"`
+	Time  time.Time `json:"time"`
+	Value Float     `json:"value"`
+	Min   Float     `json:"min"`
+	Max   Float     `json:"max"`
+	Count int64     `json:"count"`
+}
+
+// Heatmap answers GET /api/v1/runs/{id}/heatmap: Values[i][j] is the mean
+// milliseconds of layer Layers[i] over the steps of bucket j, which starts
+// at Steps[j] (at Times[j]); null where the bucket has no sample.
+type Heatmap struct {
+	RunID       string      `json:"run_id"`
+	Pass        string      `json:"pass"` // forward or backward
+	Rank        int         `json:"rank"`
+	Layers      []string    `json:"layers"`
+	Steps       []int64     `json:"steps"`
+	Times       []time.Time `json:"times"`
+	BucketSteps int64       `json:"bucket_steps"`
+	Values      [][]*Float  `json:"values"`
+}
+
+// EvalsResponse answers GET /api/v1/runs/{id}/evals.
+type EvalsResponse struct {
+	RunID string      `json:"run_id"`
+	Evals []EvalPoint `json:"evals"`
+}
+
+// EvalPoint is one evaluation with the training loss at (or just before)
+// its step, for the overlay on the loss chart.
+type EvalPoint struct {
+	Step      int64            `json:"step"`
+	Time      time.Time        `json:"time"`
+	Split     string           `json:"split"`
+	Loss      *Float           `json:"loss"`
+	Accuracy  *Float           `json:"accuracy"`
+	F1        *Float           `json:"f1"`
+	Metrics   map[string]Float `json:"metrics,omitempty"`
+	TrainLoss *Float           `json:"train_loss"`
+}
+
+// Breakdown answers GET /api/v1/runs/{id}/breakdown: the compute-time
+// donut over the steady state.
+type Breakdown struct {
+	RunID    string          `json:"run_id"`
+	Rank     int             `json:"rank"`
+	FromStep int64           `json:"from_step"` // first step of the steady state
+	ToStep   int64           `json:"to_step"`
+	Steps    int64           `json:"steps"`   // rows averaged
+	StepMS   Float           `json:"step_ms"` // mean step time
+	Parts    []BreakdownPart `json:"parts"`   // forward, backward, optimizer, communication, data, other
+}
+
+// BreakdownPart is one slice of the donut. Shares sum to 100.
+type BreakdownPart struct {
+	Name     string `json:"name"`
+	MS       Float  `json:"ms"`
+	SharePct Float  `json:"share_pct"`
+}
+
+// MemoryResponse answers GET /api/v1/runs/{id}/memory.
+type MemoryResponse struct {
+	RunID             string       `json:"run_id"`
+	Parts             []MemoryPart `json:"parts"` // parameters, gradients, optimizer, activations
+	PredictedGPUBytes Float        `json:"predicted_gpu_bytes"`
+	PeakGPUBytes      *Float       `json:"peak_gpu_bytes"` // measured, from steps or GPU samples
+	GPUTotalBytes     *Float       `json:"gpu_total_bytes"`
+}
+
+// MemoryPart is one bar of the ZeRO breakdown.
+type MemoryPart struct {
+	Name   string `json:"name"`
+	Bytes  Float  `json:"bytes"`
+	Device string `json:"device"` // gpu, cpu, nvme
+}
+
+// RanksResponse answers GET /api/v1/runs/{id}/ranks.
+type RanksResponse struct {
+	RunID        string     `json:"run_id"`
+	MedianStepMS Float      `json:"median_step_ms"`
+	StragglerPct Float      `json:"straggler_pct"` // the margin used
+	Ranks        []RankStat `json:"ranks"`
+}
+
+// RankStat is one rank's steady-state timing.
+type RankStat struct {
+	Rank         int    `json:"rank"`
+	Host         string `json:"host,omitempty"`
+	Steps        int64  `json:"steps"`
+	MedianStepMS Float  `json:"median_step_ms"`
+	P95StepMS    Float  `json:"p95_step_ms"`
+	MeanGPUUtil  *Float `json:"mean_gpu_util_pct"`
+	PeakMemGB    *Float `json:"peak_gpu_mem_gb"`
+	WaitMS       Float  `json:"wait_ms"` // mean time spent waiting on slower ranks
+	Straggler    bool   `json:"straggler"`
+}
+
+// CompareResponse answers GET /api/v1/compare.
+type CompareResponse struct {
+	Baseline string       `json:"baseline,omitempty"`
+	Rows     []CompareRow `json:"rows"`
+}
+
+// CompareRow is one run's configuration and steady-state figures, as in
+// the tables of the experiment report.
+type CompareRow struct {
+	RunID          string `json:"run_id"`
+	Name           string `json:"name"`
+	Project        string `json:"project"`
+	Status         string `json:"status"`
+	Model          string `json:"model"`
+	ZeroStage      *int   `json:"zero_stage"`
+	Precision      string `json:"precision"`
+	PipelineStages *int   `json:"pipeline_stages"`
+	Parallelism    string `json:"parallelism"`
+	OffloadOptim   string `json:"offload_optimizer"`
+	OffloadParams  string `json:"offload_params"`
+	MicroBatch     *int   `json:"micro_batch"`
+	WorldSize      *int   `json:"world_size"`
+
+	GPUMemPeakMB *Float `json:"gpu_mem_peak_mb"`
+	GPUMemMeanMB *Float `json:"gpu_mem_mean_mb"`
+	GPUUtilPct   *Float `json:"gpu_util_pct"`
+	CPUUtilPct   *Float `json:"cpu_util_pct"`
+	StepTimeS    *Float `json:"step_time_s"`
+	StepsPerS    *Float `json:"steps_per_s"`
+	SamplesPerS  *Float `json:"samples_per_s"`
+	FinalLoss    *Float `json:"final_loss"`
+	BestEvalAcc  *Float `json:"best_eval_accuracy"`
+
+	// Delta holds, when a baseline is named, each figure's relative change
+	// against the baseline in percent, keyed by the figure's JSON name.
+	DeltaPct map[string]*Float `json:"delta_pct,omitempty"`
+}
+
+// GPUResponse answers GET /api/v1/gpus.
+type GPUResponse struct {
+	Series []GPUSeries `json:"series"`
+}
+
+// GPUSeries is one metric of one GPU of one host.
+type GPUSeries struct {
+	Host   string      `json:"host"`
+	GPU    int         `json:"gpu"`
+	UUID   string      `json:"uuid"`
+	Name   string      `json:"name"`
+	RunID  string      `json:"run_id"` // run holding the GPU at the last sample
+	Metric string      `json:"metric"` // util_pct, mem_used_bytes, power_w, temp_c, …
+	Unit   string      `json:"unit"`
+	Points []TimePoint `json:"points"`
+}
+
+// TimePoint is one (possibly aggregated) timed value.
+type TimePoint struct {
+	Time  time.Time `json:"time"`
+	Value Float     `json:"value"`
+	Min   Float     `json:"min"`
+	Max   Float     `json:"max"`
+}
+
+// AnnotationsResponse answers GET /api/v1/annotations.
+type AnnotationsResponse struct {
+	Annotations []Annotation `json:"annotations"`
+}
+
+// Annotation is an event of a run, for Grafana annotations.
+type Annotation struct {
+	RunID string    `json:"run_id"`
+	Time  time.Time `json:"time"`
+	Step  *int64    `json:"step"`
+	Type  string    `json:"type"` // checkpoint, overflow, restart, eval, note, …
+	Title string    `json:"title"`
+	Text  string    `json:"text"`
+	Tags  []string  `json:"tags"`
+}

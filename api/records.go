@@ -1,0 +1,340 @@
+// Package api holds the wire types shared by the hook protocol, ingest,
+// query, the collector and the Grafana plugin: one definition of each.
+//
+// Ingest records:
+//  1. Decode a batch with [DecodeBatch] (NDJSON or a JSON array, bare NaN
+//     and Infinity tokens allowed).
+//  2. Every record is validated; the first invalid one is reported as a
+//     [*RecordError] naming its index, field and problem.
+//  3. Hand the [Record] values to the store.
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Record kinds accepted by POST /api/v1/ingest.
+const (
+	KindRun    = "run"
+	KindStep   = "step"
+	KindLayers = "layers"
+	KindEval   = "eval"
+	KindGPU    = "gpu"
+	KindHost   = "host"
+	KindMemory = "memory"
+	KindEvent  = "event"
+	KindEnd    = "end"
+	// KindProcess is sent by the hook to the collector to announce a
+	// training process (run_id, rank, local_rank, pid). The server accepts
+	// and ignores it.
+	KindProcess = "process"
+)
+
+// Kinds lists every record kind in a stable order.
+var Kinds = []string{KindRun, KindStep, KindLayers, KindEval, KindGPU, KindHost, KindMemory, KindEvent, KindEnd, KindProcess}
+
+// Limits on record contents. A record past any of them is rejected.
+const (
+	MaxIDLen      = 256     // run_id, project, host, split, type, …
+	MaxTextLen    = 65536   // event text, names
+	MaxLayers     = 4096    // entries in a layers record
+	MaxMetrics    = 256     // entries in a metrics map
+	MaxTags       = 64      // tags on a run
+	MaxJSONObject = 1 << 20 // bytes of config, meta, params, summary
+	MaxRank       = 1 << 20
+	MaxStep       = 1 << 53
+)
+
+// Run announces a training run. Sending it again updates the run: fields
+// present in the newer record replace the stored ones.
+type Run struct {
+	Kind      string          `json:"kind"`
+	RunID     string          `json:"run_id"`
+	Project   string          `json:"project,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	StartedAt *Time           `json:"started_at,omitempty"`
+	Config    json.RawMessage `json:"config,omitempty"` // the DeepSpeed config as given
+	Meta      *RunMeta        `json:"meta,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"` // hyper-parameters
+	Tags      []string        `json:"tags,omitempty"`
+	SweepID   string          `json:"sweep_id,omitempty"`
+}
+
+// RunMeta describes the model, hardware and parallel layout of a run. The
+// known fields are typed; anything else a sender adds is kept in Extra.
+type RunMeta struct {
+	Model          string                     `json:"model,omitempty"`
+	Params         *int64                     `json:"params,omitempty"` // parameter count
+	GPU            string                     `json:"gpu,omitempty"`
+	GPUMemTotalGB  *Float                     `json:"gpu_memory_total_gb,omitempty"`
+	ZeroStage      *int                       `json:"zero_stage,omitempty"`
+	Precision      string                     `json:"precision,omitempty"` // fp32, fp16, bf16
+	WorldSize      *int                       `json:"world_size,omitempty"`
+	MicroBatch     *int                       `json:"micro_batch,omitempty"`
+	GradAccum      *int                       `json:"grad_accum,omitempty"`
+	EffectiveBatch *int                       `json:"effective_batch,omitempty"`
+	PipelineStages *int                       `json:"pipeline_stages,omitempty"`
+	TensorParallel *int                       `json:"tensor_parallel,omitempty"`
+	OffloadOptim   string                     `json:"offload_optimizer,omitempty"` // "", none, cpu, nvme
+	OffloadParams  string                     `json:"offload_params,omitempty"`
+	Parallelism    string                     `json:"parallelism,omitempty"` // data, pipeline, fsdp, ddp, …
+	SeqLen         *int                       `json:"seq_len,omitempty"`
+	Epochs         *int                       `json:"epochs,omitempty"`
+	Framework      string                     `json:"framework,omitempty"` // deepspeed, torch, fsdp, lightning, hf
+	Command        string                     `json:"command,omitempty"`
+	GitCommit      string                     `json:"git_commit,omitempty"`
+	Host           string                     `json:"host,omitempty"`
+	Versions       map[string]string          `json:"versions,omitempty"` // python, torch, cuda, deepspeed, …
+	Extra          map[string]json.RawMessage `json:"-"`
+}
+
+// Step is one optimizer (or micro-) step of one rank.
+type Step struct {
+	Kind          string           `json:"kind"`
+	RunID         string           `json:"run_id"`
+	Rank          int              `json:"rank"`
+	Step          *int64           `json:"step"`
+	Time          *Time            `json:"time,omitempty"`
+	Epoch         *Float           `json:"epoch,omitempty"`
+	Loss          *Float           `json:"loss,omitempty"`
+	LR            *Float           `json:"lr,omitempty"`
+	GradNorm      *Float           `json:"grad_norm,omitempty"`
+	LossScale     *Float           `json:"loss_scale,omitempty"`
+	Skipped       *bool            `json:"skipped,omitempty"`
+	Samples       *int64           `json:"samples,omitempty"`
+	Tokens        *int64           `json:"tokens,omitempty"`
+	ThroughputSPS *Float           `json:"throughput_sps,omitempty"`
+	ThroughputTPS *Float           `json:"throughput_tps,omitempty"`
+	StepMS        *Float           `json:"step_ms,omitempty"`
+	ForwardMS     *Float           `json:"forward_ms,omitempty"`
+	BackwardMS    *Float           `json:"backward_ms,omitempty"`
+	OptimizerMS   *Float           `json:"optimizer_ms,omitempty"`
+	CommMS        *Float           `json:"comm_ms,omitempty"`
+	DataMS        *Float           `json:"data_ms,omitempty"`
+	GPUUtilPct    *Float           `json:"gpu_util_pct,omitempty"`
+	GPUMemUsedGB  *Float           `json:"gpu_mem_used_gb,omitempty"`
+	GPUMemPeakGB  *Float           `json:"gpu_mem_peak_gb,omitempty"`     // torch.cuda.max_memory_allocated
+	GPUMemResvGB  *Float           `json:"gpu_mem_reserved_gb,omitempty"` // torch.cuda.max_memory_reserved
+	CPUUtilPct    *Float           `json:"cpu_util_pct,omitempty"`
+	Metrics       map[string]Float `json:"metrics,omitempty"`
+}
+
+// Layers holds per-layer forward and backward milliseconds of one step of
+// one rank, in model order.
+type Layers struct {
+	Kind       string   `json:"kind"`
+	RunID      string   `json:"run_id"`
+	Rank       int      `json:"rank"`
+	Step       *int64   `json:"step"`
+	Time       *Time    `json:"time,omitempty"`
+	Names      []string `json:"names"`
+	ForwardMS  []Float  `json:"forward_ms"`
+	BackwardMS []Float  `json:"backward_ms,omitempty"`
+}
+
+// Eval is one evaluation.
+type Eval struct {
+	Kind     string           `json:"kind"`
+	RunID    string           `json:"run_id"`
+	Step     *int64           `json:"step"`
+	Time     *Time            `json:"time,omitempty"`
+	Split    string           `json:"split,omitempty"` // default "val"
+	Loss     *Float           `json:"loss,omitempty"`
+	Accuracy *Float           `json:"accuracy,omitempty"`
+	F1       *Float           `json:"f1,omitempty"`
+	Metrics  map[string]Float `json:"metrics,omitempty"`
+}
+
+// GPU is one NVML sample of one GPU.
+type GPU struct {
+	Kind  string `json:"kind"`
+	Time  *Time  `json:"time"`
+	Host  string `json:"host"`
+	GPU   *int   `json:"gpu"` // index
+	UUID  string `json:"uuid,omitempty"`
+	Name  string `json:"name,omitempty"`
+	RunID string `json:"run_id,omitempty"` // when attributed
+	Rank  *int   `json:"rank,omitempty"`
+
+	UtilPct           *Float       `json:"util_pct,omitempty"`
+	MemUtilPct        *Float       `json:"mem_util_pct,omitempty"`
+	MemUsedBytes      *Float       `json:"mem_used_bytes,omitempty"`
+	MemTotalBytes     *Float       `json:"mem_total_bytes,omitempty"`
+	MemReservedBytes  *Float       `json:"mem_reserved_bytes,omitempty"`
+	PowerW            *Float       `json:"power_w,omitempty"`
+	EnergyJ           *Float       `json:"energy_j,omitempty"`
+	TempC             *Float       `json:"temp_c,omitempty"`
+	MemTempC          *Float       `json:"mem_temp_c,omitempty"`
+	SMClockMHz        *Float       `json:"sm_clock_mhz,omitempty"`
+	MemClockMHz       *Float       `json:"mem_clock_mhz,omitempty"`
+	PCIeTxBps         *Float       `json:"pcie_tx_bytes_per_s,omitempty"`
+	PCIeRxBps         *Float       `json:"pcie_rx_bytes_per_s,omitempty"`
+	PCIeReplays       *Float       `json:"pcie_replay_total,omitempty"`
+	NVLinkTxBps       *Float       `json:"nvlink_tx_bytes_per_s,omitempty"`
+	NVLinkRxBps       *Float       `json:"nvlink_rx_bytes_per_s,omitempty"`
+	XIDLast           *Float       `json:"xid_last,omitempty"`
+	XIDTotal          *Float       `json:"xid_total,omitempty"`
+	ECCCorrected      *Float       `json:"ecc_corrected_total,omitempty"`
+	ECCUncorrected    *Float       `json:"ecc_uncorrected_total,omitempty"`
+	RemappedRows      *Float       `json:"remapped_rows_total,omitempty"`
+	ThrottleReasons   *int64       `json:"throttle_reasons,omitempty"`     // NVML clocks-event bit mask
+	SMActivePct       *Float       `json:"sm_active_pct,omitempty"`        // GPM
+	SMOccupancyPct    *Float       `json:"sm_occupancy_pct,omitempty"`     // GPM
+	TensorActivePct   *Float       `json:"tensor_active_pct,omitempty"`    // GPM
+	GrEngineActivePct *Float       `json:"gr_engine_active_pct,omitempty"` // GPM
+	Processes         []GPUProcess `json:"processes,omitempty"`
+}
+
+// GPUProcess is one compute process on a GPU.
+type GPUProcess struct {
+	PID      int64  `json:"pid"`
+	MemBytes *Float `json:"mem_bytes,omitempty"`
+	RunID    string `json:"run_id,omitempty"`
+	Rank     *int   `json:"rank,omitempty"`
+}
+
+// Host is one sample of a node's CPU and memory, with the announced
+// training processes on it.
+type Host struct {
+	Kind          string        `json:"kind"`
+	Time          *Time         `json:"time"`
+	Host          string        `json:"host"`
+	CPUUtilPct    *Float        `json:"cpu_util_pct,omitempty"`
+	MemUsedBytes  *Float        `json:"mem_used_bytes,omitempty"`
+	MemTotalBytes *Float        `json:"mem_total_bytes,omitempty"`
+	Load1         *Float        `json:"load1,omitempty"`
+	Processes     []HostProcess `json:"processes,omitempty"`
+}
+
+// HostProcess is the CPU and resident memory of one training process.
+type HostProcess struct {
+	PID      int64  `json:"pid"`
+	RunID    string `json:"run_id,omitempty"`
+	Rank     *int   `json:"rank,omitempty"`
+	CPUPct   *Float `json:"cpu_pct,omitempty"`
+	RSSBytes *Float `json:"rss_bytes,omitempty"`
+}
+
+// Memory is the predicted per-GPU ZeRO memory breakdown of a run.
+type Memory struct {
+	Kind             string `json:"kind"`
+	RunID            string `json:"run_id"`
+	Rank             int    `json:"rank"`
+	Time             *Time  `json:"time,omitempty"`
+	ParametersBytes  *Float `json:"parameters_bytes,omitempty"`
+	GradientsBytes   *Float `json:"gradients_bytes,omitempty"`
+	OptimizerBytes   *Float `json:"optimizer_bytes,omitempty"`
+	OptimizerDevice  string `json:"optimizer_device,omitempty"` // gpu, cpu, nvme
+	ParametersDevice string `json:"parameters_device,omitempty"`
+	ActivationsBytes *Float `json:"activations_bytes,omitempty"`
+}
+
+// Event is something that happened at a moment of a run.
+type Event struct {
+	Kind  string `json:"kind"`
+	RunID string `json:"run_id"`
+	Time  *Time  `json:"time,omitempty"`
+	Step  *int64 `json:"step,omitempty"`
+	Rank  *int   `json:"rank,omitempty"`
+	Type  string `json:"type"` // checkpoint, overflow, restart, note, eval, …
+	Text  string `json:"text,omitempty"`
+}
+
+// End closes a run.
+type End struct {
+	Kind    string          `json:"kind"`
+	RunID   string          `json:"run_id"`
+	Time    *Time           `json:"time,omitempty"`
+	Status  string          `json:"status"` // finished, failed, killed
+	Summary json.RawMessage `json:"summary,omitempty"`
+}
+
+// Process announces a training process to the collector.
+type Process struct {
+	Kind      string `json:"kind"`
+	RunID     string `json:"run_id"`
+	Rank      int    `json:"rank"`
+	LocalRank int    `json:"local_rank"`
+	PID       int64  `json:"pid"`
+	Host      string `json:"host,omitempty"`
+}
+
+// Record is one decoded ingest record: exactly one field is set.
+type Record struct {
+	Run     *Run
+	Step    *Step
+	Layers  *Layers
+	Eval    *Eval
+	GPU     *GPU
+	Host    *Host
+	Memory  *Memory
+	Event   *Event
+	End     *End
+	Process *Process
+}
+
+// Kind returns the record's kind.
+func (r Record) Kind() string {
+	switch {
+	case r.Run != nil:
+		return KindRun
+	case r.Step != nil:
+		return KindStep
+	case r.Layers != nil:
+		return KindLayers
+	case r.Eval != nil:
+		return KindEval
+	case r.GPU != nil:
+		return KindGPU
+	case r.Host != nil:
+		return KindHost
+	case r.Memory != nil:
+		return KindMemory
+	case r.Event != nil:
+		return KindEvent
+	case r.End != nil:
+		return KindEnd
+	case r.Process != nil:
+		return KindProcess
+	}
+	return ""
+}
+
+// RunID returns the run the record belongs to, or "" for unattributed
+// GPU and host samples.
+func (r Record) RunID() string {
+	switch {
+	case r.Run != nil:
+		return r.Run.RunID
+	case r.Step != nil:
+		return r.Step.RunID
+	case r.Layers != nil:
+		return r.Layers.RunID
+	case r.Eval != nil:
+		return r.Eval.RunID
+	case r.GPU != nil:
+		return r.GPU.RunID
+	case r.Memory != nil:
+		return r.Memory.RunID
+	case r.Event != nil:
+		return r.Event.RunID
+	case r.End != nil:
+		return r.End.RunID
+	case r.Process != nil:
+		return r.Process.RunID
+	}
+	return ""
+}
+
+// Run statuses.
+const (
+	StatusRunning  = "running"
+	StatusFinished = "finished"
+	StatusFailed   = "failed"
+	StatusKilled   = "killed"
+)
+
+// Now is the clock used to stamp records that carry no time. Tests may
+// replace it.
+var Now = func() time.Time { return time.Now().UTC() }

@@ -1,0 +1,99 @@
+// Command deepseed is DeepSeed's one binary: the server (ingest and query
+// API), the node collector, migrations, import, the demo loader and the
+// load tools.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=…".
+var Version = "dev"
+
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+var commands = []struct {
+	name, summary string
+	new           func() command
+}{
+	{"serve", "run the HTTP API (ingest and query) against PostgreSQL/TimescaleDB", func() command { return &ServeCommand{} }},
+	{"collect", "run the node collector: NVML and host sampling, hook receiver, forwarding", func() command { return &CollectCommand{} }},
+	{"migrate", "apply pending database migrations and exit", func() command { return &MigrateCommand{} }},
+	{"import", "import a training_metrics.json export as a run", func() command { return &ImportCommand{} }},
+	{"demo", "write realistic simulated runs through the ingest API", func() command { return &DemoCommand{} }},
+	{"bench", "load tools: bench ingest posts realistic batches and reports records/s", func() command { return &BenchCommand{} }},
+	{"version", "print the version", func() command { return &VersionCommand{} }},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "deepseed:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		usage()
+		return flag.ErrHelp
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return run(ctx, []string{args[1], "-h"})
+		}
+		usage()
+		return nil
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.new().Run(ctx, args[1:])
+		}
+	}
+	usage()
+	return fmt.Errorf("unknown command %q", name)
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `DeepSeed: training telemetry for PyTorch and DeepSpeed.
+
+Usage:
+  deepseed <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(os.Stderr, `
+Run "deepseed help <command>" or "deepseed <command> -h" for its flags.
+Every flag can also be set by the environment variable shown in its help.
+`)
+}
+
+// VersionCommand prints the version.
+type VersionCommand struct{}
+
+// Run implements command.
+func (c *VersionCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("deepseed version", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	fmt.Println("deepseed", Version)
+	return nil
+}

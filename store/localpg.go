@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// LocalPostgres is a private PostgreSQL cluster started from the machine's
+// PostgreSQL binaries (initdb, pg_ctl, postgres). `deepseed serve` uses it
+// when no database URL is given, and the test helper uses it when
+// DEEPSEED_TEST_DATABASE_URL is unset.
+//
+// PostgreSQL refuses to run as root; when the current user is root the
+// cluster runs as the "postgres" user (or "nobody" when there is none) and
+// its data directory is handed to that user.
+type LocalPostgres struct {
+	// Dir is the data directory. It is created and initialised when empty
+	// and kept across restarts.
+	Dir string
+	// Port to listen on (127.0.0.1 only); 0 picks a free one.
+	Port int
+	// Logger receives progress messages; nil discards them.
+	Logger *slog.Logger
+	// Fsync turns on fsync; the test helper leaves it off for speed.
+	Fsync bool
+
+	bin  string
+	cred *syscall.Credential
+}
+
+// ErrNoPostgres says that no PostgreSQL server binaries were found.
+var ErrNoPostgres = errors.New("no PostgreSQL server binaries found (install PostgreSQL, e.g. apt-get install postgresql, or set DEEPSEED_PG_BIN to the directory holding initdb and pg_ctl)")
+
+// FindPostgresBin returns the directory holding initdb, pg_ctl and postgres:
+// $DEEPSEED_PG_BIN, then $PATH, then the newest /usr/lib/postgresql/N/bin.
+func FindPostgresBin() (string, error) {
+	if d := os.Getenv("DEEPSEED_PG_BIN"); d != "" {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) {
+			return d, nil
+		}
+		return "", fmt.Errorf("DEEPSEED_PG_BIN=%s: initdb or pg_ctl missing", d)
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		d := filepath.Dir(p)
+		if isExec(filepath.Join(d, "pg_ctl")) && isExec(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	var best string
+	bestV := -1
+	for _, root := range []string{"/usr/lib/postgresql", "/usr/local/pgsql", "/opt/homebrew/opt/postgresql"} {
+		entries, _ := os.ReadDir(root)
+		for _, e := range entries {
+			v, err := strconv.Atoi(e.Name())
+			d := filepath.Join(root, e.Name(), "bin")
+			if err == nil && v > bestV && isExec(filepath.Join(d, "initdb")) {
+				best, bestV = d, v
+			}
+		}
+		if d := filepath.Join(root, "bin"); best == "" && isExec(filepath.Join(d, "initdb")) {
+			best = d
+		}
+	}
+	if best == "" {
+		return "", ErrNoPostgres
+	}
+	return best, nil
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// Start initialises the cluster if needed and starts it. It returns the
+// connection URL of the "postgres" database.
+func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
+	log := lp.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	bin, err := FindPostgresBin()
+	if err != nil {
+		return "", err
+	}
+	lp.bin = bin
+	if err := os.MkdirAll(lp.Dir, 0o700); err != nil {
+		return "", fmt.Errorf("local postgres: create data dir: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		cred, uid, gid, err := unprivileged()
+		if err != nil {
+			return "", fmt.Errorf("local postgres: %w", err)
+		}
+		lp.cred = cred
+		if err := chownTree(lp.Dir, uid, gid); err != nil {
+			return "", fmt.Errorf("local postgres: hand data dir to uid %d: %w", uid, err)
+		}
+		// Every parent directory must be traversable by that user.
+		for d := filepath.Dir(lp.Dir); d != "/" && d != "."; d = filepath.Dir(d) {
+			if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+				_ = os.Chmod(d, st.Mode().Perm()|0o011)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(lp.Dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		log.Info("initialising private PostgreSQL cluster", "dir", lp.Dir)
+		if out, err := lp.command(ctx, "initdb", "-D", lp.Dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("local postgres: initdb: %w: %s", err, lastLines(out))
+		}
+	}
+	if lp.Port == 0 {
+		p, err := freePort()
+		if err != nil {
+			return "", fmt.Errorf("local postgres: pick port: %w", err)
+		}
+		lp.Port = p
+	}
+	// A stale postmaster.pid from a crash would stop pg_ctl; pg_ctl itself
+	// handles a pid that no longer runs, so only a live server is an error.
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -c unix_socket_directories='' -c max_connections=200", lp.Port)
+	if !lp.Fsync {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	logFile := filepath.Join(lp.Dir, "server.log")
+	cmd := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "-o", opts, "-l", logFile, "-w", "-t", "60", "start")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tail, _ := os.ReadFile(logFile)
+		return "", fmt.Errorf("local postgres: pg_ctl start: %w: %s %s", err, lastLines(out), lastLines(tail))
+	}
+	log.Info("private PostgreSQL started", "dir", lp.Dir, "port", lp.Port)
+	return lp.URL("postgres"), nil
+}
+
+// URL returns the connection URL of database db on the running cluster.
+func (lp *LocalPostgres) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", lp.Port, db)
+}
+
+// Stop shuts the cluster down (fast mode: open sessions are ended, data
+// is flushed).
+func (lp *LocalPostgres) Stop() error {
+	if lp.bin == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
+		return fmt.Errorf("local postgres: pg_ctl stop: %w: %s", err, lastLines(out))
+	}
+	return nil
+}
+
+func (lp *LocalPostgres) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(lp.bin, name), args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Dir = lp.Dir
+	if lp.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: lp.cred}
+		cmd.Dir = "/"
+	}
+	return cmd
+}
+
+func unprivileged() (*syscall.Credential, int, int, error) {
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+	}
+	return nil, 0, 0, errors.New("running as root and no postgres or nobody user to run PostgreSQL as")
+}
+
+func chownTree(dir string, uid, gid int) error {
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	lines := strings.Split(s, "\n")
+	if len(lines) > 8 {
+		lines = lines[len(lines)-8:]
+	}
+	return strings.Join(lines, "\n")
+}
