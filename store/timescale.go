@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TimescaleOptions configures the TimescaleDB policies.
+type TimescaleOptions struct {
+	// Retention drops chunks whose data is older than it; 0 keeps all
+	// data (and removes a retention policy set earlier).
+	Retention time.Duration
+	// CompressAfter compresses chunks whose data is older than it; 0
+	// means 7 days.
+	CompressAfter time.Duration
+}
+
+// hypertable describes how one time-series table is partitioned and
+// compressed. segmentBy columns are those queries filter on (so a
+// compressed segment holds one run's rank or one GPU), orderBy the order
+// rows are read in.
+type hypertable struct {
+	name      string
+	chunk     string // chunk_time_interval
+	segmentBy string
+	orderBy   string
+}
+
+var hypertables = []hypertable{
+	{"steps", "1 day", "run_id, rank", "step"},
+	{"layer_times", "1 day", "run_id, rank", "step"},
+	{"evals", "7 days", "run_id", "step"},
+	{"events", "7 days", "run_id", "time"},
+	{"gpu_samples", "1 day", "host, gpu", "time"},
+	{"host_samples", "1 day", "host", "time"},
+}
+
+// timescaleLock serialises SetupTimescale across servers starting at once.
+const timescaleLock = migrationLock + 1
+
+// SetupTimescale turns the time-series tables into TimescaleDB
+// hypertables with compression, an optional retention policy and a
+// per-minute continuous aggregate of GPU samples, when the timescaledb
+// extension is available to the database. It is idempotent: run it at
+// every start, after Migrate. Where the extension is not available it
+// changes nothing and returns false, "", nil.
+//
+// Every query of DeepSeed works on the plain tables either way: hypertables
+// keep their names and columns, and the continuous aggregate is an extra.
+func (s *Store) SetupTimescale(ctx context.Context, opt TimescaleOptions) (enabled bool, version string, err error) {
+	if opt.CompressAfter <= 0 {
+		opt.CompressAfter = 7 * 24 * time.Hour
+	}
+	var available bool
+	if err := s.Pool.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')`).Scan(&available); err != nil {
+		return false, "", fmt.Errorf("timescaledb: look up extension: %w", err)
+	}
+	if !available {
+		s.Timescale = false
+		return false, "", nil
+	}
+
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(timescaleLock)); err != nil {
+			return fmt.Errorf("take lock: %w", err)
+		}
+		// Needs timescaledb in shared_preload_libraries and a role allowed
+		// to create the extension; otherwise this fails and the server
+		// stays on plain PostgreSQL.
+		if _, err := tx.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS timescaledb`); err != nil {
+			return fmt.Errorf("create extension: %w", err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'`).Scan(&version); err != nil {
+			return fmt.Errorf("read version: %w", err)
+		}
+		for _, h := range hypertables {
+			if err := setupHypertable(ctx, tx, h, opt); err != nil {
+				return fmt.Errorf("%s: %w", h.name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, "", fmt.Errorf("timescaledb: %w", err)
+	}
+	// A continuous aggregate cannot be created inside a transaction block,
+	// so it comes after the commit; IF NOT EXISTS and if_not_exists keep it
+	// idempotent when two servers race here.
+	if err := setupGPUAggregate(ctx, s); err != nil {
+		return false, "", fmt.Errorf("timescaledb: gpu_samples_1m: %w", err)
+	}
+	s.Timescale = true
+	return true, version, nil
+}
+
+func setupHypertable(ctx context.Context, tx pgx.Tx, h hypertable, opt TimescaleOptions) error {
+	// Old (pre-2.13) interface, still supported and available on every 2.x:
+	// create_hypertable(relation, time_column_name, chunk_time_interval,
+	// if_not_exists, migrate_data). migrate_data moves rows written while
+	// the server ran on plain PostgreSQL into chunks.
+	if _, err := tx.Exec(ctx, `SELECT create_hypertable($1::regclass, 'time',
+		chunk_time_interval => $2::interval, if_not_exists => true, migrate_data => true)`,
+		h.name, h.chunk); err != nil {
+		return fmt.Errorf("create_hypertable: %w", err)
+	}
+	// Compression settings cannot change once chunks are compressed, so
+	// they are set only the first time.
+	var compressed bool
+	if err := tx.QueryRow(ctx, `SELECT compression_enabled FROM timescaledb_information.hypertables
+		WHERE hypertable_schema = current_schema() AND hypertable_name = $1`, h.name).Scan(&compressed); err != nil {
+		return fmt.Errorf("read compression state: %w", err)
+	}
+	if !compressed {
+		// ALTER TABLE takes no bind parameters; names and columns are the
+		// constants of the hypertables table above.
+		q := fmt.Sprintf(`ALTER TABLE %s SET (timescaledb.compress,
+			timescaledb.compress_segmentby = '%s', timescaledb.compress_orderby = '%s')`,
+			pgx.Identifier{h.name}.Sanitize(), h.segmentBy, h.orderBy)
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("enable compression: %w", err)
+		}
+	}
+	// add_*_policy(if_not_exists => true) keeps an existing policy even when
+	// its interval differs, so remove and add again to follow the
+	// configuration; the transaction makes the swap atomic.
+	if _, err := tx.Exec(ctx, `SELECT remove_compression_policy($1::regclass, if_exists => true)`, h.name); err != nil {
+		return fmt.Errorf("remove_compression_policy: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT add_compression_policy($1::regclass, compress_after => $2::interval, if_not_exists => true)`,
+		h.name, pgInterval(opt.CompressAfter)); err != nil {
+		return fmt.Errorf("add_compression_policy: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT remove_retention_policy($1::regclass, if_exists => true)`, h.name); err != nil {
+		return fmt.Errorf("remove_retention_policy: %w", err)
+	}
+	if opt.Retention > 0 {
+		if _, err := tx.Exec(ctx, `SELECT add_retention_policy($1::regclass, drop_after => $2::interval, if_not_exists => true)`,
+			h.name, pgInterval(opt.Retention)); err != nil {
+			return fmt.Errorf("add_retention_policy: %w", err)
+		}
+	}
+	return nil
+}
+
+// setupGPUAggregate keeps a per-minute rollup of GPU samples for long
+// dashboards ranges, refreshed every minute over the last day (the newest
+// minute is left out: it is still being written).
+func setupGPUAggregate(ctx context.Context, s *Store) error {
+	if _, err := s.Pool.Exec(ctx, `CREATE MATERIALIZED VIEW IF NOT EXISTS gpu_samples_1m
+		WITH (timescaledb.continuous) AS
+		SELECT time_bucket('1 minute', time) AS bucket, host, gpu,
+			avg(util_pct) AS util_pct_avg, max(util_pct) AS util_pct_max,
+			avg(mem_used_bytes) AS mem_used_bytes_avg, max(mem_used_bytes) AS mem_used_bytes_max,
+			avg(power_w) AS power_w_avg, max(power_w) AS power_w_max,
+			avg(temp_c) AS temp_c_avg, max(temp_c) AS temp_c_max,
+			count(*) AS samples
+		FROM gpu_samples
+		GROUP BY bucket, host, gpu
+		WITH NO DATA`); err != nil {
+		return fmt.Errorf("create continuous aggregate: %w", err)
+	}
+	if _, err := s.Pool.Exec(ctx, `SELECT add_continuous_aggregate_policy('gpu_samples_1m',
+		start_offset => INTERVAL '1 day', end_offset => INTERVAL '1 minute',
+		schedule_interval => INTERVAL '1 minute', if_not_exists => true)`); err != nil {
+		return fmt.Errorf("add_continuous_aggregate_policy: %w", err)
+	}
+	return nil
+}
+
+// pgInterval writes d as a PostgreSQL interval literal.
+func pgInterval(d time.Duration) string {
+	if d <= 0 {
+		panic(errors.New("pgInterval: duration must be positive"))
+	}
+	return fmt.Sprintf("%d seconds", int64(d.Round(time.Second)/time.Second))
+}
