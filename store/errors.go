@@ -1,0 +1,59 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// IsUnavailable reports whether err means the database cannot be reached
+// or is not taking work right now: connection refused, the pool cannot
+// connect, the server shutting down or starting up, a connection lost
+// mid-transaction, or a deadline passed while connecting or waiting for a
+// connection. Ingest answers these with 503 and Retry-After, because the
+// same batch will succeed once the database is back; every other error is
+// a bug or bad data and must not be retried blindly.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"): // connection_exception class
+			return true
+		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin/crash shutdown, cannot connect now
+			return true
+		case pe.Code == "53300": // too_many_connections
+			return true
+		case pe.Code == "40001", pe.Code == "40P01": // serialization failure, deadlock: retrying succeeds
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return true
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var ne *net.OpError
+	if errors.As(err, &ne) {
+		return true
+	}
+	// pgx reports a connection that died under a statement this way.
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
+}

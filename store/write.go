@@ -1,0 +1,766 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// WriteResult says what a batch changed.
+type WriteResult struct {
+	// Accepted counts records that were stored or that updated stored
+	// data (runs, ends and ignored process records count here too).
+	Accepted int
+	// Duplicates counts records that changed nothing: already stored with
+	// the same or a newer time, or repeated inside the batch.
+	Duplicates int
+	// ByKind counts accepted records by kind.
+	ByKind map[string]int
+}
+
+// writeTimeout bounds a batch whose context has no deadline of its own.
+const writeTimeout = 2 * time.Minute
+
+// WriteBatch stores a validated batch in one transaction:
+//
+//   - Records without a time are stamped with [api.Now].
+//   - A record for a run never announced creates the run (status running,
+//     project "default"); every record moves the run's last_seen_at, and
+//     started_at is the earliest record time unless a run record gives it.
+//   - Run records update the run: fields present replace the stored ones,
+//     meta is merged key by key. End records set status, ended_at and merge
+//     summary.
+//   - Steps, layers and evals are unique per run, rank (split for evals) and
+//     step: one with a newer time replaces the stored row, one with the
+//     same or an older time is a duplicate. GPU and host samples, events
+//     and memory breakdowns dedupe on their keys; memory keeps the newest.
+//   - Every step and layers row written marks its block of 100 steps in
+//     rollup_dirty, in the same transaction.
+//
+// Rows go through COPY into temporary tables and are merged with one
+// statement per table, never row by row. A per-run advisory lock keeps
+// concurrent batches for one run from inserting the same step twice.
+// Errors for which [IsUnavailable] is true mean the batch may be retried.
+func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult, error) {
+	res := WriteResult{ByKind: map[string]int{}}
+	if len(recs) == 0 {
+		return res, nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+	}
+	b := newBatchPlan(recs, api.Now())
+
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("store: write batch: begin: %w", err)
+	}
+	defer func() {
+		// Rollback after Commit is a no-op; use a fresh context so that a
+		// cancelled request still releases its connection cleanly.
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+
+	if err := b.prepare(ctx, tx); err != nil {
+		return res, err
+	}
+	if err := b.copy(ctx, tx); err != nil {
+		return res, err
+	}
+	written, err := b.merge(ctx, tx)
+	if err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("store: write batch: commit: %w", err)
+	}
+
+	for kind, n := range b.counts {
+		w, merged := written[kind]
+		if !merged {
+			w = n
+		}
+		res.ByKind[kind] = w
+		res.Accepted += w
+		res.Duplicates += n - w
+	}
+	return res, nil
+}
+
+// batchPlan is a batch sorted by table, with the run bookkeeping worked out.
+type batchPlan struct {
+	now    time.Time
+	counts map[string]int // records by kind
+
+	steps  []*api.Step
+	layers []*api.Layers
+	evals  []*api.Eval
+	gpus   []*api.GPU
+	hosts  []*api.Host
+	mems   []*api.Memory
+	events []*api.Event
+
+	runIDs   []string // every run the batch touches, sorted
+	runFirst map[string]time.Time
+	runLast  map[string]time.Time
+	runs     map[string]*runUpdate // merged run records
+	ends     map[string]*api.End   // last end record per run
+
+	// layerNames holds runs.layer_names of the runs with layers records,
+	// read under the run lock and extended by this batch.
+	layerNames map[string][]string
+	layerGrown map[string]bool
+	layerIdx   map[string]map[string][]int // run → name → positions
+}
+
+type runUpdate struct {
+	project, name, sweepID *string
+	startedAt              *time.Time
+	config, params, tags   *string
+	meta                   map[string]json.RawMessage
+}
+
+func newBatchPlan(recs []api.Record, now time.Time) *batchPlan {
+	b := &batchPlan{
+		now:      now,
+		counts:   map[string]int{},
+		runFirst: map[string]time.Time{},
+		runLast:  map[string]time.Time{},
+		runs:     map[string]*runUpdate{},
+		ends:     map[string]*api.End{},
+	}
+	stamp := func(t **api.Time) time.Time {
+		if *t == nil || (*t).IsZero() {
+			*t = api.T(now)
+		}
+		return (*t).Time
+	}
+	for _, r := range recs {
+		b.counts[r.Kind()]++
+		switch {
+		case r.Run != nil:
+			b.run(r.Run)
+		case r.Step != nil:
+			b.seen(r.Step.RunID, stamp(&r.Step.Time))
+			b.steps = append(b.steps, r.Step)
+		case r.Layers != nil:
+			b.seen(r.Layers.RunID, stamp(&r.Layers.Time))
+			b.layers = append(b.layers, r.Layers)
+		case r.Eval != nil:
+			b.seen(r.Eval.RunID, stamp(&r.Eval.Time))
+			b.evals = append(b.evals, r.Eval)
+		case r.GPU != nil:
+			stamp(&r.GPU.Time)
+			b.gpus = append(b.gpus, r.GPU)
+		case r.Host != nil:
+			stamp(&r.Host.Time)
+			b.hosts = append(b.hosts, r.Host)
+		case r.Memory != nil:
+			b.seen(r.Memory.RunID, stamp(&r.Memory.Time))
+			b.mems = append(b.mems, r.Memory)
+		case r.Event != nil:
+			b.seen(r.Event.RunID, stamp(&r.Event.Time))
+			b.events = append(b.events, r.Event)
+		case r.End != nil:
+			b.seen(r.End.RunID, stamp(&r.End.Time))
+			b.ends[r.End.RunID] = r.End
+		}
+	}
+	for id := range b.runFirst {
+		b.runIDs = append(b.runIDs, id)
+	}
+	sort.Strings(b.runIDs)
+	return b
+}
+
+func (b *batchPlan) seen(runID string, t time.Time) {
+	if f, ok := b.runFirst[runID]; !ok || t.Before(f) {
+		b.runFirst[runID] = t
+	}
+	if l, ok := b.runLast[runID]; !ok || t.After(l) {
+		b.runLast[runID] = t
+	}
+}
+
+// run folds a run record into the batch's update of that run, so that
+// several records for one run in a batch apply in order.
+func (b *batchPlan) run(r *api.Run) {
+	t := b.now
+	if r.StartedAt != nil && !r.StartedAt.IsZero() {
+		t = r.StartedAt.Time
+	}
+	b.seen(r.RunID, t)
+	u := b.runs[r.RunID]
+	if u == nil {
+		u = &runUpdate{}
+		b.runs[r.RunID] = u
+	}
+	if r.Project != "" {
+		u.project = &r.Project
+	}
+	if r.Name != "" {
+		u.name = &r.Name
+	}
+	if r.SweepID != "" {
+		u.sweepID = &r.SweepID
+	}
+	if r.StartedAt != nil && !r.StartedAt.IsZero() {
+		st := r.StartedAt.Time
+		u.startedAt = &st
+	}
+	if js := rawObject(r.Config); js != nil {
+		u.config = js
+	}
+	if js := rawObject(r.Params); js != nil {
+		u.params = js
+	}
+	if r.Tags != nil {
+		js, _ := json.Marshal(r.Tags)
+		s := string(js)
+		u.tags = &s
+	}
+	if r.Meta != nil {
+		js, err := json.Marshal(r.Meta)
+		var m map[string]json.RawMessage
+		if err == nil && json.Unmarshal(js, &m) == nil {
+			if u.meta == nil {
+				u.meta = map[string]json.RawMessage{}
+			}
+			for k, v := range m {
+				u.meta[k] = v
+			}
+		}
+	}
+}
+
+func rawObject(raw json.RawMessage) *string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	s := string(raw)
+	return &s
+}
+
+// prepare locks the batch's runs, creates the runs it names, applies run
+// and end records, creates the temporary tables and reads the layer names
+// of runs with layers records, in one round trip.
+func (b *batchPlan) prepare(ctx context.Context, tx pgx.Tx) error {
+	q := &pgx.Batch{}
+	if len(b.runIDs) > 0 {
+		// Locks are taken in key order so that batches touching several
+		// runs cannot deadlock each other.
+		q.Queue(`SELECT count(pg_advisory_xact_lock(k)) FROM
+			(SELECT DISTINCT hashtext(x) AS k FROM unnest($1::text[]) AS x ORDER BY 1) AS l`, b.runIDs)
+		first := make([]time.Time, len(b.runIDs))
+		last := make([]time.Time, len(b.runIDs))
+		for i, id := range b.runIDs {
+			first[i], last[i] = b.runFirst[id], b.runLast[id]
+		}
+		q.Queue(`INSERT INTO runs AS r (run_id, started_at, last_seen_at)
+			SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[])
+			ON CONFLICT (run_id) DO UPDATE SET
+				started_at = LEAST(r.started_at, EXCLUDED.started_at),
+				last_seen_at = GREATEST(r.last_seen_at, EXCLUDED.last_seen_at),
+				updated_at = now()`, b.runIDs, first, last)
+	}
+	if len(b.runs) > 0 {
+		var (
+			ids                                        []string
+			project, name, sweep, config, params, tags []*string
+			meta                                       []*string
+			started                                    []*time.Time
+		)
+		for id, u := range b.runs {
+			ids = append(ids, id)
+			project = append(project, u.project)
+			name = append(name, u.name)
+			sweep = append(sweep, u.sweepID)
+			config = append(config, u.config)
+			params = append(params, u.params)
+			tags = append(tags, u.tags)
+			started = append(started, u.startedAt)
+			var m *string
+			if u.meta != nil {
+				js, _ := json.Marshal(u.meta)
+				s := string(js)
+				m = &s
+			}
+			meta = append(meta, m)
+		}
+		q.Queue(`UPDATE runs AS r SET
+				project    = COALESCE(u.project, r.project),
+				name       = COALESCE(u.name, r.name),
+				sweep_id   = COALESCE(u.sweep_id, r.sweep_id),
+				started_at = COALESCE(u.started_at, r.started_at),
+				config     = COALESCE(u.config::jsonb, r.config),
+				params     = COALESCE(u.params::jsonb, r.params),
+				meta       = r.meta || COALESCE(u.meta::jsonb, '{}'),
+				tags       = CASE WHEN u.tags IS NULL THEN r.tags
+				                  ELSE ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)) END,
+				updated_at = now()
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],
+			            $6::text[], $7::text[], $8::text[], $9::text[])
+			     AS u(run_id, project, name, sweep_id, started_at, config, params, meta, tags)
+			WHERE r.run_id = u.run_id`,
+			ids, project, name, sweep, started, config, params, meta, tags)
+	}
+	if len(b.ends) > 0 {
+		var (
+			ids, status []string
+			at          []time.Time
+			summary     []*string
+		)
+		for id, e := range b.ends {
+			ids = append(ids, id)
+			status = append(status, e.Status)
+			at = append(at, e.Time.Time)
+			summary = append(summary, rawObject(e.Summary))
+		}
+		q.Queue(`UPDATE runs AS r SET
+				status = u.status,
+				ended_at = u.ended_at,
+				summary = r.summary || COALESCE(u.summary::jsonb, '{}'),
+				updated_at = now()
+			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(run_id, status, ended_at, summary)
+			WHERE r.run_id = u.run_id`, ids, status, at, summary)
+	}
+	for _, t := range b.tables() {
+		q.Queue(`CREATE TEMP TABLE ` + t.temp + ` (LIKE ` + t.target + `) ON COMMIT DROP`)
+	}
+	var layerRuns []string
+	if len(b.layers) > 0 {
+		set := map[string]bool{}
+		for _, l := range b.layers {
+			if !set[l.RunID] {
+				set[l.RunID] = true
+				layerRuns = append(layerRuns, l.RunID)
+			}
+		}
+		q.Queue(`SELECT run_id, layer_names FROM runs WHERE run_id = ANY($1)`, layerRuns)
+	}
+	if q.Len() == 0 {
+		return nil
+	}
+	br := tx.SendBatch(ctx, q)
+	n := q.Len()
+	if len(b.layers) > 0 {
+		n--
+	}
+	for i := 0; i < n; i++ {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("store: write batch: prepare runs: %w", err)
+		}
+	}
+	if len(b.layers) > 0 {
+		b.layerNames = map[string][]string{}
+		b.layerGrown = map[string]bool{}
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("store: write batch: read layer names: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			var names []string
+			if err := rows.Scan(&id, &names); err != nil {
+				rows.Close()
+				br.Close()
+				return fmt.Errorf("store: write batch: read layer names: %w", err)
+			}
+			b.layerNames[id] = names
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			br.Close()
+			return fmt.Errorf("store: write batch: read layer names: %w", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("store: write batch: prepare runs: %w", err)
+	}
+	return nil
+}
+
+// copyTable is one table the batch writes through a temporary table.
+type copyTable struct {
+	kind   string
+	temp   string
+	target string
+	cols   []string
+	n      int
+	row    func(i int, dst []any) []any
+}
+
+func (b *batchPlan) tables() []copyTable {
+	var ts []copyTable
+	if len(b.steps) > 0 {
+		ts = append(ts, copyTable{api.KindStep, "tmp_steps", "steps", stepCols, len(b.steps), b.stepRow})
+	}
+	if len(b.layers) > 0 {
+		ts = append(ts, copyTable{api.KindLayers, "tmp_layer_times", "layer_times", layerCols, len(b.layers), b.layerRow})
+	}
+	if len(b.evals) > 0 {
+		ts = append(ts, copyTable{api.KindEval, "tmp_evals", "evals", evalCols, len(b.evals), b.evalRow})
+	}
+	if len(b.gpus) > 0 {
+		ts = append(ts, copyTable{api.KindGPU, "tmp_gpu_samples", "gpu_samples", gpuCols, len(b.gpus), b.gpuRow})
+	}
+	if len(b.hosts) > 0 {
+		ts = append(ts, copyTable{api.KindHost, "tmp_host_samples", "host_samples", hostCols, len(b.hosts), b.hostRow})
+	}
+	if len(b.mems) > 0 {
+		ts = append(ts, copyTable{api.KindMemory, "tmp_memory_breakdowns", "memory_breakdowns", memCols, len(b.mems), b.memRow})
+	}
+	if len(b.events) > 0 {
+		ts = append(ts, copyTable{api.KindEvent, "tmp_events", "events", eventCols, len(b.events), b.eventRow})
+	}
+	return ts
+}
+
+// copy sends every record into its temporary table with COPY.
+func (b *batchPlan) copy(ctx context.Context, tx pgx.Tx) error {
+	if len(b.layers) > 0 {
+		b.alignLayers()
+	}
+	for _, t := range b.tables() {
+		buf := make([]any, 0, len(t.cols))
+		src := pgx.CopyFromSlice(t.n, func(i int) ([]any, error) {
+			// pgx encodes a row before asking for the next, so one
+			// buffer serves every row.
+			return t.row(i, buf[:0]), nil
+		})
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.temp}, t.cols, src); err != nil {
+			return fmt.Errorf("store: write batch: copy %s: %w", t.target, err)
+		}
+	}
+	if len(b.layerGrown) > 0 {
+		var ids, names []string
+		for id := range b.layerGrown {
+			js, _ := json.Marshal(b.layerNames[id])
+			ids = append(ids, id)
+			names = append(names, string(js))
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs AS r
+			SET layer_names = ARRAY(SELECT jsonb_array_elements_text(u.names::jsonb)), updated_at = now()
+			FROM unnest($1::text[], $2::text[]) AS u(run_id, names)
+			WHERE r.run_id = u.run_id`, ids, names); err != nil {
+			return fmt.Errorf("store: write batch: update layer names: %w", err)
+		}
+	}
+	return nil
+}
+
+// Merge statements. Steps, layers and evals: the newest version of each key
+// in the batch deletes stored versions with an older time and is inserted
+// unless a version with the same or a newer time is stored. The deleted
+// rows are all older than the inserted one, so both parts can share one
+// statement snapshot.
+const (
+	mergeSteps = `WITH src AS (
+		SELECT DISTINCT ON (run_id, rank, step) * FROM tmp_steps ORDER BY run_id, rank, step, time DESC
+	), del AS (
+		DELETE FROM steps AS t USING src
+		WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time < src.time
+	), ins AS (
+		INSERT INTO steps SELECT src.* FROM src
+		WHERE NOT EXISTS (SELECT 1 FROM steps AS t
+			WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
+		ON CONFLICT DO NOTHING
+		RETURNING run_id, rank, step
+	), dirty AS (
+		INSERT INTO rollup_dirty (run_id, rank, block)
+		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
+		ON CONFLICT DO NOTHING
+	)
+	SELECT count(*) FROM ins`
+
+	mergeLayers = `WITH src AS (
+		SELECT DISTINCT ON (run_id, rank, step) * FROM tmp_layer_times ORDER BY run_id, rank, step, time DESC
+	), del AS (
+		DELETE FROM layer_times AS t USING src
+		WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time < src.time
+	), ins AS (
+		INSERT INTO layer_times SELECT src.* FROM src
+		WHERE NOT EXISTS (SELECT 1 FROM layer_times AS t
+			WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
+		ON CONFLICT DO NOTHING
+		RETURNING run_id, rank, step
+	), dirty AS (
+		INSERT INTO rollup_dirty (run_id, rank, block)
+		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
+		ON CONFLICT DO NOTHING
+	)
+	SELECT count(*) FROM ins`
+
+	mergeEvals = `WITH src AS (
+		SELECT DISTINCT ON (run_id, split, step) * FROM tmp_evals ORDER BY run_id, split, step, time DESC
+	), del AS (
+		DELETE FROM evals AS t USING src
+		WHERE t.run_id = src.run_id AND t.split = src.split AND t.step = src.step AND t.time < src.time
+	), ins AS (
+		INSERT INTO evals SELECT src.* FROM src
+		WHERE NOT EXISTS (SELECT 1 FROM evals AS t
+			WHERE t.run_id = src.run_id AND t.split = src.split AND t.step = src.step AND t.time >= src.time)
+		ON CONFLICT DO NOTHING
+		RETURNING 1
+	)
+	SELECT count(*) FROM ins`
+
+	// Samples from several collectors may overlap: inserting in key order
+	// keeps two batches from waiting on each other's rows crosswise.
+	mergeGPU = `INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING`
+
+	mergeHost = `INSERT INTO host_samples SELECT * FROM tmp_host_samples ORDER BY host, time ON CONFLICT DO NOTHING`
+
+	mergeMemory = `INSERT INTO memory_breakdowns AS m
+		SELECT DISTINCT ON (run_id, rank) * FROM tmp_memory_breakdowns ORDER BY run_id, rank, time DESC
+		ON CONFLICT (run_id, rank) DO UPDATE SET
+			time = EXCLUDED.time,
+			parameters_bytes = EXCLUDED.parameters_bytes,
+			gradients_bytes = EXCLUDED.gradients_bytes,
+			optimizer_bytes = EXCLUDED.optimizer_bytes,
+			optimizer_device = EXCLUDED.optimizer_device,
+			parameters_device = EXCLUDED.parameters_device,
+			activations_bytes = EXCLUDED.activations_bytes
+		WHERE m.time < EXCLUDED.time`
+
+	mergeEvents = `INSERT INTO events SELECT * FROM tmp_events ORDER BY run_id, time, type, step, rank ON CONFLICT DO NOTHING`
+)
+
+// merge moves the temporary tables into the real ones in one round trip
+// and returns the rows written per kind.
+func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error) {
+	type stmt struct {
+		kind, sql string
+		count     bool // the statement answers count(*) rather than a tag
+	}
+	var stmts []stmt
+	for _, t := range b.tables() {
+		switch t.kind {
+		case api.KindStep:
+			stmts = append(stmts, stmt{t.kind, mergeSteps, true})
+		case api.KindLayers:
+			stmts = append(stmts, stmt{t.kind, mergeLayers, true})
+		case api.KindEval:
+			stmts = append(stmts, stmt{t.kind, mergeEvals, true})
+		case api.KindGPU:
+			stmts = append(stmts, stmt{t.kind, mergeGPU, false})
+		case api.KindHost:
+			stmts = append(stmts, stmt{t.kind, mergeHost, false})
+		case api.KindMemory:
+			stmts = append(stmts, stmt{t.kind, mergeMemory, false})
+		case api.KindEvent:
+			stmts = append(stmts, stmt{t.kind, mergeEvents, false})
+		}
+	}
+	written := map[string]int{}
+	if len(stmts) == 0 {
+		return written, nil
+	}
+	q := &pgx.Batch{}
+	for _, s := range stmts {
+		q.Queue(s.sql)
+	}
+	br := tx.SendBatch(ctx, q)
+	for _, s := range stmts {
+		if s.count {
+			var n int64
+			if err := br.QueryRow().Scan(&n); err != nil {
+				br.Close()
+				return nil, fmt.Errorf("store: write batch: merge %s: %w", s.kind, err)
+			}
+			written[s.kind] = int(n)
+			continue
+		}
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return nil, fmt.Errorf("store: write batch: merge %s: %w", s.kind, err)
+		}
+		written[s.kind] = int(tag.RowsAffected())
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("store: write batch: merge: %w", err)
+	}
+	return written, nil
+}
+
+// alignLayers extends each run's layer names with the names it has not
+// seen, in the order they arrive. A name that occurs k times in a record
+// maps to its k-th occurrence in the run's names, so models that repeat a
+// module name keep every instance apart.
+func (b *batchPlan) alignLayers() {
+	idx := map[string]map[string][]int{}
+	for _, l := range b.layers {
+		names := b.layerNames[l.RunID]
+		pos := idx[l.RunID]
+		if pos == nil {
+			pos = map[string][]int{}
+			for i, n := range names {
+				pos[n] = append(pos[n], i)
+			}
+			idx[l.RunID] = pos
+		}
+		seen := map[string]int{}
+		for _, n := range l.Names {
+			k := seen[n]
+			seen[n] = k + 1
+			if k >= len(pos[n]) {
+				pos[n] = append(pos[n], len(names))
+				names = append(names, n)
+				b.layerGrown[l.RunID] = true
+			}
+		}
+		b.layerNames[l.RunID] = names
+	}
+	b.layerIdx = idx
+}
+
+var (
+	stepCols = []string{"run_id", "rank", "step", "time", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped",
+		"samples", "tokens", "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
+		"comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "metrics"}
+	layerCols = []string{"run_id", "rank", "step", "time", "forward_ms", "backward_ms"}
+	evalCols  = []string{"run_id", "step", "time", "split", "loss", "accuracy", "f1", "metrics"}
+	gpuCols   = []string{"time", "host", "gpu", "uuid", "name", "run_id", "rank", "util_pct", "mem_util_pct",
+		"mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes", "power_w", "energy_j", "temp_c", "mem_temp_c",
+		"sm_clock_mhz", "mem_clock_mhz", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_replay_total",
+		"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s", "xid_last", "xid_total", "ecc_corrected_total",
+		"ecc_uncorrected_total", "remapped_rows_total", "throttle_reasons", "sm_active_pct", "sm_occupancy_pct",
+		"tensor_active_pct", "gr_engine_active_pct", "processes"}
+	hostCols = []string{"time", "host", "cpu_util_pct", "mem_used_bytes", "mem_total_bytes", "load1", "processes"}
+	memCols  = []string{"run_id", "rank", "time", "parameters_bytes", "gradients_bytes", "optimizer_bytes",
+		"optimizer_device", "parameters_device", "activations_bytes"}
+	eventCols = []string{"run_id", "time", "step", "rank", "type", "text"}
+)
+
+// f turns an optional number into a COPY value; NaN and the infinities
+// pass through as float8 NaN and ±Infinity.
+func f(p *api.Float) any {
+	if p == nil {
+		return nil
+	}
+	return float64(*p)
+}
+
+func optInt[T int | int64](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// jsonValue encodes v for a jsonb column; empty maps and slices are NULL.
+func jsonValue[T any](v T, empty bool) any {
+	if empty {
+		return nil
+	}
+	js, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return string(js)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func (b *batchPlan) stepRow(i int, r []any) []any {
+	s := b.steps[i]
+	var skipped any
+	if s.Skipped != nil {
+		skipped = *s.Skipped
+	}
+	return append(r, s.RunID, int32(s.Rank), *s.Step, s.Time.Time, f(s.Epoch), f(s.Loss), f(s.LR), f(s.GradNorm),
+		f(s.LossScale), skipped, optInt(s.Samples), optInt(s.Tokens), f(s.ThroughputSPS), f(s.ThroughputTPS),
+		f(s.StepMS), f(s.ForwardMS), f(s.BackwardMS), f(s.OptimizerMS), f(s.CommMS), f(s.DataMS), f(s.GPUUtilPct),
+		f(s.GPUMemUsedGB), f(s.GPUMemPeakGB), f(s.GPUMemResvGB), f(s.CPUUtilPct),
+		jsonValue(s.Metrics, len(s.Metrics) == 0))
+}
+
+func (b *batchPlan) layerRow(i int, r []any) []any {
+	l := b.layers[i]
+	pos := b.layerIdx[l.RunID]
+	width := len(b.layerNames[l.RunID])
+	fwd := make([]pgtype.Float8, width)
+	var bwd []pgtype.Float8
+	if len(l.BackwardMS) > 0 {
+		bwd = make([]pgtype.Float8, width)
+	}
+	seen := make(map[string]int, len(l.Names))
+	for j, n := range l.Names {
+		k := seen[n]
+		seen[n] = k + 1
+		at := pos[n][k]
+		fwd[at] = pgtype.Float8{Float64: float64(l.ForwardMS[j]), Valid: true}
+		if bwd != nil {
+			bwd[at] = pgtype.Float8{Float64: float64(l.BackwardMS[j]), Valid: true}
+		}
+	}
+	var bw any
+	if bwd != nil {
+		bw = bwd
+	}
+	return append(r, l.RunID, int32(l.Rank), *l.Step, l.Time.Time, fwd, bw)
+}
+
+func (b *batchPlan) evalRow(i int, r []any) []any {
+	e := b.evals[i]
+	return append(r, e.RunID, *e.Step, e.Time.Time, orDefault(e.Split, "val"), f(e.Loss), f(e.Accuracy), f(e.F1),
+		jsonValue(e.Metrics, len(e.Metrics) == 0))
+}
+
+func (b *batchPlan) gpuRow(i int, r []any) []any {
+	g := b.gpus[i]
+	var rank any
+	if g.Rank != nil {
+		rank = int32(*g.Rank)
+	}
+	return append(r, g.Time.Time, g.Host, int32(*g.GPU), g.UUID, g.Name, g.RunID, rank, f(g.UtilPct), f(g.MemUtilPct),
+		f(g.MemUsedBytes), f(g.MemTotalBytes), f(g.MemReservedBytes), f(g.PowerW), f(g.EnergyJ), f(g.TempC),
+		f(g.MemTempC), f(g.SMClockMHz), f(g.MemClockMHz), f(g.PCIeTxBps), f(g.PCIeRxBps), f(g.PCIeReplays),
+		f(g.NVLinkTxBps), f(g.NVLinkRxBps), f(g.XIDLast), f(g.XIDTotal), f(g.ECCCorrected), f(g.ECCUncorrected),
+		f(g.RemappedRows), optInt(g.ThrottleReasons), f(g.SMActivePct), f(g.SMOccupancyPct), f(g.TensorActivePct),
+		f(g.GrEngineActivePct), jsonValue(g.Processes, len(g.Processes) == 0))
+}
+
+func (b *batchPlan) hostRow(i int, r []any) []any {
+	h := b.hosts[i]
+	return append(r, h.Time.Time, h.Host, f(h.CPUUtilPct), f(h.MemUsedBytes), f(h.MemTotalBytes), f(h.Load1),
+		jsonValue(h.Processes, len(h.Processes) == 0))
+}
+
+func (b *batchPlan) memRow(i int, r []any) []any {
+	m := b.mems[i]
+	return append(r, m.RunID, int32(m.Rank), m.Time.Time, f(m.ParametersBytes), f(m.GradientsBytes),
+		f(m.OptimizerBytes), orDefault(m.OptimizerDevice, "gpu"), orDefault(m.ParametersDevice, "gpu"),
+		f(m.ActivationsBytes))
+}
+
+func (b *batchPlan) eventRow(i int, r []any) []any {
+	e := b.events[i]
+	step, rank := int64(-1), int32(-1)
+	if e.Step != nil {
+		step = *e.Step
+	}
+	if e.Rank != nil {
+		rank = int32(*e.Rank)
+	}
+	return append(r, e.RunID, e.Time.Time, step, rank, e.Type, e.Text)
+}
