@@ -1,0 +1,219 @@
+// Package dashboards builds DeepSeed's provisioned Grafana dashboards from
+// Go with the Grafana Foundation SDK, so that every panel query is an
+// [api.PluginQuery] checked by the compiler and by tests.
+//
+// Usage:
+//
+//  1. go run ./dashboards/gen writes dashboards/json/<uid>.json;
+//  2. Grafana's dashboard provider (dashboards/provisioning) loads that folder;
+//  3. go test ./dashboards fails when the committed JSON drifts from [All].
+package dashboards
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// Stable dashboard UIDs: links, the home dashboard setting and bookmarks
+// depend on them.
+const (
+	UIDTrainingRun = "deepseed-training-run"
+	UIDCompare     = "deepseed-compare"
+	UIDRanks       = "deepseed-ranks"
+	UIDGPUNodes    = "deepseed-gpu-nodes"
+)
+
+// Dashboard is one generated dashboard.
+type Dashboard struct {
+	UID   string
+	Build func() (dashboard.Dashboard, []Annotation, error)
+}
+
+// File is the name of the dashboard's JSON file under dashboards/json.
+func (d Dashboard) File() string { return d.UID + ".json" }
+
+// All lists every provisioned dashboard.
+func All() []Dashboard {
+	return []Dashboard{
+		{UIDTrainingRun, trainingRun},
+		{UIDCompare, compare},
+		{UIDRanks, ranks},
+		{UIDGPUNodes, gpuNodes},
+	}
+}
+
+// Annotation is a dashboard annotation fed by a DeepSeed query. The SDK's
+// annotation type only knows the built-in Grafana target, so these are
+// spliced into the JSON by [Render].
+type Annotation struct {
+	Name       string               `json:"name"`
+	Enable     bool                 `json:"enable"`
+	Hide       bool                 `json:"hide"`
+	IconColor  string               `json:"iconColor"`
+	Datasource common.DataSourceRef `json:"datasource"`
+	Target     Query                `json:"target"`
+}
+
+// Render builds d and returns its JSON as committed under dashboards/json.
+func Render(d Dashboard) ([]byte, error) {
+	built, annotations, err := d.Build()
+	if err != nil {
+		return nil, fmt.Errorf("dashboards: build %s: %w", d.UID, err)
+	}
+	raw, err := json.Marshal(built)
+	if err != nil {
+		return nil, fmt.Errorf("dashboards: marshal %s: %w", d.UID, err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("dashboards: reread %s: %w", d.UID, err)
+	}
+	// Grafana's own "Annotations & Alerts" entry comes first, as in a
+	// dashboard saved from the UI, then the run events.
+	list := []any{map[string]any{
+		"builtIn":    1,
+		"datasource": map[string]any{"type": "grafana", "uid": "-- Grafana --"},
+		"enable":     true,
+		"hide":       true,
+		"iconColor":  "rgba(0, 211, 255, 1)",
+		"name":       "Annotations & Alerts",
+		"type":       "dashboard",
+	}}
+	for _, a := range annotations {
+		list = append(list, a)
+	}
+	doc["annotations"] = map[string]any{"list": list}
+	// id null lets Grafana assign its own on provisioning.
+	doc["id"] = nil
+	// Panel ids must be unique within a dashboard: links, "view panel"
+	// and the repeat of rows rely on them.
+	if panels, ok := doc["panels"].([]any); ok {
+		for i, p := range panels {
+			if m, ok := p.(map[string]any); ok {
+				m["id"] = i + 1
+			}
+		}
+	}
+
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("dashboards: encode %s: %w", d.UID, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// RenderAll renders every dashboard, keyed by file name.
+func RenderAll() (map[string][]byte, error) {
+	out := make(map[string][]byte)
+	for _, d := range All() {
+		b, err := Render(d)
+		if err != nil {
+			return nil, err
+		}
+		out[d.File()] = b
+	}
+	return out, nil
+}
+
+// Variable names, used as $name in queries.
+const (
+	varProject  = "project"
+	varRun      = "run"
+	varSweep    = "sweep"
+	varBaseline = "baseline"
+	varHost     = "host"
+	varRank     = "rank"
+)
+
+// variableQuery is the query object of a template variable: a plugin
+// query whose answer lists the variable's values.
+func variableQuery(refID string, q api.PluginQuery) dashboard.StringOrMap {
+	raw, err := json.Marshal(Query{PluginQuery: q, RefID: refID, Datasource: DatasourceRef()})
+	if err != nil {
+		panic(err) // a PluginQuery always marshals
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		panic(err)
+	}
+	delete(m, "datasource")
+	return dashboard.StringOrMap{Map: m}
+}
+
+func queryVar(name, label string, q api.PluginQuery) *dashboard.QueryVariableBuilder {
+	return dashboard.NewQueryVariableBuilder(name).
+		Label(label).
+		Datasource(DatasourceRef()).
+		Query(variableQuery("var-"+name, q)).
+		Refresh(dashboard.VariableRefreshOnDashboardLoad).
+		Sort(dashboard.VariableSortDisabled)
+}
+
+// projectVar lists the projects that have runs.
+func projectVar() *dashboard.QueryVariableBuilder {
+	return queryVar(varProject, "Project", api.PluginQuery{QueryType: QueryProjects})
+}
+
+// runVar lists the runs of $project, newest first; its value is the run id
+// and its text the run name.
+func runVar(multi bool) *dashboard.QueryVariableBuilder {
+	v := queryVar(varRun, "Run", api.PluginQuery{QueryType: api.QueryRuns, Project: "$" + varProject}).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged)
+	if multi {
+		v = v.Multi(true).IncludeAll(true).Label("Runs")
+	}
+	return v
+}
+
+// QueryProjects is the variable query listing projects. It is a runs
+// query whose frame the plugin answers with distinct project names.
+const QueryProjects = api.QueryRuns
+
+func newDashboard(uid, title, description string, tags ...string) *dashboard.DashboardBuilder {
+	return dashboard.NewDashboardBuilder(title).
+		Uid(uid).
+		Description(description).
+		Tags(append([]string{"deepseed"}, tags...)).
+		Editable().
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		Timezone(common.TimeZoneBrowser).
+		Time("now-7d", "now").
+		Link(dashboard.NewDashboardLinkBuilder("DeepSeed").
+			Type(dashboard.DashboardLinkTypeDashboards).
+			Tags([]string{"deepseed"}).
+			AsDropdown(true).
+			IncludeVars(true).
+			KeepTime(true))
+}
+
+// gridPos places a panel explicitly, so the layout does not depend on the
+// builder's flow.
+func gridPos(x, y, w, h uint32) dashboard.GridPos {
+	return dashboard.GridPos{X: x, Y: y, W: w, H: h}
+}
+
+func row(title string, y uint32) *dashboard.RowBuilder {
+	return dashboard.NewRowBuilder(title).GridPos(gridPos(0, y, 24, 1))
+}
+
+// fieldRegexp matches a frame field by its JSON name or by the same words
+// as a display name ("final_loss" or "Final loss").
+func fieldRegexp(names ...string) string {
+	alts := make([]string, len(names))
+	for i, n := range names {
+		alts[i] = strings.ReplaceAll(n, "_", "[ _]")
+	}
+	return "/^(" + strings.Join(alts, "|") + ")$/i"
+}
+
+func ptr[T any](v T) *T { return &v }

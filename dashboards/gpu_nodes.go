@@ -1,0 +1,117 @@
+package dashboards
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// gpuQuery asks for GPU telemetry of the host in $host (one value inside a
+// row repeated per host), every GPU.
+func gpuQuery(metrics ...string) api.PluginQuery {
+	return api.PluginQuery{QueryType: api.QueryGPUs, Host: "$" + varHost, Metrics: metrics}
+}
+
+// throttleReasons names the NVML clocks-event reasons, one bit each; a
+// sample with several bits set shows its number.
+var throttleReasons = map[string]string{
+	"0":   "none",
+	"1":   "GPU idle",
+	"2":   "application clocks",
+	"4":   "SW power cap",
+	"8":   "HW slowdown",
+	"16":  "sync boost",
+	"32":  "SW thermal",
+	"64":  "HW thermal",
+	"128": "HW power brake",
+	"256": "display clocks",
+}
+
+func throttleMappings() []dashboard.ValueMapping {
+	opts := make(map[string]dashboard.ValueMappingResult)
+	i := int32(0)
+	for _, v := range []string{"0", "1", "2", "4", "8", "16", "32", "64", "128", "256"} {
+		color := "orange"
+		switch v {
+		case "0", "1":
+			color = "green"
+		case "8", "32", "64", "128":
+			color = "red"
+		}
+		opts[v] = dashboard.ValueMappingResult{Text: ptr(throttleReasons[v]), Color: ptr(color), Index: ptr(i)}
+		i++
+	}
+	return []dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: opts}}}
+}
+
+func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
+	b := newDashboard(UIDGPUNodes, "DeepSeed · GPU nodes",
+		"Every GPU of every host, from the node collectors: utilisation, memory, power, temperature, clocks, PCIe and NVLink traffic, errors, throttle reasons, and the run holding each GPU.",
+		"gpu").
+		Time("now-6h", "now").
+		Refresh("30s").
+		WithVariable(projectVar()).
+		WithVariable(runVar(false)).
+		WithVariable(queryVar(varHost, "Host", api.PluginQuery{QueryType: QueryHosts}).
+			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
+
+	y := uint32(0)
+	b = b.WithRow(row("Host $host", y).Repeat(varHost))
+	y++
+	b = b.WithPanel(dataTable("GPUs of $host",
+		"Each GPU with its last and mean utilisation and the run holding it at the last sample (run_id).",
+		gridPos(0, y, 24, 7), gpuQuery("util_pct", "mem_used_bytes", "temp_c", "power_w")).
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id: "reduce",
+			Options: map[string]any{
+				"mode":             "seriesToRows",
+				"reducers":         []string{"lastNotNull", "mean", "max"},
+				"labelsToFields":   true,
+				"includeTimeField": false,
+			},
+		}))
+	y += 7
+	type chart struct {
+		title, unit, desc string
+		metrics           []string
+	}
+	charts := []chart{
+		{"GPU utilisation", "percent", "Share of time a kernel ran.", []string{"util_pct"}},
+		{"GPU memory used", "bytes", "Device memory in use.", []string{"mem_used_bytes", "mem_total_bytes"}},
+		{"Power", "watt", "Board power draw.", []string{"power_w"}},
+		{"Temperature", "celsius", "GPU and memory temperature.", []string{"temp_c", "mem_temp_c"}},
+		{"Clocks", "suffix: MHz", "SM and memory clocks.", []string{"sm_clock_mhz", "mem_clock_mhz"}},
+		{"SM activity", "percent", "SM active, occupancy and tensor-core activity (GPM, Hopper and newer).", []string{"sm_active_pct", "sm_occupancy_pct", "tensor_active_pct"}},
+		{"PCIe traffic", "Bps", "Bytes per second over PCIe, transmit and receive.", []string{"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"}},
+		{"NVLink traffic", "Bps", "Bytes per second over NVLink, transmit and receive.", []string{"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"}},
+		{"Errors", "none", "ECC errors, XID errors, PCIe replays and remapped rows: counters since boot; any rise deserves a look.", []string{"ecc_corrected_total", "ecc_uncorrected_total", "xid_total", "pcie_replay_total", "remapped_rows_total"}},
+	}
+	for i, c := range charts {
+		p := timeSeries(c.title, c.desc, c.unit, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), gpuQuery(c.metrics...)).Min(0)
+		if c.metrics[0] == "util_pct" {
+			p = p.Max(100)
+		}
+		b = b.WithPanel(p)
+	}
+	y += uint32((len(charts)+2)/3) * 8
+	b = b.WithPanel(statetimeline.NewPanelBuilder().
+		Title("Throttle reasons").
+		Description("Why the clocks were below maximum (NVML clocks-event reasons). Thermal, power-brake and hardware slowdowns slow training.").
+		Datasource(DatasourceRef()).
+		GridPos(gridPos(0, y, 24, 7)).
+		WithTarget(target("A", gpuQuery("throttle_reasons"))).
+		Mappings(throttleMappings()).
+		ShowValue(common.VisibilityModeAuto).
+		MergeValues(true).
+		RowHeight(0.8).
+		FillOpacity(80).
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))
+
+	d, err := b.Build()
+	return d, nil, err
+}
+
+// QueryHosts is the variable query listing hosts with GPU samples.
+const QueryHosts = api.QueryGPUs

@@ -1,0 +1,124 @@
+package dashboards
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// runQuery is a query about the run chosen in $run.
+func runQuery(queryType string) api.PluginQuery {
+	return api.PluginQuery{QueryType: queryType, RunID: "$" + varRun}
+}
+
+// seriesQuery asks for step metrics of $run on a time axis.
+func seriesQuery(rank string, metrics ...string) api.PluginQuery {
+	q := runQuery(api.QuerySeries)
+	q.Metrics = metrics
+	q.Rank = rank
+	return q
+}
+
+// card is one summary card: a stat of one field of the run_summary frame.
+type card struct {
+	title, field, unit string
+	decimals           float64
+	description        string
+}
+
+func statCard(c card, pos dashboard.GridPos, q api.PluginQuery) *stat.PanelBuilder {
+	p := stat.NewPanelBuilder().
+		Title(c.title).
+		Description(c.description).
+		Datasource(DatasourceRef()).
+		GridPos(pos).
+		WithTarget(target("A", q)).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().
+			Values(false).
+			Calcs([]string{"lastNotNull"}).
+			Fields(fieldRegexp(c.field))).
+		ColorMode(common.BigValueColorModeNone).
+		GraphMode(common.BigValueGraphModeNone).
+		TextMode(common.BigValueTextModeValue).
+		JustifyMode(common.BigValueJustifyModeCenter).
+		NoValue("–")
+	if c.unit != "" {
+		p = p.Unit(c.unit)
+	}
+	if c.decimals >= 0 {
+		p = p.Decimals(c.decimals)
+	}
+	return p
+}
+
+// timeSeries is a line chart of plugin queries with Grafana's usual
+// defaults for training curves.
+func timeSeries(title, description, unit string, pos dashboard.GridPos, queries ...api.PluginQuery) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().
+		Title(title).
+		Description(description).
+		Datasource(DatasourceRef()).
+		GridPos(pos).
+		Unit(unit).
+		LineWidth(1).
+		FillOpacity(8).
+		SpanNulls(common.BoolOrFloat64{Bool: ptr(false)}).
+		ShowPoints(common.VisibilityModeNever).
+		Legend(common.NewVizLegendOptionsBuilder().
+			ShowLegend(true).
+			DisplayMode(common.LegendDisplayModeList).
+			Placement(common.LegendPlacementBottom).
+			Calcs([]string{})).
+		Tooltip(common.NewVizTooltipOptionsBuilder().
+			Mode(common.TooltipDisplayModeMulti).
+			Sort(common.SortOrderNone))
+	for i, q := range queries {
+		p = p.WithTarget(target(refID(i), q))
+	}
+	return p
+}
+
+// dataTable is a table panel of plugin queries.
+func dataTable(title, description string, pos dashboard.GridPos, queries ...api.PluginQuery) *table.PanelBuilder {
+	p := table.NewPanelBuilder().
+		Title(title).
+		Description(description).
+		Datasource(DatasourceRef()).
+		GridPos(pos).
+		ShowHeader(true).
+		CellHeight(common.TableCellHeightSm).
+		Filterable(true)
+	for i, q := range queries {
+		p = p.WithTarget(target(refID(i), q))
+	}
+	return p
+}
+
+func refID(i int) string { return string(rune('A' + i)) }
+
+// prop is one field override property.
+func prop(id string, value any) dashboard.DynamicConfigValue {
+	return dashboard.DynamicConfigValue{Id: id, Value: value}
+}
+
+// rightAxis moves matching fields to a right-hand axis of their own.
+func rightAxis(unit string, extra ...dashboard.DynamicConfigValue) []dashboard.DynamicConfigValue {
+	return append([]dashboard.DynamicConfigValue{
+		prop("custom.axisPlacement", "right"),
+		prop("unit", unit),
+	}, extra...)
+}
+
+// pointsOnly draws matching fields as dots, like the seed's evaluation
+// markers on the loss chart.
+func pointsOnly(size int) []dashboard.DynamicConfigValue {
+	return []dashboard.DynamicConfigValue{
+		prop("custom.drawStyle", "points"),
+		prop("custom.showPoints", "always"),
+		prop("custom.pointSize", size),
+	}
+}

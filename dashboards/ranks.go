@@ -1,0 +1,92 @@
+package dashboards
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/barchart"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+func ranks() (dashboard.Dashboard, []Annotation, error) {
+	b := newDashboard(UIDRanks, "DeepSeed · Ranks",
+		"Every rank of one run: step time, stragglers, GPU utilisation and memory.",
+		"ranks").
+		WithVariable(projectVar()).
+		WithVariable(runVar(false))
+
+	y := uint32(0)
+	b = b.WithRow(row("Stragglers", y))
+	y++
+	b = b.WithPanel(rankTable(gridPos(0, y, 24, 9)))
+	y += 9
+	b = b.WithPanel(rankBars("Median step time per rank", "median_step_ms", "ms", gridPos(0, y, 12, 8)))
+	b = b.WithPanel(rankBars("Wait on slower ranks", "wait_ms", "ms", gridPos(12, y, 12, 8)))
+	y += 8
+
+	b = b.WithRow(row("Per rank over time", y))
+	y++
+	b = b.WithPanel(timeSeries("Step time per rank", "Step time of every rank; a straggler's line sits above the others.", "ms",
+		gridPos(0, y, 24, 9), seriesQuery("all", "step_ms")).Min(0))
+	y += 9
+	b = b.WithPanel(timeSeries("GPU utilisation per rank", "", "percent",
+		gridPos(0, y, 12, 9), seriesQuery("all", "gpu_util_pct")).Min(0).Max(100))
+	b = b.WithPanel(timeSeries("GPU memory per rank", "", "decgbytes",
+		gridPos(12, y, 12, 9), seriesQuery("all", "gpu_mem_used_gb")).Min(0))
+	y += 9
+	b = b.WithPanel(timeSeries("Communication time per rank", "Time in collectives not overlapped with compute.", "ms",
+		gridPos(0, y, 12, 9), seriesQuery("all", "comm_ms")).Min(0))
+	b = b.WithPanel(timeSeries("Data loading time per rank", "", "ms",
+		gridPos(12, y, 12, 9), seriesQuery("all", "data_ms")).Min(0))
+
+	d, err := b.Build()
+	if err != nil {
+		return d, nil, err
+	}
+	return d, runEvents(), nil
+}
+
+// ranksQuery asks for the per-rank table of $run; the straggler margin is
+// the server's (serve --straggler-pct).
+func ranksQuery() api.PluginQuery { return runQuery(api.QueryRanks) }
+
+func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
+	return dataTable("Ranks",
+		"Steady-state timing of each rank. Straggler: median step time more than the margin above the run's median.",
+		pos, ranksQuery()).
+		OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
+			prop("custom.cellOptions", map[string]any{"type": "color-background"}),
+			prop("mappings", []any{map[string]any{"type": "value", "options": map[string]any{
+				"true":  map[string]any{"text": "straggler", "color": "red", "index": 0},
+				"false": map[string]any{"text": "ok", "color": "green", "index": 1},
+			}}}),
+		})
+}
+
+// rankBars is one figure of the ranks frame per rank.
+func rankBars(title, field, unit string, pos dashboard.GridPos) *barchart.PanelBuilder {
+	return barchart.NewPanelBuilder().
+		Title(title).
+		Datasource(DatasourceRef()).
+		GridPos(pos).
+		WithTarget(target("A", ranksQuery())).
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "filterFieldsByName",
+			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank", field)}},
+		}).
+		// Bar charts need a string x axis; ranks are numbers.
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id: "convertFieldType",
+			Options: map[string]any{"conversions": []any{map[string]any{
+				"targetField": "rank", "destinationType": "string",
+			}}},
+		}).
+		XField("rank").
+		ShowValue(common.VisibilityModeAuto).
+		Stacking(common.StackingModeNone).
+		Unit(unit).
+		Min(0).
+		FillOpacity(80).
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{}))
+}

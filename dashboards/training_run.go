@@ -1,0 +1,182 @@
+package dashboards
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/barchart"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/heatmap"
+	"github.com/grafana/grafana-foundation-sdk/go/piechart"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// summaryCards are the seed dashboard's summary cards and the figures an
+// engineer checks first, in the run_summary frame's field names (the JSON
+// names of [api.RunSummary]).
+var summaryCards = []card{
+	{"Model", "model", "", -1, "Model name from the run's meta."},
+	{"Parameters", "param_count", "short", 0, "Parameter count."},
+	{"GPU", "gpu", "", -1, "GPU model of rank 0."},
+	{"ZeRO stage", "zero_stage", "none", 0, "DeepSpeed ZeRO stage (FSDP sharding shown as its ZeRO equivalent)."},
+	{"Precision", "precision", "", -1, "fp32, fp16 or bf16."},
+	{"Effective batch", "effective_batch", "none", 0, "micro batch × gradient accumulation × data-parallel ranks."},
+	{"Status", "status", "", -1, "running, finished, failed or killed."},
+	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record)."},
+	{"Steps", "last_step", "none", 0, "Highest step recorded."},
+	{"Final loss", "final_loss", "none", 4, "Training loss at the last step."},
+	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations."},
+	{"Final val F1", "final_val_f1", "none", 3, "F1 score of the last evaluation."},
+	{"Mean throughput", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second over the run."},
+	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation of rank 0."},
+	{"Peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank."},
+	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step."},
+	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow."},
+	{"World size", "world_size", "none", 0, "Number of ranks."},
+}
+
+func trainingRun() (dashboard.Dashboard, []Annotation, error) {
+	b := newDashboard(UIDTrainingRun, "DeepSeed · Training run",
+		"One training run: summary cards, GPU, loss and evaluations, throughput, gradients, compute-time breakdown, ZeRO memory, per-layer timing and the run's configuration.",
+		"training").
+		WithVariable(projectVar()).
+		WithVariable(runVar(false))
+
+	y := uint32(0)
+	b = b.WithRow(row("Summary", y))
+	y++
+	for i, c := range summaryCards {
+		x, dy := uint32(i%6)*4, uint32(i/6)*3
+		b = b.WithPanel(statCard(c, gridPos(x, y+dy, 4, 3), runQuery(api.QueryRunSummary)))
+	}
+	y += uint32((len(summaryCards)+5)/6) * 3
+
+	b = b.WithRow(row("GPU", y))
+	y++
+	b = b.WithPanel(timeSeries("GPU utilisation", "Utilisation of the GPU of rank 0, as NVML reports it.", "percent",
+		gridPos(0, y, 12, 8), seriesQuery("0", "gpu_util_pct")).Min(0).Max(100))
+	b = b.WithPanel(timeSeries("GPU memory", "GPU memory in use on rank 0.", "decgbytes",
+		gridPos(12, y, 12, 8), seriesQuery("0", "gpu_mem_used_gb")).Min(0))
+	y += 8
+
+	b = b.WithRow(row("Training", y))
+	y++
+	evals := runQuery(api.QueryEvals)
+	loss := seriesQuery("0", "loss")
+	loss.MinMax = true
+	b = b.WithPanel(timeSeries("Loss and evaluations",
+		"Training loss (line, with each bucket's min and max) and the evaluations: validation loss on the loss axis, accuracy and F1 on the right axis as dots.",
+		"none", gridPos(0, y, 12, 9), loss, evals).
+		OverrideByRegexp("/(^|[ _])(val|eval)[ _]?loss|^loss$/i", pointsOnly(6)).
+		OverrideByRegexp("/accuracy|f1/i", append(rightAxis("percentunit", prop("min", 0), prop("max", 1)), pointsOnly(6)...)).
+		OverrideByRegexp("/min|max/i", []dashboard.DynamicConfigValue{
+			prop("custom.lineWidth", 0), prop("custom.fillOpacity", 0), prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
+		}).
+		OverrideByName("loss", []dashboard.DynamicConfigValue{prop("custom.drawStyle", "line"), prop("custom.showPoints", "never")}))
+	b = b.WithPanel(timeSeries("Throughput", "Samples per second of rank 0.", "suffix: samples/s",
+		gridPos(12, y, 12, 9), seriesQuery("0", "throughput_sps")).Min(0))
+	y += 9
+	b = b.WithPanel(timeSeries("Gradient norm, loss scale and learning rate",
+		"Global gradient L2 norm (left), fp16 dynamic loss scale (right, log 2) and learning rate (right).",
+		"none", gridPos(0, y, 12, 9), seriesQuery("0", "grad_norm", "loss_scale", "lr")).
+		OverrideByRegexp("/loss[ _]scale/i", rightAxis("short",
+			prop("custom.scaleDistribution", map[string]any{"type": "log", "log": 2}),
+			prop("custom.lineStyle", map[string]any{"fill": "dash", "dash": []int{10, 10}}))).
+		OverrideByRegexp("/^(lr|learning[ _]rate)/i", rightAxis("sci")))
+	b = b.WithPanel(timeSeries("Step time", "Step time of rank 0 and its parts: forward, backward, optimizer, communication and data loading.",
+		"ms", gridPos(12, y, 12, 9), seriesQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
+	y += 9
+
+	b = b.WithRow(row("Compute and memory", y))
+	y++
+	b = b.WithPanel(piechart.NewPanelBuilder().
+		Title("Compute time breakdown").
+		Description("Mean time of each part of a step over the steady state (warm-up excluded): forward, backward, optimizer, communication, data loading and the rest.").
+		Datasource(DatasourceRef()).
+		GridPos(gridPos(0, y, 8, 10)).
+		WithTarget(target("A", runQuery(api.QueryBreakdown))).
+		PieType(piechart.PieChartTypeDonut).
+		Unit("ms").
+		Decimals(1).
+		DisplayLabels([]piechart.PieChartLabels{piechart.PieChartLabelsPercent}).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Values(true).Calcs([]string{"lastNotNull"}).Fields("")).
+		Legend(piechart.NewPieChartLegendOptionsBuilder().
+			ShowLegend(true).
+			DisplayMode(common.LegendDisplayModeTable).
+			Placement(common.LegendPlacementRight).
+			Values([]piechart.PieChartLegendValues{piechart.PieChartLegendValuesValue, piechart.PieChartLegendValuesPercent})))
+	b = b.WithPanel(barchart.NewPanelBuilder().
+		Title("ZeRO memory per GPU").
+		Description("Predicted bytes of parameters, gradients, optimizer state and activations for the run's ZeRO stage, precision and offload, beside the peak GPU memory measured.").
+		Datasource(DatasourceRef()).
+		GridPos(gridPos(8, y, 10, 10)).
+		WithTarget(target("A", runQuery(api.QueryMemory))).
+		Orientation(common.VizOrientationHorizontal).
+		ShowValue(common.VisibilityModeAlways).
+		Stacking(common.StackingModeNone).
+		Unit("bytes").
+		Min(0).
+		FillOpacity(80).
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))
+	peak := card{"Measured peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank; compare with the predicted bars."}
+	b = b.WithPanel(statCard(peak, gridPos(18, y, 6, 5), runQuery(api.QueryRunSummary)).
+		ColorMode(common.BigValueColorModeValue))
+	skipped := card{"Overflow-skipped steps", "skipped_steps", "none", 0, "Steps the fp16 loss scaler skipped; each is an annotation on the charts."}
+	b = b.WithPanel(statCard(skipped, gridPos(18, y+5, 6, 5), runQuery(api.QueryRunSummary)))
+	y += 10
+
+	b = b.WithRow(row("Per-layer timing", y))
+	y++
+	for _, pass := range []string{"forward", "backward"} {
+		q := runQuery(api.QueryHeatmap)
+		q.Pass = pass
+		title := "Per-layer " + pass + " time"
+		b = b.WithPanel(heatmap.NewPanelBuilder().
+			Title(title).
+			Description("Mean " + pass + " milliseconds of each layer (rows, in model order) over step buckets (columns) of rank 0.").
+			Datasource(DatasourceRef()).
+			GridPos(gridPos(0, y, 24, 11)).
+			WithTarget(target("A", q)).
+			Calculate(false).
+			RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("ms").Layout(common.HeatmapCellLayoutAuto)).
+			Color(heatmap.NewHeatmapColorOptionsBuilder().
+				Mode(heatmap.HeatmapColorModeScheme).
+				Scheme("Turbo").
+				Scale(heatmap.HeatmapColorScaleExponential).
+				Exponent(0.5).
+				Steps(64).
+				Fill("dark-orange").
+				Reverse(false)).
+			CellGap(1).
+			YAxis(heatmap.NewYAxisConfigBuilder().Unit("").Reverse(true).AxisPlacement(common.AxisPlacementLeft)).
+			CellValues(heatmap.NewCellValuesBuilder().Unit("ms").Decimals(2)).
+			ShowValue(common.VisibilityModeNever).
+			ShowLegend().
+			Mode(common.TooltipDisplayModeSingle).
+			ShowYHistogram())
+		y += 11
+	}
+
+	b = b.WithRow(row("Run details", y))
+	y++
+	b = b.WithPanel(dataTable("Run details",
+		"The run's configuration as given (DeepSpeed config), hyper-parameters, command line, git commit, library versions and host: what the seed dashboard showed as its training notebook.",
+		gridPos(0, y, 24, 14), runQuery(api.QueryRunDetails)))
+
+	d, err := b.Build()
+	if err != nil {
+		return d, nil, err
+	}
+	return d, runEvents(), nil
+}
+
+// runEvents are the run's events as annotations on every time chart:
+// checkpoints, fp16 overflow skips, restarts and evaluations.
+func runEvents() []Annotation {
+	return []Annotation{{
+		Name:       "Run events",
+		Enable:     true,
+		IconColor:  "#FF9830",
+		Datasource: DatasourceRef(),
+		Target:     Query{PluginQuery: runQuery(api.QueryAnnotations), RefID: "Anno", Datasource: DatasourceRef()},
+	}}
+}
