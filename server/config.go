@@ -1,0 +1,152 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Roles a server can take. Ingest and query replicas can run apart; "all"
+// serves both from one process.
+const (
+	RoleAll    = "all"
+	RoleIngest = "ingest"
+	RoleQuery  = "query"
+)
+
+// Config is what a server needs besides its store. The serve command fills
+// it from flags and environment variables; Validate checks it in one place.
+type Config struct {
+	// Listen is the TCP address of the HTTP API, e.g. ":8080".
+	Listen string
+	// Role selects the routes: all, ingest or query.
+	Role string
+	// MaxBodyBytes bounds an ingest body after decompression.
+	MaxBodyBytes int64
+	// IngestTokens may write and read; ReadTokens may only read. With
+	// neither set the API is open.
+	IngestTokens []string
+	ReadTokens   []string
+	// StragglerPct is the default straggler margin of GET /runs/{id}/ranks.
+	StragglerPct float64
+	// ShutdownTimeout bounds how long in-flight requests may take to
+	// finish after shutdown begins.
+	ShutdownTimeout time.Duration
+	// Retention drops time-series data older than it (TimescaleDB only);
+	// 0 keeps everything.
+	Retention time.Duration
+	// CompressAfter compresses chunks older than it (TimescaleDB only).
+	CompressAfter time.Duration
+}
+
+// DefaultConfig returns the defaults the serve command starts from.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          ":8080",
+		Role:            RoleAll,
+		MaxBodyBytes:    32 << 20,
+		StragglerPct:    10,
+		ShutdownTimeout: 30 * time.Second,
+		CompressAfter:   7 * 24 * time.Hour,
+	}
+}
+
+// FieldError says which configuration field is wrong.
+type FieldError struct {
+	Field string // the flag name, e.g. "listen"
+	Value string
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("invalid --%s %q: %s", e.Field, e.Value, e.Msg)
+}
+
+// Validate checks every field and returns all problems joined, each a
+// [*FieldError] naming its flag.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, value, msg string) {
+		errs = append(errs, &FieldError{Field: field, Value: value, Msg: msg})
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", c.Listen, "want host:port or :port")
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		bad("listen", c.Listen, "port must be a number from 0 to 65535")
+	}
+	switch c.Role {
+	case RoleAll, RoleIngest, RoleQuery:
+	default:
+		bad("role", c.Role, "want all, ingest or query")
+	}
+	if c.MaxBodyBytes < 1024 {
+		bad("max-body-bytes", strconv.FormatInt(c.MaxBodyBytes, 10), "must be at least 1024")
+	}
+	if c.StragglerPct <= 0 || c.StragglerPct > 1000 {
+		bad("straggler-pct", strconv.FormatFloat(c.StragglerPct, 'g', -1, 64), "must be above 0 and at most 1000")
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout", c.ShutdownTimeout.String(), "must be positive")
+	}
+	if c.Retention < 0 {
+		bad("retention", FormatDuration(c.Retention), "must be 0 (keep) or positive")
+	}
+	if c.CompressAfter <= 0 {
+		bad("compress-after", FormatDuration(c.CompressAfter), "must be positive")
+	}
+	if c.Retention > 0 && c.Retention < time.Hour {
+		bad("retention", FormatDuration(c.Retention), "must be at least 1h: chunks span a day")
+	}
+	return errors.Join(errs...)
+}
+
+// Open reports whether no token is configured, so the API needs none.
+func (c Config) Open() bool { return len(c.IngestTokens) == 0 && len(c.ReadTokens) == 0 }
+
+// SplitTokens splits a comma-separated token list, dropping blanks.
+func SplitTokens(s string) []string {
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ParseDuration parses a Go duration ("36h", "90m") or a whole number of
+// days or weeks ("90d", "2w"); "0" is zero.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			v, err := strconv.ParseFloat(n, 64)
+			if err != nil || v < 0 {
+				return 0, fmt.Errorf("want a duration such as 90d, 36h or 0, got %q", s)
+			}
+			return time.Duration(v * float64(unit)), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration such as 90d, 36h or 0, got %q", s)
+	}
+	return d, nil
+}
+
+// FormatDuration writes d in whole days when it is one, else as Go does.
+func FormatDuration(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	if d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
+}

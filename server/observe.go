@@ -1,0 +1,107 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/labstack/echo/v4"
+)
+
+// observe logs each request and counts it in the request metrics, by
+// route template (never the raw path, so label sets stay bounded). It
+// never logs headers, so tokens stay out of the logs.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		if err := next(c); err != nil {
+			// Write the error response now so its status is what we record.
+			c.Error(err)
+		}
+		req, res := c.Request(), c.Response()
+		route := c.Path()
+		if route == "" || strings.HasSuffix(route, "*") || res.Status == http.StatusNotFound && route == APIPrefix {
+			route = "unmatched"
+		}
+		method := methodLabel(req.Method)
+		metrics.GetOrCreateCounter(fmt.Sprintf(`deepseed_http_requests_total{route=%q,method=%q,code="%d"}`, route, method, res.Status)).Inc()
+		metrics.GetOrCreateHistogram(fmt.Sprintf(`deepseed_http_request_duration_seconds{route=%q}`, route)).UpdateDuration(start)
+
+		level := slog.LevelInfo
+		switch {
+		case res.Status >= 500:
+			level = slog.LevelError
+		case route == "/healthz" || route == "/readyz" || route == "/metrics":
+			// Probes and scrapes arrive every few seconds; keep them out of
+			// the default log.
+			level = slog.LevelDebug
+		}
+		s.log.LogAttrs(req.Context(), level, "http request",
+			slog.String("method", req.Method),
+			slog.String("path", req.URL.Path),
+			slog.String("route", route),
+			slog.Int("status", res.Status),
+			slog.Int64("bytes_in", req.ContentLength),
+			slog.Int64("bytes_out", res.Size),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			slog.String("remote", c.RealIP()),
+		)
+		return nil
+	}
+}
+
+// methodLabel bounds the method label to the standard methods.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// metrics answers GET /metrics in the Prometheus text format: the
+// process's registered metrics plus the database pool's usage.
+func (s *Server) metrics(c echo.Context) error {
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, "text/plain; version=0.0.4; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	metrics.WritePrometheus(w, true)
+	if s.store != nil && s.store.Pool != nil {
+		st := s.store.Pool.Stat()
+		metrics.WriteGaugeUint64(w, "deepseed_db_pool_acquired_conns", uint64(st.AcquiredConns()))
+		metrics.WriteGaugeUint64(w, "deepseed_db_pool_idle_conns", uint64(st.IdleConns()))
+		metrics.WriteGaugeUint64(w, "deepseed_db_pool_total_conns", uint64(st.TotalConns()))
+		metrics.WriteGaugeUint64(w, "deepseed_db_pool_constructing_conns", uint64(st.ConstructingConns()))
+		metrics.WriteGaugeUint64(w, "deepseed_db_pool_max_conns", uint64(st.MaxConns()))
+		metrics.WriteCounterUint64(w, "deepseed_db_pool_acquires_total", uint64(st.AcquireCount()))
+		metrics.WriteCounterUint64(w, "deepseed_db_pool_empty_acquires_total", uint64(st.EmptyAcquireCount()))
+		metrics.WriteCounterUint64(w, "deepseed_db_pool_canceled_acquires_total", uint64(st.CanceledAcquireCount()))
+		metrics.WriteCounterFloat64(w, "deepseed_db_pool_acquire_wait_seconds_total", st.AcquireDuration().Seconds())
+	}
+	return nil
+}
+
+// recover turns a panic in a handler into a 500 answer and a logged stack,
+// so no input can take the process down.
+func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			r := recover()
+			if r == nil {
+				return
+			}
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			s.log.Error("panic serving request", "method", c.Request().Method, "path", c.Request().URL.Path,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = echo.NewHTTPError(http.StatusInternalServerError, "internal server error")
+		}()
+		return next(c)
+	}
+}

@@ -1,0 +1,282 @@
+// Package server assembles DeepSeed's HTTP API: the ingest and query
+// routes under /api/v1 behind bearer-token auth, health and readiness
+// probes, Prometheus metrics, JSON errors and graceful shutdown.
+//
+// Usage:
+//  1. srv := server.New(cfg, st, logger)
+//  2. err := srv.ListenAndServe(ctx) — applies migrations in the
+//     background (retrying while the database is away), serves until ctx
+//     is cancelled, then finishes in-flight requests and returns nil.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/query"
+	"github.com/deepseed/deepseed/store"
+)
+
+// APIPrefix is the mount point of the versioned API.
+const APIPrefix = "/api/v1"
+
+// Server is DeepSeed's HTTP API over one store.
+type Server struct {
+	cfg   Config
+	store *store.Store
+	log   *slog.Logger
+	echo  *echo.Echo
+	auth  *authenticator
+
+	// prepared is set once migrations have been applied by this process.
+	prepared atomic.Bool
+	// mode is "timescaledb" or "postgresql" once known.
+	mode atomic.Value
+}
+
+// New builds the server. It touches neither the network nor the database:
+// ListenAndServe or Serve start both.
+func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, store: st, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens)}
+	s.mode.Store("")
+	if cfg.Open() {
+		log.Warn("NO API TOKENS CONFIGURED: the API is open to anyone who can reach it; set DEEPSEED_INGEST_TOKENS and DEEPSEED_READ_TOKENS to require bearer tokens")
+	}
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	// observe runs outermost so it sees the final status of every request,
+	// panics included; Recover turns a panic into a 500 and hands it back.
+	e.Use(s.observe)
+	e.Use(s.recover)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", s.metrics)
+	// The API document is public: clients read it before they hold a token.
+	e.GET(APIPrefix+"/openapi.json", serveOpenAPI)
+
+	g := e.Group(APIPrefix, s.auth.middleware)
+	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
+		ingest.New(st, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log.With("component", "ingest")}).Register(g)
+	}
+	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
+		query.New(st, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct}).Register(g)
+	}
+	s.echo = e
+	return s
+}
+
+// Handler returns the HTTP handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Routes lists the registered routes (method and echo path).
+func (s *Server) Routes() []*echo.Route { return s.echo.Routes() }
+
+// Mode returns "timescaledb" or "postgresql" once the database has been
+// prepared, "" before.
+func (s *Server) Mode() string { return s.mode.Load().(string) }
+
+// ListenAndServe listens on cfg.Listen and calls Serve.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	l, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, l)
+}
+
+// Serve answers requests on l until ctx is cancelled. Meanwhile it
+// prepares the database in the background (see Prepare), so the process
+// is up — healthy but not ready — while the database is unreachable. On
+// cancellation it stops accepting connections, lets in-flight requests
+// finish within cfg.ShutdownTimeout and returns nil.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	pctx, stopPrepare := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.Prepare(pctx)
+	}()
+	defer func() {
+		stopPrepare()
+		wg.Wait()
+	}()
+
+	hs := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.log.Info("listening", "addr", l.Addr().String(), "role", s.roleName())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve http: %w", err)
+	case <-ctx.Done():
+	}
+	timeout := s.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	s.log.Info("shutting down: no new connections, finishing in-flight requests", "timeout", timeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("shutdown: requests still running after %s: %w", timeout, err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve http: %w", err)
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+func (s *Server) roleName() string {
+	if s.cfg.Role == "" {
+		return RoleAll
+	}
+	return s.cfg.Role
+}
+
+// Prepare applies pending migrations, retrying with backoff while the
+// database is unreachable, then sets up TimescaleDB when the extension is
+// available and logs once which mode the server runs in. It returns when
+// done or when ctx is cancelled.
+func (s *Server) Prepare(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	const maxBackoff = 10 * time.Second
+	for attempt := 1; ; attempt++ {
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		applied, err := s.store.Migrate(mctx)
+		cancel()
+		if err == nil {
+			if len(applied) > 0 {
+				s.log.Info("database migrated", "applied", applied)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("database not ready; will retry", "attempt", attempt, "retry_in", backoff.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+	s.prepared.Store(true)
+
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	on, version, err := s.store.SetupTimescale(tctx, store.TimescaleOptions{Retention: s.cfg.Retention, CompressAfter: s.cfg.CompressAfter})
+	switch {
+	case err != nil:
+		s.mode.Store("postgresql")
+		s.log.Warn("database mode: plain PostgreSQL (TimescaleDB setup failed; every query works without it)", "err", err)
+	case on:
+		s.mode.Store("timescaledb")
+		s.log.Info("database mode: TimescaleDB", "timescaledb_version", version,
+			"retention", FormatDuration(s.cfg.Retention), "compress_after", FormatDuration(s.cfg.CompressAfter))
+	default:
+		s.mode.Store("postgresql")
+		s.log.Info("database mode: plain PostgreSQL (timescaledb extension not available; retention and compression are off)")
+	}
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Readiness answers GET /readyz.
+type Readiness struct {
+	Ready bool   `json:"ready"`
+	Mode  string `json:"mode,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	// Migrated runs one query: it proves the database answers and that
+	// every migration is in, whoever applied it.
+	ok, err := s.store.Migrated(ctx)
+	switch {
+	case err != nil:
+		return c.JSON(http.StatusServiceUnavailable, Readiness{Error: "database unreachable or not migrated: " + err.Error()})
+	case !ok:
+		return c.JSON(http.StatusServiceUnavailable, Readiness{Error: "migrations pending"})
+	}
+	return c.JSON(http.StatusOK, Readiness{Ready: true, Mode: s.Mode()})
+}
+
+// handleError writes every error as an [api.Error] JSON body.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	code := http.StatusInternalServerError
+	body := api.Error{Error: "internal server error"}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		code = he.Code
+		switch m := he.Message.(type) {
+		case api.Error:
+			body = m
+		case *api.Error:
+			body = *m
+		case string:
+			body.Error = m
+		case error:
+			body.Error = m.Error()
+		default:
+			body.Error = http.StatusText(code)
+		}
+		if he.Internal != nil && code >= 500 {
+			s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", he.Internal)
+		}
+	} else {
+		// A handler's unexpected error: log it, do not show internals.
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	}
+	switch code {
+	case http.StatusNotFound:
+		if body.Error == "Not Found" {
+			body.Error = "not found: " + c.Request().Method + " " + c.Request().URL.Path
+		}
+	case http.StatusMethodNotAllowed:
+		if body.Error == "Method Not Allowed" {
+			body.Error = "method " + c.Request().Method + " not allowed on " + c.Request().URL.Path
+		}
+	}
+	if c.Request().Method == http.MethodHead {
+		err = c.NoContent(code)
+	} else {
+		err = c.JSON(code, body)
+	}
+	if err != nil {
+		s.log.Debug("write error response", "err", err)
+	}
+}
