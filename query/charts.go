@@ -1,0 +1,216 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
+)
+
+const maxPointsLimit = 10000
+
+func validMetric(m string) bool {
+	if name, ok := strings.CutPrefix(m, "metrics."); ok {
+		return name != "" && len(name) <= api.MaxIDLen
+	}
+	return store.IsStepMetric(m) || m == "skipped"
+}
+
+// stepRange reads from_step and to_step, defaulting to the span recorded.
+func stepRange(c echo.Context, first, last int64) (int64, int64, error) {
+	from, err := intParam(c, "from_step", first, 0, api.MaxStep)
+	if err != nil {
+		return 0, 0, err
+	}
+	to, err := intParam(c, "to_step", last, 0, api.MaxStep)
+	if err != nil {
+		return 0, 0, err
+	}
+	if to < from {
+		return 0, 0, bad("to_step", "must not be below from_step")
+	}
+	return max(from, first), min(to, last), nil
+}
+
+func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
+	r, err := h.run(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	metrics := multiParam(c, "metric")
+	if len(metrics) == 0 {
+		metrics = []string{"loss"}
+	}
+	if len(metrics) > 32 {
+		return nil, bad("metric", "at most 32 metrics")
+	}
+	for _, m := range metrics {
+		if !validMetric(m) {
+			return nil, bad("metric", "unknown metric %q: want a step metric (loss, lr, step_ms, …) or metrics.NAME", m)
+		}
+	}
+	maxPoints, err := intParam(c, "max_points", 1000, 1, maxPointsLimit)
+	if err != nil {
+		return nil, err
+	}
+	var ranks []int
+	if c.QueryParam("rank") == "all" {
+		if ranks, err = h.store.RunRanks(ctx, r.RunID); err != nil {
+			return nil, err
+		}
+	} else {
+		rank, err := h.rankParam(ctx, c, r.RunID)
+		if err != nil {
+			return nil, err
+		}
+		ranks = []int{rank}
+	}
+	// Validate the step range before touching the data.
+	if _, _, err := stepRange(c, 0, api.MaxStep); err != nil {
+		return nil, err
+	}
+	refreshed := false
+	out := api.SeriesResponse{RunID: r.RunID, MaxPoints: int(maxPoints), Series: []api.Series{}}
+	for _, rank := range ranks {
+		first, last, ok, err := h.store.StepSpan(ctx, r.RunID, rank)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range metrics {
+			s := api.Series{Metric: m, Rank: rank, Unit: metricUnits[m], Points: []api.Point{}}
+			if !ok {
+				out.Series = append(out.Series, s)
+				continue
+			}
+			from, to, _ := stepRange(c, first, last)
+			if from > to {
+				out.Series = append(out.Series, s)
+				continue
+			}
+			p := planBuckets(from, to, int(maxPoints))
+			if p.Rollup > 0 && !refreshed {
+				if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+					return nil, err
+				}
+				refreshed = true
+			}
+			bs, err := h.seriesBuckets(ctx, r.RunID, rank, m, p)
+			if err != nil {
+				return nil, err
+			}
+			s.BucketSteps = p.Width
+			for _, a := range bs.b {
+				if a.count == 0 {
+					continue
+				}
+				s.Points = append(s.Points, api.Point{
+					Step: a.firstStep, Time: a.firstTime, Value: api.Float(a.sum / float64(a.count)),
+					Min: api.Float(a.min), Max: api.Float(a.max), Count: a.count,
+				})
+			}
+			out.Series = append(out.Series, s)
+		}
+	}
+	return out, nil
+}
+
+func (h *Handler) heatmap(ctx context.Context, c echo.Context) (any, error) {
+	r, err := h.run(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	pass := c.QueryParam("pass")
+	if pass == "" {
+		pass = "forward"
+	}
+	if pass != "forward" && pass != "backward" {
+		return nil, bad("pass", "want forward or backward, got %q", pass)
+	}
+	maxSteps, err := intParam(c, "max_steps", 500, 1, maxPointsLimit)
+	if err != nil {
+		return nil, err
+	}
+	rank, err := h.rankParam(ctx, c, r.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := stepRange(c, 0, api.MaxStep); err != nil {
+		return nil, err
+	}
+	out := api.Heatmap{RunID: r.RunID, Pass: pass, Rank: rank, Layers: r.LayerNames,
+		Steps: []int64{}, Times: []time.Time{}, Values: [][]*api.Float{}}
+	if out.Layers == nil {
+		out.Layers = []string{}
+	}
+	first, last, ok, err := h.store.LayerSpan(ctx, r.RunID, rank)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || len(r.LayerNames) == 0 {
+		return out, nil
+	}
+	from, to, _ := stepRange(c, first, last)
+	if from > to {
+		return out, nil
+	}
+	p := planBuckets(from, to, int(maxSteps))
+	if p.Rollup > 0 {
+		if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+			return nil, err
+		}
+	}
+	n := len(r.LayerNames)
+	cols, err := h.heatmapColumns(ctx, r.RunID, rank, p, pass == "backward", n)
+	if err != nil {
+		return nil, err
+	}
+	out.BucketSteps = p.Width
+	out.Values = make([][]*api.Float, n)
+	for i := range out.Values {
+		out.Values[i] = []*api.Float{}
+	}
+	for _, col := range cols {
+		if col.sums == nil {
+			continue
+		}
+		out.Steps = append(out.Steps, col.firstStep)
+		out.Times = append(out.Times, col.firstTime)
+		for i := 0; i < n; i++ {
+			var v *api.Float
+			if col.counts[i] > 0 {
+				v = fv(col.sums[i] / float64(col.counts[i]))
+			}
+			out.Values[i] = append(out.Values[i], v)
+		}
+	}
+	return out, nil
+}
+
+func (h *Handler) evals(ctx context.Context, c echo.Context) (any, error) {
+	r, err := h.run(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := h.store.Evals(ctx, r.RunID)
+	if err != nil {
+		return nil, err
+	}
+	out := api.EvalsResponse{RunID: r.RunID, Evals: []api.EvalPoint{}}
+	for _, e := range rows {
+		p := api.EvalPoint{Step: e.Step, Time: e.Time, Split: e.Split, Loss: fp(e.Loss), Accuracy: fp(e.Accuracy),
+			F1: fp(e.F1), TrainLoss: fp(e.TrainLoss)}
+		if len(e.Metrics) > 0 {
+			var m map[string]api.Float
+			if json.Unmarshal(e.Metrics, &m) == nil && len(m) > 0 {
+				p.Metrics = m
+			}
+		}
+		out.Evals = append(out.Evals, p)
+	}
+	return out, nil
+}

@@ -1,0 +1,164 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
+)
+
+var runStatuses = map[string]bool{api.StatusRunning: true, api.StatusFinished: true, api.StatusFailed: true, api.StatusKilled: true}
+
+func (h *Handler) listRuns(ctx context.Context, c echo.Context) (any, error) {
+	limit, err := intParam(c, "limit", 50, 1, 1000)
+	if err != nil {
+		return nil, err
+	}
+	offset, err := intParam(c, "offset", 0, 0, 1<<31-1)
+	if err != nil {
+		return nil, err
+	}
+	f := store.RunFilter{
+		Project: c.QueryParam("project"), Status: c.QueryParam("status"),
+		Tag: c.QueryParam("tag"), Sweep: c.QueryParam("sweep"),
+		Limit: int(limit), Offset: int(offset),
+	}
+	if f.Status != "" && !runStatuses[f.Status] {
+		return nil, bad("status", "want running, finished, failed or killed, got %q", f.Status)
+	}
+	rows, total, err := h.store.ListRuns(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := api.RunList{Runs: []api.RunSummary{}, Total: total, Limit: int(limit), Offset: int(offset)}
+	for _, r := range rows {
+		s, _, err := h.summary(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out.Runs = append(out.Runs, *s)
+	}
+	return out, nil
+}
+
+func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
+	r, err := h.run(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s, st, err := h.summary(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var meta api.RunMeta
+	_ = json.Unmarshal(r.Meta, &meta)
+	ranks, err := h.store.RunRanks(ctx, r.RunID)
+	if err != nil {
+		return nil, err
+	}
+	d := api.RunDetail{
+		RunSummary: *s,
+		Meta:       orEmpty(r.Meta), Config: orEmpty(r.Config), Params: orEmpty(r.Params), Summary: orEmpty(r.Summary),
+		Command: meta.Command, GitCommit: meta.GitCommit, Versions: meta.Versions, Host: meta.Host,
+		Ranks: ranks, Metrics: st.UserMetrics,
+	}
+	if d.Versions == nil {
+		d.Versions = map[string]string{}
+	}
+	if d.Ranks == nil {
+		d.Ranks = []int{}
+	}
+	if d.Metrics == nil {
+		d.Metrics = []string{}
+	}
+	return d, nil
+}
+
+func orEmpty(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("{}")
+	}
+	return b
+}
+
+// summary builds the summary cards of a run, refreshing its rollups first
+// so that whole-run figures include the latest steps.
+func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary, *store.RunStats, error) {
+	if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+		return nil, nil, err
+	}
+	st, err := h.store.RunStats(ctx, r.RunID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := h.store.EvalStats(ctx, r.RunID)
+	if err != nil {
+		return nil, nil, err
+	}
+	var m api.RunMeta
+	_ = json.Unmarshal(r.Meta, &m)
+	s := &api.RunSummary{
+		RunID: r.RunID, Project: r.Project, Name: r.Name, Status: r.Status, Tags: r.Tags, SweepID: r.SweepID,
+		StartedAt: r.StartedAt, EndedAt: r.EndedAt, LastSeenAt: r.LastSeenAt,
+		Model: m.Model, ParamCount: m.Params, GPU: m.GPU, ZeroStage: m.ZeroStage, Precision: m.Precision,
+		MicroBatch: m.MicroBatch, GradAccum: m.GradAccum, EffectiveBatch: m.EffectiveBatch, WorldSize: m.WorldSize,
+		PipelineStages: m.PipelineStages, OffloadOptim: m.OffloadOptim, OffloadParams: m.OffloadParams,
+		Steps: st.Rows, LastStep: st.LastStep, FinalLoss: fp(st.FinalLoss),
+		BestValAccuracy: fp(ev.BestAcc), FinalValAccuracy: fp(ev.FinalAcc), BestValF1: fp(ev.BestF1),
+		FinalValF1: fp(ev.FinalF1), FinalValLoss: fp(ev.FinalLoss),
+		MeanThroughputSPS: fp(st.MeanThroughpt), MeanGPUUtilPct: fp(st.MeanGPUUtil), PeakGPUMemGB: fp(st.PeakGPUMemGB),
+		MeanStepMS: fp(st.MeanStepMS), SkippedSteps: st.Skipped,
+	}
+	if s.Tags == nil {
+		s.Tags = []string{}
+	}
+	if s.EffectiveBatch == nil && m.MicroBatch != nil {
+		e := *m.MicroBatch
+		if m.GradAccum != nil {
+			e *= *m.GradAccum
+		}
+		if m.WorldSize != nil {
+			dp := *m.WorldSize
+			if m.PipelineStages != nil && *m.PipelineStages > 1 {
+				dp /= *m.PipelineStages
+			}
+			e *= max(dp, 1)
+		}
+		s.EffectiveBatch = &e
+	}
+	if s.Precision == "" {
+		s.Precision = precisionFromConfig(r.Config)
+	}
+	end := r.EndedAt
+	if end == nil {
+		end = r.LastSeenAt
+	}
+	if r.StartedAt != nil && end != nil {
+		s.DurationS = fv(end.Sub(*r.StartedAt).Seconds())
+	}
+	return s, st, nil
+}
+
+// precisionFromConfig reads fp16/bf16 "enabled" from a DeepSpeed config.
+func precisionFromConfig(cfg json.RawMessage) string {
+	var c struct {
+		FP16 *struct{ Enabled any } `json:"fp16"`
+		BF16 *struct{ Enabled any } `json:"bf16"`
+	}
+	if json.Unmarshal(cfg, &c) != nil {
+		return ""
+	}
+	on := func(v any) bool { b, ok := v.(bool); return ok && b }
+	switch {
+	case c.FP16 != nil && on(c.FP16.Enabled):
+		return "fp16"
+	case c.BF16 != nil && on(c.BF16.Enabled):
+		return "bf16"
+	case c.FP16 != nil || c.BF16 != nil:
+		return "fp32"
+	}
+	return ""
+}

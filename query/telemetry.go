@@ -1,0 +1,149 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
+)
+
+var zeroTime time.Time
+
+// defaultGPUMetrics are charted when /gpus names none.
+var defaultGPUMetrics = []string{"util_pct", "mem_used_bytes", "power_w", "temp_c"}
+
+func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
+	host, runID := c.QueryParam("host"), c.QueryParam("run_id")
+	metrics := multiParam(c, "metric")
+	if len(metrics) == 0 {
+		metrics = defaultGPUMetrics
+	}
+	for _, m := range metrics {
+		if !store.IsGPUMetric(m) {
+			return nil, bad("metric", "unknown GPU metric %q", m)
+		}
+	}
+	maxPoints, err := intParam(c, "max_points", 1000, 1, maxPointsLimit)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	// With a run named, the default window is the whole run; otherwise
+	// the last hour.
+	defFrom, defTo := now.Add(-time.Hour), now
+	if runID != "" {
+		defFrom, defTo = time.Unix(0, 0).UTC(), now.Add(24*time.Hour)
+	}
+	from, err := timeParam(c, "from", defFrom)
+	if err != nil {
+		return nil, err
+	}
+	to, err := timeParam(c, "to", defTo)
+	if err != nil {
+		return nil, err
+	}
+	if !to.After(from) {
+		return nil, bad("to", "must be after from")
+	}
+	out := api.GPUResponse{Series: []api.GPUSeries{}}
+	first, last, err := h.store.GPUTimeSpan(ctx, host, runID, from, to)
+	if err != nil {
+		return nil, err
+	}
+	if first == nil || last == nil {
+		return out, nil
+	}
+	// Buckets are whole seconds (samples are rarely denser), at least as
+	// wide as the span split into max_points.
+	span := last.Sub(*first)
+	bucket := time.Duration((int64(span)/maxPoints)/int64(time.Second)+1) * time.Second
+	for _, m := range metrics {
+		rows, err := h.store.GPUSeries(ctx, m, host, runID, *first, *last, bucket)
+		if err != nil {
+			return nil, err
+		}
+		var cur *api.GPUSeries
+		for _, r := range rows {
+			if cur == nil || cur.Host != r.Host || cur.GPU != r.GPU {
+				out.Series = append(out.Series, api.GPUSeries{Host: r.Host, GPU: r.GPU, Metric: m, Unit: gpuUnits[m], Points: []api.TimePoint{}})
+				cur = &out.Series[len(out.Series)-1]
+			}
+			cur.UUID, cur.Name, cur.RunID = r.UUID, r.Name, r.RunID
+			cur.Points = append(cur.Points, api.TimePoint{Time: r.Time, Value: api.Float(r.Mean), Min: api.Float(r.Min), Max: api.Float(r.Max)})
+		}
+	}
+	return out, nil
+}
+
+const maxAnnotations = 10000
+
+func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) {
+	runID := c.QueryParam("run_id")
+	from, err := timeParam(c, "from", time.Unix(0, 0).UTC())
+	if err != nil {
+		return nil, err
+	}
+	to, err := timeParam(c, "to", time.Now().UTC().Add(24*time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	if to.Before(from) {
+		return nil, bad("to", "must not be before from")
+	}
+	if runID != "" {
+		if _, err := h.store.GetRun(ctx, runID); err != nil {
+			if err == store.ErrNotFound {
+				return nil, &notFound{what: fmt.Sprintf("run %q", runID)}
+			}
+			return nil, err
+		}
+	}
+	out := api.AnnotationsResponse{Annotations: []api.Annotation{}}
+	evs, err := h.store.Events(ctx, runID, from, to, maxAnnotations)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs {
+		a := api.Annotation{RunID: e.RunID, Time: e.Time, Type: e.Type, Text: e.Text, Tags: []string{e.Type, e.RunID}}
+		if e.Step >= 0 {
+			s := e.Step
+			a.Step = &s
+			a.Title = fmt.Sprintf("%s at step %d", e.Type, e.Step)
+		} else {
+			a.Title = e.Type
+		}
+		out.Annotations = append(out.Annotations, a)
+	}
+	evals, ids, err := h.store.EvalEvents(ctx, runID, from, to, maxAnnotations)
+	if err != nil {
+		return nil, err
+	}
+	for i, e := range evals {
+		s := e.Step
+		text := ""
+		add := func(name string, v *float64) {
+			if v != nil {
+				if text != "" {
+					text += ", "
+				}
+				text += fmt.Sprintf("%s %.4g", name, *v)
+			}
+		}
+		add("loss", e.Loss)
+		add("accuracy", e.Accuracy)
+		add("f1", e.F1)
+		out.Annotations = append(out.Annotations, api.Annotation{RunID: ids[i], Time: e.Time, Step: &s, Type: "eval",
+			Title: fmt.Sprintf("eval (%s) at step %d", e.Split, e.Step), Text: text, Tags: []string{"eval", ids[i]}})
+	}
+	sortAnnotations(out.Annotations)
+	return out, nil
+}
+
+func sortAnnotations(a []api.Annotation) {
+	sort.SliceStable(a, func(i, j int) bool { return a[i].Time.Before(a[j].Time) })
+}

@@ -1,0 +1,788 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotFound is returned by reads of a run that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// RunRow is a runs row.
+type RunRow struct {
+	RunID      string
+	Project    string
+	Name       string
+	Status     string
+	StartedAt  *time.Time
+	EndedAt    *time.Time
+	LastSeenAt *time.Time
+	Config     json.RawMessage
+	Meta       json.RawMessage
+	Params     json.RawMessage
+	Summary    json.RawMessage
+	Tags       []string
+	SweepID    string
+	LayerNames []string
+}
+
+const runCols = `run_id, project, name, status, started_at, ended_at, last_seen_at, config, meta, params, summary, tags, sweep_id, layer_names`
+
+func scanRun(row pgx.Row) (*RunRow, error) {
+	var r RunRow
+	var cfg, meta, params, summary []byte
+	err := row.Scan(&r.RunID, &r.Project, &r.Name, &r.Status, &r.StartedAt, &r.EndedAt, &r.LastSeenAt,
+		&cfg, &meta, &params, &summary, &r.Tags, &r.SweepID, &r.LayerNames)
+	if err != nil {
+		return nil, err
+	}
+	r.Config, r.Meta, r.Params, r.Summary = cfg, meta, params, summary
+	return &r, nil
+}
+
+// RunFilter selects runs for ListRuns. Empty fields match everything.
+type RunFilter struct {
+	Project, Status, Tag, Sweep string
+	RunIDs                      []string
+	Limit, Offset               int
+}
+
+// ListRuns returns the runs matching f, newest first, and how many match
+// in all.
+func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]*RunRow, int, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.Project != "" {
+		add("project = $%d", f.Project)
+	}
+	if f.Status != "" {
+		add("status = $%d", f.Status)
+	}
+	if f.Tag != "" {
+		add("tags @> ARRAY[$%d::text]", f.Tag)
+	}
+	if f.Sweep != "" {
+		add("sweep_id = $%d", f.Sweep)
+	}
+	if len(f.RunIDs) > 0 {
+		add("run_id = ANY($%d)", f.RunIDs)
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = "WHERE " + strings.Join(where, " AND ")
+	}
+	var total int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM runs `+cond, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("store: count runs: %w", err)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	args = append(args, limit, f.Offset)
+	rows, err := s.Pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM runs %s
+		ORDER BY coalesce(started_at, created_at) DESC, run_id LIMIT $%d OFFSET $%d`, runCols, cond, len(args)-1, len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []*RunRow
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, 0, fmt.Errorf("store: list runs: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("store: list runs: %w", err)
+	}
+	return out, total, nil
+}
+
+// GetRun returns one run, or ErrNotFound.
+func (s *Store) GetRun(ctx context.Context, runID string) (*RunRow, error) {
+	r, err := scanRun(s.Pool.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE run_id = $1`, runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get run %s: %w", runID, err)
+	}
+	return r, nil
+}
+
+// RunRanks returns the ranks that recorded steps or layers, ascending. It
+// skips through the index instead of reading every row.
+func (s *Store) RunRanks(ctx context.Context, runID string) ([]int, error) {
+	rows, err := s.Pool.Query(ctx, `
+		WITH RECURSIVE r AS (
+			(SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1)
+			UNION ALL
+			SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > r.rank ORDER BY s.rank LIMIT 1)
+			FROM r WHERE r.rank IS NOT NULL
+		),
+		l AS (
+			(SELECT rank FROM layer_times WHERE run_id = $1 ORDER BY rank LIMIT 1)
+			UNION ALL
+			SELECT (SELECT s.rank FROM layer_times s WHERE s.run_id = $1 AND s.rank > l.rank ORDER BY s.rank LIMIT 1)
+			FROM l WHERE l.rank IS NOT NULL
+		)
+		SELECT rank FROM r WHERE rank IS NOT NULL UNION SELECT rank FROM l WHERE rank IS NOT NULL ORDER BY 1`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: ranks of %s: %w", runID, err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
+}
+
+// RunStats are whole-run figures from the rollups (refresh them first).
+type RunStats struct {
+	Rows          int64 // rows of the lowest rank
+	FirstStep     *int64
+	LastStep      *int64
+	Skipped       int64
+	MeanThroughpt *float64
+	MeanGPUUtil   *float64
+	PeakGPUMemGB  *float64
+	MeanStepMS    *float64
+	FinalLoss     *float64
+	UserMetrics   []string
+}
+
+// RunStats computes whole-run figures over all ranks from the widest
+// rollups, and the final loss of the lowest rank from the raw rows.
+func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
+	w := RollupWidths[len(RollupWidths)-1]
+	rows, err := s.Pool.Query(ctx, `
+		SELECT metric, min(rank) = max(rank) OR true, min(min), max(max), sum(sum), sum(count)::bigint
+		FROM metric_rollups WHERE run_id = $1 AND width = $2
+		GROUP BY metric`, runID, w)
+	if err != nil {
+		return nil, fmt.Errorf("store: run stats of %s: %w", runID, err)
+	}
+	type agg struct {
+		min, max, sum *float64
+		n             int64
+	}
+	m := map[string]agg{}
+	st := &RunStats{}
+	for rows.Next() {
+		var name string
+		var ignore bool
+		var a agg
+		if err := rows.Scan(&name, &ignore, &a.min, &a.max, &a.sum, &a.n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("store: run stats of %s: %w", runID, err)
+		}
+		m[name] = a
+		if strings.HasPrefix(name, "metrics.") {
+			st.UserMetrics = append(st.UserMetrics, name)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: run stats of %s: %w", runID, err)
+	}
+	mean := func(k string) *float64 {
+		a, ok := m[k]
+		if !ok || a.n == 0 || a.sum == nil {
+			return nil
+		}
+		v := *a.sum / float64(a.n)
+		return &v
+	}
+	if a, ok := m["skipped"]; ok && a.sum != nil {
+		st.Skipped = int64(*a.sum)
+	}
+	st.MeanThroughpt = mean("throughput_sps")
+	st.MeanGPUUtil = mean("gpu_util_pct")
+	st.MeanStepMS = mean("step_ms")
+	st.PeakGPUMemGB = m["gpu_mem_used_gb"].max
+	if p := m["gpu_mem_peak_gb"].max; p != nil && (st.PeakGPUMemGB == nil || *p > *st.PeakGPUMemGB) {
+		st.PeakGPUMemGB = p
+	}
+	// Steps and span of the lowest rank.
+	err = s.Pool.QueryRow(ctx, `
+		SELECT coalesce(sum(count), 0)::bigint, min(min)::bigint, max(max)::bigint FROM metric_rollups
+		WHERE run_id = $1 AND width = $2 AND metric = 'step'
+		  AND rank = (SELECT min(rank) FROM metric_rollups WHERE run_id = $1 AND width = $2 AND metric = 'step')`,
+		runID, w).Scan(&st.Rows, &st.FirstStep, &st.LastStep)
+	if err != nil {
+		return nil, fmt.Errorf("store: run span of %s: %w", runID, err)
+	}
+	err = s.Pool.QueryRow(ctx, `
+		SELECT loss FROM steps WHERE run_id = $1 AND loss IS NOT NULL
+		  AND rank = (SELECT min(rank) FROM steps WHERE run_id = $1)
+		ORDER BY step DESC, time DESC LIMIT 1`, runID).Scan(&st.FinalLoss)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: final loss of %s: %w", runID, err)
+	}
+	return st, nil
+}
+
+// EvalStats are the best and final evaluation figures of a run's split.
+type EvalStats struct {
+	BestAcc, FinalAcc, BestF1, FinalF1, FinalLoss *float64
+}
+
+// EvalStats returns figures of the "val" split, or of any split when the
+// run has no "val" evaluations.
+func (s *Store) EvalStats(ctx context.Context, runID string) (*EvalStats, error) {
+	var e EvalStats
+	err := s.Pool.QueryRow(ctx, `
+		WITH e AS (
+			SELECT * FROM evals WHERE run_id = $1
+			  AND (split = 'val' OR NOT EXISTS (SELECT 1 FROM evals WHERE run_id = $1 AND split = 'val'))
+		)
+		SELECT (SELECT max(accuracy) FILTER (WHERE accuracy <> 'NaN') FROM e),
+		       (SELECT accuracy FROM e WHERE accuracy IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
+		       (SELECT max(f1) FILTER (WHERE f1 <> 'NaN') FROM e),
+		       (SELECT f1 FROM e WHERE f1 IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
+		       (SELECT loss FROM e WHERE loss IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1)`, runID).
+		Scan(&e.BestAcc, &e.FinalAcc, &e.BestF1, &e.FinalF1, &e.FinalLoss)
+	if err != nil {
+		return nil, fmt.Errorf("store: eval stats of %s: %w", runID, err)
+	}
+	return &e, nil
+}
+
+// RawPoint is one step's value of one metric.
+type RawPoint struct {
+	Step  int64
+	Time  time.Time
+	Value float64
+}
+
+// metricExpr returns the SQL expression reading metric from a steps row,
+// or an error when the name is not a known metric.
+func metricExpr(metric string) (string, error) {
+	if name, ok := strings.CutPrefix(metric, "metrics."); ok {
+		if name == "" {
+			return "", fmt.Errorf("empty user metric name")
+		}
+		// The name travels as a bound parameter; see SeriesRaw.
+		return `CASE WHEN (metrics->>$5) ~* '^\s*[-+]?([0-9.]+([eE][-+]?[0-9]+)?|NaN|Infinity|inf)\s*$' THEN (metrics->>$5)::float8 END`, nil
+	}
+	if metric == "skipped" {
+		return "skipped::int::float8", nil
+	}
+	if metric == "step" || IsStepMetric(metric) {
+		return metric + "::float8", nil
+	}
+	return "", fmt.Errorf("unknown metric %q", metric)
+}
+
+// SeriesRaw returns the raw values of metric for one rank over
+// [from, to], in step order, skipping rows without the metric.
+func (s *Store) SeriesRaw(ctx context.Context, runID string, rank int, metric string, from, to int64) ([]RawPoint, error) {
+	expr, err := metricExpr(metric)
+	if err != nil {
+		return nil, err
+	}
+	user, _ := strings.CutPrefix(metric, "metrics.")
+	q := `SELECT step, time, v FROM (SELECT step, time, ` + expr + ` AS v FROM steps
+		WHERE run_id = $1 AND rank = $2 AND step >= $3 AND step <= $4) x WHERE v IS NOT NULL ORDER BY step`
+	args := []any{runID, rank, from, to}
+	if strings.HasPrefix(metric, "metrics.") {
+		args = append(args, user)
+	} else {
+		q = strings.Replace(q, "$5", "''", -1)
+	}
+	rows, err := s.Pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s of %s: %w", metric, runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RawPoint, error) {
+		var p RawPoint
+		err := r.Scan(&p.Step, &p.Time, &p.Value)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s of %s: %w", metric, runID, err)
+	}
+	return out, nil
+}
+
+// RollupRow is one rollup bucket of one metric.
+type RollupRow struct {
+	Bucket    int64
+	FirstStep int64
+	FirstTime time.Time
+	Min, Max  float64
+	Sum       float64
+	Count     int64
+}
+
+// MetricRollups returns the buckets of width w of one metric and rank
+// whose index lies in [fromBucket, toBucket], in order.
+func (s *Store) MetricRollups(ctx context.Context, runID string, rank int, metric string, w, fromBucket, toBucket int64) ([]RollupRow, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT bucket, first_step, first_time, coalesce(min, 'NaN'), coalesce(max, 'NaN'), coalesce(sum, 'NaN'), count
+		FROM metric_rollups
+		WHERE run_id = $1 AND rank = $2 AND metric = $3 AND width = $4 AND bucket >= $5 AND bucket <= $6
+		ORDER BY bucket`, runID, rank, metric, w, fromBucket, toBucket)
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s rollups of %s: %w", metric, runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RollupRow, error) {
+		var p RollupRow
+		err := r.Scan(&p.Bucket, &p.FirstStep, &p.FirstTime, &p.Min, &p.Max, &p.Sum, &p.Count)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s rollups of %s: %w", metric, runID, err)
+	}
+	return out, nil
+}
+
+// LayerRow is one step's per-layer timings, or a rollup bucket's per-layer
+// sums and counts (Counts nil for a raw row: each value counts once).
+type LayerRow struct {
+	Step      int64 // raw: the step; rollup: the bucket's first step
+	Bucket    int64 // rollup only
+	Time      time.Time
+	Sums      []*float64
+	Counts    []int64
+	BwdSums   []*float64
+	BwdCounts []int64
+}
+
+// LayersRaw returns raw per-layer rows of one rank over [from, to].
+func (s *Store) LayersRaw(ctx context.Context, runID string, rank int, from, to int64, backward bool) ([]LayerRow, error) {
+	col := "forward_ms"
+	if backward {
+		col = "backward_ms"
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT step, time, coalesce(`+col+`, '{}') FROM layer_times
+		WHERE run_id = $1 AND rank = $2 AND step >= $3 AND step <= $4 ORDER BY step`, runID, rank, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("store: read layers of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LayerRow, error) {
+		var p LayerRow
+		err := r.Scan(&p.Step, &p.Time, &p.Sums)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read layers of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// LayerRollups returns layer rollup buckets of width w in [fromBucket,
+// toBucket], with the sums and counts of one pass.
+func (s *Store) LayerRollups(ctx context.Context, runID string, rank int, w, fromBucket, toBucket int64, backward bool) ([]LayerRow, error) {
+	cols := "fwd_sums, fwd_counts"
+	if backward {
+		cols = "bwd_sums, bwd_counts"
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT bucket, first_step, first_time, `+cols+` FROM layer_rollups
+		WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket >= $4 AND bucket <= $5 ORDER BY bucket`,
+		runID, rank, w, fromBucket, toBucket)
+	if err != nil {
+		return nil, fmt.Errorf("store: read layer rollups of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LayerRow, error) {
+		var p LayerRow
+		err := r.Scan(&p.Bucket, &p.Step, &p.Time, &p.Sums, &p.Counts)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read layer rollups of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// LayerSpan returns the first and last step with layer timings of a rank.
+func (s *Store) LayerSpan(ctx context.Context, runID string, rank int) (first, last int64, ok bool, err error) {
+	var f, l *int64
+	err = s.Pool.QueryRow(ctx, `SELECT
+		(SELECT step FROM layer_times WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
+		(SELECT step FROM layer_times WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("store: layer span of %s: %w", runID, err)
+	}
+	if f == nil || l == nil {
+		return 0, 0, false, nil
+	}
+	return *f, *l, true, nil
+}
+
+// StepSpan returns the first and last step of a rank.
+func (s *Store) StepSpan(ctx context.Context, runID string, rank int) (first, last int64, ok bool, err error) {
+	var f, l *int64
+	err = s.Pool.QueryRow(ctx, `SELECT
+		(SELECT step FROM steps WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
+		(SELECT step FROM steps WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("store: step span of %s: %w", runID, err)
+	}
+	if f == nil || l == nil {
+		return 0, 0, false, nil
+	}
+	return *f, *l, true, nil
+}
+
+// EvalRow is one evaluation with the training loss at its step.
+type EvalRow struct {
+	Step      int64
+	Time      time.Time
+	Split     string
+	Loss      *float64
+	Accuracy  *float64
+	F1        *float64
+	Metrics   []byte
+	TrainLoss *float64
+}
+
+// Evals returns a run's evaluations in step order, each with the loss of
+// the lowest rank at its step or the last step before it.
+func (s *Store) Evals(ctx context.Context, runID string) ([]EvalRow, error) {
+	rows, err := s.Pool.Query(ctx, `
+		WITH r AS (SELECT min(rank) AS rank FROM (SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1) x)
+		SELECT e.step, e.time, e.split, e.loss, e.accuracy, e.f1, e.metrics,
+		       (SELECT s.loss FROM steps s, r WHERE s.run_id = $1 AND s.rank = r.rank AND s.step <= e.step AND s.loss IS NOT NULL
+		        ORDER BY s.step DESC, s.time DESC LIMIT 1)
+		FROM evals e WHERE e.run_id = $1 ORDER BY e.step, e.split, e.time`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: evals of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EvalRow, error) {
+		var e EvalRow
+		err := r.Scan(&e.Step, &e.Time, &e.Split, &e.Loss, &e.Accuracy, &e.F1, &e.Metrics, &e.TrainLoss)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: evals of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// TimingRow is one step's timings, for steady-state detection and
+// breakdowns.
+type TimingRow struct {
+	Rank                          int
+	Step                          int64
+	Time                          time.Time
+	StepMS, ForwardMS, BackwardMS *float64
+	OptimizerMS, CommMS, DataMS   *float64
+	GPUUtil, GPUMemGB, CPUUtil    *float64
+	ThroughputSPS                 *float64
+	Loss                          *float64
+	Samples                       *int64
+	GPUMemPeakGB                  *float64
+}
+
+// Timings returns timing rows of one rank (rank < 0: every rank) with
+// step in [from, to], ordered by rank and step.
+func (s *Store) Timings(ctx context.Context, runID string, rank int, from, to int64) ([]TimingRow, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
+		       gpu_util_pct, gpu_mem_used_gb, cpu_util_pct, throughput_sps, loss, samples, gpu_mem_peak_gb
+		FROM steps WHERE run_id = $1 AND ($2 < 0 OR rank = $2) AND step >= $3 AND step <= $4
+		ORDER BY rank, step`, runID, rank, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("store: timings of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TimingRow, error) {
+		var t TimingRow
+		err := r.Scan(&t.Rank, &t.Step, &t.Time, &t.StepMS, &t.ForwardMS, &t.BackwardMS, &t.OptimizerMS, &t.CommMS,
+			&t.DataMS, &t.GPUUtil, &t.GPUMemGB, &t.CPUUtil, &t.ThroughputSPS, &t.Loss, &t.Samples, &t.GPUMemPeakGB)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: timings of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// StepMSTimeline returns (step, mean step_ms) of one rank: the raw rows
+// when there are at most maxRaw of them, else the width-100 rollups (each
+// point the mean of its bucket), which is enough to find where the step
+// time settles.
+func (s *Store) StepMSTimeline(ctx context.Context, runID string, rank int, maxRaw int) ([]RawPoint, error) {
+	var n int64
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3) x`,
+		runID, rank, maxRaw+1).Scan(&n); err != nil {
+		return nil, fmt.Errorf("store: count steps of %s: %w", runID, err)
+	}
+	if n <= int64(maxRaw) {
+		return s.SeriesRaw(ctx, runID, rank, "step_ms", 0, MaxStepValue)
+	}
+	rr, err := s.MetricRollups(ctx, runID, rank, "step_ms", RollupWidths[0], 0, MaxStepValue)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RawPoint, 0, len(rr))
+	for _, r := range rr {
+		if r.Count > 0 {
+			out = append(out, RawPoint{Step: r.FirstStep, Time: r.FirstTime, Value: r.Sum / float64(r.Count)})
+		}
+	}
+	return out, nil
+}
+
+// MaxStepValue is past every step a run can record.
+const MaxStepValue = int64(1) << 53
+
+// MemoryRow is a run's predicted ZeRO breakdown.
+type MemoryRow struct {
+	Params, Grads, Optim, Activations *float64
+	OptimDevice, ParamsDevice         string
+}
+
+// Memory returns the breakdown of the lowest rank that sent one, or nil.
+func (s *Store) Memory(ctx context.Context, runID string) (*MemoryRow, error) {
+	var m MemoryRow
+	err := s.Pool.QueryRow(ctx, `SELECT parameters_bytes, gradients_bytes, optimizer_bytes, activations_bytes,
+		optimizer_device, parameters_device FROM memory_breakdowns WHERE run_id = $1 ORDER BY rank LIMIT 1`, runID).
+		Scan(&m.Params, &m.Grads, &m.Optim, &m.Activations, &m.OptimDevice, &m.ParamsDevice)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: memory of %s: %w", runID, err)
+	}
+	return &m, nil
+}
+
+// GPUSampleStats are figures of the GPU samples attributed to a run.
+type GPUSampleStats struct {
+	PeakMemBytes, MeanMemBytes, MeanUtil, TotalMemBytes *float64
+}
+
+// GPUSampleStats aggregates the GPU samples attributed to runID within
+// [from, to] (zero times: unbounded).
+func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.Time) (*GPUSampleStats, error) {
+	var g GPUSampleStats
+	err := s.Pool.QueryRow(ctx, `SELECT max(mem_used_bytes), avg(mem_used_bytes), avg(util_pct), max(mem_total_bytes)
+		FROM gpu_samples WHERE run_id = $1 AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time <= $3)`,
+		runID, nullTime(from), nullTime(to)).Scan(&g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu samples of %s: %w", runID, err)
+	}
+	return &g, nil
+}
+
+// HostProcessCPU returns the mean, over host samples in [from, to], of the
+// summed CPU percent of the run's training processes, or nil.
+func (s *Store) HostProcessCPU(ctx context.Context, runID string, from, to time.Time) (*float64, error) {
+	var v *float64
+	err := s.Pool.QueryRow(ctx, `
+		SELECT avg(c) FROM (
+			SELECT h.time, h.host, sum((p->>'cpu_pct')::float8) AS c
+			FROM host_samples h, jsonb_array_elements(CASE WHEN jsonb_typeof(h.processes) = 'array' THEN h.processes ELSE '[]' END) p
+			WHERE p->>'run_id' = $1 AND jsonb_typeof(p->'cpu_pct') = 'number'
+			  AND ($2::timestamptz IS NULL OR h.time >= $2) AND ($3::timestamptz IS NULL OR h.time <= $3)
+			GROUP BY 1, 2) x`, runID, nullTime(from), nullTime(to)).Scan(&v)
+	if err != nil {
+		return nil, fmt.Errorf("store: host processes of %s: %w", runID, err)
+	}
+	return v, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// GPUSeriesRow is one time bucket of one GPU metric.
+type GPUSeriesRow struct {
+	Host, UUID, Name, RunID string
+	GPU                     int
+	Time                    time.Time
+	Mean, Min, Max          float64
+}
+
+// gpuColumns are the gpu_samples columns /gpus can chart.
+var gpuColumns = map[string]bool{
+	"util_pct": true, "mem_util_pct": true, "mem_used_bytes": true, "mem_total_bytes": true, "mem_reserved_bytes": true,
+	"power_w": true, "energy_j": true, "temp_c": true, "mem_temp_c": true, "sm_clock_mhz": true, "mem_clock_mhz": true,
+	"pcie_tx_bytes_per_s": true, "pcie_rx_bytes_per_s": true, "nvlink_tx_bytes_per_s": true, "nvlink_rx_bytes_per_s": true,
+	"sm_active_pct": true, "sm_occupancy_pct": true, "tensor_active_pct": true, "gr_engine_active_pct": true,
+	"xid_total": true, "ecc_corrected_total": true, "ecc_uncorrected_total": true, "pcie_replay_total": true,
+	"remapped_rows_total": true,
+}
+
+// IsGPUMetric reports whether name is a gpu_samples column /gpus serves.
+func IsGPUMetric(name string) bool { return gpuColumns[name] }
+
+// GPUSeries returns one metric of the GPU samples matching host and runID
+// (empty: any) in [from, to], averaged over buckets of bucket length,
+// ordered by host, gpu and time.
+func (s *Store) GPUSeries(ctx context.Context, metric, host, runID string, from, to time.Time, bucket time.Duration) ([]GPUSeriesRow, error) {
+	if !gpuColumns[metric] {
+		return nil, fmt.Errorf("unknown gpu metric %q", metric)
+	}
+	rows, err := s.Pool.Query(ctx, `
+		SELECT host, gpu, (array_agg(uuid ORDER BY time DESC))[1], (array_agg(name ORDER BY time DESC))[1],
+		       (array_agg(run_id ORDER BY time DESC))[1],
+		       to_timestamp(floor(extract(epoch FROM time) / $5) * $5) AS t,
+		       avg(`+metric+`), min(`+metric+`), max(`+metric+`)
+		FROM gpu_samples
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND `+metric+` IS NOT NULL
+		GROUP BY host, gpu, t ORDER BY host, gpu, t`, from, to, host, runID, bucket.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu series: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GPUSeriesRow, error) {
+		var g GPUSeriesRow
+		err := r.Scan(&g.Host, &g.GPU, &g.UUID, &g.Name, &g.RunID, &g.Time, &g.Mean, &g.Min, &g.Max)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu series: %w", err)
+	}
+	return out, nil
+}
+
+// GPUTimeSpan returns the first and last sample time matching host and
+// runID within [from, to].
+func (s *Store) GPUTimeSpan(ctx context.Context, host, runID string, from, to time.Time) (first, last *time.Time, err error) {
+	err = s.Pool.QueryRow(ctx, `SELECT min(time), max(time) FROM gpu_samples
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)`, from, to, host, runID).Scan(&first, &last)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: gpu time span: %w", err)
+	}
+	return first, last, nil
+}
+
+// EventRow is one event of a run.
+type EventRow struct {
+	RunID string
+	Time  time.Time
+	Step  int64 // -1 when absent
+	Rank  int   // -1 when absent
+	Type  string
+	Text  string
+}
+
+// Events returns the events of runID (empty: every run) in [from, to],
+// oldest first, at most limit of them.
+func (s *Store) Events(ctx context.Context, runID string, from, to time.Time, limit int) ([]EventRow, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT run_id, time, step, rank, type, text FROM events
+		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventRow, error) {
+		var e EventRow
+		err := r.Scan(&e.RunID, &e.Time, &e.Step, &e.Rank, &e.Type, &e.Text)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: events: %w", err)
+	}
+	return out, nil
+}
+
+// EvalEvents returns evaluations of runID (empty: every run) in [from, to]
+// as annotations need them.
+func (s *Store) EvalEvents(ctx context.Context, runID string, from, to time.Time, limit int) ([]EvalRow, []string, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT run_id, step, time, split, loss, accuracy, f1 FROM evals
+		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
+	}
+	defer rows.Close()
+	var out []EvalRow
+	var ids []string
+	for rows.Next() {
+		var e EvalRow
+		var id string
+		if err := rows.Scan(&id, &e.Step, &e.Time, &e.Split, &e.Loss, &e.Accuracy, &e.F1); err != nil {
+			return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
+		}
+		out = append(out, e)
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
+	}
+	return out, ids, nil
+}
+
+// SteadyRank holds steady-state aggregates of one rank over the steps from
+// a first step on.
+type SteadyRank struct {
+	Rank                                       int
+	Rows                                       int64
+	FirstStep, LastStep                        int64
+	FirstTime, LastTime                        time.Time
+	StepMS, ForwardMS, BackwardMS, OptimizerMS *float64
+	CommMS, DataMS                             *float64
+	MedianStepMS, P95StepMS                    *float64
+	GPUUtil, CPUUtil, GPUMemGB, PeakGPUMemGB   *float64
+	ThroughputSPS                              *float64
+	WaitMS                                     *float64
+}
+
+// SteadyByRank aggregates every rank's steps with step >= from (and
+// rank = onlyRank when onlyRank >= 0). WaitMS is the mean, over steps, of
+// how much less busy (forward+backward+optimizer, or step minus
+// communication) the rank was than the busiest rank of that step: the time
+// it spends waiting on the others.
+func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, onlyRank int) ([]SteadyRank, error) {
+	rows, err := s.Pool.Query(ctx, `
+		WITH s AS (
+			SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
+			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, throughput_sps,
+			       greatest(gpu_mem_used_gb, gpu_mem_peak_gb) AS mem,
+			       coalesce(forward_ms + backward_ms + coalesce(optimizer_ms, 0), step_ms - coalesce(comm_ms, 0), step_ms) AS busy
+			FROM steps WHERE run_id = $1 AND step >= $2 AND ($3 < 0 OR rank = $3)
+		), w AS (
+			SELECT *, max(busy) OVER (PARTITION BY step) - busy AS wait FROM s
+		)
+		SELECT rank, count(*), min(step), max(step), min(time), max(time),
+		       avg(step_ms), avg(forward_ms), avg(backward_ms), avg(optimizer_ms), avg(comm_ms), avg(data_ms),
+		       percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY step_ms),
+		       avg(gpu_util_pct), avg(cpu_util_pct), avg(gpu_mem_used_gb), max(mem), avg(throughput_sps), avg(wait)
+		FROM w GROUP BY rank ORDER BY rank`, runID, from, onlyRank)
+	if err != nil {
+		return nil, fmt.Errorf("store: steady state of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SteadyRank, error) {
+		var a SteadyRank
+		err := r.Scan(&a.Rank, &a.Rows, &a.FirstStep, &a.LastStep, &a.FirstTime, &a.LastTime,
+			&a.StepMS, &a.ForwardMS, &a.BackwardMS, &a.OptimizerMS, &a.CommMS, &a.DataMS,
+			&a.MedianStepMS, &a.P95StepMS, &a.GPUUtil, &a.CPUUtil, &a.GPUMemGB, &a.PeakGPUMemGB, &a.ThroughputSPS, &a.WaitMS)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: steady state of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// RankHosts returns the host of each rank, from the GPU samples
+// attributed to the run.
+func (s *Store) RankHosts(ctx context.Context, runID string) (map[int]string, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (rank) rank, host FROM gpu_samples
+		WHERE run_id = $1 AND rank IS NOT NULL ORDER BY rank, time DESC`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	out := map[int]string{}
+	for rows.Next() {
+		var r int
+		var h string
+		if err := rows.Scan(&r, &h); err != nil {
+			return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
+		}
+		out[r] = h
+	}
+	return out, rows.Err()
+}
