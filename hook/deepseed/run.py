@@ -1,0 +1,543 @@
+"""The Run: registration, step/eval/event/memory records, and the end of a
+run on finish, at exit, or when the script dies."""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+
+from . import env
+from .sender import FileSender, NullSender, Sender, ingest_url
+
+log = logging.getLogger("deepseed")
+
+DEFAULT_COLLECTOR_URL = "http://127.0.0.1:9464"
+
+# Step-record fields a caller may pass by name; anything else goes to metrics.
+STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples", "tokens",
+               "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
+               "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb",
+               "cpu_util_pct")
+INT_FIELDS = ("samples", "tokens")
+
+_current = None
+
+
+def current():
+    """The run started last by :func:`deepseed.init` in this process, or None."""
+    return _current
+
+
+def is_tensor(v):
+    # Recognised without importing torch: only a caller that already has a
+    # tensor has torch loaded.
+    return type(v).__module__.startswith("torch") and hasattr(v, "detach")
+
+
+def _num(v):
+    """A plain number from a Python or numpy number or bool; None otherwise."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v
+    try:
+        return float(v)
+    except Exception:
+        return None
+
+
+def _clean_fields(fields):
+    """Splits caller values into plain numbers and tensors (read later)."""
+    plain, tensors = {}, {}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        if is_tensor(v):
+            tensors[k] = v
+            continue
+        n = _num(v)
+        if n is not None:
+            plain[k] = n
+    return plain, tensors
+
+
+def _place(rec, key, value):
+    """Puts a value in a step or eval record: known fields at top level,
+    the rest under metrics."""
+    if key in INT_FIELDS:
+        if isinstance(value, float) and math.isfinite(value):
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            rec[key] = value
+        return
+    if key == "skipped":
+        rec[key] = bool(value)
+        return
+    known = rec.get("kind") == "step" and key in STEP_FIELDS
+    known = known or (rec.get("kind") == "eval" and key in ("loss", "accuracy", "f1"))
+    if known:
+        rec[key] = float(value)
+    else:
+        if isinstance(value, bool):
+            value = float(value)
+        rec.setdefault("metrics", {})[str(key)[:256]] = float(value)
+
+
+class _Pending:
+    """A record waiting for tensor values that the device has not produced
+    yet. It is emitted once they have been copied to the host."""
+
+    __slots__ = ("rec", "lazy")
+
+    def __init__(self, rec, lazy):
+        self.rec = rec
+        self.lazy = lazy
+
+
+class Run:
+    """One training run as seen from this process (one rank).
+
+    Create it with :func:`deepseed.init`. Every method is safe to call from
+    the training loop: errors are logged once and swallowed, and nothing
+    waits on the network or the GPU.
+    """
+
+    def __init__(self, project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
+                 collector_url=None, server_url=None, token=None, layer_every=10, meta=None, mode=None,
+                 max_queue=10000, batch_size=500, flush_interval=1.0, flush_timeout=None, compress=None,
+                 file=None, handle_signals=True):
+        self._lock = threading.RLock()
+        self._warned = set()
+        self.finished = False
+        self.status = None
+        self.started = time.time()
+        self.layer_every = int(os.environ.get("DEEPSEED_LAYER_EVERY", layer_every) or 0)
+        self.flush_timeout = float(flush_timeout if flush_timeout is not None
+                                   else os.environ.get("DEEPSEED_FLUSH_TIMEOUT", 5.0))
+
+        self.rank, self.local_rank, self.world_size = env.dist_info()
+        self.project = project or os.environ.get("DEEPSEED_PROJECT") or "default"
+        self.name = name or os.environ.get("DEEPSEED_NAME") or ""
+        self.sweep_id = sweep_id or os.environ.get("DEEPSEED_SWEEP_ID") or ""
+        self.run_id = str(run_id or os.environ.get("DEEPSEED_RUN_ID") or self._shared_run_id())
+        self.config = env.load_config(config)
+        self.params = dict(params) if isinstance(params, dict) else (env.load_config(params) if params else None)
+        self.tags = [str(t) for t in (tags or [])]
+
+        self.meta = {
+            "world_size": self.world_size,
+            "command": env.command(),
+            "host": env.host(),
+            "versions": env.versions(),
+        }
+        commit = env.git_commit()
+        if commit:
+            self.meta["git_commit"] = commit
+        if env.looks_like_ds_config(self.config):
+            self.meta.update(env.meta_from_ds_config(self.config, self.world_size))
+        if meta:
+            self.meta.update({k: v for k, v in meta.items() if v is not None})
+
+        self._sender = self._make_sender(mode, collector_url, server_url, token, max_queue, batch_size,
+                                         flush_interval, compress, file)
+        self._pending = collections.deque()
+        self._watcher = None
+        self._next_step = 1
+        self.steps_logged = 0
+        self._last_step_time = None
+
+        self._send({"kind": "process", "run_id": self.run_id, "rank": self.rank, "local_rank": self.local_rank,
+                    "pid": os.getpid(), "host": self.meta["host"]})
+        self._send_run_record()
+
+        atexit.register(self._atexit)
+        self._install_excepthook()
+        if handle_signals:
+            self._install_sigterm()
+
+    # ---- setup ---------------------------------------------------------------
+
+    def _shared_run_id(self):
+        # Ranks of one job must agree on the id. A process group, if one
+        # exists already, lets rank 0 decide; otherwise the launcher's job id
+        # gives every rank the same one.
+        torch = sys.modules.get("torch")
+        if self.world_size > 1 and torch is not None:
+            try:
+                d = torch.distributed
+                if d.is_available() and d.is_initialized():
+                    box = [uuid.uuid4().hex[:16] if d.get_rank() == 0 else None]
+                    d.broadcast_object_list(box, src=0)
+                    return box[0]
+            except Exception:
+                pass
+        job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID") or ""
+        if job and job != "none":
+            key = "%s/%s/%s/%s" % (job, os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""),
+                                   self.project)
+            return uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:16]
+        if self.world_size > 1 and os.environ.get("MASTER_PORT"):
+            self._warn_once("runid", "deepseed: %d ranks and no shared run id; set DEEPSEED_RUN_ID or call "
+                            "deepseed.init() after torch.distributed.init_process_group()", self.world_size)
+        return uuid.uuid4().hex[:16]
+
+    def _make_sender(self, mode, collector_url, server_url, token, max_queue, batch_size, flush_interval,
+                     compress, file):
+        mode = (mode or os.environ.get("DEEPSEED_MODE") or "online").lower()
+        if mode in ("disabled", "off", "false", "0"):
+            return NullSender()
+        file = file or os.environ.get("DEEPSEED_FILE")
+        if mode == "offline" or file:
+            return FileSender(file or "deepseed-%s.ndjson" % self.run_id)
+        if compress is None:
+            compress = os.environ.get("DEEPSEED_GZIP", "1").lower() not in ("0", "false", "no")
+        server_url = server_url or os.environ.get("DEEPSEED_SERVER_URL")
+        if server_url:
+            url = ingest_url(server_url)
+            token = token or os.environ.get("DEEPSEED_TOKEN")
+        else:
+            url = ingest_url(collector_url or os.environ.get("DEEPSEED_COLLECTOR_URL") or DEFAULT_COLLECTOR_URL)
+            token = token or os.environ.get("DEEPSEED_COLLECTOR_TOKEN")
+        return Sender(url, token=token, max_queue=max_queue, batch_size=batch_size, flush_interval=flush_interval,
+                      compress=compress)
+
+    def _install_excepthook(self):
+        prev = sys.excepthook
+
+        def hook(tp, value, tb):
+            try:
+                if not self.finished:
+                    status = "killed" if issubclass(tp, KeyboardInterrupt) else "failed"
+                    self.finish(status=status, summary={"error": ("%s: %s" % (tp.__name__, value))[:2000]})
+            except Exception:
+                pass
+            prev(tp, value, tb)
+
+        sys.excepthook = hook
+
+    def _install_sigterm(self):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+        except Exception:
+            return
+
+        def on_term(signum, frame):
+            try:
+                self.finish(status="killed", summary={"error": "SIGTERM"})
+            finally:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        try:
+            signal.signal(signal.SIGTERM, on_term)
+        except Exception:
+            pass
+
+    def _warn_once(self, key, msg, *args):
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        log.warning(msg, *args)
+
+    # ---- records ------------------------------------------------------------
+
+    @property
+    def sender(self):
+        return self._sender
+
+    @property
+    def step(self):
+        """The number the next watched step will get."""
+        return self._next_step
+
+    def _send(self, rec):
+        self._sender.put(rec)
+
+    def _send_run_record(self):
+        if self.rank != 0:
+            return
+        meta = {k: v for k, v in self.meta.items() if v is not None and v != ""}
+        rec = {"kind": "run", "run_id": self.run_id, "project": self.project, "started_at": self.started,
+               "meta": meta}
+        if self.name:
+            rec["name"] = self.name
+        if self.config is not None:
+            rec["config"] = self.config
+        if self.params:
+            rec["params"] = self.params
+        if self.tags:
+            rec["tags"] = self.tags
+        if self.sweep_id:
+            rec["sweep_id"] = self.sweep_id
+        self._send(rec)
+
+    def update_meta(self, **meta):
+        """Adds to the run's meta (model, gpu, zero_stage, precision, …) and
+        sends the run record again; the server keeps the newer fields."""
+        try:
+            with self._lock:
+                self.meta.update({k: v for k, v in meta.items() if v is not None})
+                self._send_run_record()
+        except Exception as e:
+            self._warn_once("meta", "deepseed: update_meta: %s", e)
+
+    def _emit(self, rec, tensors):
+        """Sends rec now, or once its tensor values are on the host."""
+        if tensors:
+            from . import torch_utils
+            self._pending.append(_Pending(rec, torch_utils.LazyValues(tensors)))
+        elif self._pending:
+            self._pending.append(_Pending(rec, None))
+        else:
+            self._finalize(rec, None)
+        self._poll()
+
+    def _poll(self, wait=False):
+        while self._pending:
+            p = self._pending[0]
+            if p.lazy is not None and not (wait or p.lazy.ready()):
+                return
+            self._pending.popleft()
+            self._finalize(p.rec, p.lazy)
+
+    def _finalize(self, rec, lazy):
+        if lazy is not None:
+            try:
+                for k, v in lazy.values().items():
+                    _place(rec, k, v)
+            except Exception as e:
+                self._warn_once("lazy", "deepseed: could not read tensor values: %s", e)
+        if rec.get("kind") == "step":
+            _derive_throughput(rec)
+        self._send(rec)
+
+    def _step_record(self, step, fields):
+        rec = {"kind": "step", "run_id": self.run_id, "rank": self.rank, "step": int(step), "time": time.time()}
+        plain, tensors = _clean_fields(fields)
+        for k, v in plain.items():
+            _place(rec, k, v)
+        return rec, tensors
+
+    def log_step(self, step=None, loss=None, lr=None, samples=None, tokens=None, grad_norm=None, **metrics):
+        """Logs one training step. Values may be numbers or tensors; tensors
+        are read once the device has produced them, never by synchronizing.
+        With :meth:`watch`, the values join the timings of the step in flight
+        or just finished, in one record."""
+        try:
+            fields = dict(metrics)
+            fields.update(loss=loss, lr=lr, samples=samples, tokens=tokens, grad_norm=grad_norm)
+            fields = {k: v for k, v in fields.items() if v is not None}
+            if step is not None:
+                step = int(step)
+                if step < 0:
+                    self._warn_once("negstep", "deepseed: negative step %d ignored", step)
+                    return
+            with self._lock:
+                if self._watcher is not None and self._watcher.attach(step, fields):
+                    return
+                if step is None:
+                    step = self._next_step
+                self._next_step = step + 1
+                rec, tensors = self._step_record(step, fields)
+                self.steps_logged += 1
+                self._emit(rec, tensors)
+        except Exception as e:
+            self._warn_once("log_step", "deepseed: log_step: %s", e)
+
+    def _emit_watched_step(self, step, fields, tensors):
+        """Called by the watcher with a finished step's measurements."""
+        rec, more = self._step_record(step, fields)
+        tensors = dict(tensors or {})
+        tensors.update(more)
+        self.steps_logged += 1
+        self._emit(rec, tensors)
+
+    def log_eval(self, step=None, loss=None, accuracy=None, f1=None, split="val", **metrics):
+        """Logs an evaluation (loss, accuracy, F1 and any other metric)."""
+        try:
+            if step is None:
+                step = max(0, self._next_step - 1)
+            rec = {"kind": "eval", "run_id": self.run_id, "step": int(step), "time": time.time(),
+                   "split": split or "val"}
+            fields = dict(metrics)
+            fields.update(loss=loss, accuracy=accuracy, f1=f1)
+            plain, tensors = _clean_fields(fields)
+            for k, v in plain.items():
+                _place(rec, k, v)
+            with self._lock:
+                self._emit(rec, tensors)
+        except Exception as e:
+            self._warn_once("log_eval", "deepseed: log_eval: %s", e)
+
+    def event(self, type, text="", step=None):
+        """Records something that happened: checkpoint, overflow, restart,
+        note…"""
+        try:
+            rec = {"kind": "event", "run_id": self.run_id, "time": time.time(), "type": str(type)[:256],
+                   "rank": self.rank}
+            if text:
+                rec["text"] = str(text)[:65536]
+            if step is not None:
+                rec["step"] = int(step)
+            with self._lock:
+                self._emit(rec, None)
+        except Exception as e:
+            self._warn_once("event", "deepseed: event: %s", e)
+
+    def log_memory(self, params=None, zero_stage=None, precision=None, world_size=None, offload_optimizer=None,
+                   offload_params=None, activations_bytes=None, optimizer_bytes_per_param=None):
+        """Sends the predicted per-GPU memory of parameters, gradients and
+        optimizer state for this run's layout (arguments default to the
+        run's meta). Returns the record."""
+        try:
+            m = self.meta
+            n = params if params is not None else m.get("params")
+            if n is None:
+                return None
+            pred = env.predict_memory(
+                n,
+                zero_stage=zero_stage if zero_stage is not None else m.get("zero_stage", 0),
+                precision=precision or m.get("precision", "fp32"),
+                world_size=world_size or m.get("world_size", 1),
+                offload_optimizer=offload_optimizer or m.get("offload_optimizer", "none"),
+                offload_params=offload_params or m.get("offload_params", "none"),
+                optimizer_bytes_per_param=optimizer_bytes_per_param)
+            rec = {"kind": "memory", "run_id": self.run_id, "rank": self.rank, "time": time.time()}
+            rec.update(pred)
+            if activations_bytes is not None:
+                rec["activations_bytes"] = float(activations_bytes)
+            if self.rank == 0:
+                with self._lock:
+                    self._emit(rec, None)
+            return rec
+        except Exception as e:
+            self._warn_once("memory", "deepseed: log_memory: %s", e)
+            return None
+
+    # ---- torch ----------------------------------------------------------------
+
+    def watch(self, model, optimizer=None, layers=None, layer_every=None, grad_norm="auto", batch_size=None,
+              tokens_per_sample=None, **kwargs):
+        """Measures every training step of model (a torch module or a
+        DeepSpeed engine): forward, backward and optimizer time with CUDA
+        events read back once complete, data-loading time, throughput,
+        gradient norm, peak memory, and every layer_every steps the forward
+        and backward time of each layer.
+
+        Args:
+            model: the module, or a DeepSpeed engine.
+            optimizer: the torch optimizer; its step ends a step. Without it a
+                step ends when the next training forward begins.
+            layers: module names to profile, or None for transformer blocks,
+                embeddings and head found automatically, or [] for none.
+            layer_every: profile layers every N steps (0: never).
+            grad_norm: "auto" (use what the framework computed, else one
+                fused norm on the device), "fused", or "off".
+        """
+        try:
+            from .watch import Watcher
+            with self._lock:
+                if self._watcher is not None:
+                    self._watcher.close(wait=False)
+                self._watcher = Watcher(self, model, optimizer=optimizer, layers=layers,
+                                        layer_every=self.layer_every if layer_every is None else layer_every,
+                                        grad_norm=grad_norm, batch_size=batch_size,
+                                        tokens_per_sample=tokens_per_sample, **kwargs)
+            return self._watcher
+        except Exception as e:
+            self._warn_once("watch", "deepseed: watch: %s", e)
+            log.debug("watch failed", exc_info=True)
+            return None
+
+    # ---- end ------------------------------------------------------------------
+
+    def summary(self):
+        s = self._sender
+        return {"steps": self.steps_logged, "duration_s": round(time.time() - self.started, 3),
+                "records_sent": s.sent, "records_dropped": s.dropped, "records_rejected": s.rejected}
+
+    def finish(self, status="finished", summary=None, timeout=None):
+        """Ends the run: reads what the device still owes, sends the end
+        record and waits at most timeout seconds (default
+        DEEPSEED_FLUSH_TIMEOUT, 5) for the records to leave."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+            self.status = status
+        try:
+            if self._watcher is not None:
+                try:
+                    self._watcher.close(wait=True)
+                except Exception as e:
+                    self._warn_once("wclose", "deepseed: closing watcher: %s", e)
+            with self._lock:
+                self._poll(wait=True)
+            if self.rank == 0 or status != "finished":
+                summ = self.summary()
+                if summary:
+                    summ.update(summary)
+                self._send({"kind": "end", "run_id": self.run_id, "time": time.time(), "status": status,
+                            "summary": summ})
+        except Exception as e:
+            self._warn_once("finish", "deepseed: finish: %s", e)
+        finally:
+            self._sender.close(self.flush_timeout if timeout is None else timeout)
+            global _current
+            if _current is self:
+                _current = None
+
+    def _atexit(self):
+        if not self.finished:
+            self.finish("finished")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, tp, value, tb):
+        if tp is None:
+            self.finish("finished")
+        elif issubclass(tp, KeyboardInterrupt):
+            self.finish("killed", summary={"error": "KeyboardInterrupt"})
+        else:
+            self.finish("failed", summary={"error": ("%s: %s" % (tp.__name__, value))[:2000]})
+        return False
+
+
+def _derive_throughput(rec):
+    ms = rec.get("step_ms")
+    if not ms or not (ms > 0) or not math.isfinite(ms):
+        return
+    if "samples" in rec and "throughput_sps" not in rec:
+        rec["throughput_sps"] = rec["samples"] * 1000.0 / ms
+    if "tokens" in rec and "throughput_tps" not in rec:
+        rec["throughput_tps"] = rec["tokens"] * 1000.0 / ms
+
+
+def init(project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
+         collector_url=None, server_url=None, token=None, layer_every=10, **kwargs):
+    """Starts a run and announces it. See :class:`Run` for the options.
+
+    Records go to the node's collector (DEEPSEED_COLLECTOR_URL, default
+    http://127.0.0.1:9464) or, when server_url or DEEPSEED_SERVER_URL is
+    set, straight to the server with token (DEEPSEED_TOKEN).
+    """
+    global _current
+    run = Run(project=project, name=name, config=config, params=params, tags=tags, run_id=run_id,
+              sweep_id=sweep_id, collector_url=collector_url, server_url=server_url, token=token,
+              layer_every=layer_every, **kwargs)
+    _current = run
+    return run

@@ -1,0 +1,71 @@
+"""A real HTTP server on 127.0.0.1 that records what the hook posts."""
+
+import gzip
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Capture:
+    """Collects POSTed NDJSON batches.
+
+    statuses: codes answered to the first requests, in order; then 200.
+    hold: when set, every request waits until release() before answering.
+    """
+
+    def __init__(self, statuses=(), hold=False):
+        self.lock = threading.Lock()
+        self.requests = []  # (path, headers, raw body, records)
+        self.statuses = list(statuses)
+        self.release_event = threading.Event()
+        if not hold:
+            self.release_event.set()
+        self.got_request = threading.Event()
+        cap = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(n)
+                raw = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
+                recs = [json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip()]
+                cap.got_request.set()
+                cap.release_event.wait(60)
+                with cap.lock:
+                    status = cap.statuses.pop(0) if cap.statuses else 200
+                    cap.requests.append((self.path, dict(self.headers), raw, recs, status))
+                out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                except OSError:
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def release(self):
+        self.release_event.set()
+
+    def records(self, kind=None, accepted_only=True):
+        with self.lock:
+            out = []
+            for _, _, _, recs, status in self.requests:
+                if accepted_only and status != 200:
+                    continue
+                out.extend(r for r in recs if kind is None or r.get("kind") == kind)
+            return out
+
+    def close(self):
+        self.release_event.set()
+        self.server.shutdown()
+        self.server.server_close()
