@@ -1,0 +1,359 @@
+// Package plugin is the backend of the DeepSeed Grafana data source. It
+// stays thin: each query becomes one call to the DeepSeed query service,
+// whose JSON answer becomes data frames with units and display names.
+//
+//  1. Grafana starts the backend with [NewDatasource] per data source.
+//  2. QueryData runs each panel query ([ParseQuery] checks it).
+//  3. CheckHealth backs "Save & test"; CallResource feeds template
+//     variables.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/backend/instancemgmt"
+	"github.com/grafana/grafana-plugin-sdk-go/backend/log"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/grafana-plugin/pkg/models"
+)
+
+// PluginID is the data source's id in plugin.json.
+const PluginID = "deepseed-telemetry-datasource"
+
+// These checks make the build fail, rather than Grafana at run time, when
+// Datasource stops implementing a handler Grafana calls.
+var (
+	_ backend.QueryDataHandler      = (*Datasource)(nil)
+	_ backend.CheckHealthHandler    = (*Datasource)(nil)
+	_ backend.CallResourceHandler   = (*Datasource)(nil)
+	_ instancemgmt.InstanceDisposer = (*Datasource)(nil)
+)
+
+// Datasource is one configured DeepSeed data source.
+type Datasource struct {
+	settings *models.PluginSettings
+	client   *client
+	logger   log.Logger
+}
+
+// NewDatasource creates a data source instance from its settings. Grafana
+// calls it again whenever the settings change.
+func NewDatasource(_ context.Context, s backend.DataSourceInstanceSettings) (instancemgmt.Instance, error) {
+	settings, err := models.LoadPluginSettings(s)
+	if err != nil {
+		return nil, err
+	}
+	return &Datasource{
+		settings: settings,
+		client: &client{
+			base:  settings.URL,
+			token: settings.Secrets.Token,
+			http:  &http.Client{Timeout: settings.Timeout()},
+		},
+		logger: log.DefaultLogger.With("datasource", s.Name, "url", settings.URL),
+	}, nil
+}
+
+// Dispose releases the instance's idle connections when Grafana replaces
+// it after a settings change.
+func (d *Datasource) Dispose() { d.client.http.CloseIdleConnections() }
+
+// QueryData runs each query and answers one response per RefID; a query
+// that fails gets an error response of its own, the others still run.
+func (d *Datasource) QueryData(ctx context.Context, req *backend.QueryDataRequest) (*backend.QueryDataResponse, error) {
+	resp := backend.NewQueryDataResponse()
+	for _, q := range req.Queries {
+		resp.Responses[q.RefID] = d.query(ctx, q)
+	}
+	return resp, nil
+}
+
+func (d *Datasource) query(ctx context.Context, dq backend.DataQuery) backend.DataResponse {
+	q, err := ParseQuery(dq.JSON)
+	if err != nil {
+		return backend.ErrDataResponse(backend.StatusBadRequest, err.Error())
+	}
+	frames, err := d.run(ctx, q, dq)
+	if err != nil {
+		return errorResponse(err)
+	}
+	for _, f := range frames {
+		f.RefID = dq.RefID
+	}
+	return backend.DataResponse{Frames: frames}
+}
+
+// errorResponse maps a failed call to the status Grafana shows: the
+// server's 4xx stay the user's problem (bad parameter, unknown run),
+// everything else is the server's.
+func errorResponse(err error) backend.DataResponse {
+	status := httpStatus(err)
+	switch {
+	case status == http.StatusBadRequest:
+		return backend.ErrDataResponseWithSource(backend.StatusBadRequest, backend.ErrorSourceDownstream, err.Error())
+	case status == http.StatusNotFound:
+		return backend.ErrDataResponseWithSource(backend.StatusNotFound, backend.ErrorSourceDownstream, err.Error())
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return backend.ErrDataResponseWithSource(backend.StatusUnauthorized, backend.ErrorSourceDownstream,
+			err.Error()+": check the data source's token")
+	case errors.Is(err, context.DeadlineExceeded):
+		return backend.ErrDataResponseWithSource(backend.StatusTimeout, backend.ErrorSourceDownstream, err.Error())
+	case status == 0:
+		return backend.ErrDataResponseWithSource(backend.StatusBadGateway, backend.ErrorSourceDownstream, err.Error())
+	}
+	return backend.ErrDataResponseWithSource(backend.StatusInternal, backend.ErrorSourceDownstream, err.Error())
+}
+
+// run calls the query service for one query and converts its answer.
+func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.DataQuery) (data.Frames, error) {
+	p := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			p.Set(k, v)
+		}
+	}
+	timeRange := func() {
+		if !dq.TimeRange.From.IsZero() {
+			p.Set("from", dq.TimeRange.From.UTC().Format(time.RFC3339Nano))
+		}
+		if !dq.TimeRange.To.IsZero() {
+			p.Set("to", dq.TimeRange.To.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	maxPoints := func() {
+		if dq.MaxDataPoints > 0 {
+			p.Set("max_points", strconv.FormatInt(dq.MaxDataPoints, 10))
+		}
+	}
+	steps := func() {
+		if q.FromStep != nil {
+			p.Set("from_step", strconv.FormatInt(*q.FromStep, 10))
+		}
+		if q.ToStep != nil {
+			p.Set("to_step", strconv.FormatInt(*q.ToStep, 10))
+		}
+	}
+
+	switch q.QueryType {
+	case api.QueryRuns:
+		set("project", q.Project)
+		set("sweep", q.Sweep)
+		set("tag", q.Tag)
+		set("status", q.Status)
+		runs, err := d.listRuns(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		return data.Frames{runsFrame("runs", runs)}, nil
+
+	case api.QueryRunSummary, api.QueryRunDetails:
+		var r api.RunDetail
+		if err := d.client.get(ctx, runPath(q.RunID, ""), nil, &r); err != nil {
+			return nil, err
+		}
+		if q.QueryType == api.QueryRunDetails {
+			return data.Frames{runDetailsFrame(r)}, nil
+		}
+		return data.Frames{runsFrame("run_summary", []api.RunSummary{r.RunSummary})}, nil
+
+	case api.QuerySeries:
+		for _, m := range q.Metrics {
+			p.Add("metric", m)
+		}
+		set("rank", q.Rank)
+		steps()
+		maxPoints()
+		// On the step axis the whole run is wanted whatever the dashboard's
+		// time picker says; on the time axis the picker rules.
+		if q.XAxis != "step" {
+			timeRange()
+		}
+		var r api.SeriesResponse
+		if err := d.client.get(ctx, runPath(q.RunID, "series"), p, &r); err != nil {
+			return nil, err
+		}
+		return seriesFrames(q, r), nil
+
+	case api.QueryHeatmap:
+		set("pass", q.Pass)
+		set("rank", q.Rank)
+		switch {
+		case q.MaxSteps > 0:
+			p.Set("max_steps", strconv.Itoa(q.MaxSteps))
+		case dq.MaxDataPoints > 0:
+			p.Set("max_steps", strconv.FormatInt(dq.MaxDataPoints, 10))
+		}
+		steps()
+		var r api.Heatmap
+		if err := d.client.get(ctx, runPath(q.RunID, "heatmap"), p, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{heatmapFrame(q, r)}, nil
+
+	case api.QueryEvals:
+		var r api.EvalsResponse
+		if err := d.client.get(ctx, runPath(q.RunID, "evals"), nil, &r); err != nil {
+			return nil, err
+		}
+		return evalsFrames(q, r), nil
+
+	case api.QueryBreakdown:
+		set("rank", q.Rank)
+		steps()
+		var r api.Breakdown
+		if err := d.client.get(ctx, runPath(q.RunID, "breakdown"), p, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{breakdownFrame(r)}, nil
+
+	case api.QueryMemory:
+		var r api.MemoryResponse
+		if err := d.client.get(ctx, runPath(q.RunID, "memory"), nil, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{memoryFrame(r)}, nil
+
+	case api.QueryRanks:
+		if q.StragglerPct > 0 {
+			p.Set("straggler_pct", strconv.FormatFloat(q.StragglerPct, 'g', -1, 64))
+		}
+		var r api.RanksResponse
+		if err := d.client.get(ctx, runPath(q.RunID, "ranks"), p, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{ranksFrame(r)}, nil
+
+	case api.QueryCompare:
+		for _, id := range compareRuns(q) {
+			p.Add("run", id)
+		}
+		set("sweep", q.Sweep)
+		if len(p["run"]) == 0 && q.Sweep == "" {
+			set("project", q.Project)
+		}
+		set("baseline", q.Baseline)
+		var r api.CompareResponse
+		if err := d.client.get(ctx, "/api/v1/compare", p, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{compareFrame(r)}, nil
+
+	case api.QueryGPUs:
+		set("host", q.Host)
+		set("gpu", q.GPU)
+		set("run_id", q.RunID)
+		for _, m := range q.Metrics {
+			p.Add("metric", m)
+		}
+		timeRange()
+		maxPoints()
+		var r api.GPUResponse
+		if err := d.client.get(ctx, "/api/v1/gpus", p, &r); err != nil {
+			return nil, err
+		}
+		return gpuFrames(r), nil
+
+	case api.QueryAnnotations:
+		set("run_id", q.RunID)
+		timeRange()
+		var r api.AnnotationsResponse
+		if err := d.client.get(ctx, "/api/v1/annotations", p, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{annotationsFrame(r)}, nil
+	}
+	return nil, &QueryError{Field: "queryType", Msg: "unknown " + q.QueryType}
+}
+
+// compareRuns gives the run ids of a compare query. A multi-value run
+// variable may arrive as one "{a,b}" or "a,b" string; it is split here.
+func compareRuns(q api.PluginQuery) []string {
+	ids := q.RunIDs
+	if len(ids) == 0 && q.RunID != "" {
+		ids = []string{q.RunID}
+	}
+	var out []string
+	for _, id := range ids {
+		id = strings.TrimSuffix(strings.TrimPrefix(id, "{"), "}")
+		for _, part := range strings.Split(id, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	}
+	return out
+}
+
+// listRunsPage is the page size of GET /runs; maxRuns bounds how many
+// runs a table or variable lists.
+const (
+	listRunsPage = 500
+	maxRuns      = 10000
+)
+
+// listRuns pages through GET /runs with the given filters.
+func (d *Datasource) listRuns(ctx context.Context, filter url.Values) ([]api.RunSummary, error) {
+	var all []api.RunSummary
+	for offset := 0; offset < maxRuns; {
+		p := url.Values{}
+		for k, v := range filter {
+			p[k] = v
+		}
+		p.Set("limit", strconv.Itoa(listRunsPage))
+		p.Set("offset", strconv.Itoa(offset))
+		var page api.RunList
+		if err := d.client.get(ctx, "/api/v1/runs", p, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Runs...)
+		offset += len(page.Runs)
+		if len(page.Runs) == 0 || offset >= page.Total {
+			break
+		}
+	}
+	if all == nil {
+		all = []api.RunSummary{}
+	}
+	return all, nil
+}
+
+// CheckHealth backs "Save & test": first the server's /readyz (is it
+// there, with its database?), then an authenticated GET /api/v1/runs (is
+// the token accepted?); the message says which of the two failed.
+func (d *Datasource) CheckHealth(ctx context.Context, _ *backend.CheckHealthRequest) (*backend.CheckHealthResult, error) {
+	if err := d.client.get(ctx, "/readyz", nil, nil); err != nil {
+		msg := fmt.Sprintf("DeepSeed server at %s is not ready: %v", d.settings.URL, err)
+		if httpStatus(err) == 0 {
+			msg = fmt.Sprintf("DeepSeed server at %s is unreachable: %v", d.settings.URL, err)
+		}
+		return &backend.CheckHealthResult{Status: backend.HealthStatusError, Message: msg}, nil
+	}
+	var page api.RunList
+	err := d.client.get(ctx, "/api/v1/runs", url.Values{"limit": {"1"}}, &page)
+	switch s := httpStatus(err); {
+	case err == nil:
+	case s == http.StatusUnauthorized || s == http.StatusForbidden:
+		msg := "The DeepSeed server rejected the token: set a read token of the server in the data source's settings"
+		if d.settings.Secrets.Token == "" {
+			msg = "The DeepSeed server requires a token: set a read token in the data source's settings"
+		}
+		return &backend.CheckHealthResult{Status: backend.HealthStatusError, Message: msg}, nil
+	default:
+		return &backend.CheckHealthResult{Status: backend.HealthStatusError,
+			Message: fmt.Sprintf("DeepSeed server is ready but listing runs failed: %v", err)}, nil
+	}
+	return &backend.CheckHealthResult{
+		Status:  backend.HealthStatusOk,
+		Message: fmt.Sprintf("Connected to DeepSeed: server ready, token accepted, %d runs", page.Total),
+	}, nil
+}

@@ -1,0 +1,122 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// QueryError is a query the backend refuses, naming the field at fault.
+type QueryError struct {
+	Field string // JSON name in the query model, e.g. "runId"
+	Msg   string
+}
+
+func (e *QueryError) Error() string {
+	if e.Field == "" {
+		return "query: " + e.Msg
+	}
+	return fmt.Sprintf("query: %s: %s", e.Field, e.Msg)
+}
+
+// stepMetrics are the step columns the query service serves as series;
+// user metrics are named metrics.NAME.
+var stepMetrics = []string{"loss", "lr", "grad_norm", "loss_scale", "throughput_sps", "step_ms", "forward_ms",
+	"backward_ms", "optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "samples", "tokens", "epoch", "skipped"}
+
+// hasVariable reports whether s still holds a Grafana template variable
+// ($run, ${run}, [[run]]). Provisioned dashboards store queries before
+// interpolation, so such values are accepted as they are.
+func hasVariable(s string) bool { return strings.Contains(s, "$") || strings.Contains(s, "[[") }
+
+// ParseQuery decodes and checks one query of the data source's JSON query
+// model ([api.PluginQuery]). Fields Grafana adds to every query (refId,
+// datasource, intervalMs, …) are ignored. Values that still hold template
+// variables pass as they are: Grafana replaces them before the backend
+// runs a query, and the query service checks the result.
+func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
+	var q api.PluginQuery
+	if len(raw) == 0 {
+		return q, &QueryError{Msg: "empty query"}
+	}
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return q, &QueryError{Msg: "not a DeepSeed query: " + err.Error()}
+	}
+	if q.QueryType == "" {
+		return q, &QueryError{Field: "queryType", Msg: "missing; want one of " + strings.Join(api.PluginQueryTypes, ", ")}
+	}
+	if !slices.Contains(api.PluginQueryTypes, q.QueryType) {
+		return q, &QueryError{Field: "queryType", Msg: fmt.Sprintf("unknown %q; want one of %s", q.QueryType, strings.Join(api.PluginQueryTypes, ", "))}
+	}
+	switch q.QueryType {
+	case api.QueryRunSummary, api.QueryRunDetails, api.QuerySeries, api.QueryHeatmap, api.QueryEvals,
+		api.QueryBreakdown, api.QueryMemory, api.QueryRanks:
+		if strings.TrimSpace(q.RunID) == "" {
+			return q, &QueryError{Field: "runId", Msg: "a run is required for " + q.QueryType}
+		}
+	case api.QueryCompare:
+		if len(q.RunIDs) == 0 && q.Sweep == "" && q.Project == "" && q.RunID == "" {
+			return q, &QueryError{Field: "runIds", Msg: "compare needs runs, a sweep or a project"}
+		}
+	}
+	if q.QueryType == api.QuerySeries && len(q.Metrics) == 0 {
+		return q, &QueryError{Field: "metrics", Msg: "pick at least one metric"}
+	}
+	if q.QueryType == api.QuerySeries {
+		for _, m := range q.Metrics {
+			if !validMetric(m) {
+				return q, &QueryError{Field: "metrics", Msg: fmt.Sprintf("unknown metric %q; want %s or metrics.NAME", m, strings.Join(stepMetrics, ", "))}
+			}
+		}
+	}
+	if r := q.Rank; r != "" && r != "all" && !hasVariable(r) {
+		if n, err := strconv.Atoi(r); err != nil || n < 0 {
+			return q, &QueryError{Field: "rank", Msg: fmt.Sprintf("%q: want a rank number or all", r)}
+		}
+	}
+	switch q.XAxis {
+	case "", "time", "step":
+	default:
+		return q, &QueryError{Field: "xAxis", Msg: fmt.Sprintf("%q: want time or step", q.XAxis)}
+	}
+	switch q.Pass {
+	case "", "forward", "backward":
+	default:
+		if !hasVariable(q.Pass) {
+			return q, &QueryError{Field: "pass", Msg: fmt.Sprintf("%q: want forward or backward", q.Pass)}
+		}
+	}
+	if q.MaxSteps < 0 {
+		return q, &QueryError{Field: "maxSteps", Msg: "must not be negative"}
+	}
+	if q.FromStep != nil && *q.FromStep < 0 {
+		return q, &QueryError{Field: "fromStep", Msg: "must not be negative"}
+	}
+	if q.ToStep != nil && *q.ToStep < 0 {
+		return q, &QueryError{Field: "toStep", Msg: "must not be negative"}
+	}
+	if q.FromStep != nil && q.ToStep != nil && *q.FromStep > *q.ToStep {
+		return q, &QueryError{Field: "toStep", Msg: "must not be before fromStep"}
+	}
+	if g := q.GPU; g != "" && !hasVariable(g) {
+		if n, err := strconv.Atoi(g); err != nil || n < 0 {
+			return q, &QueryError{Field: "gpu", Msg: fmt.Sprintf("%q: want a GPU index", g)}
+		}
+	}
+	if q.StragglerPct < 0 || q.StragglerPct > 1000 {
+		return q, &QueryError{Field: "stragglerPct", Msg: "want a margin above 0 and at most 1000 percent"}
+	}
+	return q, nil
+}
+
+func validMetric(m string) bool {
+	if hasVariable(m) || slices.Contains(stepMetrics, m) {
+		return true
+	}
+	name, ok := strings.CutPrefix(m, "metrics.")
+	return ok && name != ""
+}

@@ -1,0 +1,175 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// Option is one choice of a template variable, in the shape of Grafana's
+// MetricFindValue.
+type Option struct {
+	Text  string `json:"text"`
+	Value string `json:"value"`
+}
+
+// CallResource serves the lists behind template variables, as GET
+// resources of the data source:
+//
+//	projects                          distinct projects of all runs
+//	runs?project=&sweep=&tag=&status= runs, newest first (text: name)
+//	metrics?run=                      series metrics, the run's own included
+//	ranks?run=                        the ranks that reported
+//	hosts?run=&from=&to=              hosts with GPU samples
+func (d *Datasource) CallResource(ctx context.Context, req *backend.CallResourceRequest, sender backend.CallResourceResponseSender) error {
+	if req.Method != "" && req.Method != http.MethodGet {
+		return sendJSON(sender, http.StatusMethodNotAllowed, api.Error{Error: "only GET is served"})
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return sendJSON(sender, http.StatusBadRequest, api.Error{Error: "bad resource URL"})
+	}
+	path := strings.Trim(req.Path, "/")
+	if path == "" {
+		path = strings.Trim(u.Path, "/")
+	}
+	opts, err := d.resource(ctx, path, u.Query())
+	if err != nil {
+		status := httpStatus(err)
+		switch {
+		case status == 0:
+			status = http.StatusBadGateway
+			if _, ok := err.(*QueryError); ok {
+				status = http.StatusNotFound
+			}
+		case status >= 500:
+			status = http.StatusBadGateway
+		}
+		return sendJSON(sender, status, api.Error{Error: err.Error()})
+	}
+	return sendJSON(sender, http.StatusOK, opts)
+}
+
+func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([]Option, error) {
+	switch path {
+	case "projects":
+		runs, err := d.listRuns(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, r := range runs {
+			if r.Project != "" && !slices.Contains(names, r.Project) {
+				names = append(names, r.Project)
+			}
+		}
+		slices.Sort(names)
+		return textOptions(names), nil
+
+	case "runs":
+		filter := url.Values{}
+		for _, k := range []string{"project", "sweep", "tag", "status"} {
+			if v := q.Get(k); v != "" {
+				filter.Set(k, v)
+			}
+		}
+		runs, err := d.listRuns(ctx, filter)
+		if err != nil {
+			return nil, err
+		}
+		opts := make([]Option, 0, len(runs))
+		for _, r := range runs {
+			text := r.Name
+			if text == "" {
+				text = r.RunID
+			}
+			opts = append(opts, Option{Text: text, Value: r.RunID})
+		}
+		return opts, nil
+
+	case "metrics":
+		names := slices.Clone(stepMetrics)
+		if run := q.Get("run"); run != "" {
+			var r api.RunDetail
+			if err := d.client.get(ctx, runPath(run, ""), nil, &r); err != nil {
+				return nil, err
+			}
+			for _, m := range r.Metrics {
+				if !strings.HasPrefix(m, "metrics.") {
+					m = "metrics." + m
+				}
+				if !slices.Contains(names, m) {
+					names = append(names, m)
+				}
+			}
+		}
+		return textOptions(names), nil
+
+	case "ranks":
+		run := q.Get("run")
+		if run == "" {
+			return nil, &QueryError{Field: "run", Msg: "ranks needs ?run="}
+		}
+		var r api.RunDetail
+		if err := d.client.get(ctx, runPath(run, ""), nil, &r); err != nil {
+			return nil, err
+		}
+		ranks := slices.Clone(r.Ranks)
+		slices.Sort(ranks)
+		opts := make([]Option, 0, len(ranks))
+		for _, n := range ranks {
+			opts = append(opts, Option{Text: strconv.Itoa(n), Value: strconv.Itoa(n)})
+		}
+		return opts, nil
+
+	case "hosts":
+		p := url.Values{"max_points": {"1"}}
+		for k, to := range map[string]string{"run": "run_id", "run_id": "run_id", "from": "from", "to": "to"} {
+			if v := q.Get(k); v != "" {
+				p.Set(to, v)
+			}
+		}
+		var r api.GPUResponse
+		if err := d.client.get(ctx, "/api/v1/gpus", p, &r); err != nil {
+			return nil, err
+		}
+		var hosts []string
+		for _, s := range r.Series {
+			if s.Host != "" && !slices.Contains(hosts, s.Host) {
+				hosts = append(hosts, s.Host)
+			}
+		}
+		slices.Sort(hosts)
+		return textOptions(hosts), nil
+	}
+	return nil, &QueryError{Msg: fmt.Sprintf("unknown resource %q; want projects, runs, metrics, ranks or hosts", path)}
+}
+
+func textOptions(names []string) []Option {
+	opts := make([]Option, len(names))
+	for i, n := range names {
+		opts[i] = Option{Text: n, Value: n}
+	}
+	return opts
+}
+
+func sendJSON(sender backend.CallResourceResponseSender, status int, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("resource: encode answer: %w", err)
+	}
+	return sender.Send(&backend.CallResourceResponse{
+		Status:  status,
+		Headers: map[string][]string{"Content-Type": {"application/json"}},
+		Body:    b,
+	})
+}
