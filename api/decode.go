@@ -174,6 +174,9 @@ func DecodeRecord(raw []byte) (Record, *RecordError) {
 		if re.Field == "" {
 			re.Field = guessField(err)
 		}
+		if re.Field == "" {
+			re.Field = locateField(raw, target)
+		}
 		return Record{}, re
 	}
 	if err := validate(rec); err != nil {

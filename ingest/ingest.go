@@ -1,14 +1,43 @@
 // Package ingest serves POST /api/v1/ingest and POST /api/v1/import:
 // decode, validate, and hand whole batches to the store.
+//
+// Usage:
+//  1. h := ingest.New(store, ingest.Options{Logger: log})
+//  2. h.Register(e.Group("/api/v1", auth)) adds POST /ingest and POST /import.
+//
+// A batch is all or nothing: one invalid record rejects it with 400 and a
+// JSON [api.Error] naming the record, field and problem, and nothing of it
+// is stored. When the database cannot be reached the answer is 503 with
+// Retry-After, so that senders keep the batch and try again.
 package ingest
 
 import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"strings"
+	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/labstack/echo/v4"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
+
+// DefaultMaxBodyBytes bounds a request body when Options leaves it zero.
+const DefaultMaxBodyBytes = 32 << 20
+
+// RetryAfterSeconds is what a 503 asks senders to wait.
+const RetryAfterSeconds = 5
+
+// writeTimeout bounds one batch's database work.
+const writeTimeout = time.Minute
 
 // Options configures the ingest handlers.
 type Options struct {
@@ -21,10 +50,182 @@ type Options struct {
 type Handler struct {
 	store *store.Store
 	opt   Options
+	log   *slog.Logger
 }
 
 // New returns the ingest handlers over s.
-func New(s *store.Store, opt Options) *Handler { return &Handler{store: s, opt: opt} }
+func New(s *store.Store, opt Options) *Handler {
+	if opt.MaxBodyBytes <= 0 {
+		opt.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{store: s, opt: opt, log: log.With("component", "ingest")}
+}
 
 // Register adds POST /ingest and POST /import to g (mounted at /api/v1).
-func (h *Handler) Register(g *echo.Group) {}
+func (h *Handler) Register(g *echo.Group) {
+	g.POST("/ingest", h.safe(h.ingest))
+	g.POST("/import", h.safe(h.importExport))
+}
+
+var (
+	duplicatesTotal = metrics.GetOrCreateCounter(`deepseed_ingest_duplicates_total`)
+	writeDuration   = metrics.GetOrCreateHistogram(`deepseed_db_write_duration_seconds`)
+)
+
+func recordsTotal(kind string) *metrics.Counter {
+	return metrics.GetOrCreateCounter(`deepseed_ingest_records_total{kind="` + kind + `"}`)
+}
+
+// rejectedTotal counts rejected batches by the kind of the record at
+// fault ("unknown" when it had none, "body" for unreadable bodies).
+func rejectedTotal(kind string) *metrics.Counter {
+	if kind == "" || !knownKind(kind) {
+		kind = "unknown"
+	}
+	return metrics.GetOrCreateCounter(`deepseed_ingest_rejected_total{kind="` + kind + `"}`)
+}
+
+func knownKind(k string) bool {
+	for _, v := range api.Kinds {
+		if v == k {
+			return true
+		}
+	}
+	return k == "body"
+}
+
+// httpError is an answer other than 200, with the body to send.
+type httpError struct {
+	status int
+	body   api.Error
+}
+
+func (e *httpError) Error() string { return e.body.Error }
+
+func badRequest(msg string) *httpError {
+	return &httpError{status: http.StatusBadRequest, body: api.Error{Error: msg}}
+}
+
+// safe answers 500 instead of letting a panic escape, so bad input can
+// never take the server down even where no recover middleware is set.
+func (h *Handler) safe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				h.log.Error("ingest handler panicked", "panic", fmt.Sprint(p), "path", c.Path())
+				err = c.JSON(http.StatusInternalServerError, api.Error{Error: "internal error"})
+			}
+		}()
+		return next(c)
+	}
+}
+
+func (h *Handler) ingest(c echo.Context) error {
+	body, herr := h.readBody(c)
+	if herr != nil {
+		rejectedTotal("body").Inc()
+		return c.JSON(herr.status, herr.body)
+	}
+	recs, err := api.DecodeBatch(body)
+	if err != nil {
+		return h.rejectDecode(c, err)
+	}
+	res, herr := h.write(c.Request().Context(), recs)
+	if herr != nil {
+		return h.answerError(c, herr)
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (h *Handler) rejectDecode(c echo.Context, err error) error {
+	var re *api.RecordError
+	if errors.As(err, &re) {
+		rejectedTotal(re.Kind).Inc()
+		return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid batch, nothing stored: " + re.Error(), Record: re})
+	}
+	rejectedTotal("body").Inc()
+	return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid batch, nothing stored: " + err.Error()})
+}
+
+func (h *Handler) answerError(c echo.Context, herr *httpError) error {
+	if herr.status == http.StatusServiceUnavailable {
+		c.Response().Header().Set("Retry-After", fmt.Sprint(RetryAfterSeconds))
+	}
+	return c.JSON(herr.status, herr.body)
+}
+
+// write hands a decoded batch to the store and counts it.
+func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResult, *httpError) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := h.store.WriteBatch(ctx, recs)
+	writeDuration.UpdateDuration(start)
+	if err != nil {
+		return api.IngestResult{}, h.storeError(err, "storing the batch")
+	}
+	for kind, n := range res.ByKind {
+		recordsTotal(kind).Add(n)
+	}
+	duplicatesTotal.Add(res.Duplicates)
+	return api.IngestResult{Accepted: res.Accepted, Duplicates: res.Duplicates, ByKind: res.ByKind}, nil
+}
+
+// readBody reads the request body, gunzipping it when it says so or when
+// it starts with the gzip magic bytes (senders behind proxies lose the
+// header). The limit applies before and after decompression, so a small
+// gzip bomb is refused as surely as a large body.
+func (h *Handler) readBody(c echo.Context) ([]byte, *httpError) {
+	limit := h.opt.MaxBodyBytes
+	tooLarge := &httpError{status: http.StatusRequestEntityTooLarge,
+		body: api.Error{Error: fmt.Sprintf("request body larger than %d bytes, nothing stored; send smaller batches", limit)}}
+	req := c.Request()
+	if req.ContentLength > limit {
+		return nil, tooLarge
+	}
+	raw, err := readLimited(req.Body, limit)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			return nil, tooLarge
+		}
+		return nil, badRequest("reading request body: " + err.Error())
+	}
+	enc := strings.ToLower(strings.TrimSpace(req.Header.Get(echo.HeaderContentEncoding)))
+	switch {
+	case enc == "gzip" || enc == "x-gzip" || bytes.HasPrefix(raw, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, badRequest("body is not valid gzip: " + err.Error())
+		}
+		out, err := readLimited(zr, limit)
+		if err != nil {
+			if errors.Is(err, errTooLarge) {
+				return nil, tooLarge
+			}
+			return nil, badRequest("body is not valid gzip: " + err.Error())
+		}
+		return out, nil
+	case enc == "" || enc == "identity":
+		return raw, nil
+	default:
+		return nil, &httpError{status: http.StatusUnsupportedMediaType,
+			body: api.Error{Error: fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc)}}
+	}
+}
+
+var errTooLarge = errors.New("body too large")
+
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errTooLarge
+	}
+	return b, nil
+}

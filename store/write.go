@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -524,6 +525,8 @@ const (
 
 	mergeHost = `INSERT INTO host_samples SELECT * FROM tmp_host_samples ORDER BY host, time ON CONFLICT DO NOTHING`
 
+	// A resent breakdown without a time gets a new one; it only counts as
+	// an update when its numbers differ.
 	mergeMemory = `INSERT INTO memory_breakdowns AS m
 		SELECT DISTINCT ON (run_id, rank) * FROM tmp_memory_breakdowns ORDER BY run_id, rank, time DESC
 		ON CONFLICT (run_id, rank) DO UPDATE SET
@@ -534,7 +537,10 @@ const (
 			optimizer_device = EXCLUDED.optimizer_device,
 			parameters_device = EXCLUDED.parameters_device,
 			activations_bytes = EXCLUDED.activations_bytes
-		WHERE m.time < EXCLUDED.time`
+		WHERE m.time < EXCLUDED.time
+		  AND (m.parameters_bytes, m.gradients_bytes, m.optimizer_bytes, m.optimizer_device, m.parameters_device, m.activations_bytes)
+		      IS DISTINCT FROM (EXCLUDED.parameters_bytes, EXCLUDED.gradients_bytes, EXCLUDED.optimizer_bytes,
+		      EXCLUDED.optimizer_device, EXCLUDED.parameters_device, EXCLUDED.activations_bytes)`
 
 	mergeEvents = `INSERT INTO events SELECT * FROM tmp_events ORDER BY run_id, time, type, step, rank ON CONFLICT DO NOTHING`
 )
@@ -763,4 +769,21 @@ func (b *batchPlan) eventRow(i int, r []any) []any {
 		rank = int32(*e.Rank)
 	}
 	return append(r, e.RunID, e.Time.Time, step, rank, e.Type, e.Text)
+}
+
+// RunStartedAt returns the stored start of a run, and whether the run
+// exists with a start.
+func (s *Store) RunStartedAt(ctx context.Context, runID string) (time.Time, bool, error) {
+	var t *time.Time
+	err := s.Pool.QueryRow(ctx, `SELECT started_at FROM runs WHERE run_id = $1`, runID).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("store: read run %s: %w", runID, err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return t.UTC(), true, nil
 }
