@@ -2,13 +2,120 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/deepseed/deepseed/collector"
+	"github.com/deepseed/deepseed/collector/nvml"
 )
 
-// CollectCommand is not built yet.
+// CollectCommand runs the node collector.
 type CollectCommand struct{}
 
 // Run implements command.
 func (c *CollectCommand) Run(ctx context.Context, args []string) error {
-	return errors.New("collect: not implemented yet")
+	fs := flag.NewFlagSet("deepseed collect", flag.ContinueOnError)
+	var (
+		server        = fs.String("server", envStr("DEEPSEED_SERVER_URL", ""), "DeepSeed server base URL to forward to; empty: sample and serve /metrics only (env DEEPSEED_SERVER_URL)")
+		token         = fs.String("token", envStr("DEEPSEED_TOKEN", ""), "ingest token sent as Authorization: Bearer (env DEEPSEED_TOKEN)")
+		hookListen    = fs.String("hook-listen", envStr("DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464"), "hook receiver address, host:port or unix:/path (env DEEPSEED_HOOK_LISTEN)")
+		metricsListen = fs.String("metrics-listen", envStr("DEEPSEED_METRICS_LISTEN", ":9400"), "address for /metrics; empty disables it (env DEEPSEED_METRICS_LISTEN)")
+		interval      = fs.Duration("interval", envDur("DEEPSEED_INTERVAL", time.Second), "GPU and host sampling interval (env DEEPSEED_INTERVAL)")
+		spoolDir      = fs.String("spool-dir", envStr("DEEPSEED_SPOOL_DIR", "/var/lib/deepseed/spool"), "directory for batches waiting for the server, and the dead-letter file (env DEEPSEED_SPOOL_DIR)")
+		spoolMax      = fs.Int64("spool-max-bytes", envInt("DEEPSEED_SPOOL_MAX_BYTES", 1<<30), "spool size bound; past it the oldest batches are dropped and counted (env DEEPSEED_SPOOL_MAX_BYTES)")
+		hostName      = fs.String("host-name", envStr("DEEPSEED_HOST_NAME", ""), "host name on records and metrics; default the system's (env DEEPSEED_HOST_NAME)")
+		dcgm          = fs.Bool("dcgm-compat", envBool("DEEPSEED_DCGM_COMPAT", true), "also export dcgm-exporter metric names and labels (env DEEPSEED_DCGM_COMPAT)")
+		batchMax      = fs.Int("batch-max-records", int(envInt("DEEPSEED_BATCH_MAX_RECORDS", 5000)), "records per batch sent to the server (env DEEPSEED_BATCH_MAX_RECORDS)")
+		batchAge      = fs.Duration("batch-max-age", envDur("DEEPSEED_BATCH_MAX_AGE", time.Second), "longest a record waits before its batch is sent (env DEEPSEED_BATCH_MAX_AGE)")
+		nvmlLib       = fs.String("nvml-lib", envStr("DEEPSEED_NVML_LIB", ""), "path of libnvidia-ml; default the system's libnvidia-ml.so.1 (env DEEPSEED_NVML_LIB)")
+		procRoot      = fs.String("proc", envStr("DEEPSEED_PROC", "/proc"), "the host's /proc, e.g. /host/proc in a container (env DEEPSEED_PROC)")
+		capture       = fs.String("capture", envStr("DEEPSEED_CAPTURE", ""), "write every NVML reading to this file in the test-fixture format (env DEEPSEED_CAPTURE)")
+		noGPU         = fs.Bool("no-gpu", envBool("DEEPSEED_NO_GPU", false), "do not sample GPUs (env DEEPSEED_NO_GPU)")
+		fakeGPU       = fs.String("fake-nvml", envStr("DEEPSEED_FAKE_NVML", ""), "replay this NVML capture instead of reading GPUs, for load tests (env DEEPSEED_FAKE_NVML)")
+		fakeGPUs      = fs.Int("fake-gpus", int(envInt("DEEPSEED_FAKE_GPUS", 0)), "with -fake-nvml, show this many GPUs (env DEEPSEED_FAKE_GPUS)")
+		logLevel      = fs.String("log-level", envStr("DEEPSEED_LOG_LEVEL", "info"), "debug, info, warn or error (env DEEPSEED_LOG_LEVEL)")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: deepseed collect [flags]
+
+Runs the node collector: samples every GPU through NVML and the host through
+/proc, receives the training hook's records on -hook-listen (POST
+/api/v1/ingest, as the server takes them), forwards everything to -server in
+batches, spools to -spool-dir while the server is away, and serves /metrics.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("collect: unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("collect: log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	var lib nvml.Iface
+	switch {
+	case *noGPU:
+	case *fakeGPU != "":
+		cp, err := nvml.LoadCapture(*fakeGPU)
+		if err != nil {
+			return fmt.Errorf("collect: fake-nvml: %w", err)
+		}
+		lib = nvml.NewFake(cp, *fakeGPUs)
+	default:
+		lib = &nvml.Real{LibPath: *nvmlLib}
+	}
+	if *capture != "" && lib != nil {
+		lib = &nvml.Recorder{Inner: lib, Path: *capture, Source: "deepseed collect " + Version}
+	}
+	col, err := collector.New(collector.Config{
+		Server: *server, Token: *token, HookListen: *hookListen, MetricsListen: *metricsListen,
+		Interval: *interval, SpoolDir: *spoolDir, SpoolMaxBytes: *spoolMax, HostName: *hostName,
+		DCGMCompat: *dcgm, BatchMaxRecords: *batchMax, BatchMaxAge: *batchAge, ProcRoot: *procRoot,
+		NVML: lib, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	return col.Run(ctx)
+}
+
+func envStr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+// The env helpers keep the default when a variable does not parse; the
+// flag's own parsing then reports a bad value given on the command line.
+func envInt(key string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(key), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDur(key string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envBool(key string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
 }

@@ -1,0 +1,434 @@
+// Package collector is DeepSeed's node collector: it samples the GPUs
+// through NVML and the host through /proc, receives the training hook's
+// records on a local socket, batches everything and forwards it to the
+// server's ingest API, spooling to disk while the server is away, and
+// serves /metrics.
+//
+// Usage:
+//  1. c, err := collector.New(collector.Config{Server: …, SpoolDir: …, NVML: &nvml.Real{}})
+//  2. err = c.Run(ctx) — until ctx is cancelled; then the queue is flushed
+//     to the server or to the spool.
+//
+// Tests build a Collector over [nvml.Fake] and a fixture /proc and call
+// [Collector.SampleOnce] and [Collector.WriteMetrics] directly.
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deepseed/deepseed/collector/nvml"
+)
+
+// Config configures a Collector. Zero values take the defaults noted.
+type Config struct {
+	// Server is the DeepSeed server's base URL; empty disables forwarding.
+	Server string
+	Token  string
+	// HookListen is host:port or unix:/path for the hook receiver.
+	HookListen string
+	// MetricsListen is host:port for /metrics; empty disables it.
+	MetricsListen string
+	Interval      time.Duration // sampling period; default 1s
+	SpoolDir      string        // required when Server is set
+	SpoolMaxBytes int64         // default 1 GiB
+	HostName      string        // default os.Hostname()
+	DCGMCompat    bool          // also export dcgm-exporter names
+	// BatchMaxRecords and BatchMaxAge cut batches; defaults 5000 and 1s.
+	BatchMaxRecords int
+	BatchMaxAge     time.Duration
+	// MemBatches is how many batches wait in memory before the rest go to
+	// the spool; default 64.
+	MemBatches int
+	ProcRoot   string     // default /proc
+	NVML       nvml.Iface // nil: no GPU sampling
+	Logger     *slog.Logger
+	Now        func() time.Time
+	HTTPClient *http.Client
+	// ShutdownTimeout bounds the final flush; default 5s.
+	ShutdownTimeout time.Duration
+}
+
+// Validate fills defaults and checks the configuration; errors name the
+// field.
+func (cfg *Config) Validate() error {
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Interval < 10*time.Millisecond {
+		return fmt.Errorf("interval: %v is too short (want at least 10ms)", cfg.Interval)
+	}
+	if cfg.SpoolMaxBytes == 0 {
+		cfg.SpoolMaxBytes = 1 << 30
+	}
+	if cfg.SpoolMaxBytes < 0 {
+		return fmt.Errorf("spool-max-bytes: want a positive size, got %d", cfg.SpoolMaxBytes)
+	}
+	if cfg.BatchMaxRecords == 0 {
+		cfg.BatchMaxRecords = 5000
+	}
+	if cfg.BatchMaxRecords < 0 || cfg.BatchMaxRecords > 100000 {
+		return fmt.Errorf("batch-max-records: want 1 to 100000, got %d", cfg.BatchMaxRecords)
+	}
+	if cfg.BatchMaxAge == 0 {
+		cfg.BatchMaxAge = time.Second
+	}
+	if cfg.BatchMaxAge < 0 {
+		return fmt.Errorf("batch-max-age: want a positive duration, got %v", cfg.BatchMaxAge)
+	}
+	if cfg.MemBatches <= 0 {
+		cfg.MemBatches = 64
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.HostName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("host-name: cannot read the host name, set it: %w", err)
+		}
+		cfg.HostName = h
+	}
+	if cfg.Server != "" {
+		if !strings.HasPrefix(cfg.Server, "http://") && !strings.HasPrefix(cfg.Server, "https://") {
+			return fmt.Errorf("server: want an http:// or https:// URL, got %q", cfg.Server)
+		}
+	}
+	if cfg.SpoolDir == "" {
+		return errors.New("spool-dir: required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 5 * time.Second
+	}
+	return nil
+}
+
+// Collector samples, receives, batches and forwards.
+type Collector struct {
+	cfg   Config
+	log   *slog.Logger
+	reg   *registry
+	gpu   gpuSampler
+	hostS hostSampler
+	spool *spool
+	queue *queue
+	batch *batcher
+	fwd   *forwarder
+	dead  *deadLetter
+	m     *collectorMetrics
+	seq   atomic.Uint64
+
+	snapMu sync.Mutex
+	gpus   []gpuState
+	host   *hostReading
+
+	gpuErrOnce, hostErrOnce sync.Once
+}
+
+// New opens the spool and prepares the NVML library; a missing library is
+// not an error: the collector runs without GPU sampling and says so once.
+func New(cfg Config) (*Collector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Collector{cfg: cfg, log: cfg.Logger, reg: newRegistry()}
+	c.hostS.root = cfg.ProcRoot
+	c.m = newCollectorMetrics(c)
+	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, func(n int) {
+		c.m.dropped.Add(n)
+		c.log.Warn("spool over its bound: oldest records dropped", "records", n, "spool_max_bytes", cfg.SpoolMaxBytes)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("spool-dir: %w", err)
+	}
+	c.spool = sp
+	c.seq.Store(sp.nextSeq() - 1)
+	c.queue = newQueue(sp, cfg.MemBatches, func(b *batch, err error) {
+		c.m.dropped.Add(b.N)
+		c.log.Error("spool write failed: batch dropped", "records", b.N, "err", err)
+	})
+	c.batch = &batcher{maxRecords: cfg.BatchMaxRecords, maxBytes: 8 << 20, maxAge: cfg.BatchMaxAge,
+		out: c.queue.push, seq: func() uint64 { return c.seq.Add(1) }}
+	c.dead = &deadLetter{path: filepath.Join(cfg.SpoolDir, "dead-letter.ndjson")}
+	if cfg.Server != "" {
+		c.fwd = &forwarder{url: strings.TrimRight(cfg.Server, "/") + "/api/v1/ingest", token: cfg.Token, client: cfg.HTTPClient}
+	}
+	if cfg.NVML != nil {
+		if err := cfg.NVML.Init(); err != nil {
+			c.log.Warn("GPU sampling is off", "reason", err.Error())
+		} else {
+			c.gpu = gpuSampler{lib: cfg.NVML, devs: cfg.NVML.Devices()}
+			c.m.gpuUp.Store(true)
+			c.log.Info("GPU sampling on", "gpus", len(c.gpu.devs))
+		}
+	} else {
+		c.log.Warn("GPU sampling is off", "reason", "no NVML library configured")
+	}
+	if sp.len() > 0 {
+		c.log.Info("spool holds batches from before: replaying them first", "batches", sp.len(), "bytes", sp.size())
+	}
+	return c, nil
+}
+
+func (c *Collector) now() time.Time { return c.cfg.Now() }
+
+func (c *Collector) queueDepth() int {
+	return c.batch.pending() + c.queue.memRecords()
+}
+
+// enqueue adds one JSON record to the outgoing batches; without a server
+// there is nowhere to send it.
+func (c *Collector) enqueue(rec []byte, now time.Time) {
+	if c.fwd == nil {
+		return
+	}
+	c.batch.add(rec, now)
+}
+
+// SampleOnce samples the GPUs and the host once, updates /metrics and
+// queues the records.
+func (c *Collector) SampleOnce() {
+	now := c.now()
+	procs := c.reg.list()
+	var gpus []gpuState
+	if c.m.gpuUp.Load() {
+		var err error
+		gpus, err = c.gpu.sample(now, c.cfg.HostName, c.reg)
+		if err != nil {
+			c.gpuErrOnce.Do(func() { c.log.Warn("GPU read failed", "err", err) })
+		}
+	}
+	host, err := c.hostS.sample(now, c.cfg.HostName, procs)
+	if err != nil {
+		c.hostErrOnce.Do(func() { c.log.Warn("host sampling failed", "err", err) })
+	}
+	c.m.hostUp.Store(err == nil)
+	for _, p := range host.procs {
+		if p.gone {
+			c.reg.forget(p.p.PID)
+			c.log.Info("training process exited", "pid", p.p.PID, "run_id", p.p.RunID, "rank", p.p.Rank)
+		}
+	}
+	c.snapMu.Lock()
+	c.gpus, c.host = gpus, &host
+	c.snapMu.Unlock()
+	for i := range gpus {
+		if b, err := json.Marshal(&gpus[i].rec); err == nil {
+			c.enqueue(b, now)
+		}
+	}
+	if err == nil || host.rec.MemTotalBytes != nil || host.rec.CPUUtilPct != nil {
+		if b, err := json.Marshal(&host.rec); err == nil {
+			c.enqueue(b, now)
+		}
+	}
+}
+
+// Run serves the hook receiver and /metrics, samples every Interval and
+// forwards until ctx is done; then it flushes what is queued to the server
+// or to the spool and returns.
+func (c *Collector) Run(ctx context.Context) error {
+	hookLn, err := listen(c.cfg.HookListen)
+	if err != nil {
+		return fmt.Errorf("hook-listen: %w", err)
+	}
+	hookSrv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	var servers []*http.Server
+	servers = append(servers, hookSrv)
+	errc := make(chan error, 2)
+	go func() { errc <- hookSrv.Serve(hookLn) }()
+	c.log.Info("hook receiver listening", "addr", c.cfg.HookListen)
+	if c.cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", c.cfg.MetricsListen)
+		if err != nil {
+			hookSrv.Close()
+			return fmt.Errorf("metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+			c.WriteMetrics(w)
+		})
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, msrv)
+		go func() { errc <- msrv.Serve(mln) }()
+		c.log.Info("metrics listening", "addr", c.cfg.MetricsListen)
+	}
+	if c.fwd == nil {
+		c.log.Warn("no server configured: records are sampled and shown on /metrics but not forwarded")
+	}
+
+	fwdCtx, stopFwd := context.WithCancel(context.Background())
+	fwdDone := make(chan struct{})
+	go func() {
+		defer close(fwdDone)
+		if c.fwd != nil {
+			c.forwardLoop(fwdCtx)
+		}
+	}()
+
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	batchTick := time.NewTicker(min(c.cfg.BatchMaxAge, 250*time.Millisecond))
+	defer batchTick.Stop()
+	c.SampleOnce()
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			runErr = fmt.Errorf("listener: %w", err)
+			break loop
+		case <-tick.C:
+			c.SampleOnce()
+		case <-batchTick.C:
+			c.batch.tick(c.now(), false)
+		}
+	}
+	// Stop taking records, then hand every pending one to the queue.
+	sctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
+	defer cancel()
+	for _, s := range servers {
+		s.Shutdown(sctx)
+	}
+	c.batch.tick(c.now(), true)
+	stopFwd()
+	<-fwdDone
+	c.flush(sctx)
+	if c.cfg.NVML != nil && c.m.gpuUp.Load() {
+		c.cfg.NVML.Shutdown()
+	}
+	return runErr
+}
+
+// flush sends what waits in memory, once each, until the first failure or
+// the deadline; whatever is left goes to the spool for the next start.
+func (c *Collector) flush(ctx context.Context) {
+	if c.fwd != nil {
+		for ctx.Err() == nil && c.queue.memLen() > 0 {
+			b := c.queue.next()
+			if b == nil {
+				break
+			}
+			if err := c.sendOne(ctx, b); err != nil {
+				break
+			}
+		}
+	}
+	n := c.queue.memRecords()
+	c.queue.spill()
+	if n > 0 {
+		c.log.Info("queued records spooled for the next start", "records", n)
+	}
+}
+
+// forwardLoop sends the oldest batch until ctx is done, backing off while
+// the server fails.
+func (c *Collector) forwardLoop(ctx context.Context) {
+	attempt := 0
+	failing := false
+	for {
+		b := c.queue.next()
+		if b == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.queue.wake:
+			}
+			continue
+		}
+		err := c.sendOne(ctx, b)
+		if err == nil {
+			if failing {
+				c.log.Info("server reachable again: sending the spool", "spool_batches", c.spool.len())
+			}
+			attempt, failing = 0, false
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// Say it once per outage, not once per retry.
+		if !failing {
+			c.log.Warn("send failed: spooling and retrying with backoff", "records", b.N, "err", err)
+		} else {
+			c.log.Debug("send failed again", "records", b.N, "err", err)
+		}
+		failing = true
+		wait := backoff(attempt)
+		var se *sendError
+		if errors.As(err, &se) && se.retryAfter > 0 {
+			wait = se.retryAfter
+		}
+		attempt++
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sendOne sends b and settles it: acknowledged, dead-lettered, or (on a
+// retryable failure) left queued with memory spilled to the spool.
+func (c *Collector) sendOne(ctx context.Context, b *batch) error {
+	err := c.fwd.send(ctx, b)
+	if err == nil {
+		c.queue.done(b)
+		c.m.forwarded.Add(b.N)
+		c.m.lastSend.Store(c.now().UnixMilli())
+		return nil
+	}
+	var se *sendError
+	if errors.As(err, &se) && se.permanent {
+		if derr := c.dead.write(c.now(), b, se); derr != nil {
+			c.log.Error("server refused a batch and the dead-letter file could not be written", "records", b.N, "status", se.status, "message", se.msg, "err", derr)
+		} else {
+			c.log.Error("server refused a batch: written to the dead-letter file", "records", b.N, "status", se.status, "message", se.msg, "file", c.dead.path)
+		}
+		c.queue.done(b)
+		c.m.deadLettered.Add(b.N)
+		return nil
+	}
+	c.m.failed.Add(b.N)
+	c.m.sendErrors.Inc()
+	// While the server is away everything waits on disk, in order, so a
+	// crash or restart loses nothing.
+	c.queue.spill()
+	return err
+}
+
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		// A socket left by a previous run would make Listen fail.
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(path)
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}

@@ -1,0 +1,167 @@
+package collector
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// sendError is a failed send. Permanent ones (a 4xx other than 408 and
+// 429) are not retried: the batch goes to the dead-letter file.
+type sendError struct {
+	status     int
+	msg        string
+	permanent  bool
+	retryAfter time.Duration
+}
+
+func (e *sendError) Error() string {
+	if e.status == 0 {
+		return e.msg
+	}
+	return fmt.Sprintf("server answered %d: %s", e.status, e.msg)
+}
+
+// forwarder posts batches to the server's ingest endpoint.
+type forwarder struct {
+	url    string // …/api/v1/ingest
+	token  string
+	client *http.Client
+
+	gzMu sync.Mutex
+	gz   *gzip.Writer
+	buf  bytes.Buffer
+}
+
+func (f *forwarder) send(ctx context.Context, b *batch) error {
+	f.gzMu.Lock()
+	f.buf.Reset()
+	if f.gz == nil {
+		f.gz, _ = gzip.NewWriterLevel(&f.buf, gzip.BestSpeed)
+	} else {
+		f.gz.Reset(&f.buf)
+	}
+	f.gz.Write(b.Body)
+	f.gz.Close()
+	body := append([]byte(nil), f.buf.Bytes()...)
+	f.gzMu.Unlock()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, bytes.NewReader(body))
+	if err != nil {
+		return &sendError{msg: err.Error(), permanent: true}
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	req.Header.Set("Content-Encoding", "gzip")
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return &sendError{msg: err.Error()}
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	se := &sendError{status: resp.StatusCode, msg: serverMessage(msg)}
+	switch {
+	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			se.retryAfter = min(time.Duration(s)*time.Second, maxBackoff)
+		}
+	default:
+		se.permanent = true
+	}
+	return se
+}
+
+// serverMessage pulls the error message out of a JSON answer, or keeps
+// the text as it came.
+func serverMessage(b []byte) string {
+	var e struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &e) == nil {
+		if e.Error != "" {
+			return e.Error
+		}
+		if e.Message != "" {
+			return e.Message
+		}
+	}
+	return strings.TrimSpace(string(b))
+}
+
+const (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// backoff is exponential with full jitter in its upper half, so that many
+// collectors coming back after an outage do not retry in step.
+func backoff(attempt int) time.Duration {
+	d := minBackoff << min(attempt, 10)
+	if d > maxBackoff {
+		d = maxBackoff
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// deadLetter is an append-only file of batches the server refused, one
+// JSON object per line with the server's answer and the records.
+type deadLetter struct {
+	path string
+	mu   sync.Mutex
+}
+
+func (d *deadLetter) write(now time.Time, b *batch, se *sendError) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var recs []json.RawMessage
+	for _, line := range bytes.Split(bytes.TrimRight(b.Body, "\n"), []byte("\n")) {
+		if json.Valid(line) {
+			recs = append(recs, json.RawMessage(line))
+		} else {
+			s, _ := json.Marshal(string(line))
+			recs = append(recs, s)
+		}
+	}
+	entry, err := json.Marshal(struct {
+		Time    string            `json:"time"`
+		Status  int               `json:"status"`
+		Message string            `json:"message"`
+		Batch   uint64            `json:"batch"`
+		Records []json.RawMessage `json:"records"`
+	}{now.UTC().Format(time.RFC3339Nano), se.status, se.msg, b.Seq, recs})
+	if err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(d.path), 0o750); err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	f, err := os.OpenFile(d.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o640)
+	if err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	if _, err := f.Write(append(entry, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	return f.Close()
+}
+
+var errStopped = errors.New("collector stopped")

@@ -1,0 +1,57 @@
+package collector
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// announced is a training process that said who it is through the hook.
+type announced struct {
+	PID       int64
+	RunID     string
+	Rank      int
+	LocalRank int
+}
+
+// registry maps announced PIDs to their run and rank. GPU samples whose
+// process list holds such a PID are attributed to that run.
+type registry struct {
+	mu sync.Mutex
+	m  map[int64]announced
+}
+
+func newRegistry() *registry { return &registry{m: map[int64]announced{}} }
+
+func (r *registry) announce(p *api.Process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[p.PID] = announced{PID: p.PID, RunID: p.RunID, Rank: p.Rank, LocalRank: p.LocalRank}
+}
+
+func (r *registry) lookup(pid int64) (announced, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.m[pid]
+	return a, ok
+}
+
+// list returns the announced processes ordered by PID.
+func (r *registry) list() []announced {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]announced, 0, len(r.m))
+	for _, a := range r.m {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// forget drops a process that has exited.
+func (r *registry) forget(pid int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, pid)
+}

@@ -1,0 +1,166 @@
+package collector
+
+import (
+	"bytes"
+	"sync"
+	"time"
+)
+
+// batcher gathers records into batches, cut by record count, bytes or age.
+type batcher struct {
+	maxRecords int
+	maxBytes   int
+	maxAge     time.Duration
+	out        func(*batch)
+	seq        func() uint64
+
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	n     int
+	first time.Time
+}
+
+// add appends one JSON record (no newline) and cuts a batch when full.
+func (b *batcher) add(rec []byte, now time.Time) {
+	b.mu.Lock()
+	if b.n == 0 {
+		b.first = now
+	}
+	b.buf.Write(rec)
+	b.buf.WriteByte('\n')
+	b.n++
+	var cut *batch
+	if b.n >= b.maxRecords || b.buf.Len() >= b.maxBytes {
+		cut = b.cutLocked()
+	}
+	b.mu.Unlock()
+	if cut != nil {
+		b.out(cut)
+	}
+}
+
+// tick cuts the pending batch when it is older than maxAge, or at once
+// when force is set.
+func (b *batcher) tick(now time.Time, force bool) {
+	b.mu.Lock()
+	var cut *batch
+	if b.n > 0 && (force || now.Sub(b.first) >= b.maxAge) {
+		cut = b.cutLocked()
+	}
+	b.mu.Unlock()
+	if cut != nil {
+		b.out(cut)
+	}
+}
+
+func (b *batcher) cutLocked() *batch {
+	body := make([]byte, b.buf.Len())
+	copy(body, b.buf.Bytes())
+	bt := &batch{Seq: b.seq(), N: b.n, Body: body}
+	b.buf.Reset()
+	b.n = 0
+	return bt
+}
+
+func (b *batcher) pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
+
+// queue holds the batches waiting for the server: in memory while the
+// server keeps up, on disk otherwise. Invariant: while the spool holds
+// anything, memory holds nothing, so that the oldest batch is always the
+// spool's oldest or memory's first and batches go out in order.
+type queue struct {
+	spool  *spool
+	memMax int
+	wake   chan struct{}
+
+	mu  sync.Mutex
+	mem []*batch
+	// onSpoolErr is told about batches that could not be written to disk.
+	onSpoolErr func(*batch, error)
+}
+
+func newQueue(sp *spool, memMax int, onSpoolErr func(*batch, error)) *queue {
+	return &queue{spool: sp, memMax: memMax, wake: make(chan struct{}, 1), onSpoolErr: onSpoolErr}
+}
+
+func (q *queue) push(b *batch) {
+	q.mu.Lock()
+	if q.spool.len() > 0 || len(q.mem) >= q.memMax {
+		q.spillLocked()
+		q.spoolAdd(b)
+	} else {
+		q.mem = append(q.mem, b)
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next returns the oldest batch without removing it, or nil.
+func (q *queue) next() *batch {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.spool.len() > 0 {
+		return q.spool.oldest()
+	}
+	if len(q.mem) > 0 {
+		return q.mem[0]
+	}
+	return nil
+}
+
+// done removes b, wherever it now is.
+func (q *queue) done(b *batch) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, m := range q.mem {
+		if m.Seq == b.Seq {
+			q.mem = append(q.mem[:i], q.mem[i+1:]...)
+			return
+		}
+	}
+	q.spool.remove(b.Seq)
+}
+
+// spill moves every in-memory batch to the spool.
+func (q *queue) spill() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.spillLocked()
+}
+
+func (q *queue) spillLocked() {
+	for _, b := range q.mem {
+		q.spoolAdd(b)
+	}
+	q.mem = nil
+}
+
+func (q *queue) spoolAdd(b *batch) {
+	if err := q.spool.add(b); err != nil && q.onSpoolErr != nil {
+		q.onSpoolErr(b, err)
+	}
+}
+
+// memRecords counts the records held in memory.
+func (q *queue) memRecords() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, b := range q.mem {
+		n += b.N
+	}
+	return n
+}
+
+func (q *queue) memLen() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.mem)
+}
