@@ -10,15 +10,16 @@ import (
 
 // figure is one steady-state figure of the compare frame (the JSON names
 // of [api.CompareRow]) shown as a bar chart, as in the experiment report.
-type figure struct{ title, field, unit string }
+// display is the column's display name in the plugin's compare frame.
+type figure struct{ title, field, display, unit string }
 
 var compareFigures = []figure{
-	{"GPU memory peak", "gpu_mem_peak_mb", "decmbytes"},
-	{"GPU utilisation", "gpu_util_pct", "percent"},
-	{"CPU utilisation", "cpu_util_pct", "percent"},
-	{"Step time", "step_time_s", "s"},
-	{"Speed", "steps_per_s", "suffix: steps/s"},
-	{"Samples per second", "samples_per_s", "suffix: samples/s"},
+	{"GPU memory peak", "gpu_mem_peak_mb", "GPU mem peak", "decmbytes"},
+	{"GPU utilisation", "gpu_util_pct", "GPU util", "percent"},
+	{"CPU utilisation", "cpu_util_pct", "CPU util", "percent"},
+	{"Step time", "step_time_s", "Step time", "s"},
+	{"Speed", "steps_per_s", "Steps/s", "suffix: steps/s"},
+	{"Samples per second", "samples_per_s", "Samples/s", "suffix: samples/s"},
 }
 
 func compareQuery(runIDs []string, sweep string) api.PluginQuery {
@@ -42,9 +43,9 @@ func compareBars(f figure, pos dashboard.GridPos, q api.PluginQuery) *barchart.P
 		// every configuration and figure column.
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "filterFieldsByName",
-			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("name", f.field)}},
+			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("name", "Run", f.field, f.display)}},
 		}).
-		XField(fieldDisplay("name")).
+		XField("Run").
 		Orientation(common.VizOrientationAuto).
 		ShowValue(common.VisibilityModeAlways).
 		Stacking(common.StackingModeNone).
@@ -54,14 +55,6 @@ func compareBars(f figure, pos dashboard.GridPos, q api.PluginQuery) *barchart.P
 		FillOpacity(80).
 		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdPaletteClassic)).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{}))
-}
-
-// fieldDisplay is the display name the plugin gives a compare column.
-func fieldDisplay(jsonName string) string {
-	if jsonName == "name" {
-		return "Name"
-	}
-	return jsonName
 }
 
 // compareSection is a comparison table with its bar charts.
@@ -81,10 +74,10 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 		"Runs side by side: ZeRO stages, precision, pipeline vs data parallel, offload, larger models. Pick runs (or a sweep) and a baseline; each sweep gets its own section.",
 		"compare").
 		WithVariable(projectVar()).
-		WithVariable(queryVar(varSweep, "Sweep", api.PluginQuery{QueryType: QuerySweeps, Project: "$" + varProject}).
+		WithVariable(queryVar(varSweep, "Sweep", VariableQuery{Resource: "sweeps", Project: "$" + varProject}).
 			Multi(true).IncludeAll(true)).
 		WithVariable(runVar(true)).
-		WithVariable(queryVar(varBaseline, "Baseline", api.PluginQuery{QueryType: api.QueryRuns, Project: "$" + varProject}).
+		WithVariable(queryVar(varBaseline, "Baseline", VariableQuery{Resource: "runs", Project: "$" + varProject}).
 			Description("Run the others are compared against; figures show their change in percent."))
 
 	y := uint32(0)
@@ -101,6 +94,3 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 	d, err := b.Build()
 	return d, nil, err
 }
-
-// QuerySweeps is the variable query listing the sweeps of a project.
-const QuerySweeps = api.QueryRuns

@@ -17,8 +17,6 @@ import (
 
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
-
-	"github.com/deepseed/deepseed/api"
 )
 
 // Stable dashboard UIDs: links, the home dashboard setting and bookmarks
@@ -135,49 +133,55 @@ const (
 	varRank     = "rank"
 )
 
-// variableQuery is the query object of a template variable: a plugin
-// query whose answer lists the variable's values.
-func variableQuery(refID string, q api.PluginQuery) dashboard.StringOrMap {
-	raw, err := json.Marshal(Query{PluginQuery: q, RefID: refID, Datasource: DatasourceRef()})
+// VariableQuery is the query of a template variable: one of the plugin's
+// variable resources (GET resources of the data source that answer
+// Grafana MetricFindValue lists, {text, value}) with its filters.
+type VariableQuery struct {
+	RefID    string `json:"refId"`
+	Resource string `json:"resource"` // projects, runs, sweeps, metrics, ranks, hosts
+	Project  string `json:"project,omitempty"`
+	Sweep    string `json:"sweep,omitempty"`
+	Tag      string `json:"tag,omitempty"`
+	Status   string `json:"status,omitempty"`
+	Run      string `json:"run,omitempty"`
+}
+
+// VariableResources lists the resources a [VariableQuery] may name.
+var VariableResources = []string{"projects", "runs", "sweeps", "metrics", "ranks", "hosts"}
+
+func queryVar(name, label string, q VariableQuery) *dashboard.QueryVariableBuilder {
+	q.RefID = "var-" + name
+	raw, err := json.Marshal(q)
 	if err != nil {
-		panic(err) // a PluginQuery always marshals
+		panic(err) // a VariableQuery always marshals
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
 		panic(err)
 	}
-	delete(m, "datasource")
-	return dashboard.StringOrMap{Map: m}
-}
-
-func queryVar(name, label string, q api.PluginQuery) *dashboard.QueryVariableBuilder {
 	return dashboard.NewQueryVariableBuilder(name).
 		Label(label).
 		Datasource(DatasourceRef()).
-		Query(variableQuery("var-"+name, q)).
+		Query(dashboard.StringOrMap{Map: m}).
 		Refresh(dashboard.VariableRefreshOnDashboardLoad).
 		Sort(dashboard.VariableSortDisabled)
 }
 
 // projectVar lists the projects that have runs.
 func projectVar() *dashboard.QueryVariableBuilder {
-	return queryVar(varProject, "Project", api.PluginQuery{QueryType: QueryProjects})
+	return queryVar(varProject, "Project", VariableQuery{Resource: "projects"})
 }
 
 // runVar lists the runs of $project, newest first; its value is the run id
 // and its text the run name.
 func runVar(multi bool) *dashboard.QueryVariableBuilder {
-	v := queryVar(varRun, "Run", api.PluginQuery{QueryType: api.QueryRuns, Project: "$" + varProject}).
+	v := queryVar(varRun, "Run", VariableQuery{Resource: "runs", Project: "$" + varProject}).
 		Refresh(dashboard.VariableRefreshOnTimeRangeChanged)
 	if multi {
 		v = v.Multi(true).IncludeAll(true).Label("Runs")
 	}
 	return v
 }
-
-// QueryProjects is the variable query listing projects. It is a runs
-// query whose frame the plugin answers with distinct project names.
-const QueryProjects = api.QueryRuns
 
 func newDashboard(uid, title, description string, tags ...string) *dashboard.DashboardBuilder {
 	return dashboard.NewDashboardBuilder(title).
@@ -206,8 +210,9 @@ func row(title string, y uint32) *dashboard.RowBuilder {
 	return dashboard.NewRowBuilder(title).GridPos(gridPos(0, y, 24, 1))
 }
 
-// fieldRegexp matches a frame field by its JSON name or by the same words
-// as a display name ("final_loss" or "Final loss").
+// fieldRegexp matches a frame field by any of names: its field name
+// ("final_loss") or its display name ("Final loss"). Grafana's field
+// matchers compare display names, which the plugin sets.
 func fieldRegexp(names ...string) string {
 	alts := make([]string, len(names))
 	for i, n := range names {

@@ -238,9 +238,11 @@ func TestVariables(t *testing.T) {
 			if v.Datasource == nil || v.Datasource.UID != dashboards.DatasourceUID {
 				t.Errorf("%s: variable %s: datasource %+v", uid, v.Name, v.Datasource)
 			}
-			var q api.PluginQuery
-			if err := json.Unmarshal(v.Query, &q); err != nil || q.QueryType == "" {
-				t.Errorf("%s: variable %s: query %s: %v", uid, v.Name, v.Query, err)
+			var q dashboards.VariableQuery
+			dec := json.NewDecoder(bytes.NewReader(v.Query))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&q); err != nil || !slices.Contains(dashboards.VariableResources, q.Resource) {
+				t.Errorf("%s: variable %s: query %s: resource %q, %v", uid, v.Name, v.Query, q.Resource, err)
 			}
 		}
 		for _, name := range []string{"project", "run"} {

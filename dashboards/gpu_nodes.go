@@ -54,7 +54,7 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		Refresh("30s").
 		WithVariable(projectVar()).
 		WithVariable(runVar(false)).
-		WithVariable(queryVar(varHost, "Host", api.PluginQuery{QueryType: QueryHosts}).
+		WithVariable(queryVar(varHost, "Host", VariableQuery{Resource: "hosts"}).
 			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
 
 	y := uint32(0)
@@ -112,6 +112,3 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 	d, err := b.Build()
 	return d, nil, err
 }
-
-// QueryHosts is the variable query listing hosts with GPU samples.
-const QueryHosts = api.QueryGPUs

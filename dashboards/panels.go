@@ -1,6 +1,8 @@
 package dashboards
 
 import (
+	"cmp"
+
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
@@ -23,11 +25,14 @@ func seriesQuery(rank string, metrics ...string) api.PluginQuery {
 	return q
 }
 
-// card is one summary card: a stat of one field of the run_summary frame.
+// card is one summary card: a stat of one field of the run_summary frame,
+// found by its field name or by its display name, which is the card's
+// title unless display says otherwise.
 type card struct {
 	title, field, unit string
 	decimals           float64
 	description        string
+	display            string
 }
 
 func statCard(c card, pos dashboard.GridPos, q api.PluginQuery) *stat.PanelBuilder {
@@ -40,7 +45,7 @@ func statCard(c card, pos dashboard.GridPos, q api.PluginQuery) *stat.PanelBuild
 		ReduceOptions(common.NewReduceDataOptionsBuilder().
 			Values(false).
 			Calcs([]string{"lastNotNull"}).
-			Fields(fieldRegexp(c.field))).
+			Fields(fieldRegexp(c.field, cmp.Or(c.display, c.title)))).
 		ColorMode(common.BigValueColorModeNone).
 		GraphMode(common.BigValueGraphModeNone).
 		TextMode(common.BigValueTextModeValue).

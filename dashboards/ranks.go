@@ -21,8 +21,8 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	y++
 	b = b.WithPanel(rankTable(gridPos(0, y, 24, 9)))
 	y += 9
-	b = b.WithPanel(rankBars("Median step time per rank", "median_step_ms", "ms", gridPos(0, y, 12, 8)))
-	b = b.WithPanel(rankBars("Wait on slower ranks", "wait_ms", "ms", gridPos(12, y, 12, 8)))
+	b = b.WithPanel(rankBars("Median step time per rank", "median_step_ms", "Median step", "ms", gridPos(0, y, 12, 8)))
+	b = b.WithPanel(rankBars("Wait on slower ranks", "wait_ms", "Waiting on others", "ms", gridPos(12, y, 12, 8)))
 	y += 8
 
 	b = b.WithRow(row("Per rank over time", y))
@@ -65,7 +65,7 @@ func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 }
 
 // rankBars is one figure of the ranks frame per rank.
-func rankBars(title, field, unit string, pos dashboard.GridPos) *barchart.PanelBuilder {
+func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barchart.PanelBuilder {
 	return barchart.NewPanelBuilder().
 		Title(title).
 		Datasource(DatasourceRef()).
@@ -73,16 +73,16 @@ func rankBars(title, field, unit string, pos dashboard.GridPos) *barchart.PanelB
 		WithTarget(target("A", ranksQuery())).
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "filterFieldsByName",
-			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank", field)}},
+			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank", "Rank", field, display)}},
 		}).
 		// Bar charts need a string x axis; ranks are numbers.
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id: "convertFieldType",
 			Options: map[string]any{"conversions": []any{map[string]any{
-				"targetField": "rank", "destinationType": "string",
+				"targetField": "Rank", "destinationType": "string",
 			}}},
 		}).
-		XField("rank").
+		XField("Rank").
 		ShowValue(common.VisibilityModeAuto).
 		Stacking(common.StackingModeNone).
 		Unit(unit).

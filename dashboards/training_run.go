@@ -14,24 +14,24 @@ import (
 // engineer checks first, in the run_summary frame's field names (the JSON
 // names of [api.RunSummary]).
 var summaryCards = []card{
-	{"Model", "model", "", -1, "Model name from the run's meta."},
-	{"Parameters", "param_count", "short", 0, "Parameter count."},
-	{"GPU", "gpu", "", -1, "GPU model of rank 0."},
-	{"ZeRO stage", "zero_stage", "none", 0, "DeepSpeed ZeRO stage (FSDP sharding shown as its ZeRO equivalent)."},
-	{"Precision", "precision", "", -1, "fp32, fp16 or bf16."},
-	{"Effective batch", "effective_batch", "none", 0, "micro batch × gradient accumulation × data-parallel ranks."},
-	{"Status", "status", "", -1, "running, finished, failed or killed."},
-	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record)."},
-	{"Steps", "last_step", "none", 0, "Highest step recorded."},
-	{"Final loss", "final_loss", "none", 4, "Training loss at the last step."},
-	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations."},
-	{"Final val F1", "final_val_f1", "none", 3, "F1 score of the last evaluation."},
-	{"Mean throughput", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second over the run."},
-	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation of rank 0."},
-	{"Peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank."},
-	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step."},
-	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow."},
-	{"World size", "world_size", "none", 0, "Number of ranks."},
+	{"Model", "model", "", -1, "Model name from the run's meta.", ""},
+	{"Parameters", "param_count", "short", 0, "Parameter count.", ""},
+	{"GPU", "gpu", "", -1, "GPU model of rank 0.", ""},
+	{"ZeRO stage", "zero_stage", "none", 0, "DeepSpeed ZeRO stage (FSDP sharding shown as its ZeRO equivalent).", ""},
+	{"Precision", "precision", "", -1, "fp32, fp16 or bf16.", ""},
+	{"Effective batch", "effective_batch", "none", 0, "micro batch × gradient accumulation × data-parallel ranks.", ""},
+	{"Status", "status", "", -1, "running, finished, failed or killed.", ""},
+	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record).", ""},
+	{"Steps", "last_step", "none", 0, "Highest step recorded.", "Last step"},
+	{"Final loss", "final_loss", "none", 4, "Training loss at the last step.", ""},
+	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations.", ""},
+	{"Final val F1", "final_val_f1", "percentunit", 1, "F1 score of the last evaluation.", ""},
+	{"Mean throughput", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second over the run.", ""},
+	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation of rank 0.", ""},
+	{"Peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank.", ""},
+	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step.", ""},
+	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", ""},
+	{"World size", "world_size", "none", 0, "Number of ranks.", ""},
 }
 
 func trainingRun() (dashboard.Dashboard, []Annotation, error) {
@@ -66,12 +66,23 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(timeSeries("Loss and evaluations",
 		"Training loss (line, with each bucket's min and max) and the evaluations: validation loss on the loss axis, accuracy and F1 on the right axis as dots.",
 		"none", gridPos(0, y, 12, 9), loss, evals).
-		OverrideByRegexp("/(^|[ _])(val|eval)[ _]?loss|^loss$/i", pointsOnly(6)).
-		OverrideByRegexp("/accuracy|f1/i", append(rightAxis("percentunit", prop("min", 0), prop("max", 1)), pointsOnly(6)...)).
-		OverrideByRegexp("/min|max/i", []dashboard.DynamicConfigValue{
-			prop("custom.lineWidth", 0), prop("custom.fillOpacity", 0), prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
+		// Evaluations (query B) are dots; accuracy and F1 get the right axis.
+		OverrideByQuery("B", pointsOnly(7)).
+		OverrideByRegexp("/accuracy|f1/i", rightAxis("percentunit", prop("min", 0), prop("max", 1))).
+		// The evals frame also carries the step and the training loss at
+		// each evaluation: the loss line already shows both.
+		OverrideByRegexp("/^(step|train loss at .*)$/i", []dashboard.DynamicConfigValue{
+			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": true, "viz": true}),
 		}).
-		OverrideByName("loss", []dashboard.DynamicConfigValue{prop("custom.drawStyle", "line"), prop("custom.showPoints", "never")}))
+		// Each bucket's min and max shade a band around the mean.
+		OverrideByName("loss max", []dashboard.DynamicConfigValue{
+			prop("custom.lineWidth", 0), prop("custom.fillBelowTo", "loss min"), prop("custom.fillOpacity", 20),
+			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
+		}).
+		OverrideByName("loss min", []dashboard.DynamicConfigValue{
+			prop("custom.lineWidth", 0), prop("custom.fillOpacity", 0),
+			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
+		}))
 	b = b.WithPanel(timeSeries("Throughput", "Samples per second of rank 0.", "suffix: samples/s",
 		gridPos(12, y, 12, 9), seriesQuery("0", "throughput_sps")).Min(0))
 	y += 9
@@ -112,15 +123,17 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		WithTarget(target("A", runQuery(api.QueryMemory))).
 		Orientation(common.VizOrientationHorizontal).
 		ShowValue(common.VisibilityModeAlways).
-		Stacking(common.StackingModeNone).
+		// One field per device (GPU, CPU, NVMe): stacked, each part is one
+		// bar coloured by where its state lives.
+		Stacking(common.StackingModeNormal).
 		Unit("bytes").
 		Min(0).
 		FillOpacity(80).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))
-	peak := card{"Measured peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank; compare with the predicted bars."}
+	peak := card{"Measured peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank; compare with the predicted bars.", "Peak GPU memory"}
 	b = b.WithPanel(statCard(peak, gridPos(18, y, 6, 5), runQuery(api.QueryRunSummary)).
 		ColorMode(common.BigValueColorModeValue))
-	skipped := card{"Overflow-skipped steps", "skipped_steps", "none", 0, "Steps the fp16 loss scaler skipped; each is an annotation on the charts."}
+	skipped := card{"Overflow-skipped steps", "skipped_steps", "none", 0, "Steps the fp16 loss scaler skipped; each is an annotation on the charts.", "Skipped steps"}
 	b = b.WithPanel(statCard(skipped, gridPos(18, y+5, 6, 5), runQuery(api.QueryRunSummary)))
 	y += 10
 
