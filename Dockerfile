@@ -27,7 +27,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/deepseed --create-home deepseed \
- && install -d -o deepseed -g deepseed /var/lib/deepseed/data
+ && install -d -o deepseed -g deepseed /var/lib/deepseed/data /var/lib/deepseed/spool
 COPY --from=build /out/deepseed /usr/local/bin/deepseed
 USER deepseed
 WORKDIR /var/lib/deepseed
