@@ -131,8 +131,15 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		}
 	}
 	maxPoints := func() {
-		if dq.MaxDataPoints > 0 {
-			p.Set("max_points", strconv.FormatInt(dq.MaxDataPoints, 10))
+		if n := min(dq.MaxDataPoints, maxPointsLimit); n > 0 {
+			p.Set("max_points", strconv.FormatInt(n, 10))
+		}
+	}
+	// Heatmaps and breakdowns are of one rank; "all" only means something
+	// to series, so elsewhere it falls back to the server's default rank.
+	oneRank := func() {
+		if q.Rank != "all" {
+			set("rank", q.Rank)
 		}
 	}
 	steps := func() {
@@ -186,12 +193,12 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 
 	case api.QueryHeatmap:
 		set("pass", q.Pass)
-		set("rank", q.Rank)
+		oneRank()
 		switch {
 		case q.MaxSteps > 0:
-			p.Set("max_steps", strconv.Itoa(q.MaxSteps))
+			p.Set("max_steps", strconv.Itoa(min(q.MaxSteps, maxPointsLimit)))
 		case dq.MaxDataPoints > 0:
-			p.Set("max_steps", strconv.FormatInt(dq.MaxDataPoints, 10))
+			p.Set("max_steps", strconv.FormatInt(min(dq.MaxDataPoints, maxPointsLimit), 10))
 		}
 		steps()
 		var r api.Heatmap
@@ -208,7 +215,7 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		return evalsFrames(q, r), nil
 
 	case api.QueryBreakdown:
-		set("rank", q.Rank)
+		oneRank()
 		steps()
 		var r api.Breakdown
 		if err := d.client.get(ctx, runPath(q.RunID, "breakdown"), p, &r); err != nil {
@@ -250,7 +257,6 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 
 	case api.QueryGPUs:
 		set("host", q.Host)
-		set("gpu", q.GPU)
 		set("run_id", q.RunID)
 		for _, m := range q.Metrics {
 			p.Add("metric", m)
@@ -260,6 +266,17 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		var r api.GPUResponse
 		if err := d.client.get(ctx, "/api/v1/gpus", p, &r); err != nil {
 			return nil, err
+		}
+		if q.GPU != "" {
+			// The service filters by host and run; one GPU of a host is
+			// picked here.
+			keep := r.Series[:0]
+			for _, s := range r.Series {
+				if strconv.Itoa(s.GPU) == q.GPU {
+					keep = append(keep, s)
+				}
+			}
+			r.Series = keep
 		}
 		return gpuFrames(r), nil
 
@@ -293,6 +310,9 @@ func compareRuns(q api.PluginQuery) []string {
 	}
 	return out
 }
+
+// maxPointsLimit is the most points the query service gives one series.
+const maxPointsLimit = 10000
 
 // listRunsPage is the page size of GET /runs; maxRuns bounds how many
 // runs a table or variable lists.

@@ -25,8 +25,10 @@ func (e *QueryError) Error() string {
 
 // stepMetrics are the step columns the query service serves as series;
 // user metrics are named metrics.NAME.
-var stepMetrics = []string{"loss", "lr", "grad_norm", "loss_scale", "throughput_sps", "step_ms", "forward_ms",
-	"backward_ms", "optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "samples", "tokens", "epoch", "skipped"}
+var stepMetrics = []string{"loss", "lr", "grad_norm", "loss_scale", "epoch", "samples", "tokens",
+	"throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms",
+	"optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
+	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "skipped"}
 
 // hasVariable reports whether s still holds a Grafana template variable
 // ($run, ${run}, [[run]]). Provisioned dashboards store queries before

@@ -1,0 +1,141 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+	"github.com/grafana/grafana-plugin-sdk-go/experimental"
+)
+
+// TestQueryData runs every query type through the gRPC harness against a
+// real server holding the fixture runs and compares the frames (types,
+// field names, units, values) with the golden files in testdata/.
+func TestQueryData(t *testing.T) {
+	base := startServer(t)
+	ingest(t, base, fixtureRecords())
+	tp := startPlugin(t)
+	pc := pluginContext("golden", base, readToken)
+
+	cases := []struct{ name, query string }{
+		{"runs", `{"queryType":"runs","project":"nlp"}`},
+		{"run_summary", `{"queryType":"run_summary","runId":"bert-z2"}`},
+		{"run_details", `{"queryType":"run_details","runId":"bert-z2"}`},
+		{"series_time", `{"queryType":"series","runId":"bert-z2","metrics":["loss","step_ms"]}`},
+		{"series_step_minmax", `{"queryType":"series","runId":"bert-z2","metrics":["step_ms"],"rank":"all","xAxis":"step","minMax":true}`},
+		{"series_user_metric", `{"queryType":"series","runId":"bert-z2","metrics":["metrics.tokens_seen"],"fromStep":5,"toStep":8}`},
+		{"heatmap_forward", `{"queryType":"heatmap","runId":"bert-z2","pass":"forward","maxSteps":5}`},
+		{"heatmap_backward_time", `{"queryType":"heatmap","runId":"bert-z2","pass":"backward","xAxis":"time","maxSteps":4}`},
+		{"evals", `{"queryType":"evals","runId":"bert-z2"}`},
+		{"breakdown", `{"queryType":"breakdown","runId":"bert-z2"}`},
+		{"memory", `{"queryType":"memory","runId":"bert-z2"}`},
+		{"compare", `{"queryType":"compare","runIds":["bert-z2","bert-z3"],"baseline":"bert-z2"}`},
+		{"compare_sweep", `{"queryType":"compare","sweep":"zero-sweep"}`},
+		{"ranks", `{"queryType":"ranks","runId":"bert-z2","stragglerPct":5}`},
+		{"gpus", `{"queryType":"gpus","host":"node-a","metrics":["util_pct"]}`},
+		{"gpus_one", `{"queryType":"gpus","host":"node-a","gpu":"1","metrics":["util_pct","power_w"]}`},
+		{"annotations", `{"queryType":"annotations","runId":"bert-z2"}`},
+	}
+	req := &backend.QueryDataRequest{PluginContext: pc}
+	for _, c := range cases {
+		req.Queries = append(req.Queries, backend.DataQuery{
+			RefID: c.name, QueryType: "", JSON: json.RawMessage(c.query), MaxDataPoints: 1000, Interval: time.Second,
+			TimeRange: backend.TimeRange{From: t0.Add(-time.Hour), To: t0.Add(time.Hour)},
+		})
+	}
+	resp, err := tp.Client.QueryData(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Responses) != len(cases) {
+		t.Fatalf("%d responses for %d queries", len(resp.Responses), len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dr := resp.Responses[c.name]
+			if dr.Error != nil {
+				t.Fatalf("query failed: %v", dr.Error)
+			}
+			experimental.CheckGoldenJSONResponse(t, "testdata", c.name+".golden", &dr, *update)
+		})
+	}
+
+	// What a user sees, beside the golden files: the NaN loss of the
+	// overflowed step arrives as NaN, heatmap rows are typed for the
+	// Heatmap panel, units are set.
+	loss := resp.Responses["series_time"].Frames[0]
+	if loss.Fields[1].Name != "loss" || loss.Meta.Type != data.FrameTypeTimeSeriesMulti {
+		t.Fatalf("loss frame: %s", frameSummary(loss))
+	}
+	sawNaN := false
+	for i := 0; i < loss.Rows(); i++ {
+		if v, _ := loss.Fields[1].ConcreteAt(i); math.IsNaN(v.(float64)) {
+			sawNaN = true
+		}
+	}
+	if !sawNaN {
+		t.Errorf("the NaN loss of step 7 did not come through")
+	}
+	if ms := resp.Responses["series_time"].Frames[1].Fields[1].Config.Unit; ms != "ms" {
+		t.Errorf("step_ms unit %q, want ms", ms)
+	}
+	hm := resp.Responses["heatmap_forward"].Frames[0]
+	if hm.Meta.Type != FrameTypeHeatmapRows || hm.Fields[0].Name != "step" || hm.Fields[1].Name != "embeddings" || hm.Fields[3].Name != "pooler" {
+		t.Errorf("heatmap frame: %s", frameSummary(hm))
+	}
+	ann := resp.Responses["annotations"].Frames[0]
+	if ann.Rows() == 0 || ann.Fields[0].Name != "time" {
+		t.Errorf("annotations frame: %s", frameSummary(ann))
+	}
+}
+
+func frameSummary(f *data.Frame) string {
+	var names []string
+	for _, fl := range f.Fields {
+		names = append(names, fl.Name+":"+fl.Type().String())
+	}
+	return f.Name + " [" + strings.Join(names, ", ") + "]"
+}
+
+// TestQueryDataErrors checks that a bad query fails alone, with a 4xx
+// that says what is wrong, while the other queries of the request run.
+func TestQueryDataErrors(t *testing.T) {
+	base := startServer(t)
+	ingest(t, base, fixtureRecords())
+	tp := startPlugin(t)
+	req := &backend.QueryDataRequest{PluginContext: pluginContext("errors", base, readToken), Queries: []backend.DataQuery{
+		{RefID: "good", JSON: json.RawMessage(`{"queryType":"runs"}`)},
+		{RefID: "type", JSON: json.RawMessage(`{"queryType":"bogus"}`)},
+		{RefID: "norun", JSON: json.RawMessage(`{"queryType":"series","metrics":["loss"]}`)},
+		{RefID: "metric", JSON: json.RawMessage(`{"queryType":"series","runId":"bert-z2","metrics":["nope"]}`)},
+		{RefID: "unknown_run", JSON: json.RawMessage(`{"queryType":"run_summary","runId":"no-such-run"}`)},
+		{RefID: "server_400", JSON: json.RawMessage(`{"queryType":"gpus","metrics":["not_a_gpu_metric"]}`)},
+	}}
+	resp, err := tp.Client.QueryData(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Responses["good"]; r.Error != nil || len(r.Frames) != 1 || r.Frames[0].Rows() != 2 {
+		t.Fatalf("good query: %v %v", r.Error, r.Frames)
+	}
+	for ref, want := range map[string]struct {
+		status backend.Status
+		msg    string
+	}{
+		"type":        {backend.StatusBadRequest, "queryType"},
+		"norun":       {backend.StatusBadRequest, "runId"},
+		"metric":      {backend.StatusBadRequest, `unknown metric "nope"`},
+		"unknown_run": {backend.StatusNotFound, "not found"},
+		"server_400":  {backend.StatusBadRequest, "metric"},
+	} {
+		r := resp.Responses[ref]
+		if r.Error == nil || r.Status != want.status || !strings.Contains(r.Error.Error(), want.msg) {
+			t.Errorf("%s: status %d error %v; want %d containing %q", ref, r.Status, r.Error, want.status, want.msg)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+)
+
+// TestCheckHealth is "Save & test": it passes with a read token and says
+// which check failed otherwise.
+func TestCheckHealth(t *testing.T) {
+	base := startServer(t)
+	tp := startPlugin(t)
+
+	// A port nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + l.Addr().String()
+	l.Close()
+
+	// A server that answers but is not ready (its database is gone).
+	notReady := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":"database unavailable"}`))
+	})}
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go notReady.Serve(nl)
+	t.Cleanup(func() { notReady.Close() })
+
+	cases := []struct {
+		name, url, token string
+		status           backend.HealthStatus
+		msg              string
+	}{
+		{"read token", base, readToken, backend.HealthStatusOk, "token accepted"},
+		{"ingest token", base, ingestToken, backend.HealthStatusOk, "token accepted"},
+		{"wrong token", base, "not-a-token", backend.HealthStatusError, "rejected the token"},
+		{"no token", base, "", backend.HealthStatusError, "requires a token"},
+		{"unreachable", down, readToken, backend.HealthStatusError, "unreachable"},
+		{"not ready", "http://" + nl.Addr().String(), readToken, backend.HealthStatusError, "not ready: deepseed server: 503: database unavailable"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := tp.Client.CheckHealth(context.Background(), &backend.CheckHealthRequest{
+				PluginContext: pluginContext("health-"+c.name, c.url, c.token),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != c.status || !strings.Contains(res.Message, c.msg) {
+				t.Fatalf("got %v %q; want %v containing %q", res.Status, res.Message, c.status, c.msg)
+			}
+			if c.token != "" && strings.Contains(res.Message, c.token) {
+				t.Fatalf("the message shows the token: %q", res.Message)
+			}
+		})
+	}
+}
+
+// sink collects what CallResource sends.
+type sink struct{ resp *backend.CallResourceResponse }
+
+func (s *sink) Send(r *backend.CallResourceResponse) error { s.resp = r; return nil }
+
+// TestCallResource fetches the lists behind the template variables.
+func TestCallResource(t *testing.T) {
+	base := startServer(t)
+	ingest(t, base, fixtureRecords())
+	tp := startPlugin(t)
+	pc := pluginContext("resources", base, readToken)
+
+	cases := []struct {
+		path   string
+		status int
+		want   string // the JSON answer, or a part of the error
+	}{
+		{"projects", 200, `[{"text":"nlp","value":"nlp"}]`},
+		{"runs?project=nlp", 200, `{"text":"BERT ZeRO-3","value":"bert-z3"}`},
+		{"runs?project=other", 200, `[]`},
+		{"runs?sweep=zero-sweep&tag=bert", 200, `"value":"bert-z2"`},
+		{"metrics?run=bert-z2", 200, `{"text":"metrics.tokens_seen","value":"metrics.tokens_seen"}`},
+		{"metrics", 200, `{"text":"loss","value":"loss"}`},
+		{"ranks?run=bert-z2", 200, `[{"text":"0","value":"0"},{"text":"1","value":"1"}]`},
+		{"ranks?run=nope", 404, "not found"},
+		{"ranks", 404, "ranks needs ?run="},
+		{"hosts?from=2024-03-01T11:00:00Z&to=2024-03-01T13:00:00Z", 200, `[{"text":"node-a","value":"node-a"}]`},
+		{"hosts?run=bert-z2", 200, `[{"text":"node-a","value":"node-a"}]`},
+		{"nothing", 404, "unknown resource"},
+	}
+	for _, c := range cases {
+		t.Run(c.path, func(t *testing.T) {
+			path, _, _ := strings.Cut(c.path, "?")
+			var s sink
+			err := tp.Client.CallResource(context.Background(), &backend.CallResourceRequest{
+				PluginContext: pc, Path: path, Method: http.MethodGet, URL: c.path,
+			}, &s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.resp == nil || s.resp.Status != c.status || !strings.Contains(string(s.resp.Body), c.want) {
+				t.Fatalf("got %+v; want %d containing %s", s.resp, c.status, c.want)
+			}
+			if c.status == 200 && !json.Valid(s.resp.Body) {
+				t.Fatalf("not JSON: %s", s.resp.Body)
+			}
+		})
+	}
+}

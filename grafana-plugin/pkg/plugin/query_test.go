@@ -1,0 +1,90 @@
+package plugin
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
+)
+
+func TestParseQuery(t *testing.T) {
+	good := []string{
+		`{"queryType":"runs"}`,
+		`{"queryType":"runs","project":"$project","refId":"A","datasource":{"type":"deepseed-telemetry-datasource","uid":"x"},"intervalMs":1000}`,
+		`{"queryType":"run_summary","runId":"$run"}`,
+		`{"queryType":"series","runId":"r","metrics":["loss","metrics.acc","$metric"],"rank":"all","xAxis":"step","minMax":true}`,
+		`{"queryType":"series","runId":"r","metrics":["step_ms"],"rank":"${rank}","fromStep":0,"toStep":10}`,
+		`{"queryType":"heatmap","runId":"r","pass":"backward","maxSteps":200}`,
+		`{"queryType":"compare","runIds":["$run"],"baseline":"a"}`,
+		`{"queryType":"compare","sweep":"s"}`,
+		`{"queryType":"gpus","host":"$host","gpu":"3","metrics":["util_pct"]}`,
+		`{"queryType":"ranks","runId":"r","stragglerPct":10}`,
+		`{"queryType":"annotations"}`,
+	}
+	for _, g := range good {
+		if _, err := ParseQuery(json.RawMessage(g)); err != nil {
+			t.Errorf("%s: %v", g, err)
+		}
+	}
+	bad := []struct{ query, field string }{
+		{``, ""},
+		{`[]`, ""},
+		{`{}`, "queryType"},
+		{`{"queryType":"loss"}`, "queryType"},
+		{`{"queryType":"series","runId":"r"}`, "metrics"},
+		{`{"queryType":"series","metrics":["loss"]}`, "runId"},
+		{`{"queryType":"series","runId":"r","metrics":["los"]}`, "metrics"},
+		{`{"queryType":"series","runId":"r","metrics":["metrics."]}`, "metrics"},
+		{`{"queryType":"series","runId":"r","metrics":["loss"],"rank":"-1"}`, "rank"},
+		{`{"queryType":"series","runId":"r","metrics":["loss"],"xAxis":"epoch"}`, "xAxis"},
+		{`{"queryType":"series","runId":"r","metrics":["loss"],"fromStep":5,"toStep":4}`, "toStep"},
+		{`{"queryType":"heatmap","runId":"r","pass":"sideways"}`, "pass"},
+		{`{"queryType":"heatmap","runId":"r","maxSteps":-1}`, "maxSteps"},
+		{`{"queryType":"compare"}`, "runIds"},
+		{`{"queryType":"gpus","gpu":"first"}`, "gpu"},
+		{`{"queryType":"ranks","runId":"r","stragglerPct":-3}`, "stragglerPct"},
+	}
+	for _, b := range bad {
+		_, err := ParseQuery(json.RawMessage(b.query))
+		var qe *QueryError
+		if err == nil || !asQueryError(err, &qe) || qe.Field != b.field {
+			t.Errorf("%s: want an error on %q, got %v", b.query, b.field, err)
+		}
+	}
+}
+
+func asQueryError(err error, qe **QueryError) bool {
+	e, ok := err.(*QueryError)
+	*qe = e
+	return ok
+}
+
+// TestStepMetricsMatchStore keeps the editor's metric list equal to what
+// the query service serves.
+func TestStepMetricsMatchStore(t *testing.T) {
+	want := append(slices.Clone(store.StepMetrics), "skipped")
+	got := slices.Clone(stepMetrics)
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("plugin metrics %v\nstore metrics %v", got, want)
+	}
+}
+
+func TestGrafanaUnit(t *testing.T) {
+	for in, want := range map[string]string{"": "none", "ms": "ms", "percent": "percent", "GB": "decgbytes",
+		"bytes": "bytes", "W": "watt", "celsius": "celsius", "MHz": "suffix: MHz", "bytes/s": "Bps", "furlongs": "suffix: furlongs"} {
+		if got := grafanaUnit(in); got != want {
+			t.Errorf("grafanaUnit(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := metricUnit("gpu_mem_used_gb", ""); got != "decgbytes" {
+		t.Errorf("metricUnit by name: %q", got)
+	}
+	if !strings.HasPrefix(api.QueryHeatmap, "heat") {
+		t.Fatal("query type constants changed")
+	}
+}
