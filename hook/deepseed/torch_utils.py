@@ -1,0 +1,156 @@
+"""Small torch helpers: values read from the device without synchronizing,
+and timers that are CUDA events on a GPU and host clocks elsewhere.
+Imported only by a caller that already uses torch."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class HostEvent:
+    """A CPU stand-in for torch.cuda.Event with the same three methods."""
+
+    __slots__ = ("t",)
+
+    def __init__(self):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1000.0
+
+
+class EventPool:
+    """Reuses timing events: creating one per measurement costs a driver
+    call each time."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self._free = []
+
+    def get(self):
+        if self._free:
+            return self._free.pop()
+        return torch.cuda.Event(enable_timing=True) if self.cuda else HostEvent()
+
+    def put(self, ev):
+        if ev is not None and len(self._free) < 4096:
+            self._free.append(ev)
+
+    def record(self):
+        ev = self.get()
+        ev.record()
+        return ev
+
+
+class LazyValues:
+    """Scalar tensors copied to pinned host memory without waiting: one
+    stack and one asynchronous copy for all device tensors, then
+    :meth:`ready` asks the device whether the copy is done."""
+
+    def __init__(self, tensors):
+        self._plain = {}
+        self._keys = []
+        self._host = None
+        self._ev = None
+        dev = []
+        for k, t in tensors.items():
+            try:
+                t = t.detach()
+                if t.numel() != 1:
+                    t = t.float().mean()
+                t = t.reshape(())
+                if t.is_cuda:
+                    self._keys.append(k)
+                    dev.append(t if t.dtype == torch.float32 else t.float())
+                else:
+                    self._plain[k] = t.item()
+            except Exception:
+                continue
+        if dev:
+            vals = torch.stack(dev) if len(dev) > 1 else dev[0].reshape(1)
+            self._host = torch.empty(len(dev), dtype=torch.float32, pin_memory=True)
+            self._host.copy_(vals, non_blocking=True)
+            self._ev = torch.cuda.Event()
+            self._ev.record()
+
+    def ready(self):
+        return self._ev is None or self._ev.query()
+
+    def values(self):
+        if self._ev is not None and not self._ev.query():
+            self._ev.synchronize()  # only reached when the run is closing
+        out = dict(self._plain)
+        if self._host is not None:
+            out.update(zip(self._keys, self._host.tolist()))
+        return out
+
+
+def fused_grad_norm(params):
+    """The global L2 norm of the gradients of params as a device tensor:
+    one multi-tensor norm per dtype, no host round trip."""
+    groups = {}
+    for p in params:
+        g = p.grad
+        if g is not None:
+            if g.is_sparse:
+                g = g.coalesce()._values()
+            groups.setdefault((g.device, g.dtype), []).append(g)
+    if not groups:
+        return None
+    totals = []
+    for gs in groups.values():
+        norms = torch._foreach_norm(gs)
+        totals.append(torch.linalg.vector_norm(torch.stack(norms)).float())
+    if len(totals) == 1:
+        return totals[0]
+    return torch.linalg.vector_norm(torch.stack([t.to(totals[0].device) for t in totals]))
+
+
+def iter_tensors(obj, depth=0):
+    """Tensors inside an output: a tensor, tuple/list, dict, or a dataclass
+    such as a Hugging Face ModelOutput."""
+    if depth > 3:
+        return
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from iter_tensors(o, depth + 1)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from iter_tensors(o, depth + 1)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for k in obj.__dataclass_fields__:
+            yield from iter_tensors(getattr(obj, k, None), depth + 1)
+
+
+def first_grad_tensor(obj):
+    for t in iter_tensors(obj):
+        if t.requires_grad and t.grad_fn is not None:
+            return t
+    return None
+
+
+def output_loss(out):
+    """The loss inside a forward output, when the model computes it."""
+    loss = None
+    if isinstance(out, torch.Tensor):
+        loss = out if out.dim() == 0 else None
+    elif isinstance(out, dict):
+        loss = out.get("loss")
+    else:
+        loss = getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss
+    return None
