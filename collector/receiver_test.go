@@ -1,0 +1,85 @@
+package collector_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"strings"
+	"testing"
+
+	"github.com/deepseed/deepseed/collector"
+)
+
+func gz(s string) string {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write([]byte(s))
+	w.Close()
+	return b.String()
+}
+
+// TestReceiverRejectsBadInput: bad hook requests get a clear 4xx and
+// queue nothing.
+func TestReceiverRejectsBadInput(t *testing.T) {
+	c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: t.TempDir(), HostName: "h", ProcRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bomb := gz(strings.Repeat(" ", 33<<20))
+	cases := []struct {
+		name, method, path, enc, body string
+		status                        int
+		msg                           string
+	}{
+		{"malformed json", "POST", "/api/v1/ingest", "", `{"kind":"step",`, 400, "malformed JSON"},
+		{"missing field", "POST", "/api/v1/ingest", "", `{"kind":"step","rank":0,"step":1}`, 400, "field run_id"},
+		{"unknown kind", "POST", "/api/v1/ingest", "", `{"kind":"nope","run_id":"r"}`, 400, "kind"},
+		{"second line bad", "POST", "/api/v1/ingest", "", "{\"kind\":\"step\",\"run_id\":\"r\",\"rank\":0,\"step\":1}\n{\"kind\":\"step\",\"run_id\":\"r\",\"rank\":-1,\"step\":2}", 400, "line 2"},
+		{"bad pid", "POST", "/api/v1/ingest", "", `{"kind":"process","run_id":"r","rank":0,"local_rank":0,"pid":0}`, 400, "pid"},
+		{"empty", "POST", "/api/v1/ingest", "", "", 400, "no records"},
+		{"bad gzip", "POST", "/api/v1/ingest", "gzip", "not gzip", 400, "gzip"},
+		{"unknown encoding", "POST", "/api/v1/ingest", "br", "x", 415, "Content-Encoding"},
+		{"too large", "POST", "/api/v1/ingest", "gzip", bomb, 413, "larger than"},
+		{"wrong method", "GET", "/api/v1/ingest", "", "", 405, "POST"},
+		{"wrong path", "POST", "/ingest", "", "{}", 404, "/api/v1/ingest"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := post(t, c, tc.method, tc.path, tc.enc, tc.body)
+			if code != tc.status || !strings.Contains(body, tc.msg) {
+				t.Errorf("got %d %s, want %d mentioning %q", code, body, tc.status, tc.msg)
+			}
+		})
+	}
+	var buf bytes.Buffer
+	c.WriteMetrics(&buf)
+	for _, want := range []string{"deepseed_collector_queue_records 0\n", "deepseed_collector_hook_records_received_total 0\n"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("bad input changed the queue: /metrics lacks %q", want)
+		}
+	}
+}
+
+// TestReceiverAcceptsArrayNDJSONAndGzip: the three body forms the server
+// takes are taken here too and queued record by record.
+func TestReceiverAcceptsArrayNDJSONAndGzip(t *testing.T) {
+	c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: t.TempDir(), HostName: "h", ProcRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := `{"kind":"step","run_id":"r","rank":0,"step":1,"loss":NaN}`
+	for _, tc := range []struct{ enc, body string }{
+		{"", step + "\n\n" + step + "\n"},
+		{"", "[" + step + ",\n " + step + "]"},
+		{"gzip", gz(step + "\n" + step)},
+	} {
+		code, body := post(t, c, "POST", "/api/v1/ingest", tc.enc, tc.body)
+		if code != 200 || !strings.Contains(body, `"accepted":2`) {
+			t.Errorf("got %d %s, want 200 accepting 2", code, body)
+		}
+	}
+	var buf bytes.Buffer
+	c.WriteMetrics(&buf)
+	if !strings.Contains(buf.String(), "deepseed_collector_queue_records 6\n") {
+		t.Errorf("want 6 queued records:\n%s", buf.String())
+	}
+}
