@@ -575,11 +575,23 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 	if len(stmts) == 0 {
 		return written, nil
 	}
+	// The temporary tables have no statistics, and with a guess the
+	// planner may hash the whole of steps or layer_times to join a few
+	// hundred rows. Probing the unique indexes row by row is what a batch
+	// wants whatever the tables' size; SET LOCAL ends with the transaction.
 	q := &pgx.Batch{}
+	q.Queue(`SET LOCAL enable_hashjoin = off`)
+	q.Queue(`SET LOCAL enable_mergejoin = off`)
 	for _, s := range stmts {
 		q.Queue(s.sql)
 	}
 	br := tx.SendBatch(ctx, q)
+	for i := 0; i < 2; i++ {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("store: write batch: plan settings: %w", err)
+		}
+	}
 	for _, s := range stmts {
 		if s.count {
 			var n int64
@@ -786,4 +798,40 @@ func (s *Store) RunStartedAt(ctx context.Context, runID string) (time.Time, bool
 		return time.Time{}, false, nil
 	}
 	return t.UTC(), true, nil
+}
+
+// CopyRaw writes steps, layers and evals straight into their tables with
+// COPY, in one transaction: no temporary tables, no dedupe, no run
+// bookkeeping. It is the baseline the ingest benchmark compares the real
+// write path with; a run's layers must all list the same names in the same
+// order. Use it on scratch runs only: it stores a retried batch twice.
+func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
+	b := newBatchPlan(recs, api.Now())
+	b.layerNames = map[string][]string{}
+	b.layerIdx = map[string]map[string][]int{}
+	for _, l := range b.layers {
+		if _, ok := b.layerNames[l.RunID]; !ok {
+			b.layerNames[l.RunID] = l.Names
+			pos := map[string][]int{}
+			for i, n := range l.Names {
+				pos[n] = append(pos[n], i)
+			}
+			b.layerIdx[l.RunID] = pos
+		}
+	}
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		for _, t := range b.tables() {
+			switch t.kind {
+			case api.KindStep, api.KindLayers, api.KindEval:
+			default:
+				continue
+			}
+			buf := make([]any, 0, len(t.cols))
+			src := pgx.CopyFromSlice(t.n, func(i int) ([]any, error) { return t.row(i, buf[:0]), nil })
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.target}, t.cols, src); err != nil {
+				return fmt.Errorf("store: raw copy %s: %w", t.target, err)
+			}
+		}
+		return nil
+	})
 }

@@ -1,0 +1,122 @@
+package ingest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// Load is a synthetic training run shaped like the seed's: every step
+// brings one step and one layers record per rank, and an evaluation
+// follows every EvalEvery steps. Load tests and benchmarks post it.
+type Load struct {
+	RunID     string
+	Ranks     int // 16 in the benchmarks
+	Layers    int // 26: embeddings, encoder.0..23, classifier
+	EvalEvery int // 200
+	Start     time.Time
+}
+
+// LayerNames returns the run's layer names in model order.
+func (l Load) LayerNames() []string {
+	names := make([]string, l.Layers)
+	for i := range names {
+		switch {
+		case i == 0:
+			names[i] = "embeddings"
+		case i == l.Layers-1:
+			names[i] = "classifier"
+		default:
+			names[i] = fmt.Sprintf("encoder.%d", i-1)
+		}
+	}
+	return names
+}
+
+// Records returns the records of steps [from, from+n).
+func (l Load) Records(from, n int64) []api.Record {
+	names := l.LayerNames()
+	recs := make([]api.Record, 0, n*int64(2*l.Ranks)+n/int64(max(l.EvalEvery, 1))+1)
+	for s := from; s < from+n; s++ {
+		step := s
+		t := api.T(l.Start.Add(time.Duration(s) * 550 * time.Millisecond))
+		loss := 0.7*math.Exp(-float64(s)/1500) + 0.25
+		for r := 0; r < l.Ranks; r++ {
+			jitter := float64((int(s)*31+r*17)%100) / 1000
+			recs = append(recs, api.Record{Step: &api.Step{Kind: api.KindStep, RunID: l.RunID, Rank: r, Step: &step, Time: t,
+				Epoch: api.F(float64(s) / 1563), Loss: api.F(loss + jitter/10), LR: api.F(2e-5), GradNorm: api.F(0.6 + jitter),
+				LossScale: api.F(65536), Samples: api.Ptr(s * 16), ThroughputSPS: api.F(23.5 + jitter), StepMS: api.F(172 + jitter),
+				ForwardMS: api.F(48 + jitter), BackwardMS: api.F(92 + jitter), OptimizerMS: api.F(28 + jitter), CommMS: api.F(3.1),
+				DataMS: api.F(4.2), GPUUtilPct: api.F(96), GPUMemUsedGB: api.F(10.5 + jitter)}})
+			fwd := make([]api.Float, len(names))
+			bwd := make([]api.Float, len(names))
+			for i := range names {
+				fwd[i] = api.Float(1.8 + float64(i%7)/10 + jitter)
+				bwd[i] = fwd[i] * 1.9
+			}
+			recs = append(recs, api.Record{Layers: &api.Layers{Kind: api.KindLayers, RunID: l.RunID, Rank: r, Step: &step,
+				Time: t, Names: names, ForwardMS: fwd, BackwardMS: bwd}})
+		}
+		if l.EvalEvery > 0 && s%int64(l.EvalEvery) == 0 {
+			recs = append(recs, api.Record{Eval: &api.Eval{Kind: api.KindEval, RunID: l.RunID, Step: &step, Time: t,
+				Split: "val", Loss: api.F(loss - 0.05), Accuracy: api.F(0.5 + 0.4*(1-math.Exp(-float64(s)/2000))), F1: api.F(0.8)}})
+		}
+	}
+	return recs
+}
+
+// EncodeNDJSON writes records as NDJSON, gzipped when zip is set, as the
+// collector sends them.
+func EncodeNDJSON(recs []api.Record, zip bool) ([]byte, error) {
+	var buf bytes.Buffer
+	var enc *json.Encoder
+	var zw *gzip.Writer
+	if zip {
+		zw = gzip.NewWriter(&buf)
+		enc = json.NewEncoder(zw)
+	} else {
+		enc = json.NewEncoder(&buf)
+	}
+	for _, r := range recs {
+		if err := enc.Encode(recordValue(r)); err != nil {
+			return nil, fmt.Errorf("encode %s record: %w", r.Kind(), err)
+		}
+	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+func recordValue(r api.Record) any {
+	switch {
+	case r.Run != nil:
+		return r.Run
+	case r.Step != nil:
+		return r.Step
+	case r.Layers != nil:
+		return r.Layers
+	case r.Eval != nil:
+		return r.Eval
+	case r.GPU != nil:
+		return r.GPU
+	case r.Host != nil:
+		return r.Host
+	case r.Memory != nil:
+		return r.Memory
+	case r.Event != nil:
+		return r.Event
+	case r.End != nil:
+		return r.End
+	case r.Process != nil:
+		return r.Process
+	}
+	return nil
+}
