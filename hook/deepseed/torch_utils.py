@@ -99,6 +99,14 @@ class LazyValues:
 def fused_grad_norm(params):
     """The global L2 norm of the gradients of params as a device tensor:
     one multi-tensor norm per dtype, no host round trip."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return None
+    try:
+        # The common case: one dtype, dense gradients: three launches.
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).float()
+    except Exception:
+        pass
     groups = {}
     for p in params:
         g = p.grad

@@ -454,11 +454,13 @@ class Watcher:
             if cur is None:
                 return
             self._end_open_backward(cur)
-            cur.opt = [self.pool.record(), None]
+            # The norm's kernels go before the optimizer's start event so
+            # that optimizer time is the optimizer's alone.
             if self.adapter is None and self.grad_norm != "off" and not self.user_grad_norm:
                 gn = fused_grad_norm(self.params)
                 if gn is not None:
                     cur.extra["grad_norm"] = gn
+            cur.opt = [self.pool.record(), None]
         except Exception as e:
             self.run._warn_once("optpre", "deepseed: optimizer hook: %s", e)
 

@@ -101,20 +101,11 @@ def measure(variant, model, opt, data, steps, warmup, url):
     return steps / dt, info
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench.json")
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--warmup", type=int, default=6)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--seq", type=int, default=256)
-    a = ap.parse_args()
-    cap = Capture()
+def bench_config(a, batch, seq, url):
     model, opt = bert_large()
-    data = batches(8, a.batch, a.seq)
+    data = batches(8, batch, seq)
     variants = ["no_hook", "hook_default", "hook_no_grad_norm", "hook_layers_every_step", "seed_logger"]
-    for _ in range(10):  # warm the GPU, allocator and kernels once
+    for _ in range(8):  # warm the GPU, allocator and kernels once
         step_fn(model, opt, data[0])
     torch.cuda.synchronize()
     results = {v: [] for v in variants}
@@ -122,25 +113,49 @@ def main():
     for rep in range(a.repeats):
         order = variants[rep % len(variants):] + variants[:rep % len(variants)]
         for v in order:
-            sps, info = measure(v, model, opt, data, a.steps, a.warmup, cap.url)
+            sps, info = measure(v, model, opt, data, a.steps, a.warmup, url)
             results[v].append(sps)
             infos[v] = info
-        print("repeat %d: %s" % (rep, {v: round(results[v][-1], 3) for v in variants}), flush=True)
+        print("%dx%d repeat %d: %s" % (batch, seq, rep, {v: round(results[v][-1], 3) for v in variants}),
+              flush=True)
     base = statistics.median(results["no_hook"])
     table = []
     for v in variants:
         med = statistics.median(results[v])
         table.append({"variant": v, "steps_per_s_median": med, "all": results[v],
                       "slowdown_pct": (base - med) / base * 100.0, "info": infos.get(v)})
-    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": a.batch, "seq": a.seq,
-           "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats, "table": table,
-           "records_received": len(cap.records())}
+    del model, opt, data
+    torch.cuda.empty_cache()
+    return table
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench.json")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=6)
+    ap.add_argument("--configs", default="64x512,32x256", help="batch x sequence length, comma separated")
+    a = ap.parse_args()
+    cap = Capture()
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "steps": a.steps,
+           "warmup": a.warmup, "repeats": a.repeats, "configs": {}}
+    for cfg in a.configs.split(","):
+        batch, seq = (int(x) for x in cfg.split("x"))
+        out["configs"][cfg] = bench_config(a, batch, seq, cap.url)
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    out["records_received"] = len(cap.records())
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
-    print("\n| variant | steps/s (median of %d) | slower than no hook |" % a.repeats)
-    print("|---|---|---|")
-    for r in table:
-        print("| %s | %.3f | %+.2f %% |" % (r["variant"], r["steps_per_s_median"], r["slowdown_pct"]))
+    for cfg, table in out["configs"].items():
+        print("\nbatch x seq %s, %d steps per measurement, median of %d interleaved repeats" % (cfg, a.steps,
+                                                                                               a.repeats))
+        print("| variant | steps/s | slower than no hook | spread (min-max steps/s) |")
+        print("|---|---|---|---|")
+        for r in table:
+            print("| %s | %.3f | %+.2f %% | %.2f-%.2f |" % (r["variant"], r["steps_per_s_median"], r["slowdown_pct"],
+                                                          min(r["all"]), max(r["all"])))
     cap.close()
 
 

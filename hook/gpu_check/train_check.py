@@ -178,7 +178,8 @@ def main():
     m = mem[-1] if mem else {}
     pred = m.get("parameters_bytes", 0) + m.get("gradients_bytes", 0) + m.get("optimizer_bytes", 0)
     check("memory record: BERT-large parameter count and model state vs measured",
-          runs and runs[-1]["meta"].get("params") == BERT_LARGE_PARAMS and state_bytes
+          runs and abs(runs[-1]["meta"].get("params", 0) - BERT_LARGE_PARAMS) <= 1e-4 * BERT_LARGE_PARAMS
+          and state_bytes
           and abs(pred - state_bytes) <= 0.1 * state_bytes,
           {"meta_params": runs[-1]["meta"].get("params") if runs else None, "memory": m,
            "predicted_gb": pred / 1e9, "measured_allocated_gb": (state_bytes or 0) / 1e9})
