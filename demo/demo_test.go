@@ -1,0 +1,167 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/demo"
+	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/query"
+	"github.com/deepseed/deepseed/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+// roundsTo reports whether got, rounded as the report printed want (to
+// want's decimals), equals want.
+func roundsTo(got float64, want float64, decimals int) bool {
+	k := math.Pow(10, float64(decimals))
+	return math.Abs(math.Round(got*k)/k-want) < 0.5/k
+}
+
+func decimals(v float64) int {
+	s := fmt.Sprintf("%v", v)
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		return len(s) - i - 1
+	}
+	return 0
+}
+
+func get(t *testing.T, url string, out any) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(res.Body)
+		t.Fatalf("GET %s: %d %s", url, res.StatusCode, b.String())
+	}
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The demo, loaded through the real ingest API, reproduces the report's
+// tables through /compare, and loading it again stores nothing new.
+func TestDemoReproducesReportTables(t *testing.T) {
+	s := storetest.NewStore(t)
+	e := echo.New()
+	g := e.Group("/api/v1")
+	ingest.New(s, ingest.Options{}).Register(g)
+	query.New(s, query.Options{}).Register(g)
+	// The first batch is refused once with 503: the loader must retry it.
+	var refused atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && refused.CompareAndSwap(false, true) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":"database unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		e.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	ctx := context.Background()
+	var progress bytes.Buffer
+	res, err := demo.Load(ctx, demo.Options{Server: srv.URL, Progress: &progress})
+	if err != nil {
+		t.Fatalf("load: %v\n%s", err, progress.String())
+	}
+	if res.Runs != len(demo.Runs()) || res.Accepted == 0 || !strings.Contains(progress.String(), "retrying") {
+		t.Fatalf("load: %+v\n%s", res, progress.String())
+	}
+
+	for _, tb := range demo.Tables() {
+		var cmp api.CompareResponse
+		get(t, srv.URL+"/api/v1/compare?sweep="+tb.Sweep, &cmp)
+		if len(cmp.Rows) != len(tb.Rows) {
+			t.Fatalf("table %d: %d rows, want %d", tb.Number, len(cmp.Rows), len(tb.Rows))
+		}
+		for i, want := range tb.Rows {
+			row := cmp.Rows[i]
+			if row.RunID != want.RunID {
+				t.Fatalf("table %d row %d: run %s, want %s", tb.Number, i, row.RunID, want.RunID)
+			}
+			for _, f := range []struct {
+				name string
+				got  *api.Float
+				want float64
+			}{
+				{"gpu_mem_mean_mb", row.GPUMemMeanMB, want.GPUMemMB},
+				{"gpu_util_pct", row.GPUUtilPct, want.GPUUtilPct},
+				{"cpu_util_pct", row.CPUUtilPct, want.CPUUtilPct},
+				{"step_time_s", row.StepTimeS, want.StepTimeS},
+				{"steps_per_s", row.StepsPerS, want.StepsPerSec},
+			} {
+				if tb.Number == 10 && f.name == "steps_per_s" {
+					continue // the report gives an estimated time instead
+				}
+				if f.got == nil || !roundsTo(float64(*f.got), f.want, decimals(f.want)) {
+					t.Errorf("table %d %s %s = %v, want %v", tb.Number, want.Label, f.name, f.got, f.want)
+				}
+			}
+		}
+	}
+
+	var list api.RunList
+	get(t, srv.URL+"/api/v1/runs?tag=simulated&limit=100", &list)
+	if list.Total != len(demo.Runs()) {
+		t.Fatalf("simulated runs: %d", list.Total)
+	}
+	var bert api.RunDetail
+	get(t, srv.URL+"/api/v1/runs/demo-bert-large-zero2-fp16-offload", &bert)
+	if bert.Steps != 461 || bert.SkippedSteps != 4 || bert.BestValAccuracy == nil || *bert.BestValAccuracy < 0.92 ||
+		*bert.BestValAccuracy > 0.94 || bert.ZeroStage == nil || *bert.ZeroStage != 2 || bert.OffloadOptim != "cpu" {
+		t.Errorf("bert run: %+v", bert.RunSummary)
+	}
+	var hm api.Heatmap
+	get(t, srv.URL+"/api/v1/runs/demo-bert-large-zero2-fp16-offload/heatmap", &hm)
+	if len(hm.Layers) != 26 || hm.Layers[0] != "embeddings" || hm.Layers[25] != "classifier" {
+		t.Errorf("bert heatmap layers: %v", hm.Layers)
+	}
+	var bd api.Breakdown
+	get(t, srv.URL+"/api/v1/runs/demo-bert-large-zero2-fp16-offload/breakdown", &bd)
+	ms := map[string]float64{}
+	for _, p := range bd.Parts {
+		ms[p.Name] = float64(p.MS)
+	}
+	// Per optimizer step: 4 micro-batches of ~48 ms forward and ~92 ms backward.
+	if math.Abs(ms["forward"]/4-48) > 2 || math.Abs(ms["backward"]/4-92) > 3 || math.Abs(ms["optimizer"]-28) > 2 {
+		t.Errorf("bert breakdown: %+v", bd)
+	}
+	var an api.AnnotationsResponse
+	get(t, srv.URL+"/api/v1/annotations?run_id=demo-bert-large-zero2-fp16-offload", &an)
+	kinds := map[string]int{}
+	for _, a := range an.Annotations {
+		kinds[a.Type]++
+	}
+	if kinds["overflow"] != 4 || kinds["checkpoint"] != 2 || kinds["eval"] != 11 {
+		t.Errorf("bert annotations: %v", kinds)
+	}
+
+	// Loading again changes nothing.
+	res2, err := demo.Load(ctx, demo.Options{Server: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again api.RunDetail
+	get(t, srv.URL+"/api/v1/runs/demo-bert-large-zero2-fp16-offload", &again)
+	if again.Steps != bert.Steps || res2.Duplicates < res2.Records*9/10 {
+		t.Errorf("second load: %+v; steps %d then %d", res2, bert.Steps, again.Steps)
+	}
+}
