@@ -28,13 +28,13 @@ import (
 // ingestServer is a real deepseed ingest endpoint over a test database
 // that can be stopped and started again on the same address.
 type ingestServer struct {
-	t    *testing.T
+	t    testing.TB
 	addr string
 	h    http.Handler
 	srv  *http.Server
 }
 
-func newIngestServer(t *testing.T, st *store.Store) *ingestServer {
+func newIngestServer(t testing.TB, st *store.Store) *ingestServer {
 	e := echo.New()
 	e.HideBanner = true
 	ingest.New(st, ingest.Options{}).Register(e.Group("/api/v1"))

@@ -54,10 +54,11 @@ func (b *batcher) tick(now time.Time, force bool) {
 }
 
 func (b *batcher) cutLocked() *batch {
-	body := make([]byte, b.buf.Len())
-	copy(body, b.buf.Bytes())
+	// Hand the buffer over rather than copy it; the next one starts at
+	// the size this one reached.
+	body := b.buf.Bytes()
 	bt := &batch{Seq: b.seq(), N: b.n, Body: body}
-	b.buf.Reset()
+	b.buf = *bytes.NewBuffer(make([]byte, 0, len(body)))
 	b.n = 0
 	return bt
 }

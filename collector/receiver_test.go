@@ -3,6 +3,7 @@ package collector_test
 import (
 	"bytes"
 	"compress/gzip"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -81,5 +82,23 @@ func TestReceiverAcceptsArrayNDJSONAndGzip(t *testing.T) {
 	c.WriteMetrics(&buf)
 	if !strings.Contains(buf.String(), "deepseed_collector_queue_records 6\n") {
 		t.Errorf("want 6 queued records:\n%s", buf.String())
+	}
+}
+
+// BenchmarkHookReceive measures the receiver's work per 100-record post.
+func BenchmarkHookReceive(b *testing.B) {
+	c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: b.TempDir(), HostName: "h", ProcRoot: b.TempDir(), MemBatches: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var body strings.Builder
+	for k := 0; k < 100; k++ {
+		body.WriteString(`{"kind":"step","run_id":"bench","rank":3,"step":1234,"time":1795328221.5,"loss":2.25,"lr":0.0003,"grad_norm":1.25,"loss_scale":65536,"samples":4096,"step_ms":412.5,"forward_ms":120.1,"backward_ms":250.3,"optimizer_ms":30.2,"comm_ms":11.9,"throughput_sps":77.6,"gpu_util_pct":97,"gpu_mem_used_gb":61.2}` + "\n")
+	}
+	s := body.String()
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/api/v1/ingest", strings.NewReader(s))
+		c.ServeHTTP(httptest.NewRecorder(), req)
 	}
 }

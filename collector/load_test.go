@@ -1,0 +1,152 @@
+package collector_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/store/storetest"
+)
+
+// BenchmarkCollectorLoad runs the real binary as its own process, sampling
+// 8 fake GPUs at 1 Hz while a load generator posts 1,000 hook records/s
+// to it, and forwards everything to a real ingest server and database. It
+// reports the collector process's CPU (percent of one core) and RSS.
+//
+//	go test ./collector -run '^$' -bench CollectorLoad -benchtime 1x
+//
+// DEEPSEED_BENCH_SECONDS sets the measured duration (default 30);
+// DEEPSEED_BENCH_BIN runs a prebuilt binary instead of building one.
+func BenchmarkCollectorLoad(b *testing.B) {
+	secs := 30
+	if v, err := strconv.Atoi(os.Getenv("DEEPSEED_BENCH_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "deepseed")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/deepseed").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	st := storetest.NewStore(b)
+	srv := newIngestServer(b, st).addr
+	hookAddr := freeAddr(b)
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(envOr("DEEPSEED_BENCH_BIN", bin), "collect", "--fake-nvml", "testdata/capture-h100.json", "--fake-gpus", "8",
+			"--server", "http://"+srv, "--hook-listen", hookAddr, "--metrics-listen", "",
+			"--spool-dir", filepath.Join(dir, "spool"), "--interval", "1s", "--host-name", "bench", "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		url := "http://" + hookAddr + "/api/v1/ingest"
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if resp, err := http.Post(url, "application/x-ndjson", strings.NewReader(`{"kind":"event","run_id":"bench","type":"note","text":"start"}`)); err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatal("collector did not start")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// Ten posts of 100 records each second, as a hook flushing every
+		// 100 ms would send them.
+		step := 0
+		post := func() {
+			var body bytes.Buffer
+			for k := 0; k < 100; k++ {
+				fmt.Fprintf(&body, `{"kind":"step","run_id":"bench","rank":%d,"step":%d,"time":%d.5,"loss":%g,"lr":0.0003,"grad_norm":1.25,"loss_scale":65536,"samples":%d,"step_ms":412.5,"forward_ms":120.1,"backward_ms":250.3,"optimizer_ms":30.2,"comm_ms":11.9,"throughput_sps":77.6,"gpu_util_pct":97,"gpu_mem_used_gb":61.2}`+"\n",
+					k%8, step, 1795328221+step, 2.5/float64(step+1), 32*step)
+				if k%8 == 7 {
+					step++
+				}
+			}
+			resp, err := http.Post(url, "application/x-ndjson", &body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		warm := time.Now().Add(3 * time.Second)
+		for time.Now().Before(warm) {
+			post()
+			time.Sleep(100 * time.Millisecond)
+		}
+		cpu0, _ := procCPU(pid)
+		start := time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		for time.Since(start) < time.Duration(secs)*time.Second {
+			<-tick.C
+			post()
+		}
+		tick.Stop()
+		cpu1, _ := procCPU(pid)
+		wall := time.Since(start).Seconds()
+		rss, hwm := procRSS(pid)
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		cpuPct := 100 * (cpu1 - cpu0) / wall
+		b.ReportMetric(cpuPct, "cpu%")
+		b.ReportMetric(rss/(1<<20), "rss-MiB")
+		b.ReportMetric(hwm/(1<<20), "peak-rss-MiB")
+		b.ReportMetric(float64(step*8)/wall, "hook-records/s")
+		var rows int
+		st.Pool.QueryRow(b.Context(), `SELECT count(*) FROM steps WHERE run_id = 'bench'`).Scan(&rows)
+		b.Logf("%ds: collector cpu %.2f%% of one core, rss %.1f MiB (peak %.1f), %d step rows stored", secs, cpuPct, rss/(1<<20), hwm/(1<<20), rows)
+	}
+}
+
+func freeAddr(tb testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	stt, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + stt) / 100, nil
+}
+
+func procRSS(pid int) (rss, hwm float64) {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		fs := strings.Fields(line)
+		if len(fs) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(fs[1], 64)
+		switch fs[0] {
+		case "VmRSS:":
+			rss = v * 1024
+		case "VmHWM:":
+			hwm = v * 1024
+		}
+	}
+	return rss, hwm
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
