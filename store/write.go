@@ -336,8 +336,12 @@ func (b *batchPlan) prepare(ctx context.Context, tx pgx.Tx) error {
 			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(run_id, status, ended_at, summary)
 			WHERE r.run_id = u.run_id`, ids, status, at, summary)
 	}
+	// Each connection keeps its temporary tables and they empty themselves
+	// at commit. Creating and dropping them per batch would write the
+	// system catalogs and broadcast invalidations to every backend each
+	// time, which costs more than the rows themselves under load.
 	for _, t := range b.tables() {
-		q.Queue(`CREATE TEMP TABLE ` + t.temp + ` (LIKE ` + t.target + `) ON COMMIT DROP`)
+		q.Queue(`CREATE TEMP TABLE IF NOT EXISTS ` + t.temp + ` (LIKE ` + t.target + `) ON COMMIT DELETE ROWS`)
 	}
 	var layerRuns []string
 	if len(b.layers) > 0 {
@@ -830,6 +834,19 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 			src := pgx.CopyFromSlice(t.n, func(i int) ([]any, error) { return t.row(i, buf[:0]), nil })
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.target}, t.cols, src); err != nil {
 				return fmt.Errorf("store: raw copy %s: %w", t.target, err)
+			}
+		}
+		return nil
+	})
+}
+
+// DeleteRuns removes runs and every row that belongs to them. Load tools
+// use it to clear their scratch runs.
+func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "rollup_dirty", "metric_rollups", "layer_rollups", "runs"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = ANY($1)`, runIDs); err != nil {
+				return fmt.Errorf("store: delete runs from %s: %w", t, err)
 			}
 		}
 		return nil
