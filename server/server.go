@@ -193,6 +193,8 @@ func (s *Server) Prepare(ctx context.Context) {
 	defer cancel()
 	on, version, err := s.store.SetupTimescale(tctx, store.TimescaleOptions{Retention: s.cfg.Retention, CompressAfter: s.cfg.CompressAfter})
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return // shutting down
 	case err != nil:
 		s.mode.Store("postgresql")
 		s.log.Warn("database mode: plain PostgreSQL (TimescaleDB setup failed; every query works without it)", "err", err)

@@ -82,6 +82,14 @@ Commands:
 	fmt.Fprint(os.Stderr, `
 Run "deepseed help <command>" or "deepseed <command> -h" for its flags.
 Every flag can also be set by the environment variable shown in its help.
+
+Getting started:
+  deepseed serve                 with PostgreSQL installed, starts a private
+                                 database in the data directory and the API on :8080
+  DEEPSEED_DATABASE_URL=postgres://… deepseed serve
+                                 uses an existing PostgreSQL or TimescaleDB
+  DEEPSEED_INGEST_TOKENS, DEEPSEED_READ_TOKENS
+                                 comma-separated bearer tokens; unset means open
 `)
 }
 

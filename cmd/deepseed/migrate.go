@@ -3,12 +3,54 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+
+	"github.com/deepseed/deepseed/store"
 )
 
-// MigrateCommand is not built yet.
+// MigrateCommand applies pending migrations and exits.
 type MigrateCommand struct{}
 
 // Run implements command.
 func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
-	return errors.New("migrate: not implemented yet")
+	f := newEnvFlags("migrate")
+	db := addDBFlags(f)
+	f.setUsage("deepseed migrate [flags]", `
+Apply every pending migration of the schema and exit. Each migration runs
+once, in a transaction; several servers or migrate commands starting at once
+wait for each other. Where the timescaledb extension is available, the
+time-series tables also become hypertables with the compression and
+retention given here. "deepseed serve" does the same at start.`, "")
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
+	if f.fs.NArg() > 0 {
+		f.fs.Usage()
+		return errors.New("migrate: takes no arguments")
+	}
+	dbc, errs := db.parse(os.Stderr)
+	if len(errs) > 0 {
+		return errors.Join(append([]error{errors.New("migrate: bad configuration")}, errs...)...)
+	}
+	st, closeDB, err := openDatabase(ctx, dbc)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	on, version, err := st.SetupTimescale(ctx, store.TimescaleOptions{Retention: dbc.retention, CompressAfter: dbc.compressAfter})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	mode := "plain PostgreSQL"
+	if on {
+		mode = "TimescaleDB " + version
+	}
+	dbc.log.Info("database up to date", "applied", len(applied), "mode", mode)
+	fmt.Printf("applied %d migration(s); database mode: %s\n", len(applied), mode)
+	return nil
 }

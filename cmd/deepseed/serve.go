@@ -3,12 +3,107 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+
+	"github.com/deepseed/deepseed/server"
 )
 
-// ServeCommand is not built yet.
+// ServeCommand runs the HTTP API.
 type ServeCommand struct{}
+
+const serveNotes = `
+Tokens come from the environment only, never from flags (flags show in ps):
+  DEEPSEED_INGEST_TOKENS  comma-separated tokens that may write (POST) and read
+  DEEPSEED_READ_TOKENS    comma-separated tokens that may only read (GET)
+With neither set the API is open to anyone and a warning is logged at start.
+Clients send "Authorization: Bearer <token>".
+
+Endpoints: /api/v1/... (ingest and query; see /api/v1/openapi.json),
+/healthz (process up), /readyz (database reachable and migrated),
+/metrics (Prometheus text format).
+
+At start the server applies pending migrations, retrying while the database
+is unreachable (it stays up, not ready, and recovers by itself), and uses
+TimescaleDB when the extension is available; it logs which mode it runs in.
+On SIGTERM or Ctrl-C it stops accepting requests, finishes those in flight
+and exits 0.`
 
 // Run implements command.
 func (c *ServeCommand) Run(ctx context.Context, args []string) error {
-	return errors.New("serve: not implemented yet")
+	def := server.DefaultConfig()
+	f := newEnvFlags("serve")
+	listen := f.String("listen", "DEEPSEED_LISTEN", def.Listen, "address of the HTTP API, host:port or :port")
+	role := f.String("role", "DEEPSEED_ROLE", def.Role, "routes to serve: all, ingest (POST /ingest, /import) or query (the GET routes)")
+	maxBody := f.String("max-body-bytes", "DEEPSEED_MAX_BODY_BYTES", strconv.FormatInt(def.MaxBodyBytes, 10), "largest ingest body accepted, after decompression; larger ones get 413")
+	straggler := f.String("straggler-pct", "DEEPSEED_STRAGGLER_PCT", strconv.FormatFloat(def.StragglerPct, 'g', -1, 64), "default margin over the median step time past which a rank is flagged as a straggler, in percent")
+	shutdown := f.String("shutdown-timeout", "DEEPSEED_SHUTDOWN_TIMEOUT", def.ShutdownTimeout.String(), "how long in-flight requests may run after SIGTERM")
+	db := addDBFlags(f)
+	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
+	if f.fs.NArg() > 0 {
+		f.fs.Usage()
+		return errors.New("serve: takes no arguments")
+	}
+
+	dbc, errs := db.parse(os.Stderr)
+	cfg := def
+	cfg.Listen = *listen
+	cfg.Role = *role
+	cfg.IngestTokens = server.SplitTokens(os.Getenv("DEEPSEED_INGEST_TOKENS"))
+	cfg.ReadTokens = server.SplitTokens(os.Getenv("DEEPSEED_READ_TOKENS"))
+	cfg.Retention, cfg.CompressAfter = dbc.retention, dbc.compressAfter
+	var err error
+	if cfg.MaxBodyBytes, err = strconv.ParseInt(*maxBody, 10, 64); err != nil {
+		errs = append(errs, &server.FieldError{Field: "max-body-bytes", Value: *maxBody, Msg: "want a whole number of bytes"})
+	}
+	if cfg.StragglerPct, err = strconv.ParseFloat(*straggler, 64); err != nil {
+		errs = append(errs, &server.FieldError{Field: "straggler-pct", Value: *straggler, Msg: "want a number"})
+	}
+	if cfg.ShutdownTimeout, err = server.ParseDuration(*shutdown); err != nil {
+		errs = append(errs, &server.FieldError{Field: "shutdown-timeout", Value: *shutdown, Msg: err.Error()})
+	}
+	errs = append(errs, unreportedFieldErrors(cfg.Validate(), errs)...)
+	if len(errs) > 0 {
+		return errors.Join(append([]error{errors.New("serve: bad configuration")}, errs...)...)
+	}
+
+	log := dbc.log
+	st, closeDB, err := openDatabase(ctx, dbc)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	return server.New(cfg, st, log).ListenAndServe(ctx)
+}
+
+// unreportedFieldErrors returns the field errors of err (a joined error)
+// whose field is not already among reported, so a value that failed to
+// parse is not reported twice.
+func unreportedFieldErrors(err error, reported []error) []error {
+	if err == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, e := range reported {
+		var fe *server.FieldError
+		if errors.As(e, &fe) {
+			seen[fe.Field] = true
+		}
+	}
+	var out []error
+	list := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	}
+	for _, e := range list {
+		var fe *server.FieldError
+		if errors.As(e, &fe) && seen[fe.Field] {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/store"
+)
+
+// envFlags is a flag set whose defaults come from environment variables,
+// with a usage text that names each flag's variable.
+type envFlags struct {
+	fs    *flag.FlagSet
+	specs []envFlag
+}
+
+type envFlag struct{ name, env, def, usage string }
+
+func newEnvFlags(name string) *envFlags {
+	fs := flag.NewFlagSet("deepseed "+name, flag.ContinueOnError)
+	return &envFlags{fs: fs}
+}
+
+// String defines --name, defaulting to $env when set, else def.
+func (f *envFlags) String(name, env, def, usage string) *string {
+	v := def
+	if e := os.Getenv(env); env != "" && e != "" {
+		v = e
+	}
+	f.specs = append(f.specs, envFlag{name, env, def, usage})
+	return f.fs.String(name, v, usage)
+}
+
+// setUsage installs a usage text: synopsis, description, then every flag
+// with its environment variable and built-in default, then extra notes.
+func (f *envFlags) setUsage(synopsis, description, notes string) {
+	f.fs.Usage = func() {
+		w := f.fs.Output()
+		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags (each defaults to its environment variable when set):\n", synopsis, strings.TrimSpace(description))
+		for _, s := range f.specs {
+			fmt.Fprintf(w, "  --%s\n      %s\n", s.name, s.usage)
+			var meta []string
+			if s.env != "" {
+				meta = append(meta, "env "+s.env)
+			}
+			if s.def != "" {
+				meta = append(meta, "default "+s.def)
+			}
+			if len(meta) > 0 {
+				fmt.Fprintf(w, "      (%s)\n", strings.Join(meta, ", "))
+			}
+		}
+		if notes != "" {
+			fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(notes))
+		}
+	}
+}
+
+// dbFlags are the flags of every command that opens the database.
+type dbFlags struct {
+	databaseURL, dataDir, localPGPort *string
+	retention, compressAfter          *string
+	logLevel, logFormat               *string
+}
+
+func addDBFlags(f *envFlags) *dbFlags {
+	return &dbFlags{
+		databaseURL: f.String("database-url", "DEEPSEED_DATABASE_URL", "",
+			"PostgreSQL URL, e.g. postgres://user:pass@host:5432/deepseed; empty starts a private PostgreSQL in --data-dir"),
+		dataDir: f.String("data-dir", "DEEPSEED_DATA_DIR", defaultDataDir(),
+			"directory of the private PostgreSQL used when no database URL is given; its data is kept across restarts"),
+		localPGPort: f.String("local-pg-port", "DEEPSEED_LOCAL_PG_PORT", "5499",
+			"127.0.0.1 port of the private PostgreSQL (fixed, so a restart finds its cluster)"),
+		retention: f.String("retention", "DEEPSEED_RETENTION", "0",
+			"TimescaleDB only: drop time-series data older than this (e.g. 90d, 720h); 0 keeps everything"),
+		compressAfter: f.String("compress-after", "DEEPSEED_COMPRESS_AFTER", "7d",
+			"TimescaleDB only: compress time-series chunks older than this"),
+		logLevel:  f.String("log-level", "DEEPSEED_LOG_LEVEL", "info", "log level: debug, info, warn or error"),
+		logFormat: f.String("log-format", "DEEPSEED_LOG_FORMAT", "text", "log format: text or json"),
+	}
+}
+
+// defaultDataDir is $XDG_DATA_HOME/deepseed, else ~/.local/share/deepseed.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "deepseed")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "deepseed")
+	}
+	return "deepseed-data"
+}
+
+// dbConfig is the validated form of dbFlags.
+type dbConfig struct {
+	databaseURL   string
+	dataDir       string
+	localPGPort   int
+	retention     time.Duration
+	compressAfter time.Duration
+	log           *slog.Logger
+}
+
+// parse validates the flags, naming the field of each problem.
+func (d *dbFlags) parse(w io.Writer) (dbConfig, []error) {
+	var c dbConfig
+	var errs []error
+	bad := func(field, value, msg string) {
+		errs = append(errs, &server.FieldError{Field: field, Value: value, Msg: msg})
+	}
+	c.databaseURL = strings.TrimSpace(*d.databaseURL)
+	if c.databaseURL != "" {
+		if _, err := pgx.ParseConfig(c.databaseURL); err != nil {
+			// The URL may hold a password: name the field, not the value.
+			bad("database-url", "…", "not a valid PostgreSQL URL or DSN")
+		}
+	}
+	c.dataDir = *d.dataDir
+	if c.databaseURL == "" && c.dataDir == "" {
+		bad("data-dir", "", "needed when no --database-url is given")
+	}
+	p, err := strconv.Atoi(*d.localPGPort)
+	if err != nil || p < 1 || p > 65535 {
+		bad("local-pg-port", *d.localPGPort, "want a port from 1 to 65535")
+	}
+	c.localPGPort = p
+	if c.retention, err = server.ParseDuration(*d.retention); err != nil {
+		bad("retention", *d.retention, err.Error())
+	}
+	if c.compressAfter, err = server.ParseDuration(*d.compressAfter); err != nil {
+		bad("compress-after", *d.compressAfter, err.Error())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*d.logLevel)); err != nil {
+		bad("log-level", *d.logLevel, "want debug, info, warn or error")
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch *d.logFormat {
+	case "text":
+		c.log = slog.New(slog.NewTextHandler(w, opts))
+	case "json":
+		c.log = slog.New(slog.NewJSONHandler(w, opts))
+	default:
+		bad("log-format", *d.logFormat, "want text or json")
+	}
+	return c, errs
+}
+
+// openDatabase opens the store at the configured URL, or starts the
+// private PostgreSQL in the data directory and opens its "deepseed"
+// database. The returned close function closes the pool and stops the
+// private cluster.
+func openDatabase(ctx context.Context, c dbConfig) (*store.Store, func(), error) {
+	url := c.databaseURL
+	stop := func() {}
+	if url == "" {
+		lp := &store.LocalPostgres{Dir: filepath.Join(c.dataDir, "postgres"), Port: c.localPGPort, Logger: c.log, Fsync: true}
+		c.log.Info("no database URL: using a private PostgreSQL", "dir", lp.Dir, "port", lp.Port)
+		admin, err := lp.Start(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		stop = func() {
+			if err := lp.Stop(); err != nil {
+				c.log.Error("stop private PostgreSQL", "err", err)
+				return
+			}
+			c.log.Info("private PostgreSQL stopped", "dir", lp.Dir)
+		}
+		if err := ensureDatabase(ctx, admin, "deepseed"); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		url = lp.URL("deepseed")
+	}
+	st, err := store.Open(ctx, url, c.log.With("component", "store"))
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	return st, func() { st.Close(); stop() }, nil
+}
+
+// ensureDatabase creates database name on the server of adminURL unless it
+// exists.
+func ensureDatabase(ctx context.Context, adminURL, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("private PostgreSQL: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("private PostgreSQL: look up database %s: %w", name, err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			return fmt.Errorf("private PostgreSQL: create database %s: %w", name, err)
+		}
+	}
+	return nil
+}
