@@ -1,0 +1,93 @@
+import React from 'react';
+import { render, screen, waitFor, fireEvent } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+
+import { QueryEditor } from './QueryEditor';
+import type { DataSource } from '../datasource';
+import { DeepSeedQuery } from '../types';
+
+function fakeDatasource() {
+  const fetchOptions = vi.fn(async (kind: string) => {
+    if (kind === 'runs') {
+      return [
+        { text: 'BERT ZeRO-2', value: 'bert-z2' },
+        { text: 'BERT ZeRO-3', value: 'bert-z3' },
+      ];
+    }
+    if (kind === 'metrics') {
+      return [
+        { text: 'loss', value: 'loss' },
+        { text: 'metrics.tokens_seen', value: 'metrics.tokens_seen' },
+      ];
+    }
+    return [];
+  });
+  return { ds: { fetchOptions } as unknown as DataSource, fetchOptions };
+}
+
+function setup(query: Partial<DeepSeedQuery>) {
+  const { ds, fetchOptions } = fakeDatasource();
+  const onChange = vi.fn();
+  const onRunQuery = vi.fn();
+  const q = { refId: 'A', ...query } as DeepSeedQuery;
+  const utils = render(<QueryEditor query={q} datasource={ds} onChange={onChange} onRunQuery={onRunQuery} />);
+  return { ...utils, onChange, onRunQuery, fetchOptions };
+}
+
+describe('QueryEditor', () => {
+  it('shows the fields of a series query and loads runs and metrics from the backend', async () => {
+    const { fetchOptions } = setup({ queryType: 'series', runId: 'bert-z2', metrics: ['loss'] });
+    expect(screen.getByLabelText('Metrics')).toBeInTheDocument();
+    expect(screen.getByLabelText('Rank')).toBeInTheDocument();
+    expect(screen.getByText('Step')).toBeInTheDocument();
+    expect(screen.getByLabelText('Min/max')).toBeInTheDocument();
+    expect(screen.queryByLabelText('Columns')).not.toBeInTheDocument();
+    await waitFor(() => expect(fetchOptions).toHaveBeenCalledWith('runs', {}));
+    expect(fetchOptions).toHaveBeenCalledWith('metrics', { run: 'bert-z2' });
+  });
+
+  it('writes the rank typed and runs the query on blur', () => {
+    const { onChange, onRunQuery } = setup({ queryType: 'series', runId: 'r', metrics: ['loss'] });
+    const rank = screen.getByLabelText('Rank');
+    fireEvent.change(rank, { target: { value: 'all' } });
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ rank: 'all', queryType: 'series' }));
+    fireEvent.blur(rank);
+    expect(onRunQuery).toHaveBeenCalled();
+  });
+
+  it('switches to the step axis for the trend panel', async () => {
+    const { onChange } = setup({ queryType: 'series', runId: 'r', metrics: ['loss'] });
+    await userEvent.click(screen.getByText('Step'));
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ xAxis: 'step' }));
+  });
+
+  it('changes the query type from the picker', async () => {
+    const { onChange } = setup({ queryType: 'series', runId: 'r', metrics: ['loss'] });
+    await userEvent.click(screen.getByLabelText('Query type'));
+    await userEvent.click(await screen.findByText('Layer heatmap'));
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ queryType: 'heatmap' }));
+  });
+
+  it('shows pass and columns for a heatmap, not metrics', () => {
+    const { onChange } = setup({ queryType: 'heatmap', runId: 'r' });
+    expect(screen.getByText('Backward')).toBeInTheDocument();
+    expect(screen.queryByLabelText('Metrics')).not.toBeInTheDocument();
+    fireEvent.change(screen.getByLabelText('Columns'), { target: { value: '200' } });
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ maxSteps: 200 }));
+  });
+
+  it('takes runs, a sweep and a baseline for compare', () => {
+    const { onChange } = setup({ queryType: 'compare', runIds: ['$run'] });
+    expect(screen.getByLabelText('Runs')).toBeInTheDocument();
+    expect(screen.getByText('$run')).toBeInTheDocument();
+    fireEvent.change(screen.getByLabelText('Baseline'), { target: { value: 'bert-z2' } });
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ baseline: 'bert-z2', runIds: ['$run'] }));
+  });
+
+  it('shows host and GPU for GPU telemetry', () => {
+    const { onChange } = setup({ queryType: 'gpus' });
+    fireEvent.change(screen.getByLabelText('GPU'), { target: { value: '3' } });
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ gpu: '3' }));
+    expect(screen.getByLabelText('Host')).toBeInTheDocument();
+  });
+});

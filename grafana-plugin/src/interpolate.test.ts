@@ -1,0 +1,38 @@
+import { ScopedVars } from '@grafana/data';
+
+import { interpolateQuery } from './interpolate';
+import { DeepSeedQuery } from './types';
+
+// replace mimics Grafana's template service for $run (multi-value) and $project.
+const vars: Record<string, string[]> = { run: ['bert-z2', 'bert-z3'], project: ['nlp'], metric: ['loss', 'lr'] };
+function replace(value: string, _sv: ScopedVars, format?: string): string {
+  return value.replace(/\$(\w+)/g, (_m, name: string) => {
+    const v = vars[name] || [];
+    return format === 'csv' ? v.join(',') : v.length > 1 ? `{${v.join(',')}}` : v.join('');
+  });
+}
+
+describe('interpolateQuery', () => {
+  it('expands multi-value variables in runIds and metrics and replaces the rest', () => {
+    const q: DeepSeedQuery = {
+      refId: 'A',
+      queryType: 'compare',
+      runIds: ['$run', 'extra'],
+      metrics: ['$metric'],
+      project: '$project',
+      baseline: 'bert-z2',
+    };
+    const out = interpolateQuery(q, {}, replace);
+    expect(out.runIds).toEqual(['bert-z2', 'bert-z3', 'extra']);
+    expect(out.metrics).toEqual(['loss', 'lr']);
+    expect(out.project).toBe('nlp');
+    expect(out.baseline).toBe('bert-z2');
+    expect(out.refId).toBe('A');
+  });
+
+  it('leaves absent fields absent', () => {
+    const out = interpolateQuery({ refId: 'A', queryType: 'runs' }, {}, replace);
+    expect(out.runIds).toBeUndefined();
+    expect(out.runId).toBeUndefined();
+  });
+});

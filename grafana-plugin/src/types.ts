@@ -1,0 +1,150 @@
+import { DataSourceJsonData } from '@grafana/data';
+import { DataQuery } from '@grafana/schema';
+
+/** Query types of the DeepSeed data source; the backend's api.PluginQuery. */
+export type QueryType =
+  | 'runs'
+  | 'run_summary'
+  | 'run_details'
+  | 'series'
+  | 'heatmap'
+  | 'evals'
+  | 'breakdown'
+  | 'memory'
+  | 'compare'
+  | 'ranks'
+  | 'gpus'
+  | 'annotations';
+
+/** One panel query. Field names match api.PluginQuery in the Go backend. */
+export interface DeepSeedQuery extends DataQuery {
+  queryType?: QueryType;
+  project?: string;
+  runId?: string;
+  runIds?: string[];
+  sweep?: string;
+  tag?: string;
+  status?: string;
+  baseline?: string;
+  metrics?: string[];
+  rank?: string;
+  xAxis?: 'time' | 'step';
+  minMax?: boolean;
+  fromStep?: number;
+  toStep?: number;
+  pass?: 'forward' | 'backward';
+  maxSteps?: number;
+  host?: string;
+  gpu?: string;
+  stragglerPct?: number;
+}
+
+export const DEFAULT_QUERY: Partial<DeepSeedQuery> = {
+  queryType: 'series',
+  metrics: ['loss'],
+  rank: '0',
+  xAxis: 'time',
+};
+
+export interface QueryTypeInfo {
+  value: QueryType;
+  label: string;
+  description: string;
+  /** Whether the query needs one run. */
+  needsRun: boolean;
+}
+
+export const QUERY_TYPES: QueryTypeInfo[] = [
+  { value: 'series', label: 'Series', description: 'Step metrics over time or steps (time series, trend)', needsRun: true },
+  { value: 'run_summary', label: 'Run summary', description: 'One row of summary figures (stat panels)', needsRun: true },
+  { value: 'run_details', label: 'Run details', description: 'Config, hyper-parameters, command, commit, versions', needsRun: true },
+  { value: 'heatmap', label: 'Layer heatmap', description: 'Per-layer milliseconds, heatmap rows', needsRun: true },
+  { value: 'evals', label: 'Evaluations', description: 'Evaluation points to overlay on the loss', needsRun: true },
+  { value: 'breakdown', label: 'Compute breakdown', description: 'Steady-state step time by phase (pie)', needsRun: true },
+  { value: 'memory', label: 'ZeRO memory', description: 'Memory by part and device beside the measured peak (bars)', needsRun: true },
+  { value: 'ranks', label: 'Ranks', description: 'Per-rank step time and stragglers (table, bars)', needsRun: true },
+  { value: 'compare', label: 'Compare runs', description: 'Configuration and figures of several runs (table)', needsRun: false },
+  { value: 'runs', label: 'Runs', description: 'Runs of a project, sweep or tag (table)', needsRun: false },
+  { value: 'gpus', label: 'GPU telemetry', description: 'Per host and GPU time series', needsRun: false },
+  { value: 'annotations', label: 'Run events', description: 'Checkpoints, overflow skips, restarts, evaluations', needsRun: false },
+];
+
+/** Step metrics the query service serves as series; users add metrics.NAME. */
+export const STEP_METRICS = [
+  'loss',
+  'lr',
+  'grad_norm',
+  'loss_scale',
+  'epoch',
+  'samples',
+  'tokens',
+  'throughput_sps',
+  'throughput_tps',
+  'step_ms',
+  'forward_ms',
+  'backward_ms',
+  'optimizer_ms',
+  'comm_ms',
+  'data_ms',
+  'gpu_util_pct',
+  'gpu_mem_used_gb',
+  'gpu_mem_peak_gb',
+  'gpu_mem_reserved_gb',
+  'cpu_util_pct',
+  'skipped',
+];
+
+/** GPU sample metrics of the gpus query. */
+export const GPU_METRICS = [
+  'util_pct',
+  'mem_util_pct',
+  'mem_used_bytes',
+  'mem_total_bytes',
+  'mem_reserved_bytes',
+  'power_w',
+  'energy_j',
+  'temp_c',
+  'mem_temp_c',
+  'sm_clock_mhz',
+  'mem_clock_mhz',
+  'pcie_tx_bytes_per_s',
+  'pcie_rx_bytes_per_s',
+  'nvlink_tx_bytes_per_s',
+  'nvlink_rx_bytes_per_s',
+  'sm_active_pct',
+  'sm_occupancy_pct',
+  'tensor_active_pct',
+  'gr_engine_active_pct',
+  'xid_total',
+  'ecc_corrected_total',
+  'ecc_uncorrected_total',
+  'pcie_replay_total',
+  'remapped_rows_total',
+];
+
+/** Settings stored in jsonData (visible to the browser). */
+export interface DeepSeedOptions extends DataSourceJsonData {
+  url?: string;
+  timeoutSeconds?: number;
+}
+
+/** Settings stored in secureJsonData: only the backend ever reads them. */
+export interface DeepSeedSecureOptions {
+  token?: string;
+}
+
+/** Lists served by the backend's resources, for template variables. */
+export type VariableKind = 'projects' | 'runs' | 'metrics' | 'ranks' | 'hosts';
+
+export interface VariableQuery extends DataQuery {
+  kind: VariableKind;
+  project?: string;
+  sweep?: string;
+  tag?: string;
+  run?: string;
+}
+
+export interface Option {
+  text: string;
+  value: string;
+}
