@@ -2,28 +2,66 @@
 # Runs every test of the repository from a fresh clone, installing what is
 # missing: PostgreSQL (apt-get) when no server binaries are found, the
 # plugin's npm packages from its lockfile.
+#
+#   ./test.sh            everything
+#   ./test.sh go         only the Go suites (also: hook, plugin)
 set -euo pipefail
 cd "$(dirname "$0")"
+ROOT=$PWD
+only=${1:-all}
 
 log() { printf '\n==> %s\n' "$*"; }
 
-need_pg() {
-  command -v initdb >/dev/null 2>&1 && return 1
-  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return 1
-  [ -n "${DEEPSEED_TEST_DATABASE_URL:-}" ] && return 1
-  return 0
+have_pg() {
+  [ -n "${DEEPSEED_TEST_DATABASE_URL:-}" ] && return 0
+  command -v initdb >/dev/null 2>&1 && return 0
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
 }
 
-if need_pg; then
+if ! have_pg; then
   log "installing PostgreSQL (no server binaries found)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q postgresql
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends postgresql
 fi
 
-log "go vet"
-test -z "$(gofmt -l $(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $(git ls-files '*.go'); exit 1; }
-go vet ./...
+if [ "$only" = all ] || [ "$only" = go ]; then
+  log "gofmt and go vet"
+  unformatted=$(gofmt -l $(git ls-files '*.go'))
+  if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
+  go vet ./...
 
-log "go test"
-go test -count=1 -timeout 30m ./...
+  log "go test"
+  go test -count=1 -timeout 40m ./...
+fi
+
+if [ "$only" = all ] || [ "$only" = hook ]; then
+  log "Python hook, against a real deepseed server"
+  tmp=$(mktemp -d)
+  go build -o "$tmp/deepseed" ./cmd/deepseed
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  pgport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  DEEPSEED_INGEST_TOKENS=hook-test-token "$tmp/deepseed" serve --listen "127.0.0.1:$port" \
+    --data-dir "$tmp/data" --local-pg-port "$pgport" --log-level warn >"$tmp/serve.log" 2>&1 &
+  server=$!
+  cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$tmp"; }
+  trap cleanup EXIT
+  ready() { python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "http://127.0.0.1:$port/readyz" 2>/dev/null; }
+  for _ in $(seq 1 120); do
+    ready && break
+    kill -0 "$server" 2>/dev/null || { cat "$tmp/serve.log"; exit 1; }
+    sleep 0.5
+  done
+  ready || { echo "server did not become ready"; cat "$tmp/serve.log"; exit 1; }
+  DEEPSEED_TEST_SERVER_URL="http://127.0.0.1:$port" DEEPSEED_TEST_TOKEN=hook-test-token ./hook/test.sh
+  cleanup; trap - EXIT
+fi
+
+if [ "$only" = all ] || [ "$only" = plugin ]; then
+  if [ -x grafana-plugin/test.sh ]; then
+    log "Grafana plugin: npm ci, typecheck, lint, unit tests, build"
+    ./grafana-plugin/test.sh
+  fi
+fi
+
+log "all suites passed"
