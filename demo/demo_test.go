@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -78,11 +79,13 @@ func TestDemoReproducesReportTables(t *testing.T) {
 
 	ctx := context.Background()
 	var progress bytes.Buffer
-	res, err := demo.Load(ctx, demo.Options{Server: srv.URL, Progress: &progress})
+	anchor := time.Date(2026, 5, 4, 12, 30, 0, 0, time.UTC)
+	runs := demo.Runs(anchor)
+	res, err := demo.Load(ctx, demo.Options{Server: srv.URL, Progress: &progress, Anchor: anchor})
 	if err != nil {
 		t.Fatalf("load: %v\n%s", err, progress.String())
 	}
-	if res.Runs != len(demo.Runs()) || res.Accepted == 0 || !strings.Contains(progress.String(), "retrying") {
+	if res.Runs != len(runs) || res.Accepted == 0 || !strings.Contains(progress.String(), "retrying") {
 		t.Fatalf("load: %+v\n%s", res, progress.String())
 	}
 
@@ -120,7 +123,7 @@ func TestDemoReproducesReportTables(t *testing.T) {
 
 	var list api.RunList
 	get(t, srv.URL+"/api/v1/runs?tag=simulated&limit=100", &list)
-	if list.Total != len(demo.Runs()) {
+	if list.Total != len(runs) {
 		t.Fatalf("simulated runs: %d", list.Total)
 	}
 	var bert api.RunDetail
@@ -154,14 +157,28 @@ func TestDemoReproducesReportTables(t *testing.T) {
 		t.Errorf("bert annotations: %v", kinds)
 	}
 
-	// Loading again changes nothing.
-	res2, err := demo.Load(ctx, demo.Options{Server: srv.URL})
+	// The timeline ends at the anchor's hour, so a recent time range shows it.
+	if bert.StartedAt == nil || !bert.StartedAt.Equal(demo.Epoch(anchor)) || !demo.Epoch(anchor).Equal(time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC)) {
+		t.Errorf("bert run starts at %v, want %v", bert.StartedAt, demo.Epoch(anchor))
+	}
+
+	// Loading again, even hours later, skips the finished runs and changes nothing.
+	res2, err := demo.Load(ctx, demo.Options{Server: srv.URL, Anchor: anchor.Add(5 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var again api.RunDetail
 	get(t, srv.URL+"/api/v1/runs/demo-bert-large-zero2-fp16-offload", &again)
-	if again.Steps != bert.Steps || res2.Duplicates < res2.Records*9/10 {
+	if again.Steps != bert.Steps || res2.Skipped != len(runs) || res2.Records != 0 || !again.StartedAt.Equal(*bert.StartedAt) {
 		t.Errorf("second load: %+v; steps %d then %d", res2, bert.Steps, again.Steps)
+	}
+
+	// Within the same hour a forced reload is recognised as duplicates.
+	res3, err := demo.Load(ctx, demo.Options{Server: srv.URL, Anchor: anchor.Add(10 * time.Minute), Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res3.Duplicates < res3.Records*9/10 {
+		t.Errorf("forced reload in the same hour: %+v", res3)
 	}
 }

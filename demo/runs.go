@@ -59,7 +59,14 @@ type TableRow struct {
 	Figures
 }
 
-var epoch = time.Date(2025, 3, 3, 9, 0, 0, 0, time.UTC)
+// span is how long before the anchor the first simulated run starts: the
+// BERT run, then the pythia runs two hours apart a day later.
+const span = 48 * time.Hour
+
+// Epoch is the start of the first simulated run when the demo's timeline
+// ends at anchor (truncated to the hour, so that loads within one hour
+// write identical records).
+func Epoch(anchor time.Time) time.Time { return anchor.UTC().Truncate(time.Hour).Add(-span) }
 
 // Tables returns tables 2, 5, 7, 9 and 10 of the experiment report as the
 // demo's pythia runs reproduce them.
@@ -114,10 +121,13 @@ var pythiaSetups = map[string]pythiaSetup{
 	"demo-pythia-410m-zero3-offload-bf16-pipeline": {"EleutherAI/pythia-410m", 405334016, 3, "bf16", 2, 4, true},
 }
 
-// Runs returns every simulated run: the BERT-large run of the seed
-// dashboard, then the pythia runs of the report's tables.
-func Runs() []*Run {
-	runs := []*Run{bertRun()}
+// Runs returns every simulated run, on a timeline that ends at anchor: the
+// BERT-large run of the seed dashboard, then the pythia runs of the
+// report's tables. Dashboards look at recent time ranges, so the loader
+// anchors the timeline at the time of the first load.
+func Runs(anchor time.Time) []*Run {
+	epoch := Epoch(anchor)
+	runs := []*Run{bertRun(epoch)}
 	start := epoch.Add(24 * time.Hour)
 	seed := uint64(100)
 	for _, t := range Tables() {
@@ -204,7 +214,7 @@ func shortModel(m string) string {
 	return m
 }
 
-func bertRun() *Run {
+func bertRun(epoch time.Time) *Run {
 	layers := []string{"embeddings"}
 	lms := []float64{1.5}
 	for i := 0; i < 24; i++ {

@@ -29,6 +29,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	server := fs.String("server", envOr("DEEPSEED_SERVER_URL", "http://localhost:8080"), "DeepSeed server base URL (env DEEPSEED_SERVER_URL)")
 	token := fs.String("token", envOr("DEEPSEED_TOKEN", ""), "ingest token, sent as Authorization: Bearer (env DEEPSEED_TOKEN)")
 	batch := fs.Int("batch", 5000, "records per request")
+	force := fs.Bool("force", false, "write runs again even when the server already holds them as finished")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long the whole load may take, retries included")
 	fs.Usage = func() {
 		w := fs.Output()
@@ -39,8 +40,10 @@ fp16 CPU-offload run shaped like the original dashboard's, and the pythia
 runs whose /compare?sweep=… reproduces the experiment report's tables
 (sweeps pythia-zero-stages, pythia-precision, pythia-parallelism,
 pythia-offload, pythia-410m). Every run is tagged "simulated", lives in the
-project "demo", and has a fixed id and fixed times: running the command
-again stores nothing twice.
+project "demo", and has a fixed id. The simulated timeline ends at the
+time of the load, so Grafana's recent time ranges show it; running the
+command again skips the runs already loaded (use --force to write them
+again).
 
 Flags:
 `)
@@ -64,6 +67,6 @@ Flags:
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	_, err = demo.Load(ctx, demo.Options{Server: u.String(), Token: *token, BatchSize: *batch, Progress: os.Stderr})
+	_, err = demo.Load(ctx, demo.Options{Server: u.String(), Token: *token, BatchSize: *batch, Progress: os.Stderr, Force: *force})
 	return err
 }
