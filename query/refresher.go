@@ -1,0 +1,90 @@
+package query
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/deepseed/deepseed/store"
+)
+
+// Refresher bounds: a pass visits at most refresherRuns runs and gives
+// each at most refresherBlocks blocks (whole chunks, 1,000,000 steps of a
+// rank), so one huge cold run cannot starve the others for long.
+const (
+	refresherRuns   = 100
+	refresherBlocks = 2000
+)
+
+// RunRefresher keeps rollups up to date in the background, so that reads
+// rarely pay for a cold refresh: every interval it refreshes the runs with
+// rollup markers, the longest waiting first, and while work remains it goes
+// on without waiting. It returns when ctx is done. Readers may refresh the
+// same run at the same time: refreshes of one run take turns on the
+// store's per-run lock and each marker is taken once.
+func RunRefresher(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	log = log.With("component", "rollup-refresher")
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wait := every
+		if refreshPass(ctx, st, log) {
+			wait = 0
+		}
+		t.Reset(wait)
+	}
+}
+
+// refreshPass refreshes a bounded amount of every dirty run and reports
+// whether work was left.
+func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger) (more bool) {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	runs, err := st.DirtyRuns(lctx, refresherRuns)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("list runs to refresh", "err", err)
+		}
+		return false
+	}
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			return false
+		}
+		start := time.Now()
+		// A chunk is one transaction of well under a second; the deadline
+		// only guards against a stuck database.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		n, left, err := st.RefreshRollupsUpTo(rctx, r.RunID, refresherBlocks)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("refresh rollups", "run_id", r.RunID, "err", err)
+			}
+			continue
+		}
+		took := time.Since(start)
+		if left {
+			more = true
+			log.Info("refreshing rollups", "run_id", r.RunID, "blocks", n,
+				"blocks_left", max(r.Blocks-int64(n), 1), "took", took)
+		} else if r.Blocks > refresherBlocks || took > time.Second {
+			log.Info("refreshed rollups", "run_id", r.RunID, "blocks", n, "took", took,
+				"waited", time.Since(r.Since))
+		} else {
+			log.Debug("refreshed rollups", "run_id", r.RunID, "blocks", n, "took", took)
+		}
+	}
+	return more
+}
