@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -54,7 +53,11 @@ func DecodeBatch(body []byte) ([]Record, error) {
 	if len(trimmed) == 0 {
 		return nil, ErrEmptyBatch
 	}
+	var fd fastDecoder
 	if trimmed[0] == '[' {
+		if out, ok := fd.array(trimmed); ok {
+			return out, nil
+		}
 		var raws []json.RawMessage
 		if err := json.Unmarshal(NormalizeJSON(trimmed), &raws); err != nil {
 			return nil, &RecordError{Index: 0, Msg: "malformed JSON array: " + jsonErrMsg(err)}
@@ -76,29 +79,31 @@ func DecodeBatch(body []byte) ([]Record, error) {
 		}
 		return out, nil
 	}
-	var out []Record
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64*1024), len(body)+1)
+	// Lines as bufio.ScanLines splits them, without copying the body.
+	out := make([]Record, 0, min(bytes.Count(body, []byte{'\n'})+1, MaxBatchRecords))
 	line := 0
-	for sc.Scan() {
+	for rest := body; len(rest) > 0; {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte{'\n'})
 		line++
-		l := bytes.TrimSpace(sc.Bytes())
+		l = bytes.TrimSpace(l)
 		if len(l) == 0 {
 			continue
 		}
 		if len(out) >= MaxBatchRecords {
 			return nil, &RecordError{Index: len(out), Line: line, Msg: fmt.Sprintf("batch holds more than %d records", MaxBatchRecords)}
 		}
-		rec, err := DecodeRecord(NormalizeJSON(l))
-		if err != nil {
-			err.Index = len(out)
-			err.Line = line
-			return nil, err
+		rec, ok := fd.record(l)
+		if !ok {
+			var err *RecordError
+			rec, err = decodeRecord(NormalizeJSON(l))
+			if err != nil {
+				err.Index = len(out)
+				err.Line = line
+				return nil, err
+			}
 		}
 		out = append(out, rec)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, &RecordError{Index: len(out), Line: line + 1, Msg: "reading body: " + err.Error()}
 	}
 	if len(out) == 0 {
 		return nil, ErrEmptyBatch
@@ -109,6 +114,17 @@ func DecodeBatch(body []byte) ([]Record, error) {
 // DecodeRecord decodes and validates one record. Its input may already have
 // been passed through [NormalizeJSON]; it is normalised again if not.
 func DecodeRecord(raw []byte) (Record, *RecordError) {
+	var fd fastDecoder
+	if rec, ok := fd.record(raw); ok {
+		return rec, nil
+	}
+	return decodeRecord(raw)
+}
+
+// decodeRecord is the general path of [DecodeRecord], through
+// encoding/json; it decides every record the fast path gives up on and
+// words every error.
+func decodeRecord(raw []byte) (Record, *RecordError) {
 	raw = NormalizeJSON(raw)
 	var head struct {
 		Kind json.RawMessage `json:"kind"`
@@ -230,7 +246,9 @@ func validate(rec Record) *RecordError {
 			v.fail("tags", fmt.Sprintf("more than %d tags", MaxTags))
 		}
 		for i, t := range r.Tags {
-			v.id(fmt.Sprintf("tags[%d]", i), t, true)
+			if msg := idProblem(t, true); msg != "" {
+				v.fail(fmt.Sprintf("tags[%d]", i), msg)
+			}
 		}
 		if r.Meta != nil {
 			m := r.Meta
@@ -288,7 +306,9 @@ func validate(rec Record) *RecordError {
 			v.fail("backward_ms", fmt.Sprintf("has %d entries, names has %d", len(l.BackwardMS), len(l.Names)))
 		}
 		for i, n := range l.Names {
-			v.id(fmt.Sprintf("names[%d]", i), n, true)
+			if msg := idProblem(n, true); msg != "" {
+				v.fail(fmt.Sprintf("names[%d]", i), msg)
+			}
 		}
 	case rec.Eval != nil:
 		e := rec.Eval
@@ -380,14 +400,24 @@ func (v *validator) fail(field, msg string) {
 }
 
 func (v *validator) id(field, s string, required bool) {
+	if msg := idProblem(s, required); msg != "" {
+		v.fail(field, msg)
+	}
+}
+
+// idProblem says what is wrong with an identifier, or "" when nothing is.
+// Callers name the field only on failure, so that checking the 26 names
+// of a layers record builds no strings.
+func idProblem(s string, required bool) string {
 	switch {
 	case s == "" && required:
-		v.fail(field, "missing or empty")
+		return "missing or empty"
 	case len(s) > MaxIDLen:
-		v.fail(field, fmt.Sprintf("longer than %d bytes", MaxIDLen))
+		return fmt.Sprintf("longer than %d bytes", MaxIDLen)
 	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
-		v.fail(field, "not valid UTF-8 text")
+		return "not valid UTF-8 text"
 	}
+	return ""
 }
 
 func (v *validator) text(field, s string) {
@@ -441,7 +471,9 @@ func (v *validator) metrics(field string, m map[string]Float) {
 		v.fail(field, fmt.Sprintf("more than %d entries", MaxMetrics))
 	}
 	for k := range m {
-		v.id(field+"."+k, k, true)
+		if msg := idProblem(k, true); msg != "" {
+			v.fail(field+"."+k, msg)
+		}
 	}
 }
 
