@@ -130,8 +130,15 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 		}
 		lp.Port = p
 	}
-	// A stale postmaster.pid from a crash would stop pg_ctl; pg_ctl itself
-	// handles a pid that no longer runs, so only a live server is an error.
+	// A cluster still running from a previous owner that died without
+	// stopping it (kill -9) holds the data directory: stop it first. pg_ctl
+	// itself handles a stale postmaster.pid whose process is gone.
+	if err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "status").Run(); err == nil {
+		log.Warn("private PostgreSQL left running by an earlier process; restarting it", "dir", lp.Dir)
+		if out, err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "-m", "fast", "-w", "-t", "60", "stop").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("local postgres: stop leftover server: %w: %s", err, lastLines(out))
+		}
+	}
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -c unix_socket_directories='' -c max_connections=200", lp.Port)
 	if !lp.Fsync {
 		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
