@@ -74,10 +74,10 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 		"Runs side by side: ZeRO stages, precision, pipeline vs data parallel, offload, larger models. Pick runs (or a sweep) and a baseline; each sweep gets its own section.",
 		"compare").
 		WithVariable(projectVar()).
-		WithVariable(queryVar(varSweep, "Sweep", VariableQuery{Resource: "sweeps", Project: "$" + varProject}).
+		WithVariable(queryVar(varSweep, "Sweep", api.VariableQuery{Resource: api.VariableSweeps, Project: "$" + varProject}).
 			Multi(true).IncludeAll(true)).
 		WithVariable(runVar(true)).
-		WithVariable(queryVar(varBaseline, "Baseline", VariableQuery{Resource: "runs", Project: "$" + varProject}).
+		WithVariable(queryVar(varBaseline, "Baseline", api.VariableQuery{Resource: api.VariableRuns, Project: "$" + varProject}).
 			Description("Run the others are compared against; figures show their change in percent."))
 
 	y := uint32(0)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // Stable dashboard UIDs: links, the home dashboard setting and bookmarks
@@ -133,27 +135,13 @@ const (
 	varRank     = "rank"
 )
 
-// VariableQuery is the query of a template variable: one of the plugin's
-// variable resources (GET resources of the data source that answer
-// Grafana MetricFindValue lists, {text, value}) with its filters.
-type VariableQuery struct {
-	RefID    string `json:"refId"`
-	Resource string `json:"resource"` // projects, runs, sweeps, metrics, ranks, hosts
-	Project  string `json:"project,omitempty"`
-	Sweep    string `json:"sweep,omitempty"`
-	Tag      string `json:"tag,omitempty"`
-	Status   string `json:"status,omitempty"`
-	Run      string `json:"run,omitempty"`
-}
-
-// VariableResources lists the resources a [VariableQuery] may name.
-var VariableResources = []string{"projects", "runs", "sweeps", "metrics", "ranks", "hosts"}
-
-func queryVar(name, label string, q VariableQuery) *dashboard.QueryVariableBuilder {
+// queryVar is a template variable fed by one of the plugin's variable
+// resources; q is exactly what the plugin's variable support reads.
+func queryVar(name, label string, q api.VariableQuery) *dashboard.QueryVariableBuilder {
 	q.RefID = "var-" + name
 	raw, err := json.Marshal(q)
 	if err != nil {
-		panic(err) // a VariableQuery always marshals
+		panic(err) // an api.VariableQuery always marshals
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -169,13 +157,13 @@ func queryVar(name, label string, q VariableQuery) *dashboard.QueryVariableBuild
 
 // projectVar lists the projects that have runs.
 func projectVar() *dashboard.QueryVariableBuilder {
-	return queryVar(varProject, "Project", VariableQuery{Resource: "projects"})
+	return queryVar(varProject, "Project", api.VariableQuery{Resource: api.VariableProjects})
 }
 
 // runVar lists the runs of $project, newest first; its value is the run id
 // and its text the run name.
 func runVar(multi bool) *dashboard.QueryVariableBuilder {
-	v := queryVar(varRun, "Run", VariableQuery{Resource: "runs", Project: "$" + varProject}).
+	v := queryVar(varRun, "Run", api.VariableQuery{Resource: api.VariableRuns, Project: "$" + varProject}).
 		Refresh(dashboard.VariableRefreshOnTimeRangeChanged)
 	if multi {
 		v = v.Multi(true).IncludeAll(true).Label("Runs")

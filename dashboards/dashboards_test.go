@@ -238,11 +238,18 @@ func TestVariables(t *testing.T) {
 			if v.Datasource == nil || v.Datasource.UID != dashboards.DatasourceUID {
 				t.Errorf("%s: variable %s: datasource %+v", uid, v.Name, v.Datasource)
 			}
-			var q dashboards.VariableQuery
+			// The variable query is exactly the model the plugin's
+			// variable support reads: no field it would ignore, a
+			// resource its backend serves.
+			var q api.VariableQuery
 			dec := json.NewDecoder(bytes.NewReader(v.Query))
 			dec.DisallowUnknownFields()
-			if err := dec.Decode(&q); err != nil || !slices.Contains(dashboards.VariableResources, q.Resource) {
-				t.Errorf("%s: variable %s: query %s: resource %q, %v", uid, v.Name, v.Query, q.Resource, err)
+			if err := dec.Decode(&q); err != nil {
+				t.Errorf("%s: variable %s: query %s does not decode as api.VariableQuery: %v", uid, v.Name, v.Query, err)
+				continue
+			}
+			if !slices.Contains(api.VariableResources, q.Resource) {
+				t.Errorf("%s: variable %s: resource %q, want one of %v", uid, v.Name, q.Resource, api.VariableResources)
 			}
 		}
 		for _, name := range []string{"project", "run"} {

@@ -54,7 +54,7 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		Refresh("30s").
 		WithVariable(projectVar()).
 		WithVariable(runVar(false)).
-		WithVariable(queryVar(varHost, "Host", VariableQuery{Resource: "hosts"}).
+		WithVariable(queryVar(varHost, "Host", api.VariableQuery{Resource: api.VariableHosts}).
 			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
 
 	y := uint32(0)

@@ -11,6 +11,7 @@ import { from, map, Observable } from 'rxjs';
 
 import { VariableQueryEditor } from './components/VariableQueryEditor';
 import { interpolateQuery } from './interpolate';
+import { normalizeVariableQuery, StoredVariableQuery, variableParams } from './variables';
 import { DEFAULT_QUERY, DeepSeedOptions, DeepSeedQuery, Option, QUERY_TYPES, VariableQuery } from './types';
 
 /**
@@ -69,7 +70,11 @@ export class DataSource extends DataSourceWithBackend<DeepSeedQuery, DeepSeedOpt
   }
 }
 
-/** Template variables: projects, runs (by project, sweep, tag), metrics, ranks, hosts. */
+/**
+ * Template variables: projects, runs (by project, sweep, tag, status),
+ * sweeps (by project), metrics, ranks, hosts; each the backend resource of
+ * the same name.
+ */
 export class DeepSeedVariableSupport extends CustomVariableSupport<DataSource, VariableQuery> {
   editor = VariableQueryEditor;
 
@@ -78,17 +83,13 @@ export class DeepSeedVariableSupport extends CustomVariableSupport<DataSource, V
   }
 
   query(request: DataQueryRequest<VariableQuery>): Observable<DataQueryResponse> {
-    const q = request.targets[0];
-    const params: Record<string, string | undefined> = {
-      project: q.project,
-      sweep: q.sweep,
-      tag: q.tag,
-      run: q.run,
-    };
-    if (q.kind === 'hosts') {
+    // Variables saved by the first release name the list `kind`.
+    const q = normalizeVariableQuery(request.targets[0] as StoredVariableQuery);
+    const params = variableParams(q);
+    if (q.resource === 'hosts') {
       params.from = request.range.from.toISOString();
       params.to = request.range.to.toISOString();
     }
-    return from(this.datasource.fetchOptions(q.kind || 'runs', params)).pipe(map((data) => ({ data })));
+    return from(this.datasource.fetchOptions(q.resource, params)).pipe(map((data) => ({ data })));
   }
 }

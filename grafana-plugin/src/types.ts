@@ -133,14 +133,24 @@ export interface DeepSeedSecureOptions {
   token?: string;
 }
 
-/** Lists served by the backend's resources, for template variables. */
-export type VariableKind = 'projects' | 'runs' | 'metrics' | 'ranks' | 'hosts';
+/**
+ * Lists served by the backend's resources, for template variables: the
+ * resources of api.VariableQuery in the Go module (api.VariableResources).
+ */
+export type VariableResource = 'projects' | 'runs' | 'sweeps' | 'metrics' | 'ranks' | 'hosts';
 
+export const VARIABLE_RESOURCES: VariableResource[] = ['projects', 'runs', 'sweeps', 'metrics', 'ranks', 'hosts'];
+
+/**
+ * The query of a template variable. Field names match api.VariableQuery in
+ * the Go backend, which the provisioned dashboards write.
+ */
 export interface VariableQuery extends DataQuery {
-  kind: VariableKind;
+  resource: VariableResource;
   project?: string;
   sweep?: string;
   tag?: string;
+  status?: string;
   run?: string;
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // TestCheckHealth is "Save & test": it passes with a read token and says
@@ -76,7 +78,13 @@ func (s *sink) Send(r *backend.CallResourceResponse) error { s.resp = r; return 
 // TestCallResource fetches the lists behind the template variables.
 func TestCallResource(t *testing.T) {
 	base := startServer(t)
-	ingest(t, base, fixtureRecords())
+	// Beside the fixture's sweep: a run of no sweep, which the sweeps list
+	// leaves out, and a sweep of another project.
+	ingest(t, base, append(fixtureRecords(),
+		map[string]any{"kind": "run", "run_id": "bert-solo", "project": "nlp", "name": "BERT alone", "started_at": ts(0)},
+		map[string]any{"kind": "run", "run_id": "vit-lr1", "project": "vision", "name": "ViT lr 1", "started_at": ts(0),
+			"sweep_id": "lr-sweep"},
+	))
 	tp := startPlugin(t)
 	pc := pluginContext("resources", base, readToken)
 
@@ -85,7 +93,11 @@ func TestCallResource(t *testing.T) {
 		status int
 		want   string // the JSON answer, or a part of the error
 	}{
-		{"projects", 200, `[{"text":"nlp","value":"nlp"}]`},
+		{"projects", 200, `[{"text":"nlp","value":"nlp"},{"text":"vision","value":"vision"}]`},
+		{"sweeps?project=nlp", 200, `[{"text":"zero-sweep","value":"zero-sweep"}]`},
+		{"sweeps?project=vision", 200, `[{"text":"lr-sweep","value":"lr-sweep"}]`},
+		{"sweeps", 200, `[{"text":"lr-sweep","value":"lr-sweep"},{"text":"zero-sweep","value":"zero-sweep"}]`},
+		{"sweeps?project=other", 200, `[]`},
 		{"runs?project=nlp", 200, `{"text":"BERT ZeRO-3","value":"bert-z3"}`},
 		{"runs?project=other", 200, `[]`},
 		{"runs?sweep=zero-sweep&tag=bert", 200, `"value":"bert-z2"`},
@@ -97,6 +109,17 @@ func TestCallResource(t *testing.T) {
 		{"hosts?from=2024-03-01T11:00:00Z&to=2024-03-01T13:00:00Z", 200, `[{"text":"node-a","value":"node-a"}]`},
 		{"hosts?run=bert-z2", 200, `[{"text":"node-a","value":"node-a"}]`},
 		{"nothing", 404, "unknown resource"},
+	}
+	// Every resource a variable query may name is served.
+	for _, r := range api.VariableResources {
+		covered := false
+		for _, c := range cases {
+			path, _, _ := strings.Cut(c.path, "?")
+			covered = covered || path == r && c.status == http.StatusOK
+		}
+		if !covered {
+			t.Errorf("no case lists the %s resource of api.VariableResources", r)
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.path, func(t *testing.T) {

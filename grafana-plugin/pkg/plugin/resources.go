@@ -27,9 +27,13 @@ type Option struct {
 //
 //	projects                          distinct projects of all runs
 //	runs?project=&sweep=&tag=&status= runs, newest first (text: name)
+//	sweeps?project=                   distinct non-empty sweep ids of runs
 //	metrics?run=                      series metrics, the run's own included
 //	ranks?run=                        the ranks that reported
 //	hosts?run=&from=&to=              hosts with GPU samples
+//
+// These are the resources of [api.VariableQuery]; the frontend's variable
+// support passes a variable query's filters as the query string.
 func (d *Datasource) CallResource(ctx context.Context, req *backend.CallResourceRequest, sender backend.CallResourceResponseSender) error {
 	if req.Method != "" && req.Method != http.MethodGet {
 		return sendJSON(sender, http.StatusMethodNotAllowed, api.Error{Error: "only GET is served"})
@@ -61,7 +65,7 @@ func (d *Datasource) CallResource(ctx context.Context, req *backend.CallResource
 
 func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([]Option, error) {
 	switch path {
-	case "projects":
+	case api.VariableProjects:
 		runs, err := d.listRuns(ctx, nil)
 		if err != nil {
 			return nil, err
@@ -75,7 +79,7 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		slices.Sort(names)
 		return textOptions(names), nil
 
-	case "runs":
+	case api.VariableRuns:
 		filter := url.Values{}
 		for _, k := range []string{"project", "sweep", "tag", "status"} {
 			if v := q.Get(k); v != "" {
@@ -96,7 +100,25 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		}
 		return opts, nil
 
-	case "metrics":
+	case api.VariableSweeps:
+		filter := url.Values{}
+		if v := q.Get("project"); v != "" {
+			filter.Set("project", v)
+		}
+		runs, err := d.listRuns(ctx, filter)
+		if err != nil {
+			return nil, err
+		}
+		var sweeps []string
+		for _, r := range runs {
+			if r.SweepID != "" && !slices.Contains(sweeps, r.SweepID) {
+				sweeps = append(sweeps, r.SweepID)
+			}
+		}
+		slices.Sort(sweeps)
+		return textOptions(sweeps), nil
+
+	case api.VariableMetrics:
 		names := slices.Clone(stepMetrics)
 		if run := q.Get("run"); run != "" {
 			var r api.RunDetail
@@ -114,7 +136,7 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		}
 		return textOptions(names), nil
 
-	case "ranks":
+	case api.VariableRanks:
 		run := q.Get("run")
 		if run == "" {
 			return nil, &QueryError{Field: "run", Msg: "ranks needs ?run="}
@@ -131,7 +153,7 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		}
 		return opts, nil
 
-	case "hosts":
+	case api.VariableHosts:
 		p := url.Values{"max_points": {"1"}}
 		for k, to := range map[string]string{"run": "run_id", "run_id": "run_id", "from": "from", "to": "to"} {
 			if v := q.Get(k); v != "" {
@@ -151,7 +173,7 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		slices.Sort(hosts)
 		return textOptions(hosts), nil
 	}
-	return nil, &QueryError{Msg: fmt.Sprintf("unknown resource %q; want projects, runs, metrics, ranks or hosts", path)}
+	return nil, &QueryError{Msg: fmt.Sprintf("unknown resource %q; want one of %s", path, strings.Join(api.VariableResources, ", "))}
 }
 
 func textOptions(names []string) []Option {

@@ -3,21 +3,27 @@ import { QueryEditorProps, SelectableValue } from '@grafana/data';
 import { InlineField, InlineFieldRow, Input, Select } from '@grafana/ui';
 
 import type { DataSource } from '../datasource';
-import { DeepSeedOptions, DeepSeedQuery, VariableKind, VariableQuery } from '../types';
+import { DeepSeedOptions, DeepSeedQuery, VariableQuery, VariableResource } from '../types';
+import { normalizeVariableQuery, StoredVariableQuery } from '../variables';
 
 type Props = QueryEditorProps<DataSource, DeepSeedQuery, DeepSeedOptions, VariableQuery>;
 
-const kinds: Array<SelectableValue<VariableKind>> = [
+const resources: Array<SelectableValue<VariableResource>> = [
   { value: 'projects', label: 'Projects' },
-  { value: 'runs', label: 'Runs', description: 'Filtered by project, sweep and tag' },
+  { value: 'runs', label: 'Runs', description: 'Filtered by project, sweep, tag and status' },
+  { value: 'sweeps', label: 'Sweeps', description: 'Sweeps of a project' },
   { value: 'metrics', label: 'Metrics', description: "Step metrics, with a run's own metrics" },
   { value: 'ranks', label: 'Ranks', description: 'Ranks of a run' },
   { value: 'hosts', label: 'Hosts', description: 'Hosts with GPU samples in the time range' },
 ];
 
-/** VariableQueryEditor defines a template variable from one of the backend's lists. */
+/**
+ * VariableQueryEditor defines a template variable from one of the backend's
+ * lists. A variable saved with the first release's `kind` is shown as its
+ * resource and saved back in today's model on the first change.
+ */
 export function VariableQueryEditor({ query, onChange }: Props) {
-  const q: VariableQuery = { ...query, kind: query.kind || 'runs' };
+  const q = normalizeVariableQuery(query as StoredVariableQuery);
   const field = (name: keyof VariableQuery, label: string, placeholder: string) => (
     <InlineField label={label} labelWidth={10}>
       <Input
@@ -34,24 +40,26 @@ export function VariableQueryEditor({ query, onChange }: Props) {
       <InlineFieldRow>
         <InlineField label="List" labelWidth={10}>
           <Select
-            inputId="deepseed-variable-kind"
+            inputId="deepseed-variable-resource"
             aria-label="List"
             width={24}
-            options={kinds}
-            value={q.kind}
-            onChange={(v) => onChange({ ...q, kind: v.value as VariableKind })}
+            options={resources}
+            value={q.resource}
+            onChange={(v) => onChange({ ...q, resource: v.value as VariableResource })}
           />
         </InlineField>
       </InlineFieldRow>
-      {q.kind === 'runs' && (
+      {q.resource === 'runs' && (
         <InlineFieldRow>
           {field('project', 'Project', '$project')}
           {field('sweep', 'Sweep', 'optional')}
           {field('tag', 'Tag', 'optional')}
+          {field('status', 'Status', 'optional')}
         </InlineFieldRow>
       )}
-      {(q.kind === 'metrics' || q.kind === 'ranks' || q.kind === 'hosts') && (
-        <InlineFieldRow>{field('run', 'Run', q.kind === 'ranks' ? '$run' : 'optional, e.g. $run')}</InlineFieldRow>
+      {q.resource === 'sweeps' && <InlineFieldRow>{field('project', 'Project', 'optional, e.g. $project')}</InlineFieldRow>}
+      {(q.resource === 'metrics' || q.resource === 'ranks' || q.resource === 'hosts') && (
+        <InlineFieldRow>{field('run', 'Run', q.resource === 'ranks' ? '$run' : 'optional, e.g. $run')}</InlineFieldRow>
       )}
     </>
   );

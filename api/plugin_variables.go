@@ -1,0 +1,32 @@
+package api
+
+// VariableQuery is the JSON model of a Grafana template variable of the
+// DeepSeed data source: which list to fetch (one of the VariableResource
+// constants) and its filters. The provisioned dashboards write it, the
+// plugin's variable editor edits it, and the plugin fetches the list from
+// its backend resource of the same name. Template variables in the
+// filters ($project, $run) are interpolated before the list is fetched.
+type VariableQuery struct {
+	RefID    string `json:"refId,omitempty"`
+	Resource string `json:"resource"`
+
+	Project string `json:"project,omitempty"` // runs, sweeps
+	Sweep   string `json:"sweep,omitempty"`   // runs
+	Tag     string `json:"tag,omitempty"`     // runs
+	Status  string `json:"status,omitempty"`  // runs
+	Run     string `json:"run,omitempty"`     // metrics, ranks, hosts
+}
+
+// Resources of [VariableQuery]: the plugin backend serves each as a GET
+// resource answering a list of {text, value}.
+const (
+	VariableProjects = "projects" // distinct projects of all runs
+	VariableRuns     = "runs"     // runs filtered by project, sweep, tag, status; value: run id
+	VariableSweeps   = "sweeps"   // distinct non-empty sweep ids, filtered by project
+	VariableMetrics  = "metrics"  // series metrics, a run's own metrics.NAME included
+	VariableRanks    = "ranks"    // ranks of a run
+	VariableHosts    = "hosts"    // hosts with GPU samples, of a run or the time range
+)
+
+// VariableResources lists every resource a [VariableQuery] may name.
+var VariableResources = []string{VariableProjects, VariableRuns, VariableSweeps, VariableMetrics, VariableRanks, VariableHosts}

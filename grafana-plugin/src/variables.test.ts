@@ -1,0 +1,34 @@
+import { normalizeVariableQuery, variableParams } from './variables';
+
+describe('normalizeVariableQuery', () => {
+  it('keeps the model the provisioned dashboards write', () => {
+    const q = normalizeVariableQuery({ refId: 'var-sweep', resource: 'sweeps', project: '$project' });
+    expect(q).toEqual({ refId: 'var-sweep', resource: 'sweeps', project: '$project' });
+  });
+
+  it('reads the first release’s kind and writes resource only', () => {
+    const q = normalizeVariableQuery({ refId: 'V', kind: 'ranks', run: '$run' });
+    expect(q).toEqual({ refId: 'V', resource: 'ranks', run: '$run' });
+    expect('kind' in q).toBe(false);
+  });
+
+  it('prefers resource over kind and falls back to runs', () => {
+    expect(normalizeVariableQuery({ refId: 'V', resource: 'hosts', kind: 'runs' }).resource).toBe('hosts');
+    expect(normalizeVariableQuery({ refId: 'V', kind: 'bogus' }).resource).toBe('runs');
+    expect(normalizeVariableQuery(undefined).resource).toBe('runs');
+    expect(normalizeVariableQuery('projects').resource).toBe('projects');
+  });
+});
+
+describe('variableParams', () => {
+  it('sends only the filters of the list', () => {
+    expect(variableParams({ refId: 'V', resource: 'sweeps', project: 'nlp', run: 'x' })).toEqual({ project: 'nlp' });
+    expect(variableParams({ refId: 'V', resource: 'runs', project: 'nlp', sweep: 's', status: 'running' })).toEqual({
+      project: 'nlp',
+      sweep: 's',
+      tag: undefined,
+      status: 'running',
+    });
+    expect(variableParams({ refId: 'V', resource: 'projects', project: 'nlp' })).toEqual({});
+  });
+});
