@@ -123,6 +123,14 @@ type batchPlan struct {
 	layerNames map[string][]string
 	layerGrown map[string]bool
 	layerIdx   map[string]map[string][]int // run → name → positions
+
+	// direct holds the kinds (step, layers, eval) whose rows are COPYed
+	// straight into their tables: the batch repeats none of their keys and
+	// the table holds none of them, checked under the run locks. That is
+	// every batch of a live run, whose steps are all new; the temporary
+	// table, the dedupe probes and the merge are needed only for retries
+	// and resumed runs.
+	direct map[string]bool
 }
 
 type runUpdate struct {
@@ -336,15 +344,29 @@ func (b *batchPlan) prepare(ctx context.Context, tx pgx.Tx) error {
 			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(run_id, status, ended_at, summary)
 			WHERE r.run_id = u.run_id`, ids, status, at, summary)
 	}
-	// Each connection keeps its temporary tables and they empty themselves
-	// at commit. Creating and dropping them per batch would write the
-	// system catalogs and broadcast invalidations to every backend each
-	// time, which costs more than the rows themselves under load.
-	for _, t := range b.tables() {
-		q.Queue(`CREATE TEMP TABLE IF NOT EXISTS ` + t.temp + ` (LIKE ` + t.target + `) ON COMMIT DELETE ROWS`)
+	// Probe for stored keys once per run and rank (or split), over the
+	// range of steps the batch brings, instead of once per row in the
+	// merge. The planner knows nothing of the array sizes; joining a few
+	// dozen ranges wants the unique indexes probed, never a hash of the
+	// table, and SET LOCAL ends with the transaction.
+	checks := b.directChecks()
+	if len(checks) > 0 {
+		q.Queue(`SET LOCAL enable_hashjoin = off`)
+		q.Queue(`SET LOCAL enable_mergejoin = off`)
 	}
-	var layerRuns []string
+	b.direct = map[string]bool{}
+	for _, c := range checks {
+		q.Queue(c.sql, c.args...).QueryRow(func(row pgx.Row) error {
+			var stored bool
+			if err := row.Scan(&stored); err != nil {
+				return fmt.Errorf("check stored %s keys: %w", c.kind, err)
+			}
+			b.direct[c.kind] = !stored
+			return nil
+		})
+	}
 	if len(b.layers) > 0 {
+		var layerRuns []string
 		set := map[string]bool{}
 		for _, l := range b.layers {
 			if !set[l.RunID] {
@@ -352,50 +374,143 @@ func (b *batchPlan) prepare(ctx context.Context, tx pgx.Tx) error {
 				layerRuns = append(layerRuns, l.RunID)
 			}
 		}
-		q.Queue(`SELECT run_id, layer_names FROM runs WHERE run_id = ANY($1)`, layerRuns)
+		b.layerNames = map[string][]string{}
+		b.layerGrown = map[string]bool{}
+		q.Queue(`SELECT run_id, layer_names FROM runs WHERE run_id = ANY($1)`, layerRuns).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				var names []string
+				if err := rows.Scan(&id, &names); err != nil {
+					return fmt.Errorf("read layer names: %w", err)
+				}
+				b.layerNames[id] = names
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("read layer names: %w", err)
+			}
+			return nil
+		})
 	}
-	if q.Len() == 0 {
-		return nil
-	}
-	br := tx.SendBatch(ctx, q)
-	n := q.Len()
-	if len(b.layers) > 0 {
-		n--
-	}
-	for i := 0; i < n; i++ {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
+	if q.Len() > 0 {
+		if err := tx.SendBatch(ctx, q).Close(); err != nil {
 			return fmt.Errorf("store: write batch: prepare runs: %w", err)
 		}
 	}
-	if len(b.layers) > 0 {
-		b.layerNames = map[string][]string{}
-		b.layerGrown = map[string]bool{}
-		rows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return fmt.Errorf("store: write batch: read layer names: %w", err)
-		}
-		for rows.Next() {
-			var id string
-			var names []string
-			if err := rows.Scan(&id, &names); err != nil {
-				rows.Close()
-				br.Close()
-				return fmt.Errorf("store: write batch: read layer names: %w", err)
-			}
-			b.layerNames[id] = names
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			br.Close()
-			return fmt.Errorf("store: write batch: read layer names: %w", err)
+
+	// Each connection keeps its temporary tables and they empty themselves
+	// at commit. Creating and dropping them per batch would write the
+	// system catalogs and broadcast invalidations to every backend each
+	// time, which costs more than the rows themselves under load.
+	q = &pgx.Batch{}
+	for _, t := range b.tables() {
+		if t.temp != t.target {
+			q.Queue(`CREATE TEMP TABLE IF NOT EXISTS ` + t.temp + ` (LIKE ` + t.target + `) ON COMMIT DELETE ROWS`)
 		}
 	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("store: write batch: prepare runs: %w", err)
+	if q.Len() > 0 {
+		if err := tx.SendBatch(ctx, q).Close(); err != nil {
+			return fmt.Errorf("store: write batch: create temporary tables: %w", err)
+		}
 	}
 	return nil
+}
+
+// directCheck is a query answering whether a table already holds any key
+// in the batch's step ranges.
+type directCheck struct {
+	kind string
+	sql  string
+	args []any
+}
+
+// directChecks returns a check for each of steps, layers and evals whose
+// keys the batch does not repeat; a batch that repeats a key goes through
+// the merge, which keeps the newest.
+func (b *batchPlan) directChecks() []directCheck {
+	type rankKey struct {
+		run  string
+		rank int
+	}
+	type stepRange struct{ lo, hi int64 }
+	// ranksCheck builds the check of a table keyed by (run_id, rank, step).
+	ranksCheck := func(kind, table string, n int, key func(i int) (string, int, int64)) *directCheck {
+		type rowKey struct {
+			rankKey
+			step int64
+		}
+		seen := make(map[rowKey]struct{}, n)
+		ranges := map[rankKey]stepRange{}
+		var order []rankKey
+		for i := 0; i < n; i++ {
+			run, rank, step := key(i)
+			k := rankKey{run, rank}
+			if _, dup := seen[rowKey{k, step}]; dup {
+				return nil
+			}
+			seen[rowKey{k, step}] = struct{}{}
+			r, ok := ranges[k]
+			if !ok {
+				order = append(order, k)
+				r = stepRange{step, step}
+			}
+			r.lo, r.hi = min(r.lo, step), max(r.hi, step)
+			ranges[k] = r
+		}
+		runs := make([]string, len(order))
+		ranks := make([]int32, len(order))
+		los := make([]int64, len(order))
+		his := make([]int64, len(order))
+		for i, k := range order {
+			runs[i], ranks[i], los[i], his[i] = k.run, int32(k.rank), ranges[k].lo, ranges[k].hi
+		}
+		return &directCheck{kind, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) AS k(run_id, rank, lo, hi)
+			WHERE EXISTS (SELECT 1 FROM ` + table + ` AS t
+				WHERE t.run_id = k.run_id AND t.rank = k.rank AND t.step BETWEEN k.lo AND k.hi))`,
+			[]any{runs, ranks, los, his}}
+	}
+	var checks []directCheck
+	if len(b.steps) > 0 {
+		if c := ranksCheck(api.KindStep, "steps", len(b.steps), func(i int) (string, int, int64) {
+			s := b.steps[i]
+			return s.RunID, s.Rank, *s.Step
+		}); c != nil {
+			checks = append(checks, *c)
+		}
+	}
+	if len(b.layers) > 0 {
+		if c := ranksCheck(api.KindLayers, "layer_times", len(b.layers), func(i int) (string, int, int64) {
+			l := b.layers[i]
+			return l.RunID, l.Rank, *l.Step
+		}); c != nil {
+			checks = append(checks, *c)
+		}
+	}
+	if len(b.evals) > 0 {
+		// Evals are keyed by split instead of rank.
+		type evalKey struct {
+			run, split string
+			step       int64
+		}
+		seen := map[evalKey]struct{}{}
+		var runs, splits []string
+		var steps []int64
+		dup := false
+		for _, e := range b.evals {
+			k := evalKey{e.RunID, orDefault(e.Split, "val"), *e.Step}
+			if _, ok := seen[k]; ok {
+				dup = true
+				break
+			}
+			seen[k] = struct{}{}
+			runs, splits, steps = append(runs, k.run), append(splits, k.split), append(steps, k.step)
+		}
+		if !dup {
+			checks = append(checks, directCheck{api.KindEval, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(run_id, split, step)
+				WHERE EXISTS (SELECT 1 FROM evals AS t WHERE t.run_id = k.run_id AND t.split = k.split AND t.step = k.step))`,
+				[]any{runs, splits, steps}})
+		}
+	}
+	return checks
 }
 
 // copyTable is one table the batch writes through a temporary table.
@@ -408,16 +523,24 @@ type copyTable struct {
 	row    func(i int, dst []any) []any
 }
 
+// tables lists the tables the batch writes. A table whose rows go in
+// directly has its target as its temp.
 func (b *batchPlan) tables() []copyTable {
 	var ts []copyTable
+	temp := func(kind, name, target string) string {
+		if b.direct[kind] {
+			return target
+		}
+		return name
+	}
 	if len(b.steps) > 0 {
-		ts = append(ts, copyTable{api.KindStep, "tmp_steps", "steps", stepCols, len(b.steps), b.stepRow})
+		ts = append(ts, copyTable{api.KindStep, temp(api.KindStep, "tmp_steps", "steps"), "steps", stepCols, len(b.steps), b.stepRow})
 	}
 	if len(b.layers) > 0 {
-		ts = append(ts, copyTable{api.KindLayers, "tmp_layer_times", "layer_times", layerCols, len(b.layers), b.layerRow})
+		ts = append(ts, copyTable{api.KindLayers, temp(api.KindLayers, "tmp_layer_times", "layer_times"), "layer_times", layerCols, len(b.layers), b.layerRow})
 	}
 	if len(b.evals) > 0 {
-		ts = append(ts, copyTable{api.KindEval, "tmp_evals", "evals", evalCols, len(b.evals), b.evalRow})
+		ts = append(ts, copyTable{api.KindEval, temp(api.KindEval, "tmp_evals", "evals"), "evals", evalCols, len(b.evals), b.evalRow})
 	}
 	if len(b.gpus) > 0 {
 		ts = append(ts, copyTable{api.KindGPU, "tmp_gpu_samples", "gpu_samples", gpuCols, len(b.gpus), b.gpuRow})
@@ -557,7 +680,12 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 		count     bool // the statement answers count(*) rather than a tag
 	}
 	var stmts []stmt
+	written := map[string]int{}
 	for _, t := range b.tables() {
+		if t.temp == t.target {
+			written[t.kind] = t.n
+			continue
+		}
 		switch t.kind {
 		case api.KindStep:
 			stmts = append(stmts, stmt{t.kind, mergeSteps, true})
@@ -575,8 +703,8 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 			stmts = append(stmts, stmt{t.kind, mergeEvents, false})
 		}
 	}
-	written := map[string]int{}
-	if len(stmts) == 0 {
+	dirtyRuns, dirtyRanks, dirtyBlocks := b.directDirty()
+	if len(stmts) == 0 && len(dirtyRuns) == 0 {
 		return written, nil
 	}
 	// The temporary tables have no statistics, and with a guess the
@@ -588,6 +716,11 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 	q.Queue(`SET LOCAL enable_mergejoin = off`)
 	for _, s := range stmts {
 		q.Queue(s.sql)
+	}
+	if len(dirtyRuns) > 0 {
+		q.Queue(`INSERT INTO rollup_dirty (run_id, rank, block)
+			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) ORDER BY 1, 2, 3
+			ON CONFLICT DO NOTHING`, dirtyRuns, dirtyRanks, dirtyBlocks)
 	}
 	br := tx.SendBatch(ctx, q)
 	for i := 0; i < 2; i++ {
@@ -613,10 +746,56 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 		}
 		written[s.kind] = int(tag.RowsAffected())
 	}
+	if len(dirtyRuns) > 0 {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("store: write batch: mark rollups dirty: %w", err)
+		}
+	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("store: write batch: merge: %w", err)
 	}
 	return written, nil
+}
+
+// directDirty returns the step blocks (run, rank, step / 100) of the step
+// and layers rows written directly, which the merge statements would have
+// marked in rollup_dirty, sorted.
+func (b *batchPlan) directDirty() (runs []string, ranks []int32, blocks []int64) {
+	type block struct {
+		run   string
+		rank  int
+		block int64
+	}
+	set := map[block]struct{}{}
+	if b.direct[api.KindStep] {
+		for _, s := range b.steps {
+			set[block{s.RunID, s.Rank, *s.Step / 100}] = struct{}{}
+		}
+	}
+	if b.direct[api.KindLayers] {
+		for _, l := range b.layers {
+			set[block{l.RunID, l.Rank, *l.Step / 100}] = struct{}{}
+		}
+	}
+	keys := make([]block, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, c := keys[i], keys[j]
+		if a.run != c.run {
+			return a.run < c.run
+		}
+		if a.rank != c.rank {
+			return a.rank < c.rank
+		}
+		return a.block < c.block
+	})
+	for _, k := range keys {
+		runs, ranks, blocks = append(runs, k.run), append(ranks, int32(k.rank)), append(blocks, k.block)
+	}
+	return runs, ranks, blocks
 }
 
 // alignLayers extends each run's layer names with the names it has not
