@@ -23,6 +23,7 @@ import (
 var (
 	bigOnce sync.Once
 	bigSrv  *httptest.Server
+	bigSt   *store.Store
 	bigCold time.Duration
 	bigErr  error
 )
@@ -38,6 +39,15 @@ func bigServer(b *testing.B) *httptest.Server {
 			bigErr = err
 			return
 		}
+		// The database lives as long as the top-level benchmark that
+		// made it; the next one builds its own.
+		b.Cleanup(func() {
+			if bigSrv != nil {
+				bigSrv.Close()
+			}
+			s.Close()
+			bigOnce, bigSrv, bigSt, bigErr = sync.Once{}, nil, nil, nil
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
 		start := time.Now()
@@ -65,6 +75,7 @@ func bigServer(b *testing.B) *httptest.Server {
 			}
 		}
 		b.Logf("generated %d steps x 100 layers in %v", bigSteps, time.Since(start))
+		bigSt = s
 		e := echo.New()
 		query.New(s, query.Options{Timeout: 30 * time.Minute}).Register(e.Group("/api/v1"))
 		bigSrv = httptest.NewServer(e)
@@ -157,5 +168,57 @@ func BenchmarkBigRun(b *testing.B) {
 				b.Fatalf("series: %d points, max %v (want the spike 1000)", len(pts), top)
 			}
 		})
+	})
+}
+
+// BenchmarkRollupBuild rebuilds every rollup of the 1,000,000-step,
+// 100-layer run from nothing, as after a bulk load or an import: "Go" is
+// RefreshRollups; "SQLLayerSums" is only the per-layer sums of the
+// forward arrays done in SQL (unnest WITH ORDINALITY and GROUP BY, the
+// cheapest SQL formulation), for comparison. Run with -benchtime 3x; the
+// reported p50-ms is the median build.
+func BenchmarkRollupBuild(b *testing.B) {
+	bigServer(b)
+	ctx := context.Background()
+	exec := func(q string) {
+		b.Helper()
+		if _, err := bigSt.Pool.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	median := func(durs []time.Duration) float64 {
+		sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
+		return float64(durs[len(durs)/2].Microseconds()) / 1000
+	}
+	b.Run("Go", func(b *testing.B) {
+		var durs []time.Duration
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			exec(`TRUNCATE metric_rollups, layer_rollups, rollup_dirty`)
+			exec(`INSERT INTO rollup_dirty (run_id, rank, block) SELECT 'big', 0, b FROM generate_series(0, 9999) b`)
+			b.StartTimer()
+			start := time.Now()
+			n, err := bigSt.RefreshRollups(ctx, "big")
+			durs = append(durs, time.Since(start))
+			if err != nil || n != 10000 {
+				b.Fatalf("refreshed %d blocks: %v", n, err)
+			}
+		}
+		b.ReportMetric(median(durs), "p50-ms")
+	})
+	b.Run("SQLLayerSums", func(b *testing.B) {
+		var durs []time.Duration
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			var n int64
+			if err := bigSt.Pool.QueryRow(ctx, `SELECT count(*) FROM (
+				SELECT l.step / 100, u.i, sum(u.v), count(u.v)
+				FROM layer_times l, unnest(l.forward_ms) WITH ORDINALITY u(v, i)
+				WHERE l.run_id = 'big' AND l.rank = 0 GROUP BY 1, 2) x`).Scan(&n); err != nil || n != 1_000_000 {
+				b.Fatalf("%d sums: %v", n, err)
+			}
+			durs = append(durs, time.Since(start))
+		}
+		b.ReportMetric(median(durs), "p50-ms")
 	})
 }

@@ -120,11 +120,12 @@ func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 		// statement leaves a marker of its own for the next refresh; a
 		// write still in flight holds its marker's row lock (ingest
 		// upserts it), so this DELETE waits for it and every later
-		// statement of the chunk sees its rows.
+		// statement of the chunk sees its rows. Locking the markers in
+		// key order, as ingest does, keeps the two from deadlocking.
 		rows, err := tx.Query(ctx, `
 			DELETE FROM rollup_dirty d
 			USING (SELECT rank, block FROM rollup_dirty WHERE run_id = $1
-			       ORDER BY rank, block LIMIT $2) c
+			       ORDER BY rank, block LIMIT $2 FOR UPDATE) c
 			WHERE d.run_id = $1 AND d.rank = c.rank AND d.block = c.block
 			RETURNING d.rank, d.block`, runID, refreshChunk)
 		if err != nil {
