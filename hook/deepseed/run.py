@@ -236,7 +236,12 @@ class Run:
 
         def on_term(signum, frame):
             try:
-                self.finish(status="killed", summary={"error": "SIGTERM"})
+                # Only the first run of a process installs this handler; a
+                # later run of the same process (one after another, as in a
+                # sweep) is the current one when the signal comes.
+                for r in (self, _current):
+                    if r is not None and not r.finished:
+                        r.finish(status="killed", summary={"error": "SIGTERM"})
             finally:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -484,6 +489,10 @@ class Run:
                     self._watcher.close(wait=True)
                 except Exception as e:
                     self._warn_once("wclose", "deepseed: closing watcher: %s", e)
+                # The watcher holds the model and optimizer; the run itself
+                # stays reachable from the exit hooks, so let them go here or
+                # every finished run of a process keeps its model's memory.
+                self._watcher = None
             with self._lock:
                 self._poll(wait=True)
             if self.rank == 0 or status != "finished":
@@ -496,6 +505,10 @@ class Run:
             self._warn_once("finish", "deepseed: finish: %s", e)
         finally:
             self._sender.close(self.flush_timeout if timeout is None else timeout)
+            try:
+                atexit.unregister(self._atexit)
+            except Exception:
+                pass
             global _current
             if _current is self:
                 _current = None

@@ -104,7 +104,7 @@ def fused_grad_norm(params):
         return None
     try:
         # The common case: one dtype, dense gradients: three launches.
-        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).float()
+        return _local(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).float())
     except Exception:
         pass
     groups = {}
@@ -121,8 +121,15 @@ def fused_grad_norm(params):
         norms = torch._foreach_norm(gs)
         totals.append(torch.linalg.vector_norm(torch.stack(norms)).float())
     if len(totals) == 1:
-        return totals[0]
-    return torch.linalg.vector_norm(torch.stack([t.to(totals[0].device) for t in totals]))
+        return _local(totals[0])
+    return _local(torch.linalg.vector_norm(torch.stack([_local(t).to(totals[0].device) for t in totals])))
+
+
+def _local(t):
+    # A norm of DTensor gradients (FSDP2) is this rank's part; make it a
+    # plain tensor so that it can be read like the others.
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
 
 
 def iter_tensors(obj, depth=0):

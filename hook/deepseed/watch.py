@@ -106,10 +106,8 @@ def find_layers(model):
 
 
 def _param_count(model):
-    n = 0
-    for p in model.parameters():
-        n += int(getattr(p, "ds_numel", 0) or p.numel())
-    return n
+    from .integrations.torch_dist import param_count
+    return param_count(model)
 
 
 class _Slot:
@@ -193,6 +191,11 @@ class LayerProfiler:
                 for p in row["params"]:
                     if hasattr(p, "register_post_accumulate_grad_hook"):
                         self.handles.append(p.register_post_accumulate_grad_hook(self._param_end(i)))
+            elif not row.get("params"):
+                # No input gradient and no parameters of its own: FSDP
+                # replaces them by views of its flat parameter. The backward
+                # then ends when the node that made the output has run.
+                row["fnend"] = True
         return hook
 
     def _post(self, i):
@@ -205,6 +208,14 @@ class LayerProfiler:
             t = first_grad_tensor(out)
             if t is not None:
                 t.register_hook(self._bwd_start(i))
+                if row.get("fnend") and t.grad_fn is not None:
+                    t.grad_fn.register_hook(self._fn_end(i))
+        return hook
+
+    def _fn_end(self, i):
+        def hook(grad_inputs, grad_outputs):
+            if self.cur is not None:
+                self.cur[i]["bend"].append(self.w.pool.record())
         return hook
 
     def _bwd_start(self, i):
@@ -267,6 +278,7 @@ class Watcher:
         self.layer_every = int(layer_every or 0)
         self.grad_norm = grad_norm
         self.user_grad_norm = False
+        self.sharded_grads = False
         self.closed_flag = False
 
         dev = None
@@ -318,7 +330,9 @@ class Watcher:
         run = self.run
         meta = {}
         m = run.meta
-        n = _param_count(inner)
+        # The root, not the inner module: an FSDP root keeps its own
+        # FlatParameter outside the module it wraps.
+        n = _param_count(self.root)
         meta["params"] = n
         cfg = getattr(inner, "config", None)
         name = getattr(cfg, "_name_or_path", None) or getattr(inner, "name_or_path", None)
@@ -345,6 +359,11 @@ class Watcher:
             except Exception:
                 pass
         meta.setdefault("framework", m.get("framework") or "torch")
+        try:
+            from .integrations.torch_dist import grads_sharded
+            self.sharded_grads = self.adapter is None and grads_sharded(meta)
+        except Exception:
+            self.sharded_grads = False
         meta["versions"] = dict(m.get("versions") or {}, **_torch_versions())
         run.update_meta(**meta)
         if run.meta.get("precision"):
@@ -459,7 +478,12 @@ class Watcher:
             if self.adapter is None and self.grad_norm != "off" and not self.user_grad_norm:
                 gn = fused_grad_norm(self.params)
                 if gn is not None:
-                    cur.extra["grad_norm"] = gn
+                    # Sharded gradients (FSDP) give this rank's part of the
+                    # norm only. Summing it over the ranks would take a
+                    # collective inside the hook, which hangs a job whose
+                    # ranks do not all watch; the model's norm is what
+                    # model.clip_grad_norm_() returns, passed as grad_norm=.
+                    cur.extra["grad_norm_shard" if self.sharded_grads else "grad_norm"] = gn
             cur.opt = [self.pool.record(), None]
         except Exception as e:
             self.run._warn_once("optpre", "deepseed: optimizer hook: %s", e)

@@ -50,3 +50,66 @@ def describe(model, optimizer=None):
         meta.setdefault("framework", "torch")
         meta.setdefault("parallelism", "ddp")
     return meta
+
+
+def param_count(module):
+    """Number of model parameters behind module, counted once each, also
+    when FSDP has flattened and sharded them.
+
+    FSDP (FullyShardedDataParallel) replaces a unit's parameters with one
+    FlatParameter that holds only this rank's shard, so counting numel()
+    gives about 1/world_size of the model. A FlatParameter remembers the
+    sizes of the parameters it holds (``_numels``, padding excluded, tied
+    parameters once); the original parameters that use_orig_params=True
+    keeps are views into a shard and are skipped. DeepSpeed's ZeRO-3
+    parameters carry their full size as ``ds_numel``; DTensors (FSDP2)
+    report their global numel already. Works on attributes alone: no
+    torch import, no collective."""
+    flats = {}
+    n = 0
+    seen = set()
+
+    def flat(fp):
+        if fp is not None and id(fp) not in flats:
+            numels = getattr(fp, "_numels", None)
+            if numels is not None:
+                total = sum(int(x) for x in numels)
+            else:
+                size = getattr(fp, "_unpadded_unsharded_size", None)
+                total = _numel_of_size(size) if size is not None else int(fp.numel())
+            flats[id(fp)] = total
+
+    for m in module.modules():
+        # FSDP units keep their handle even when the FlatParameter is not
+        # registered as a parameter (use_orig_params=True).
+        h = getattr(m, "_handle", None)
+        flat(getattr(h, "flat_param", None))
+        hs = getattr(m, "_handles", None)  # torch < 2.1
+        if isinstance(hs, (list, tuple)):
+            for h in hs:
+                flat(getattr(h, "flat_param", None))
+    for p in module.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if getattr(p, "_is_flat_param", False):
+            flat(p)
+            continue
+        if getattr(p, "_fsdp_flattened", False):
+            continue
+        n += int(getattr(p, "ds_numel", 0) or p.numel())
+    return n + sum(flats.values())
+
+
+def _numel_of_size(size):
+    total = 1
+    for d in size:
+        total *= int(d)
+    return total
+
+
+def grads_sharded(meta):
+    """True when each rank holds only a shard of the gradients (FSDP with
+    SHARD_GRAD_OP or FULL_SHARD), so a norm of the local gradients is not
+    the model's: it must be summed over the ranks."""
+    return meta.get("framework") == "fsdp" and int(meta.get("zero_stage") or 0) >= 2
