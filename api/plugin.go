@@ -32,6 +32,8 @@ type PluginQuery struct {
 	GPU  string `json:"gpu,omitempty"`  // gpus: index or "" for all
 
 	StragglerPct float64 `json:"stragglerPct,omitempty"` // ranks
+
+	EventTypes []string `json:"eventTypes,omitempty"` // annotations: checkpoint, overflow, restart, eval, …; none: all
 }
 
 // Query types of [PluginQuery].

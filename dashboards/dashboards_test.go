@@ -56,6 +56,7 @@ type dashboardDoc struct {
 	Annotations struct {
 		List []struct {
 			Name       string          `json:"name"`
+			IconColor  string          `json:"iconColor"`
 			Datasource datasourceRef   `json:"datasource"`
 			Target     json.RawMessage `json:"target"`
 		} `json:"list"`
@@ -333,6 +334,46 @@ func TestTrainingRunPanels(t *testing.T) {
 	for typ, n := range map[string]int{"stat": 6, "timeseries": 5, "piechart": 1, "barchart": 1, "table": 1} {
 		if types[typ] < n {
 			t.Errorf("%d %s panels, want at least %d", types[typ], typ, n)
+		}
+	}
+}
+
+// TestTrainingRunAnnotations checks that checkpoints, overflow skips,
+// evaluations and restarts are separate annotations, each of one event
+// type and in its own colour, so a user can tell them apart and switch
+// each off.
+func TestTrainingRunAnnotations(t *testing.T) {
+	d := loadDashboards(t)[dashboards.UIDTrainingRun]
+	colours := make(map[string]string)
+	types := make(map[string]string)
+	for _, a := range d.Annotations.List {
+		if a.Datasource.Type == "grafana" {
+			continue
+		}
+		tg, err := decodeTarget(a.Target)
+		if err != nil {
+			t.Fatalf("annotation %q: %v", a.Name, err)
+		}
+		if len(tg.EventTypes) != 1 {
+			t.Errorf("annotation %q shows event types %v, want exactly one", a.Name, tg.EventTypes)
+			continue
+		}
+		typ := tg.EventTypes[0]
+		if other, ok := types[typ]; ok {
+			t.Errorf("annotations %q and %q both show %s events", other, a.Name, typ)
+		}
+		types[typ] = a.Name
+		if other, ok := colours[a.IconColor]; ok {
+			t.Errorf("annotations %q and %q share the colour %s", other, a.Name, a.IconColor)
+		}
+		colours[a.IconColor] = a.Name
+		if tg.RunID != "$run" {
+			t.Errorf("annotation %q: runId %q, want $run", a.Name, tg.RunID)
+		}
+	}
+	for _, typ := range []string{"checkpoint", "overflow", "eval", "restart"} {
+		if _, ok := types[typ]; !ok {
+			t.Errorf("no annotation shows %s events", typ)
 		}
 	}
 }

@@ -182,14 +182,28 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	return d, runEvents(), nil
 }
 
-// runEvents are the run's events as annotations on every time chart:
-// checkpoints, fp16 overflow skips, restarts and evaluations.
+// runEvents are the run's events as annotations on every time chart, one
+// per event type so each has its own colour and its own toggle at the top
+// of the dashboard: checkpoints, fp16 overflow skips, evaluations and
+// restarts.
 func runEvents() []Annotation {
-	return []Annotation{{
-		Name:       "Run events",
-		Enable:     true,
-		IconColor:  "#FF9830",
-		Datasource: DatasourceRef(),
-		Target:     Query{PluginQuery: runQuery(api.QueryAnnotations), RefID: "Anno", Datasource: DatasourceRef()},
-	}}
+	kinds := []struct{ name, eventType, colour string }{
+		{"Checkpoints", "checkpoint", "#73BF69"},  // green
+		{"Overflow skips", "overflow", "#F2495C"}, // red
+		{"Evaluations", "eval", "#5794F2"},        // blue
+		{"Restarts", "restart", "#FF9830"},        // orange
+	}
+	out := make([]Annotation, len(kinds))
+	for i, k := range kinds {
+		q := runQuery(api.QueryAnnotations)
+		q.EventTypes = []string{k.eventType}
+		out[i] = Annotation{
+			Name:       k.name,
+			Enable:     true,
+			IconColor:  k.colour,
+			Datasource: DatasourceRef(),
+			Target:     Query{PluginQuery: q, RefID: "Anno-" + k.eventType, Datasource: DatasourceRef()},
+		}
+	}
+	return out
 }

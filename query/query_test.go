@@ -495,6 +495,12 @@ func TestGPUs(t *testing.T) {
 	if s.GPU != 1 || s.Name != "Tesla T4" || len(s.Points) > 10 || s.Points[0].Min != 0 || s.Points[len(s.Points)-1].Max != 99 {
 		t.Errorf("gpu 1 series: %+v", s)
 	}
+	q.Set("gpu", "1")
+	var one api.GPUResponse
+	e.get("/gpus?"+q.Encode(), 200, &one)
+	if len(one.Series) != 1 || one.Series[0].GPU != 1 || len(one.Series[0].Points) != len(s.Points) {
+		t.Errorf("gpu=1: %+v", one.Series)
+	}
 }
 
 func TestErrors(t *testing.T) {
@@ -528,6 +534,7 @@ func TestErrors(t *testing.T) {
 		{"/compare?run=r&baseline=nope", 400, "baseline"},
 		{"/gpus?metric=bogus", 400, "metric"},
 		{"/gpus?from=yesterday", 400, "from"},
+		{"/gpus?gpu=first", 400, "gpu"},
 		{"/annotations?to=1&from=2", 400, "to"},
 	} {
 		var ae api.Error

@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -29,6 +30,12 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 		}
 	}
 	maxPoints, err := intParam(c, "max_points", 1000, 1, maxPointsLimit)
+	if err != nil {
+		return nil, err
+	}
+	// gpu picks one GPU of the matching hosts; the rows are few (one per
+	// bucket and GPU), so it is applied to them rather than in SQL.
+	gpu, err := optIntParam(c, "gpu", 0, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +76,9 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 		}
 		var cur *api.GPUSeries
 		for _, r := range rows {
+			if gpu != nil && int64(r.GPU) != *gpu {
+				continue
+			}
 			if cur == nil || cur.Host != r.Host || cur.GPU != r.GPU {
 				out.Series = append(out.Series, api.GPUSeries{Host: r.Host, GPU: r.GPU, Metric: m, Unit: gpuUnits[m], Points: []api.TimePoint{}})
 				cur = &out.Series[len(out.Series)-1]
@@ -95,6 +105,10 @@ func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) 
 	if to.Before(from) {
 		return nil, bad("to", "must not be before from")
 	}
+	types, err := eventTypes(c)
+	if err != nil {
+		return nil, err
+	}
 	if runID != "" {
 		if _, err := h.store.GetRun(ctx, runID); err != nil {
 			if err == store.ErrNotFound {
@@ -104,7 +118,12 @@ func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) 
 		}
 	}
 	out := api.AnnotationsResponse{Annotations: []api.Annotation{}}
-	evs, err := h.store.Events(ctx, runID, from, to, maxAnnotations)
+	var evs []store.EventRow
+	if len(types) == 0 {
+		evs, err = h.store.Events(ctx, runID, from, to, maxAnnotations)
+	} else {
+		evs, err = h.eventsOfTypes(ctx, runID, from, to, types, maxAnnotations)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +137,11 @@ func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) 
 			a.Title = e.Type
 		}
 		out.Annotations = append(out.Annotations, a)
+	}
+	// Evaluations live in their own table.
+	if len(types) > 0 && !slices.Contains(types, evalType) {
+		sortAnnotations(out.Annotations)
+		return out, nil
 	}
 	evals, ids, err := h.store.EvalEvents(ctx, runID, from, to, maxAnnotations)
 	if err != nil {

@@ -30,6 +30,12 @@ describe('interpolateQuery', () => {
     expect(out.refId).toBe('A');
   });
 
+  it('expands a multi-value variable of event types', () => {
+    vars.types = ['checkpoint', 'eval'];
+    const out = interpolateQuery({ refId: 'A', queryType: 'annotations', eventTypes: ['$types', 'restart'] }, {}, replace);
+    expect(out.eventTypes).toEqual(['checkpoint', 'eval', 'restart']);
+  });
+
   it('leaves absent fields absent', () => {
     const out = interpolateQuery({ refId: 'A', queryType: 'runs' }, {}, replace);
     expect(out.runIds).toBeUndefined();

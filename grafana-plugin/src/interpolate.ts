@@ -30,5 +30,6 @@ export function interpolateQuery(query: DeepSeedQuery, scopedVars: ScopedVars, r
     rank: one(query.rank),
     host: one(query.host),
     gpu: one(query.gpu),
+    eventTypes: many(query.eventTypes),
   };
 }

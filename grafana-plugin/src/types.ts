@@ -37,6 +37,8 @@ export interface DeepSeedQuery extends DataQuery {
   host?: string;
   gpu?: string;
   stragglerPct?: number;
+  /** annotations: only these event types (checkpoint, overflow, restart, eval, …); none: all. */
+  eventTypes?: string[];
 }
 
 export const DEFAULT_QUERY: Partial<DeepSeedQuery> = {
@@ -67,6 +69,14 @@ export const QUERY_TYPES: QueryTypeInfo[] = [
   { value: 'runs', label: 'Runs', description: 'Runs of a project, sweep or tag (table)', needsRun: false },
   { value: 'gpus', label: 'GPU telemetry', description: 'Per host and GPU time series', needsRun: false },
   { value: 'annotations', label: 'Run events', description: 'Checkpoints, overflow skips, restarts, evaluations', needsRun: false },
+];
+
+/** Event types the training hook and the query service know; scripts may record others. */
+export const EVENT_TYPES: Array<{ value: string; label: string; description: string }> = [
+  { value: 'checkpoint', label: 'Checkpoints', description: 'A checkpoint was saved' },
+  { value: 'overflow', label: 'Overflow skips', description: 'fp16 overflow: the step was skipped and the loss scale lowered' },
+  { value: 'restart', label: 'Restarts', description: 'The run resumed, from a checkpoint or after a failure' },
+  { value: 'eval', label: 'Evaluations', description: 'Evaluation points with their figures' },
 ];
 
 /** Step metrics the query service serves as series; users add metrics.NAME. */

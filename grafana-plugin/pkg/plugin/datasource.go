@@ -282,6 +282,11 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 
 	case api.QueryAnnotations:
 		set("run_id", q.RunID)
+		// One annotation per event type (checkpoints, overflow skips, …)
+		// lets a dashboard give each its own colour and toggle.
+		for _, t := range splitList(q.EventTypes) {
+			p.Add("type", t)
+		}
 		timeRange()
 		var r api.AnnotationsResponse
 		if err := d.client.get(ctx, "/api/v1/annotations", p, &r); err != nil {
@@ -299,10 +304,16 @@ func compareRuns(q api.PluginQuery) []string {
 	if len(ids) == 0 && q.RunID != "" {
 		ids = []string{q.RunID}
 	}
+	return splitList(ids)
+}
+
+// splitList flattens list values that a multi-value variable may have
+// turned into one "{a,b}" or "a,b" string.
+func splitList(vs []string) []string {
 	var out []string
-	for _, id := range ids {
-		id = strings.TrimSuffix(strings.TrimPrefix(id, "{"), "}")
-		for _, part := range strings.Split(id, ",") {
+	for _, v := range vs {
+		v = strings.TrimSuffix(strings.TrimPrefix(v, "{"), "}")
+		for _, part := range strings.Split(v, ",") {
 			if part = strings.TrimSpace(part); part != "" {
 				out = append(out, part)
 			}

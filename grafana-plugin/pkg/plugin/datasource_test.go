@@ -40,6 +40,8 @@ func TestQueryData(t *testing.T) {
 		{"gpus", `{"queryType":"gpus","host":"node-a","metrics":["util_pct"]}`},
 		{"gpus_one", `{"queryType":"gpus","host":"node-a","gpu":"1","metrics":["util_pct","power_w"]}`},
 		{"annotations", `{"queryType":"annotations","runId":"bert-z2"}`},
+		{"annotations_checkpoints", `{"queryType":"annotations","runId":"bert-z2","eventTypes":["checkpoint"]}`},
+		{"annotations_evals", `{"queryType":"annotations","runId":"bert-z2","eventTypes":["eval"]}`},
 	}
 	req := &backend.QueryDataRequest{PluginContext: pc}
 	for _, c := range cases {
@@ -93,6 +95,34 @@ func TestQueryData(t *testing.T) {
 	if ann.Rows() == 0 || ann.Fields[0].Name != "time" {
 		t.Errorf("annotations frame: %s", frameSummary(ann))
 	}
+	// Annotations of one event type carry only that type: the dashboard's
+	// checkpoint and evaluation annotations do not repeat each other.
+	for ref, want := range map[string]struct {
+		typ  string
+		rows int
+	}{"annotations_checkpoints": {"checkpoint", 1}, "annotations_evals": {"eval", 2}} {
+		f := resp.Responses[ref].Frames[0]
+		typ := f.Fields[fieldIndex(t, f, "type")]
+		if f.Rows() != want.rows {
+			t.Errorf("%s: %d rows, want %d", ref, f.Rows(), want.rows)
+		}
+		for i := 0; i < f.Rows(); i++ {
+			if v, _ := typ.ConcreteAt(i); v != want.typ {
+				t.Errorf("%s: row %d has type %v", ref, i, v)
+			}
+		}
+	}
+}
+
+func fieldIndex(t *testing.T, f *data.Frame, name string) int {
+	t.Helper()
+	for i, fl := range f.Fields {
+		if fl.Name == name {
+			return i
+		}
+	}
+	t.Fatalf("frame %s has no field %q", frameSummary(f), name)
+	return -1
 }
 
 // blankReceiptTimes clears last_seen_at, which the server stamps when it

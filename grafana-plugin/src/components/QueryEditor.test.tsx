@@ -84,6 +84,15 @@ describe('QueryEditor', () => {
     expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ baseline: 'bert-z2', runIds: ['$run'] }));
   });
 
+  it('picks the event types of an annotation', async () => {
+    const { onChange } = setup({ queryType: 'annotations', runId: '$run', eventTypes: ['checkpoint'] });
+    expect(screen.getByText('Checkpoints')).toBeInTheDocument();
+    expect(screen.queryByLabelText('Metrics')).not.toBeInTheDocument();
+    await userEvent.click(screen.getByLabelText('Event types'));
+    await userEvent.click(await screen.findByText('Overflow skips'));
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ eventTypes: ['checkpoint', 'overflow'] }));
+  });
+
   it('shows host and GPU for GPU telemetry', () => {
     const { onChange } = setup({ queryType: 'gpus' });
     fireEvent.change(screen.getByLabelText('GPU'), { target: { value: '3' } });

@@ -3,7 +3,7 @@ import { QueryEditorProps, SelectableValue } from '@grafana/data';
 import { InlineField, InlineFieldRow, InlineSwitch, Input, MultiSelect, RadioButtonGroup, Select } from '@grafana/ui';
 
 import { DataSource } from '../datasource';
-import { DeepSeedOptions, DeepSeedQuery, GPU_METRICS, Option, QUERY_TYPES, QueryType, STEP_METRICS } from '../types';
+import { DeepSeedOptions, DeepSeedQuery, EVENT_TYPES, GPU_METRICS, Option, QUERY_TYPES, QueryType, STEP_METRICS } from '../types';
 
 type Props = QueryEditorProps<DataSource, DeepSeedQuery, DeepSeedOptions>;
 
@@ -236,6 +236,22 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource }: Props) 
           </InlineField>
           <InlineField label="Status" labelWidth={8}>
             <Input aria-label="Status" width={14} placeholder="running" {...text('status')} />
+          </InlineField>
+        </InlineFieldRow>
+      )}
+
+      {type === 'annotations' && (
+        <InlineFieldRow>
+          <InlineField label="Event types" labelWidth={LABEL} grow tooltip="Only these events; empty for all of them">
+            <MultiSelect
+              inputId="deepseed-event-types"
+              aria-label="Event types"
+              allowCustomValue
+              placeholder="all"
+              options={withCurrent(EVENT_TYPES, query.eventTypes || [])}
+              value={query.eventTypes || []}
+              onChange={(vs) => update({ eventTypes: vs.length ? vs.map((v) => v.value as string) : undefined })}
+            />
           </InlineField>
         </InlineFieldRow>
       )}
