@@ -161,8 +161,9 @@ func (s *Server) roleName() string {
 
 // Prepare applies pending migrations, retrying with backoff while the
 // database is unreachable, then sets up TimescaleDB when the extension is
-// available and logs once which mode the server runs in. It returns when
-// done or when ctx is cancelled.
+// available and logs once which mode the server runs in. Unless the server
+// only ingests, it then refreshes stale rollups in the background until
+// ctx is cancelled.
 func (s *Server) Prepare(ctx context.Context) {
 	backoff := 250 * time.Millisecond
 	const maxBackoff = 10 * time.Second
@@ -205,6 +206,13 @@ func (s *Server) Prepare(ctx context.Context) {
 	default:
 		s.mode.Store("postgresql")
 		s.log.Info("database mode: plain PostgreSQL (timescaledb extension not available; retention and compression are off)")
+	}
+
+	// Query replicas keep the step and layer rollups fresh in the
+	// background, so that opening a long run's charts rarely waits for a
+	// cold build. Readers still refresh what is left before they read.
+	if s.cfg.Role != RoleIngest {
+		query.RunRefresher(ctx, s.store, 5*time.Second, s.log.With("component", "rollups"))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -418,5 +419,51 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := ParseDuration("ninety days"); err == nil {
 		t.Error("ParseDuration accepted nonsense")
+	}
+}
+
+// A query-serving server refreshes the rollups of freshly ingested steps
+// by itself, before anyone reads them; an ingest-only replica leaves
+// that to the query replicas.
+func TestServerRefreshesRollupsInBackground(t *testing.T) {
+	ctx := context.Background()
+	dirty := func(st *store.Store) int {
+		var n int
+		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var body strings.Builder
+	for i := 0; i < 250; i++ {
+		fmt.Fprintf(&body, `{"kind":"step","run_id":"bg-run","rank":0,"step":%d,"time":%d,"loss":%g,"step_ms":100}`+"\n", i, 1767225600+i, 2.0-float64(i)/1000)
+	}
+
+	ingestOnly := storetest.NewStore(t)
+	cfg := testConfig()
+	cfg.Role = RoleIngest
+	ri := start(t, New(cfg, ingestOnly, testLogger(t)))
+	waitFor(t, "ingest replica ready", func() bool { code, _, _ := do(t, "GET", ri.url+"/readyz", "", ""); return code == 200 })
+	if code, b, _ := do(t, "POST", ri.url+"/api/v1/ingest", "", body.String()); code != 200 {
+		t.Fatalf("ingest: %d %s", code, b)
+	}
+	time.Sleep(6 * time.Second) // longer than a refresher pass
+	if n := dirty(ingestOnly); n == 0 {
+		t.Fatal("an ingest-only replica refreshed rollups")
+	}
+
+	st := storetest.NewStore(t)
+	r := start(t, New(testConfig(), st, testLogger(t)))
+	waitFor(t, "server ready", func() bool { code, _, _ := do(t, "GET", r.url+"/readyz", "", ""); return code == 200 })
+	if code, b, _ := do(t, "POST", r.url+"/api/v1/ingest", "", body.String()); code != 200 {
+		t.Fatalf("ingest: %d %s", code, b)
+	}
+	waitFor(t, "rollups refreshed without a read", func() bool { return dirty(st) == 0 })
+	var buckets int
+	if err := st.Pool.QueryRow(ctx, `SELECT count(DISTINCT bucket) FROM metric_rollups WHERE run_id = 'bg-run' AND width = 100`).Scan(&buckets); err != nil {
+		t.Fatal(err)
+	}
+	if buckets != 3 {
+		t.Fatalf("width-100 rollup buckets for steps 0–249: %d, want 3", buckets)
 	}
 }
