@@ -70,8 +70,12 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 		}
 		ranks = []int{rank}
 	}
-	// Validate the step range before touching the data.
+	// Validate the step range and time window before touching the data.
 	if _, _, err := stepRange(c, 0, api.MaxStep); err != nil {
+		return nil, err
+	}
+	window, err := windowParams(c)
+	if err != nil {
 		return nil, err
 	}
 	refreshed := false
@@ -80,6 +84,14 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 		first, last, ok, err := h.store.StepSpan(ctx, r.RunID, rank)
 		if err != nil {
 			return nil, err
+		}
+		// A time window (Grafana zoomed in) narrows the steps before they
+		// are cut into buckets, so the buckets get finer as the window
+		// shrinks and rollups still serve the whole buckets inside it.
+		if ok && window.set() {
+			if first, last, ok, err = h.stepsInWindow(ctx, r.RunID, rank, first, last, window); err != nil {
+				return nil, err
+			}
 		}
 		for _, m := range metrics {
 			s := api.Series{Metric: m, Rank: rank, Unit: metricUnits[m], Points: []api.Point{}}
