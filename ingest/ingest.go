@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -187,7 +188,7 @@ func (h *Handler) readBody(c echo.Context) ([]byte, *httpError) {
 	if req.ContentLength > limit {
 		return nil, tooLarge
 	}
-	raw, err := readLimited(req.Body, limit)
+	raw, err := readLimited(req.Body, limit, req.ContentLength)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
 			return nil, tooLarge
@@ -201,7 +202,7 @@ func (h *Handler) readBody(c echo.Context) ([]byte, *httpError) {
 		if err != nil {
 			return nil, badRequest("body is not valid gzip: " + err.Error())
 		}
-		out, err := readLimited(zr, limit)
+		out, err := readLimited(zr, limit, gzipSizeHint(raw))
 		if err != nil {
 			if errors.Is(err, errTooLarge) {
 				return nil, tooLarge
@@ -219,13 +220,30 @@ func (h *Handler) readBody(c echo.Context) ([]byte, *httpError) {
 
 var errTooLarge = errors.New("body too large")
 
-func readLimited(r io.Reader, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
+// readLimited reads r to its end, failing with errTooLarge past limit
+// bytes. A body of the size hinted at (-1 or 0 when unknown) is read into
+// one buffer of its size instead of regrowing and copying from 512 bytes.
+func readLimited(r io.Reader, limit, hint int64) ([]byte, error) {
+	if hint <= 0 || hint > limit {
+		hint = 0
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, hint+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
 		return nil, err
 	}
-	if int64(len(b)) > limit {
+	if int64(buf.Len()) > limit {
 		return nil, errTooLarge
 	}
-	return b, nil
+	return buf.Bytes(), nil
+}
+
+// gzipSizeHint returns the uncompressed size a single-member gzip stream
+// records in its last four bytes. It is only a hint: the size is modulo
+// 4 GiB and a sender may lie, so readLimited bounds it and still enforces
+// the limit on what it reads.
+func gzipSizeHint(z []byte) int64 {
+	if len(z) < 18 {
+		return 0
+	}
+	return int64(binary.LittleEndian.Uint32(z[len(z)-4:]))
 }
