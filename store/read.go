@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -606,31 +608,46 @@ type GPUSeriesRow struct {
 	Mean, Min, Max          float64
 }
 
-// gpuColumns are the gpu_samples columns /gpus can chart.
-var gpuColumns = map[string]bool{
-	"util_pct": true, "mem_util_pct": true, "mem_used_bytes": true, "mem_total_bytes": true, "mem_reserved_bytes": true,
-	"power_w": true, "energy_j": true, "temp_c": true, "mem_temp_c": true, "sm_clock_mhz": true, "mem_clock_mhz": true,
-	"pcie_tx_bytes_per_s": true, "pcie_rx_bytes_per_s": true, "nvlink_tx_bytes_per_s": true, "nvlink_rx_bytes_per_s": true,
-	"sm_active_pct": true, "sm_occupancy_pct": true, "tensor_active_pct": true, "gr_engine_active_pct": true,
-	"xid_total": true, "ecc_corrected_total": true, "ecc_uncorrected_total": true, "pcie_replay_total": true,
-	"remapped_rows_total": true,
+// gpuColumns are the numeric gpu_samples columns /gpus can chart, each
+// with how a time bucket sums up its samples (value, min, max). Gauges
+// and counters average; a bucket of a bit mask holds every bit any of its
+// samples set (min: the bits all of them set), since a mean of masks names
+// no reason; the last XID is the bucket's newest.
+var gpuColumns = map[string][3]string{}
+
+func init() {
+	for _, c := range []string{
+		"util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes",
+		"power_w", "energy_j", "temp_c", "mem_temp_c", "sm_clock_mhz", "mem_clock_mhz",
+		"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
+		"sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "gr_engine_active_pct",
+		"xid_total", "ecc_corrected_total", "ecc_uncorrected_total", "pcie_replay_total", "remapped_rows_total",
+	} {
+		gpuColumns[c] = [3]string{"avg(" + c + ")", "min(" + c + ")", "max(" + c + ")"}
+	}
+	gpuColumns["xid_last"] = [3]string{"(array_agg(xid_last ORDER BY time DESC))[1]", "min(xid_last)", "max(xid_last)"}
+	gpuColumns["throttle_reasons"] = [3]string{"bit_or(throttle_reasons)::float8", "bit_and(throttle_reasons)::float8", "bit_or(throttle_reasons)::float8"}
 }
 
 // IsGPUMetric reports whether name is a gpu_samples column /gpus serves.
-func IsGPUMetric(name string) bool { return gpuColumns[name] }
+func IsGPUMetric(name string) bool { _, ok := gpuColumns[name]; return ok }
+
+// GPUMetrics returns the names IsGPUMetric accepts, sorted.
+func GPUMetrics() []string { return slices.Sorted(maps.Keys(gpuColumns)) }
 
 // GPUSeries returns one metric of the GPU samples matching host and runID
-// (empty: any) in [from, to], averaged over buckets of bucket length,
-// ordered by host, gpu and time.
+// (empty: any) in [from, to], summed up over buckets of bucket length as
+// gpuColumns says, ordered by host, gpu and time.
 func (s *Store) GPUSeries(ctx context.Context, metric, host, runID string, from, to time.Time, bucket time.Duration) ([]GPUSeriesRow, error) {
-	if !gpuColumns[metric] {
+	agg, ok := gpuColumns[metric]
+	if !ok {
 		return nil, fmt.Errorf("unknown gpu metric %q", metric)
 	}
 	rows, err := s.Pool.Query(ctx, `
 		SELECT host, gpu, (array_agg(uuid ORDER BY time DESC))[1], (array_agg(name ORDER BY time DESC))[1],
 		       (array_agg(run_id ORDER BY time DESC))[1],
 		       to_timestamp(floor(extract(epoch FROM time) / $5) * $5) AS t,
-		       avg(`+metric+`), min(`+metric+`), max(`+metric+`)
+		       `+agg[0]+`, `+agg[1]+`, `+agg[2]+`
 		FROM gpu_samples
 		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND `+metric+` IS NOT NULL
 		GROUP BY host, gpu, t ORDER BY host, gpu, t`, from, to, host, runID, bucket.Seconds())
