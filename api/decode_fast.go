@@ -311,6 +311,9 @@ func (d *fastDecoder) floatVal() (Float, bool) {
 	if !ok {
 		return 0, false
 	}
+	if v, ok := exactFloat(lit); ok {
+		return Float(v), true
+	}
 	v, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil {
 		// As Float.UnmarshalJSON: out-of-range literals become ±Inf.
@@ -812,4 +815,82 @@ func (d *fastDecoder) eval(more bool) (Record, bool) {
 		}
 	}
 	return Record{Eval: e}, true
+}
+
+// pow10 holds the powers of ten that float64 represents exactly.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+	1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+
+// exactFloat converts a JSON number literal of at most 15 significant
+// digits and a small decimal exponent, which is what senders write for
+// metrics. The digits fit a float64 exactly, as does a power of ten up to
+// 1e22, and one multiplication or division rounds correctly: the result is
+// strconv.ParseFloat's, without its general machinery. Other literals give
+// ok false.
+func exactFloat(lit []byte) (float64, bool) {
+	i := 0
+	neg := false
+	if i < len(lit) && lit[i] == '-' {
+		neg = true
+		i++
+	}
+	var mant uint64
+	digits, exp := 0, 0
+	for ; i < len(lit) && isDigit(lit[i]); i++ {
+		if mant != 0 || lit[i] != '0' {
+			digits++
+		}
+		mant = mant*10 + uint64(lit[i]-'0')
+		if digits > 15 {
+			return 0, false
+		}
+	}
+	if i < len(lit) && lit[i] == '.' {
+		for i++; i < len(lit) && isDigit(lit[i]); i++ {
+			if mant != 0 || lit[i] != '0' {
+				digits++
+			}
+			mant = mant*10 + uint64(lit[i]-'0')
+			exp--
+			if digits > 15 {
+				return 0, false
+			}
+		}
+	}
+	if i < len(lit) && (lit[i] == 'e' || lit[i] == 'E') {
+		i++
+		eneg := false
+		if i < len(lit) && (lit[i] == '+' || lit[i] == '-') {
+			eneg = lit[i] == '-'
+			i++
+		}
+		e := 0
+		for ; i < len(lit) && isDigit(lit[i]); i++ {
+			e = e*10 + int(lit[i]-'0')
+			if e > 1000 {
+				return 0, false
+			}
+		}
+		if eneg {
+			e = -e
+		}
+		exp += e
+	}
+	if i != len(lit) {
+		return 0, false
+	}
+	f := float64(mant)
+	switch {
+	case mant == 0:
+	case exp >= 0 && exp < len(pow10):
+		f *= pow10[exp]
+	case exp < 0 && -exp < len(pow10):
+		f /= pow10[-exp]
+	default:
+		return 0, false
+	}
+	if neg {
+		f = -f
+	}
+	return f, true
 }

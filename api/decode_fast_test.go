@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,4 +248,44 @@ func benchBatchBody(python bool) []byte {
 	}
 	fmt.Fprintf(&b, `{"kind"%[2]s"eval"%[1]s"run_id"%[2]s"run"%[1]s"step"%[2]s10%[1]s"time"%[2]s%[3]s%[1]s"split"%[2]s"val"%[1]s"loss"%[2]s0.5}`+"\n", sep, col, ts)
 	return b.Bytes()
+}
+
+func TestExactFloatMatchesParseFloat(t *testing.T) {
+	lits := []string{"0", "-0", "0.0", "-0.0", "1", "-1", "2e-05", "65536", "0.731", "172.023", "1e22", "1e23", "1e-22",
+		"123456789012345", "1234567890123456", "0.000000000000000000000001", "9007199254740993", "1.5E+3", "0e999", "-0e-999",
+		"3.141592653589793", "0.1", "0.30000000000000004", "1e308", "4.9e-324", "100000000000000000000000"}
+	r := uint64(1)
+	for i := 0; i < 200000; i++ {
+		r ^= r << 13
+		r ^= r >> 7
+		r ^= r << 17
+		digits := strconvFormat(r)
+		lits = append(lits, digits)
+	}
+	for _, lit := range lits {
+		want, err := strconv.ParseFloat(lit, 64)
+		got, ok := exactFloat([]byte(lit))
+		if ok && (err != nil || math.Float64bits(got) != math.Float64bits(want)) {
+			t.Fatalf("exactFloat(%s) = %v, ParseFloat %v (%v)", lit, got, want, err)
+		}
+	}
+}
+
+// strconvFormat turns random bits into a number literal of a few shapes.
+func strconvFormat(r uint64) string {
+	m := r % 1_000_000_000_000_000
+	frac := int(r>>50) % 20
+	s := strconv.FormatUint(m, 10)
+	if frac > 0 && frac < len(s) {
+		s = s[:len(s)-frac] + "." + s[len(s)-frac:]
+	}
+	switch (r >> 58) % 4 {
+	case 1:
+		s += "e" + strconv.Itoa(int(r>>40)%30)
+	case 2:
+		s += "e-" + strconv.Itoa(int(r>>40)%30)
+	case 3:
+		s = "-" + s
+	}
+	return s
 }
