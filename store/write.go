@@ -346,14 +346,10 @@ func (b *batchPlan) prepare(ctx context.Context, tx pgx.Tx) error {
 	}
 	// Probe for stored keys once per run and rank (or split), over the
 	// range of steps the batch brings, instead of once per row in the
-	// merge. The planner knows nothing of the array sizes; joining a few
-	// dozen ranges wants the unique indexes probed, never a hash of the
-	// table, and SET LOCAL ends with the transaction.
+	// merge. Each probe is a LATERAL subquery with LIMIT 1, which the
+	// planner can only run as an index probe per range, never as a hash of
+	// the table.
 	checks := b.directChecks()
-	if len(checks) > 0 {
-		q.Queue(`SET LOCAL enable_hashjoin = off`)
-		q.Queue(`SET LOCAL enable_mergejoin = off`)
-	}
 	b.direct = map[string]bool{}
 	for _, c := range checks {
 		q.Queue(c.sql, c.args...).QueryRow(func(row pgx.Row) error {
@@ -463,9 +459,9 @@ func (b *batchPlan) directChecks() []directCheck {
 		for i, k := range order {
 			runs[i], ranks[i], los[i], his[i] = k.run, int32(k.rank), ranges[k].lo, ranges[k].hi
 		}
-		return &directCheck{kind, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) AS k(run_id, rank, lo, hi)
-			WHERE EXISTS (SELECT 1 FROM ` + table + ` AS t
-				WHERE t.run_id = k.run_id AND t.rank = k.rank AND t.step BETWEEN k.lo AND k.hi))`,
+		return &directCheck{kind, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) AS k(run_id, rank, lo, hi),
+			LATERAL (SELECT 1 FROM ` + table + ` AS t
+				WHERE t.run_id = k.run_id AND t.rank = k.rank AND t.step BETWEEN k.lo AND k.hi LIMIT 1) AS hit)`,
 			[]any{runs, ranks, los, his}}
 	}
 	var checks []directCheck
@@ -505,8 +501,8 @@ func (b *batchPlan) directChecks() []directCheck {
 			runs, splits, steps = append(runs, k.run), append(splits, k.split), append(steps, k.step)
 		}
 		if !dup {
-			checks = append(checks, directCheck{api.KindEval, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(run_id, split, step)
-				WHERE EXISTS (SELECT 1 FROM evals AS t WHERE t.run_id = k.run_id AND t.split = k.split AND t.step = k.step))`,
+			checks = append(checks, directCheck{api.KindEval, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(run_id, split, step),
+				LATERAL (SELECT 1 FROM evals AS t WHERE t.run_id = k.run_id AND t.split = k.split AND t.step = k.step LIMIT 1) AS hit)`,
 				[]any{runs, splits, steps}})
 		}
 	}
@@ -712,8 +708,10 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 	// hundred rows. Probing the unique indexes row by row is what a batch
 	// wants whatever the tables' size; SET LOCAL ends with the transaction.
 	q := &pgx.Batch{}
-	q.Queue(`SET LOCAL enable_hashjoin = off`)
-	q.Queue(`SET LOCAL enable_mergejoin = off`)
+	if len(stmts) > 0 {
+		q.Queue(`SET LOCAL enable_hashjoin = off`)
+		q.Queue(`SET LOCAL enable_mergejoin = off`)
+	}
 	for _, s := range stmts {
 		q.Queue(s.sql)
 	}
@@ -723,7 +721,7 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 			ON CONFLICT DO NOTHING`, dirtyRuns, dirtyRanks, dirtyBlocks)
 	}
 	br := tx.SendBatch(ctx, q)
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 2 && len(stmts) > 0; i++ {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return nil, fmt.Errorf("store: write batch: plan settings: %w", err)
@@ -814,6 +812,10 @@ func (b *batchPlan) alignLayers() {
 			}
 			idx[l.RunID] = pos
 		}
+		if namesPrefix(l.Names, names) {
+			// The common case: a record lists the run's layers in order.
+			continue
+		}
 		seen := map[string]int{}
 		for _, n := range l.Names {
 			k := seen[n]
@@ -827,6 +829,21 @@ func (b *batchPlan) alignLayers() {
 		b.layerNames[l.RunID] = names
 	}
 	b.layerIdx = idx
+}
+
+// namesPrefix reports whether names starts with rec. Then the k-th
+// occurrence of a name in rec is also its k-th occurrence in names, so the
+// record's layers sit at their own positions.
+func namesPrefix(rec, names []string) bool {
+	if len(rec) > len(names) {
+		return false
+	}
+	for i, n := range rec {
+		if names[i] != n {
+			return false
+		}
+	}
+	return true
 }
 
 var (
@@ -903,6 +920,20 @@ func (b *batchPlan) layerRow(i int, r []any) []any {
 	var bwd []pgtype.Float8
 	if len(l.BackwardMS) > 0 {
 		bwd = make([]pgtype.Float8, width)
+	}
+	if namesPrefix(l.Names, b.layerNames[l.RunID]) {
+		// Positions are the record's own; alignLayers says why.
+		for j := range l.Names {
+			fwd[j] = pgtype.Float8{Float64: float64(l.ForwardMS[j]), Valid: true}
+			if bwd != nil {
+				bwd[j] = pgtype.Float8{Float64: float64(l.BackwardMS[j]), Valid: true}
+			}
+		}
+		var bw any
+		if bwd != nil {
+			bw = bwd
+		}
+		return append(r, l.RunID, int32(l.Rank), *l.Step, l.Time.Time, fwd, bw)
 	}
 	seen := make(map[string]int, len(l.Names))
 	for j, n := range l.Names {
