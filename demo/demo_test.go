@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -119,6 +120,67 @@ func TestDemoReproducesReportTables(t *testing.T) {
 				}
 			}
 		}
+	}
+
+	// The GPU samples stay within the memory the steps report: the
+	// measured peak is the steps' (the allocator's peak is 1.5 % above
+	// its steady mean in the simulation).
+	for _, tb := range demo.Tables() {
+		for _, row := range tb.Rows {
+			var mem api.MemoryResponse
+			get(t, srv.URL+"/api/v1/runs/"+row.RunID+"/memory", &mem)
+			if mem.PeakGPUBytes == nil || math.Abs(float64(*mem.PeakGPUBytes)/(row.GPUMemMB*1.015e6)-1) > 1e-6 {
+				t.Errorf("%s: peak GPU memory %v, want the steps' %v", row.RunID, mem.PeakGPUBytes, row.GPUMemMB*1.015e6)
+			}
+		}
+	}
+
+	// The GPU-nodes dashboard's default range, the last six hours, shows
+	// both training nodes right after a load: every chart of the T4 node,
+	// and the NVLink and GPM counters of the H100 node.
+	q := url.Values{"from": {anchor.Add(-6 * time.Hour).Format(time.RFC3339)}, "to": {anchor.Format(time.RFC3339)},
+		"metric": {"util_pct", "pcie_tx_bytes_per_s", "throttle_reasons", "ecc_corrected_total", "xid_total",
+			"nvlink_tx_bytes_per_s", "sm_active_pct", "tensor_active_pct"}}
+	var gpus api.GPUResponse
+	get(t, srv.URL+"/api/v1/gpus?"+q.Encode(), &gpus)
+	seen := map[string]bool{}
+	reasons := map[float64]bool{}
+	for _, sr := range gpus.Series {
+		if len(sr.Points) == 0 {
+			continue
+		}
+		seen[sr.Host+" "+sr.Metric] = true
+		for _, p := range sr.Points {
+			if sr.Metric == "throttle_reasons" {
+				reasons[float64(p.Value)] = true
+			}
+			if (sr.Metric == "xid_total" && p.Max != 0) || (sr.Metric == "ecc_corrected_total" && p.Max > 1) {
+				t.Errorf("%s gpu %d: %s %v on a healthy demo node", sr.Host, sr.GPU, sr.Metric, p.Max)
+			}
+		}
+	}
+	for _, want := range []string{"t4x2-node util_pct", "t4x2-node pcie_tx_bytes_per_s", "t4x2-node throttle_reasons",
+		"t4x2-node ecc_corrected_total", "h100-node nvlink_tx_bytes_per_s", "h100-node sm_active_pct",
+		"h100-node tensor_active_pct", "h100-node throttle_reasons"} {
+		if !seen[want] {
+			t.Errorf("last six hours: no %s samples (have %v)", want, seen)
+		}
+	}
+	if seen["t4x2-node nvlink_tx_bytes_per_s"] || seen["t4x2-node sm_active_pct"] {
+		t.Errorf("the T4 node reports Hopper-only counters: %v", seen)
+	}
+	// NVML clocks-event reasons over the whole timeline: idle between
+	// runs, the T4s' power cap at full load.
+	q = url.Values{"from": {demo.Epoch(anchor).Format(time.RFC3339)}, "to": {anchor.Format(time.RFC3339)},
+		"metric": {"throttle_reasons"}, "host": {"t4x2-node"}, "max_points": {"10000"}}
+	get(t, srv.URL+"/api/v1/gpus?"+q.Encode(), &gpus)
+	for _, sr := range gpus.Series {
+		for _, p := range sr.Points {
+			reasons[float64(p.Value)] = true
+		}
+	}
+	if !reasons[1] || !reasons[4] {
+		t.Errorf("throttle reasons seen: %v, want idle (1) and SW power cap (4)", reasons)
 	}
 
 	var list api.RunList

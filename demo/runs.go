@@ -32,6 +32,11 @@ type Run struct {
 	LayerMS []float64
 	Seed    uint64
 	kind    string // "bert" or "pythia"
+	node    *node  // the host whose GPUs the run's ranks hold, GPU i for rank i
+	// idleFrom, when not zero, starts the node's idle samples before the
+	// run (the first run on its node); idleTo ends those after it, where
+	// the next run on the node or the timeline begins.
+	idleFrom, idleTo time.Time
 }
 
 // Figures are a run's steady-state targets, as the report's tables give
@@ -60,8 +65,13 @@ type TableRow struct {
 }
 
 // span is how long before the anchor the first simulated run starts: the
-// BERT run, then the pythia runs two hours apart a day later.
+// BERT run, then the pythia runs two hours apart a day later, and last a
+// short H100 run that ends just before the anchor's hour, so that a fresh
+// load shows in the last few hours too.
 const span = 48 * time.Hour
+
+// h100Lead is how long before the end of the timeline the H100 run starts.
+const h100Lead = 32 * time.Minute
 
 // Epoch is the start of the first simulated run when the demo's timeline
 // ends at anchor (truncated to the hour, so that loads within one hour
@@ -105,21 +115,33 @@ type pythiaSetup struct {
 	pipeline  int
 	micro     int
 	offload   bool
+	// The H100 run's: gradient accumulation and steps (zero: 1, and the
+	// report's), on what node (nil: the two-T4 node).
+	accum, steps int
+	node         *node
 }
 
 var pythiaSetups = map[string]pythiaSetup{
-	"demo-pythia-160m-zero1":                       {"EleutherAI/pythia-160m", 162322944, 1, "fp16", 0, 8, false},
-	"demo-pythia-160m-zero2":                       {"EleutherAI/pythia-160m", 162322944, 2, "fp16", 0, 8, false},
-	"demo-pythia-160m-zero3":                       {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, false},
-	"demo-pythia-160m-fp32":                        {"EleutherAI/pythia-160m", 162322944, 1, "fp32", 0, 8, false},
-	"demo-pythia-160m-fp16":                        {"EleutherAI/pythia-160m", 162322944, 1, "fp16", 0, 8, false},
-	"demo-pythia-160m-bf16":                        {"EleutherAI/pythia-160m", 162322944, 1, "bf16", 0, 8, false},
-	"demo-pythia-160m-pipeline":                    {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 2, 1, false},
-	"demo-pythia-160m-data":                        {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, false},
-	"demo-pythia-160m-offload":                     {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, true},
-	"demo-pythia-160m-no-offload":                  {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, false},
-	"demo-pythia-410m-zero3-offload-bf16-pipeline": {"EleutherAI/pythia-410m", 405334016, 3, "bf16", 2, 4, true},
+	"demo-pythia-160m-zero1":                       {"EleutherAI/pythia-160m", 162322944, 1, "fp16", 0, 8, false, 0, 0, nil},
+	"demo-pythia-160m-zero2":                       {"EleutherAI/pythia-160m", 162322944, 2, "fp16", 0, 8, false, 0, 0, nil},
+	"demo-pythia-160m-zero3":                       {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, false, 0, 0, nil},
+	"demo-pythia-160m-fp32":                        {"EleutherAI/pythia-160m", 162322944, 1, "fp32", 0, 8, false, 0, 0, nil},
+	"demo-pythia-160m-fp16":                        {"EleutherAI/pythia-160m", 162322944, 1, "fp16", 0, 8, false, 0, 0, nil},
+	"demo-pythia-160m-bf16":                        {"EleutherAI/pythia-160m", 162322944, 1, "bf16", 0, 8, false, 0, 0, nil},
+	"demo-pythia-160m-pipeline":                    {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 2, 1, false, 0, 0, nil},
+	"demo-pythia-160m-data":                        {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, false, 0, 0, nil},
+	"demo-pythia-160m-offload":                     {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, true, 0, 0, nil},
+	"demo-pythia-160m-no-offload":                  {"EleutherAI/pythia-160m", 162322944, 3, "fp16", 0, 8, false, 0, 0, nil},
+	"demo-pythia-410m-zero3-offload-bf16-pipeline": {"EleutherAI/pythia-410m", 405334016, 3, "bf16", 2, 4, true, 0, 0, nil},
 }
+
+// h100Row is a run beyond the report's tables: pythia-410m, ZeRO-1 bf16
+// on four NVLink H100s, short and recent, so that the GPU-nodes charts of
+// Hopper-only counters (NVLink, GPM) have data.
+var (
+	h100Row   = TableRow{"4×H100 NVLink", "demo-pythia-410m-zero1-bf16-h100", Figures{31240, 96.5, 12.5, 1.1, 1 / 1.1}}
+	h100Setup = pythiaSetup{"EleutherAI/pythia-410m", 405334016, 1, "bf16", 0, 16, false, 4, 1300, h100x4}
+)
 
 // Runs returns every simulated run, on a timeline that ends at anchor: the
 // BERT-large run of the seed dashboard, then the pythia runs of the
@@ -127,6 +149,7 @@ var pythiaSetups = map[string]pythiaSetup{
 // anchors the timeline at the time of the first load.
 func Runs(anchor time.Time) []*Run {
 	epoch := Epoch(anchor)
+	end := epoch.Add(span)
 	runs := []*Run{bertRun(epoch)}
 	start := epoch.Add(24 * time.Hour)
 	seed := uint64(100)
@@ -138,17 +161,46 @@ func Runs(anchor time.Time) []*Run {
 			start = start.Add(2 * time.Hour)
 		}
 	}
+	runs = append(runs, pythiaRun(h100Row, Table{}, h100Setup, end.Add(-h100Lead), 200))
+	// Each node idles between its runs: the first run on a node writes
+	// ten idle minutes before it, each run the idle time after it up to a
+	// minute before the next run on its node, the last the time up to the
+	// end of the timeline (the Colab VM of the BERT run is gone a quarter
+	// of an hour after it).
+	last := map[*node]*Run{}
+	for _, r := range runs {
+		if p := last[r.node]; p != nil {
+			p.idleTo = r.Start.Add(-time.Minute)
+		} else {
+			r.idleFrom = r.Start.Add(-10 * time.Minute)
+		}
+		last[r.node] = r
+	}
+	for n, r := range last {
+		r.idleTo = end
+		if n == colabT4 {
+			r.idleTo = r.Start.Add(45 * time.Minute)
+		}
+	}
 	return runs
 }
 
 func pythiaRun(row TableRow, t Table, su pythiaSetup, start time.Time, seed uint64) *Run {
+	nd, accum := su.node, max(su.accum, 1)
+	if nd == nil {
+		nd = t4x2
+	}
+	ranks := len(nd.uuids)
 	m := api.RunMeta{
-		Model: su.model, Params: api.Ptr(su.params), GPU: "Tesla T4", GPUMemTotalGB: api.F(15.8),
-		ZeroStage: api.Ptr(su.stage), Precision: su.precision, WorldSize: api.Ptr(2), MicroBatch: api.Ptr(su.micro),
-		GradAccum: api.Ptr(1), SeqLen: api.Ptr(512), Framework: "deepspeed", Parallelism: "data",
-		Command:   "deepspeed --num_gpus=2 train_pythia.py --deepspeed ds_config.json",
-		GitCommit: "5f1c2a9", Host: "t4-node-1",
+		Model: su.model, Params: api.Ptr(su.params), GPU: nd.gpu, GPUMemTotalGB: api.F(nd.memTotal / 1e9),
+		ZeroStage: api.Ptr(su.stage), Precision: su.precision, WorldSize: api.Ptr(ranks), MicroBatch: api.Ptr(su.micro),
+		GradAccum: api.Ptr(accum), SeqLen: api.Ptr(512), Framework: "deepspeed", Parallelism: "data",
+		Command:   fmt.Sprintf("deepspeed --num_gpus=%d train_pythia.py --deepspeed ds_config.json", ranks),
+		GitCommit: "5f1c2a9", Host: nd.host,
 		Versions: map[string]string{"python": "3.10.12", "torch": "2.0.1", "deepspeed": "0.16.7", "cuda": "11.8"},
+	}
+	if nd.hopper {
+		m.Versions = map[string]string{"python": "3.11.9", "torch": "2.4.1", "deepspeed": "0.16.7", "cuda": "12.4"}
 	}
 	zero := map[string]any{"stage": su.stage}
 	if su.offload {
@@ -197,11 +249,17 @@ func pythiaRun(row TableRow, t Table, su pythiaSetup, start time.Time, seed uint
 	if t.Number == 10 {
 		steps = 150
 	}
+	if su.steps > 0 {
+		steps = int64(su.steps)
+	}
+	params := map[string]any{"lr": 6e-4, "warmup_steps": 10, "weight_decay": 0.1, "dataset": "wikitext-103"}
+	if t.Number != 0 {
+		params["report_table"] = t.Number
+	}
 	return &Run{
 		ID: row.RunID, Name: fmt.Sprintf("%s %s (simulated)", shortModel(su.model), row.Label), Sweep: t.Sweep,
-		Start: start, Ranks: 2, Steps: steps, Every: 1, Meta: m, Config: cfg,
-		Params:  map[string]any{"lr": 6e-4, "warmup_steps": 10, "weight_decay": 0.1, "dataset": "wikitext-103", "report_table": t.Number},
-		Figures: row.Figures, Layers: layers, LayerMS: lms, Seed: seed, kind: "pythia",
+		Start: start, Ranks: ranks, Steps: steps, Every: 1, Meta: m, Config: cfg,
+		Params: params, Figures: row.Figures, Layers: layers, LayerMS: lms, Seed: seed, kind: "pythia", node: nd,
 	}
 }
 
@@ -254,7 +312,7 @@ func bertRun(epoch time.Time) *Run {
 		Start: epoch, Ranks: 1, Steps: 2300, Every: 5, Meta: m, Config: cfg,
 		Params: map[string]any{"lr": 2e-5, "warmup_steps": 150, "epochs": 3, "max_seq_len": 256, "dataset": "imdb",
 			"log_every": 5, "eval_every": 200},
-		Layers: layers, LayerMS: lms, Seed: 7, kind: "bert",
+		Layers: layers, LayerMS: lms, Seed: 7, kind: "bert", node: colabT4,
 	}
 }
 
@@ -291,6 +349,7 @@ func (r *Run) pythiaRecords() []any {
 	out := []any{r.runRecord()}
 	interval := time.Duration(float64(time.Second) / f.StepsPerSec)
 	const warmup = 10
+	var last time.Time
 	for rank := 0; rank < r.Ranks; rank++ {
 		t := r.Start.Add(20 * time.Second) // model load
 		for i := int64(0); i <= r.Steps; i++ {
@@ -309,7 +368,7 @@ func (r *Run) pythiaRecords() []any {
 			}
 			t = t.Add(dt)
 			loss := 2.9 + 7.9*math.Exp(-float64(i)/40) + 0.05*rng.NormFloat64()
-			samples := int64(orOne(r.Meta.MicroBatch))
+			samples := int64(orOne(r.Meta.MicroBatch) * orOne(r.Meta.GradAccum))
 			s := &api.Step{Kind: api.KindStep, RunID: r.ID, Rank: rank, Step: api.Ptr(i), Time: api.T(t),
 				Epoch: api.F(float64(i) / float64(r.Steps)), Loss: api.F(loss), LR: api.F(lrAt(i, 6e-4, warmup, r.Steps)),
 				GradNorm: api.F(0.6 + 2*math.Exp(-float64(i)/30) + 0.1*rng.Float64()), Samples: api.Ptr(samples),
@@ -323,18 +382,56 @@ func (r *Run) pythiaRecords() []any {
 			}
 			out = append(out, s, r.layers(rank, i, t, stepMS/(f.StepTimeS*1000), rng))
 		}
+		last = t
 	}
-	for _, st := range []int64{100, 200, 300} {
-		if st > r.Steps {
-			continue
-		}
+	for st := int64(100); st <= r.Steps; st += 100 {
 		out = append(out, &api.Eval{Kind: api.KindEval, RunID: r.ID, Step: api.Ptr(st),
 			Time: api.T(r.Start.Add(20*time.Second + time.Duration(st)*interval)), Split: "val",
 			Loss: api.F(3.1 + 7.5*math.Exp(-float64(st)/40)), Accuracy: api.F(0.31 + 0.05*float64(st)/300)})
 	}
-	out = append(out, r.memoryRecord(), &api.End{Kind: api.KindEnd, RunID: r.ID,
-		Time: api.T(r.Start.Add(40*time.Second + time.Duration(r.Steps+warmup*3)*interval)), Status: api.StatusFinished})
+	end := r.Start.Add(40*time.Second + time.Duration(r.Steps+warmup*3)*interval)
+	out = append(out, r.telemetry(r.pythiaLoad(interval, last, end), r.idleFrom, r.idleTo)...)
+	out = append(out, r.memoryRecord(), &api.End{Kind: api.KindEnd, RunID: r.ID, Time: api.T(end), Status: api.StatusFinished})
 	return out
+}
+
+// pythiaLoad is what a pythia run asks of its GPUs and host: the table's
+// utilisation and memory (NVML's memory a little above the allocator's
+// mean, within the peak the steps report), and the traffic of its
+// collectives. On the T4 node they cross PCIe: each step all-reduces the
+// gradients (ZeRO-3 also gathers the parameters, offload moves gradients
+// to the CPU and parameters back, a pipeline only passes activations); on
+// the H100 node they cross NVLink, and PCIe carries only the input.
+func (r *Run) pythiaLoad(interval time.Duration, last, end time.Time) load {
+	f := r.Figures
+	p := float64(*r.Meta.Params)
+	bpp := 2.0
+	if r.Meta.Precision == "fp32" {
+		bpp = 4
+	}
+	grads := p * bpp
+	perStep := grads
+	if *r.Meta.ZeroStage >= 3 {
+		perStep += grads
+	}
+	if r.Meta.OffloadOptim == "cpu" {
+		perStep += 2 * grads
+	}
+	if r.Meta.PipelineStages != nil && *r.Meta.PipelineStages > 1 {
+		perStep = 0.15 * grads
+	}
+	l := load{util: f.GPUUtilPct, memBytes: f.GPUMemMB * 1e6 * 1.01, busyFrom: r.Start.Add(20 * time.Second), busyTo: last, end: end,
+		warmup: 25 * interval, pcieBps: perStep / f.StepTimeS, hostCPU: f.CPUUtilPct, rss: 3.1e9, pid0: 2000 + 10*int64(r.Seed)}
+	if r.Meta.OffloadOptim == "cpu" {
+		// The optimizer state and fp32 master weights, in pinned memory.
+		l.rss += p * 12 / float64(r.Ranks) * 1.2
+	}
+	if r.node.hopper {
+		n := float64(r.Ranks)
+		l.pcieBps, l.nvlinkBps = 25e6, grads*2*(n-1)/n/f.StepTimeS
+		l.eccAt = l.busyFrom.Add(11 * time.Minute)
+	}
+	return l
 }
 
 // layers returns one layers record; slow scales the steady timings.
@@ -452,23 +549,13 @@ func (r *Run) bertRecords() []any {
 				Split: "val", Loss: api.F(0.25 + 0.45*math.Exp(-float64(i)/500)), Accuracy: api.F(acc), F1: api.F(acc - 0.004)})
 		}
 	}
-	// NVML samples every 10 s and host samples with the training process.
+	// The GPU works from the first step; it idles while the model loads
+	// and the last checkpoint is saved. Each optimizer step moves the fp16
+	// gradients to the CPU optimizer and the parameters back over PCIe.
 	end := stepTimes[len(stepTimes)-1]
-	for ts, k := r.Start, 0; !ts.After(end); ts, k = ts.Add(10*time.Second), k+1 {
-		busy := ts.After(stepTimes[0])
-		util, mem := 0.0, 2.5e9
-		if busy {
-			util, mem = math.Min(100, 90+6*rng.NormFloat64()), 10.6e9+0.3e9*rng.Float64()
-		}
-		out = append(out, &api.GPU{Kind: api.KindGPU, Time: api.T(ts), Host: "colab-t4", GPU: api.Ptr(0),
-			UUID: "GPU-5d1e9c8a-7b1f-4c1e-9a51-2f3c4d5e6f70", Name: "Tesla T4", RunID: r.ID, Rank: api.Ptr(0),
-			UtilPct: api.F(util), MemUsedBytes: api.F(mem), MemTotalBytes: api.F(15.8e9),
-			PowerW: api.F(25 + 45*util/100), TempC: api.F(45 + 25*util/100), SMClockMHz: api.F(1590)},
-			&api.Host{Kind: api.KindHost, Time: api.T(ts), Host: "colab-t4", CPUUtilPct: api.F(35 + 8*rng.Float64()),
-				MemUsedBytes: api.F(9e9 + 1e9*float64(k%3)), MemTotalBytes: api.F(13.6e9),
-				Processes: []api.HostProcess{{PID: 4242, RunID: r.ID, Rank: api.Ptr(0), CPUPct: api.F(78 + 10*rng.Float64()),
-					RSSBytes: api.F(7.2e9)}}})
-	}
+	l := load{util: 91, memBytes: 10.65e9, busyFrom: stepTimes[0].Add(-3 * time.Second), busyTo: end, end: end.Add(30 * time.Second),
+		warmup: 2 * time.Minute, pcieBps: 2 * 0.670e9 / 0.63, hostCPU: 40, rss: 7.2e9, pid0: 4242}
+	out = append(out, r.telemetry(l, r.idleFrom, r.idleTo)...)
 	out = append(out, &api.Memory{Kind: api.KindMemory, RunID: r.ID, Time: api.T(r.Start),
 		ParametersBytes: api.F(0.670e9), GradientsBytes: api.F(0.670e9), OptimizerBytes: api.F(4.022e9),
 		OptimizerDevice: "cpu", ParametersDevice: "gpu", ActivationsBytes: api.F(0.201e9)},
