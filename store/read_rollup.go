@@ -43,6 +43,10 @@ func IsStepMetric(name string) bool {
 // steps per rank: a few hundred milliseconds of work.
 const refreshChunk = 500
 
+// afterMarkersRead, when set by a test, runs inside a refresh right after
+// it has read its markers.
+var afterMarkersRead func()
+
 // RefreshRollups brings the rollups of runID up to date: it recomputes
 // every bucket covering a block listed in rollup_dirty from the raw rows,
 // then the coarser buckets above them, and deletes the markers, a chunk of
@@ -116,43 +120,63 @@ func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, runID); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
-		// Deleting the markers first means a write committed after this
-		// statement leaves a marker of its own for the next refresh; a
-		// write still in flight holds its marker's row lock (ingest
-		// upserts it), so this DELETE waits for it and every later
-		// statement of the chunk sees its rows. Locking the markers in
-		// key order, as ingest does, keeps the two from deadlocking.
+		// The markers are read without locking them, so ingest never waits
+		// for a refresh. Every write into a block bumps its marker's seq
+		// (or creates the marker) in the write's own transaction; the
+		// markers are deleted at the end only where seq is still the one
+		// read here. A write committed before the read is seen by every
+		// statement below; one committed later leaves its marker behind
+		// for the next refresh.
 		rows, err := tx.Query(ctx, `
-			DELETE FROM rollup_dirty d
-			USING (SELECT rank, block FROM rollup_dirty WHERE run_id = $1
-			       ORDER BY rank, block LIMIT $2 FOR UPDATE) c
-			WHERE d.run_id = $1 AND d.rank = c.rank AND d.block = c.block
-			RETURNING d.rank, d.block`, runID, refreshChunk)
+			SELECT rank, block, seq FROM rollup_dirty WHERE run_id = $1
+			ORDER BY rank, block LIMIT $2`, runID, refreshChunk)
 		if err != nil {
-			return fmt.Errorf("take markers: %w", err)
+			return fmt.Errorf("read markers: %w", err)
 		}
 		var keys []bucketKey
+		var seqs []int64
 		for rows.Next() {
 			var k bucketKey
-			if err := rows.Scan(&k.rank, &k.bucket); err != nil {
+			var seq int64
+			if err := rows.Scan(&k.rank, &k.bucket, &seq); err != nil {
 				rows.Close()
-				return fmt.Errorf("take markers: %w", err)
+				return fmt.Errorf("read markers: %w", err)
 			}
 			keys = append(keys, k)
+			seqs = append(seqs, seq)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("take markers: %w", err)
+			return fmt.Errorf("read markers: %w", err)
 		}
 		n = len(keys)
 		if n == 0 {
 			return nil
 		}
-		sortKeys(keys)
+		if afterMarkersRead != nil {
+			afterMarkersRead()
+		}
+		// The markers' ORDER BY leaves keys sorted, as the refresh
+		// functions want them; ranks, blocks and seqs stay parallel.
+		ranks := make([]int32, len(keys))
+		blocks := make([]int64, len(keys))
+		for i, k := range keys {
+			ranks[i], blocks[i] = k.rank, k.bucket
+		}
 		if err := refreshMetricBlocks(ctx, tx, runID, keys); err != nil {
 			return err
 		}
-		return refreshLayerBlocks(ctx, tx, runID, keys)
+		if err := refreshLayerBlocks(ctx, tx, runID, keys); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			DELETE FROM rollup_dirty d
+			USING unnest($2::int[], $3::bigint[], $4::bigint[]) AS c(rank, block, seq)
+			WHERE d.run_id = $1 AND d.rank = c.rank AND d.block = c.block AND d.seq = c.seq`,
+			runID, ranks, blocks, seqs); err != nil {
+			return fmt.Errorf("clear markers: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: refresh rollups of %s: %w", runID, err)

@@ -606,7 +606,7 @@ const (
 	), dirty AS (
 		INSERT INTO rollup_dirty (run_id, rank, block)
 		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
-		ON CONFLICT DO NOTHING
+		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
 	)
 	SELECT count(*) FROM ins`
 
@@ -624,7 +624,7 @@ const (
 	), dirty AS (
 		INSERT INTO rollup_dirty (run_id, rank, block)
 		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
-		ON CONFLICT DO NOTHING
+		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
 	)
 	SELECT count(*) FROM ins`
 
@@ -718,7 +718,7 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 	if len(dirtyRuns) > 0 {
 		q.Queue(`INSERT INTO rollup_dirty (run_id, rank, block)
 			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) ORDER BY 1, 2, 3
-			ON CONFLICT DO NOTHING`, dirtyRuns, dirtyRanks, dirtyBlocks)
+			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')`, dirtyRuns, dirtyRanks, dirtyBlocks)
 	}
 	br := tx.SendBatch(ctx, q)
 	for i := 0; i < 2 && len(stmts) > 0; i++ {

@@ -1,0 +1,9 @@
+package store
+
+// SetAfterMarkersRead makes every refresh call f right after reading its
+// markers, until the returned function restores the default.
+func SetAfterMarkersRead(f func()) (restore func()) {
+	old := afterMarkersRead
+	afterMarkersRead = f
+	return func() { afterMarkersRead = old }
+}
