@@ -563,7 +563,9 @@ func (p *exportParser) memory(z map[string]json.RawMessage, runID string, t time
 }
 
 func (h *Handler) importExport(c echo.Context) error {
-	body, herr := h.readBody(c)
+	// The parsed export may keep parts of the body, so its buffers are
+	// left to the collector rather than released for reuse.
+	body, _, herr := h.readBody(c)
 	if herr != nil {
 		rejectedTotal("body").Inc()
 		return c.JSON(herr.status, herr.body)

@@ -13,7 +13,6 @@ package ingest
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -22,9 +21,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/klauspost/compress/gzip"
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/api"
@@ -126,7 +127,10 @@ func (h *Handler) safe(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (h *Handler) ingest(c echo.Context) error {
-	body, herr := h.readBody(c)
+	body, release, herr := h.readBody(c)
+	// Decoded records copy what they keep from the body, so its buffers
+	// can serve the next request once this one is answered.
+	defer release()
 	if herr != nil {
 		rejectedTotal("body").Inc()
 		return c.JSON(herr.status, herr.body)
@@ -180,54 +184,105 @@ func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResul
 // it starts with the gzip magic bytes (senders behind proxies lose the
 // header). The limit applies before and after decompression, so a small
 // gzip bomb is refused as surely as a large body.
-func (h *Handler) readBody(c echo.Context) ([]byte, *httpError) {
+//
+// The body lives in pooled buffers: release hands them back, and the body
+// must not be used after it. A batch is a few hundred kilobytes, and
+// allocating (and zeroing, and collecting) that twice per request cost more
+// CPU than decompressing it.
+func (h *Handler) readBody(c echo.Context) (body []byte, release func(), herr *httpError) {
 	limit := h.opt.MaxBodyBytes
 	tooLarge := &httpError{status: http.StatusRequestEntityTooLarge,
 		body: api.Error{Error: fmt.Sprintf("request body larger than %d bytes, nothing stored; send smaller batches", limit)}}
 	req := c.Request()
 	if req.ContentLength > limit {
-		return nil, tooLarge
+		return nil, noRelease, tooLarge
 	}
-	raw, err := readLimited(req.Body, limit, req.ContentLength)
+	rawBuf := getBuffer()
+	raw, err := readLimited(rawBuf, req.Body, limit, req.ContentLength)
 	if err != nil {
+		putBuffer(rawBuf)
 		if errors.Is(err, errTooLarge) {
-			return nil, tooLarge
+			return nil, noRelease, tooLarge
 		}
-		return nil, badRequest("reading request body: " + err.Error())
+		return nil, noRelease, badRequest("reading request body: " + err.Error())
 	}
 	enc := strings.ToLower(strings.TrimSpace(req.Header.Get(echo.HeaderContentEncoding)))
 	switch {
 	case enc == "gzip" || enc == "x-gzip" || bytes.HasPrefix(raw, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		defer putBuffer(rawBuf)
+		zr, err := getGzipReader(raw)
 		if err != nil {
-			return nil, badRequest("body is not valid gzip: " + err.Error())
+			return nil, noRelease, badRequest("body is not valid gzip: " + err.Error())
 		}
-		out, err := readLimited(zr, limit, gzipSizeHint(raw))
+		defer gzipReaders.Put(zr)
+		outBuf := getBuffer()
+		out, err := readLimited(outBuf, zr, limit, gzipSizeHint(raw))
 		if err != nil {
+			putBuffer(outBuf)
 			if errors.Is(err, errTooLarge) {
-				return nil, tooLarge
+				return nil, noRelease, tooLarge
 			}
-			return nil, badRequest("body is not valid gzip: " + err.Error())
+			return nil, noRelease, badRequest("body is not valid gzip: " + err.Error())
 		}
-		return out, nil
+		return out, func() { putBuffer(outBuf) }, nil
 	case enc == "" || enc == "identity":
-		return raw, nil
+		return raw, func() { putBuffer(rawBuf) }, nil
 	default:
-		return nil, &httpError{status: http.StatusUnsupportedMediaType,
+		putBuffer(rawBuf)
+		return nil, noRelease, &httpError{status: http.StatusUnsupportedMediaType,
 			body: api.Error{Error: fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc)}}
 	}
 }
 
+func noRelease() {}
+
 var errTooLarge = errors.New("body too large")
 
-// readLimited reads r to its end, failing with errTooLarge past limit
-// bytes. A body of the size hinted at (-1 or 0 when unknown) is read into
-// one buffer of its size instead of regrowing and copying from 512 bytes.
-func readLimited(r io.Reader, limit, hint int64) ([]byte, error) {
+// maxPooledBuffer bounds the buffers kept for reuse, so that one huge
+// import does not pin its memory for good.
+const maxPooledBuffer = 8 << 20
+
+var (
+	buffers     sync.Pool // *bytes.Buffer
+	gzipReaders sync.Pool // *gzip.Reader
+)
+
+func getBuffer() *bytes.Buffer {
+	if b, ok := buffers.Get().(*bytes.Buffer); ok {
+		b.Reset()
+		return b
+	}
+	return new(bytes.Buffer)
+}
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuffer {
+		buffers.Put(b)
+	}
+}
+
+// getGzipReader returns a reader of the gzip stream z, reusing one whose
+// decompression tables are already allocated. The caller puts it back.
+func getGzipReader(z []byte) (*gzip.Reader, error) {
+	if zr, ok := gzipReaders.Get().(*gzip.Reader); ok {
+		if err := zr.Reset(bytes.NewReader(z)); err != nil {
+			gzipReaders.Put(zr)
+			return nil, err
+		}
+		return zr, nil
+	}
+	return gzip.NewReader(bytes.NewReader(z))
+}
+
+// readLimited reads r to its end into buf, failing with errTooLarge past
+// limit bytes. A body of the size hinted at (-1 or 0 when unknown) is read
+// into one buffer of its size instead of regrowing and copying from 512
+// bytes.
+func readLimited(buf *bytes.Buffer, r io.Reader, limit, hint int64) ([]byte, error) {
 	if hint <= 0 || hint > limit {
 		hint = 0
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, hint+bytes.MinRead))
+	buf.Grow(int(hint) + bytes.MinRead)
 	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
 		return nil, err
 	}
