@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/deepseed/deepseed/api"
@@ -61,30 +62,36 @@ func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult,
 	}
 	b := newBatchPlan(recs, api.Now())
 
-	tx, err := s.Pool.Begin(ctx)
+	// The transaction is driven by hand on a pooled connection rather
+	// than through pgx.Tx, so that BEGIN travels with the first batch of
+	// statements and COMMIT with the last: two round trips fewer per batch,
+	// which under load is two waits fewer for the database's turn on a CPU.
+	conn, err := s.Pool.Acquire(ctx)
 	if err != nil {
 		return res, fmt.Errorf("store: write batch: begin: %w", err)
 	}
 	defer func() {
-		// Rollback after Commit is a no-op; use a fresh context so that a
-		// cancelled request still releases its connection cleanly.
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tx.Rollback(rctx)
+		// A connection left inside a transaction (a statement failed, or
+		// COMMIT was never reached) is rolled back with a fresh context, so
+		// that a cancelled request still releases it cleanly; the pool
+		// closes one that is still not idle.
+		if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+		conn.Release()
 	}()
 
-	if err := b.prepare(ctx, tx); err != nil {
+	if err := b.prepare(ctx, conn); err != nil {
 		return res, err
 	}
-	if err := b.copy(ctx, tx); err != nil {
+	if err := b.copy(ctx, conn); err != nil {
 		return res, err
 	}
-	written, err := b.merge(ctx, tx)
+	written, err := b.merge(ctx, conn)
 	if err != nil {
 		return res, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("store: write batch: commit: %w", err)
 	}
 
 	for kind, n := range b.counts {
@@ -97,6 +104,14 @@ func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult,
 		res.Duplicates += n - w
 	}
 	return res, nil
+}
+
+// batchConn is the connection a batch is written on, inside the
+// transaction that prepare opens and merge commits.
+type batchConn interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error)
 }
 
 // batchPlan is a batch sorted by table, with the run bookkeeping worked out.
@@ -261,11 +276,13 @@ func rawObject(raw json.RawMessage) *string {
 	return &s
 }
 
-// prepare locks the batch's runs, creates the runs it names, applies run
-// and end records, creates the temporary tables and reads the layer names
-// of runs with layers records, in one round trip.
-func (b *batchPlan) prepare(ctx context.Context, tx pgx.Tx) error {
+// prepare begins the transaction, locks the batch's runs, creates the runs
+// it names, applies run and end records, probes for stored keys and reads
+// the layer names of runs with layers records, in one round trip, and
+// creates the temporary tables a batch with stored keys needs.
+func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	q := &pgx.Batch{}
+	q.Queue(`BEGIN`)
 	if len(b.runIDs) > 0 {
 		// Locks are taken in key order so that batches touching several
 		// runs cannot deadlock each other.
@@ -387,10 +404,8 @@ func (b *batchPlan) prepare(ctx context.Context, tx pgx.Tx) error {
 			return nil
 		})
 	}
-	if q.Len() > 0 {
-		if err := tx.SendBatch(ctx, q).Close(); err != nil {
-			return fmt.Errorf("store: write batch: prepare runs: %w", err)
-		}
+	if err := tx.SendBatch(ctx, q).Close(); err != nil {
+		return fmt.Errorf("store: write batch: prepare runs: %w", err)
 	}
 
 	// Each connection keeps its temporary tables and they empty themselves
@@ -554,7 +569,7 @@ func (b *batchPlan) tables() []copyTable {
 }
 
 // copy sends every record into its temporary table with COPY.
-func (b *batchPlan) copy(ctx context.Context, tx pgx.Tx) error {
+func (b *batchPlan) copy(ctx context.Context, tx batchConn) error {
 	if len(b.layers) > 0 {
 		b.alignLayers()
 	}
@@ -668,9 +683,9 @@ const (
 	mergeEvents = `INSERT INTO events SELECT * FROM tmp_events ORDER BY run_id, time, type, step, rank ON CONFLICT DO NOTHING`
 )
 
-// merge moves the temporary tables into the real ones in one round trip
-// and returns the rows written per kind.
-func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error) {
+// merge moves the temporary tables into the real ones, marks rollups dirty
+// and commits, in one round trip, and returns the rows written per kind.
+func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, error) {
 	type stmt struct {
 		kind, sql string
 		count     bool // the statement answers count(*) rather than a tag
@@ -700,9 +715,6 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 		}
 	}
 	dirtyRuns, dirtyRanks, dirtyBlocks := b.directDirty()
-	if len(stmts) == 0 && len(dirtyRuns) == 0 {
-		return written, nil
-	}
 	// The temporary tables have no statistics, and with a guess the
 	// planner may hash the whole of steps or layer_times to join a few
 	// hundred rows. Probing the unique indexes row by row is what a batch
@@ -720,6 +732,7 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) ORDER BY 1, 2, 3
 			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')`, dirtyRuns, dirtyRanks, dirtyBlocks)
 	}
+	q.Queue(`COMMIT`)
 	br := tx.SendBatch(ctx, q)
 	for i := 0; i < 2 && len(stmts) > 0; i++ {
 		if _, err := br.Exec(); err != nil {
@@ -750,8 +763,17 @@ func (b *batchPlan) merge(ctx context.Context, tx pgx.Tx) (map[string]int, error
 			return nil, fmt.Errorf("store: write batch: mark rollups dirty: %w", err)
 		}
 	}
+	tag, err := br.Exec()
+	if err == nil && tag.String() != "COMMIT" {
+		// COMMIT of a failed transaction answers ROLLBACK, not an error.
+		err = fmt.Errorf("transaction rolled back (%s)", tag)
+	}
+	if err != nil {
+		br.Close()
+		return nil, fmt.Errorf("store: write batch: commit: %w", err)
+	}
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("store: write batch: merge: %w", err)
+		return nil, fmt.Errorf("store: write batch: commit: %w", err)
 	}
 	return written, nil
 }
