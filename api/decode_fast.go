@@ -28,6 +28,11 @@ type fastDecoder struct {
 	floats  []Float           // scratch for arrays
 	strList []string          // scratch for arrays
 
+	// The last string array and its JSON text: every layers record of a
+	// run usually lists the same names, and records then share one slice.
+	lastStrsRaw []byte
+	lastStrs    []string
+
 	// The last time literal and its value: every rank of a step usually
 	// carries the same time.
 	timeRaw  []byte
@@ -307,12 +312,13 @@ func (d *fastDecoder) floatVal() (Float, bool) {
 			return Float(math.Inf(-1)), true
 		}
 	}
+	if v, n, ok := exactFloatPrefix(rest); ok {
+		d.i += n
+		return Float(v), true
+	}
 	lit, _, ok := d.number()
 	if !ok {
 		return 0, false
-	}
-	if v, ok := exactFloat(lit); ok {
-		return Float(v), true
 	}
 	v, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil {
@@ -412,6 +418,12 @@ func (d *fastDecoder) floatArray() ([]Float, bool) {
 }
 
 func (d *fastDecoder) stringArray() ([]string, bool) {
+	start := d.i
+	if n := len(d.lastStrsRaw); n > 0 && bytes.HasPrefix(d.b[start:], d.lastStrsRaw) {
+		// The same text from '[' to ']' decodes to the same strings.
+		d.i += n
+		return d.lastStrs, true
+	}
 	if !d.eat('[') {
 		return nil, false
 	}
@@ -436,7 +448,9 @@ func (d *fastDecoder) stringArray() ([]string, bool) {
 		}
 		break
 	}
-	return append([]string(nil), d.strList...), true
+	out := append([]string(nil), d.strList...)
+	d.lastStrsRaw, d.lastStrs = d.b[start:d.i], out
+	return out, true
 }
 
 func (d *fastDecoder) metrics() (map[string]Float, bool) {
@@ -828,6 +842,16 @@ var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
 // strconv.ParseFloat's, without its general machinery. Other literals give
 // ok false.
 func exactFloat(lit []byte) (float64, bool) {
+	v, n, ok := exactFloatPrefix(lit)
+	return v, ok && n == len(lit)
+}
+
+// exactFloatPrefix converts the JSON number at the start of b as
+// [exactFloat] does, and returns its length, in the same pass that finds
+// where it ends. It gives ok false for anything else, including numbers
+// that are not valid JSON (a leading zero followed by digits, a dot or an
+// exponent without digits), which the caller reads the general way.
+func exactFloatPrefix(lit []byte) (float64, int, bool) {
 	i := 0
 	neg := false
 	if i < len(lit) && lit[i] == '-' {
@@ -836,24 +860,32 @@ func exactFloat(lit []byte) (float64, bool) {
 	}
 	var mant uint64
 	digits, exp := 0, 0
-	for ; i < len(lit) && isDigit(lit[i]); i++ {
-		if mant != 0 || lit[i] != '0' {
-			digits++
+	switch {
+	case i < len(lit) && lit[i] == '0':
+		i++
+	case i < len(lit) && lit[i] >= '1' && lit[i] <= '9':
+		for ; i < len(lit) && isDigit(lit[i]); i++ {
+			mant = mant*10 + uint64(lit[i]-'0')
+			if digits++; digits > 15 {
+				return 0, 0, false
+			}
 		}
-		mant = mant*10 + uint64(lit[i]-'0')
-		if digits > 15 {
-			return 0, false
-		}
+	default:
+		return 0, 0, false
 	}
 	if i < len(lit) && lit[i] == '.' {
-		for i++; i < len(lit) && isDigit(lit[i]); i++ {
+		i++
+		if i >= len(lit) || !isDigit(lit[i]) {
+			return 0, 0, false
+		}
+		for ; i < len(lit) && isDigit(lit[i]); i++ {
 			if mant != 0 || lit[i] != '0' {
 				digits++
 			}
 			mant = mant*10 + uint64(lit[i]-'0')
 			exp--
 			if digits > 15 {
-				return 0, false
+				return 0, 0, false
 			}
 		}
 	}
@@ -864,20 +896,20 @@ func exactFloat(lit []byte) (float64, bool) {
 			eneg = lit[i] == '-'
 			i++
 		}
+		if i >= len(lit) || !isDigit(lit[i]) {
+			return 0, 0, false
+		}
 		e := 0
 		for ; i < len(lit) && isDigit(lit[i]); i++ {
 			e = e*10 + int(lit[i]-'0')
 			if e > 1000 {
-				return 0, false
+				return 0, 0, false
 			}
 		}
 		if eneg {
 			e = -e
 		}
 		exp += e
-	}
-	if i != len(lit) {
-		return 0, false
 	}
 	f := float64(mant)
 	switch {
@@ -887,10 +919,10 @@ func exactFloat(lit []byte) (float64, bool) {
 	case exp < 0 && -exp < len(pow10):
 		f /= pow10[-exp]
 	default:
-		return 0, false
+		return 0, 0, false
 	}
 	if neg {
 		f = -f
 	}
-	return f, true
+	return f, i, true
 }
