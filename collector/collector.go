@@ -205,6 +205,14 @@ func (c *Collector) enqueue(rec []byte, now time.Time) {
 	c.batch.add(rec, now)
 }
 
+// enqueueAll adds records in one go, taking the batcher's lock once.
+func (c *Collector) enqueueAll(recs [][]byte, now time.Time) {
+	if c.fwd == nil || len(recs) == 0 {
+		return
+	}
+	c.batch.addAll(recs, now)
+}
+
 // SampleOnce samples the GPUs and the host once, updates /metrics and
 // queues the records.
 func (c *Collector) SampleOnce() {
@@ -401,6 +409,7 @@ func (c *Collector) sendOne(ctx context.Context, b *batch) error {
 		c.queue.done(b)
 		c.m.forwarded.Add(b.N)
 		c.m.lastSend.Store(c.now().UnixMilli())
+		b.release()
 		return nil
 	}
 	var se *sendError
@@ -412,6 +421,7 @@ func (c *Collector) sendOne(ctx context.Context, b *batch) error {
 		}
 		c.queue.done(b)
 		c.m.deadLettered.Add(b.N)
+		b.release()
 		return nil
 	}
 	c.m.failed.Add(b.N)

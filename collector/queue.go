@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bytes"
 	"sync"
 	"time"
 )
@@ -15,26 +14,37 @@ type batcher struct {
 	seq        func() uint64
 
 	mu    sync.Mutex
-	buf   bytes.Buffer
+	buf   []byte // from batchBufs; nil while empty
 	n     int
 	first time.Time
 }
 
 // add appends one JSON record (no newline) and cuts a batch when full.
 func (b *batcher) add(rec []byte, now time.Time) {
+	b.addAll([][]byte{rec}, now)
+}
+
+// addAll appends records in order, cutting batches as they fill. The
+// batches are handed on outside the lock, in the order they were cut.
+func (b *batcher) addAll(recs [][]byte, now time.Time) {
+	var cuts []*batch
 	b.mu.Lock()
-	if b.n == 0 {
-		b.first = now
-	}
-	b.buf.Write(rec)
-	b.buf.WriteByte('\n')
-	b.n++
-	var cut *batch
-	if b.n >= b.maxRecords || b.buf.Len() >= b.maxBytes {
-		cut = b.cutLocked()
+	for _, rec := range recs {
+		if b.n == 0 {
+			b.first = now
+			if b.buf == nil {
+				b.buf = getBatchBuf()
+			}
+		}
+		b.buf = append(b.buf, rec...)
+		b.buf = append(b.buf, '\n')
+		b.n++
+		if b.n >= b.maxRecords || len(b.buf) >= b.maxBytes {
+			cuts = append(cuts, b.cutLocked())
+		}
 	}
 	b.mu.Unlock()
-	if cut != nil {
+	for _, cut := range cuts {
 		b.out(cut)
 	}
 }
@@ -54,13 +64,33 @@ func (b *batcher) tick(now time.Time, force bool) {
 }
 
 func (b *batcher) cutLocked() *batch {
-	// Hand the buffer over rather than copy it; the next one starts at
-	// the size this one reached.
-	body := b.buf.Bytes()
-	bt := &batch{Seq: b.seq(), N: b.n, Body: body}
-	b.buf = *bytes.NewBuffer(make([]byte, 0, len(body)))
+	// Hand the buffer over rather than copy it; it comes back to
+	// batchBufs once the server has the batch.
+	bt := &batch{Seq: b.seq(), N: b.n, Body: b.buf, pooled: true}
+	b.buf = nil
 	b.n = 0
 	return bt
+}
+
+// batchBufs recycles batch bodies: at a steady rate every batch is about
+// the size of the one before, so a body freed after its send is the next
+// one's buffer instead of garbage.
+var batchBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+func getBatchBuf() []byte {
+	return (*batchBufs.Get().(*[]byte))[:0]
+}
+
+// release returns b's body for reuse. Only the party that settles a batch
+// (acknowledged or dead-lettered) calls it, after the queue has let go of
+// the batch; nothing may read b.Body afterwards.
+func (b *batch) release() {
+	if !b.pooled || cap(b.Body) > 16<<20 {
+		return
+	}
+	body := b.Body[:0]
+	b.Body, b.pooled = nil, false
+	batchBufs.Put(&body)
 }
 
 func (b *batcher) pending() int {

@@ -16,6 +16,8 @@ type batch struct {
 	Seq  uint64
 	N    int    // records
 	Body []byte // NDJSON, one record per line
+	// pooled is set on bodies from batchBufs, which release returns.
+	pooled bool
 }
 
 // spool is a bounded directory of batches, one file per batch, named by

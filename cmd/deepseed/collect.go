@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"time"
@@ -62,6 +65,11 @@ Flags:
 		return fmt.Errorf("collect: log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if addr := os.Getenv("DEEPSEED_PPROF_LISTEN"); addr != "" {
+		if err := servePprof(ctx, addr, log); err != nil {
+			return fmt.Errorf("collect: DEEPSEED_PPROF_LISTEN: %w", err)
+		}
+	}
 
 	var lib nvml.Iface
 	switch {
@@ -88,6 +96,25 @@ Flags:
 		return fmt.Errorf("collect: %w", err)
 	}
 	return col.Run(ctx)
+}
+
+// servePprof serves the Go profiler on addr until ctx is done. It is set
+// only through the environment, not a flag: it is for measuring the
+// collector under load, not for production nodes.
+func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	go func() { <-ctx.Done(); srv.Close() }()
+	log.Info("profiler listening", "addr", ln.Addr().String())
+	return nil
 }
 
 func envStr(key, def string) string {
