@@ -168,7 +168,7 @@ func New(cfg Config) (*Collector, error) {
 		c.log.Error("spool write failed: batch dropped", "records", b.N, "err", err)
 	})
 	c.batch = &batcher{maxRecords: cfg.BatchMaxRecords, maxBytes: 8 << 20, maxAge: cfg.BatchMaxAge,
-		out: c.queue.push, seq: func() uint64 { return c.seq.Add(1) }}
+		out: c.queue.push, seq: func() uint64 { return c.seq.Add(1) }, started: make(chan struct{}, 1)}
 	c.dead = &deadLetter{path: filepath.Join(cfg.SpoolDir, "dead-letter.ndjson")}
 	if cfg.Server != "" {
 		c.fwd = &forwarder{url: strings.TrimRight(cfg.Server, "/") + "/api/v1/ingest", token: cfg.Token, client: cfg.HTTPClient}
@@ -297,8 +297,18 @@ func (c *Collector) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
-	batchTick := time.NewTicker(min(c.cfg.BatchMaxAge, 250*time.Millisecond))
-	defer batchTick.Stop()
+	// One timer for the pending batch's age, armed when a batch opens:
+	// an idle or steady collector wakes once per batch, not on a poll.
+	batchTimer := time.NewTimer(time.Hour)
+	batchTimer.Stop()
+	defer batchTimer.Stop()
+	batchArmed := false
+	armBatch := func() {
+		if dl, ok := c.batch.deadline(); ok {
+			batchTimer.Reset(max(dl.Sub(c.now()), 0))
+			batchArmed = true
+		}
+	}
 	c.SampleOnce()
 	var runErr error
 loop:
@@ -311,8 +321,15 @@ loop:
 			break loop
 		case <-tick.C:
 			c.SampleOnce()
-		case <-batchTick.C:
+		case <-c.batch.started:
+			if !batchArmed {
+				armBatch()
+			}
+		case <-batchTimer.C:
+			batchArmed = false
 			c.batch.tick(c.now(), false)
+			// A younger batch may already be pending: wait for its age.
+			armBatch()
 		}
 	}
 	// Stop taking records, then hand every pending one to the queue.

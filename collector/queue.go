@@ -12,6 +12,9 @@ type batcher struct {
 	maxAge     time.Duration
 	out        func(*batch)
 	seq        func() uint64
+	// started is signalled when a record opens an empty batch, so that
+	// the run loop arms one timer for its age instead of polling.
+	started chan struct{}
 
 	mu    sync.Mutex
 	buf   []byte // from batchBufs; nil while empty
@@ -34,6 +37,10 @@ func (b *batcher) addAll(recs [][]byte, now time.Time) {
 			b.first = now
 			if b.buf == nil {
 				b.buf = getBatchBuf()
+			}
+			select {
+			case b.started <- struct{}{}:
+			default:
 			}
 		}
 		b.buf = append(b.buf, rec...)
@@ -91,6 +98,17 @@ func (b *batch) release() {
 	body := b.Body[:0]
 	b.Body, b.pooled = nil, false
 	batchBufs.Put(&body)
+}
+
+// deadline is when the pending batch is due by age; ok is false when
+// nothing is pending.
+func (b *batcher) deadline() (t time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n == 0 {
+		return time.Time{}, false
+	}
+	return b.first.Add(b.maxAge), true
 }
 
 func (b *batcher) pending() int {

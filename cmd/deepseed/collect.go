@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -65,6 +66,14 @@ Flags:
 		return fmt.Errorf("collect: log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The collector shares its node with training: its work needs a
+	// fraction of one core, and on a node with a hundred cores a Go
+	// scheduler and collector spread over all of them would keep waking
+	// idle threads to look for that little work. One P keeps it on one
+	// core; GOMAXPROCS in the environment still decides when set.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	if addr := os.Getenv("DEEPSEED_PPROF_LISTEN"); addr != "" {
 		if err := servePprof(ctx, addr, log); err != nil {
 			return fmt.Errorf("collect: DEEPSEED_PPROF_LISTEN: %w", err)
