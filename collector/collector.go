@@ -345,6 +345,8 @@ loop:
 	if c.cfg.NVML != nil && c.m.gpuUp.Load() {
 		c.cfg.NVML.Shutdown()
 	}
+	// Sampling ran on this goroutine only, so its files close here.
+	c.hostS.close()
 	return runErr
 }
 

@@ -1,9 +1,9 @@
 package collector
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +24,56 @@ type hostSampler struct {
 	prevBusy, prevTotal uint64
 	havePrev            bool
 	prevProc            map[int64]procTimes
+
+	// The host-wide files stay open and are re-read from offset 0, which
+	// makes the kernel render them afresh: one pread a file per sample
+	// instead of open, stat, read and close. buf is reused for every read.
+	stat, meminfo, loadavg procFile
+	buf                    []byte
+}
+
+// close releases the files kept open.
+func (h *hostSampler) close() {
+	for _, p := range []*procFile{&h.stat, &h.meminfo, &h.loadavg} {
+		if p.f != nil {
+			p.f.Close()
+			p.f = nil
+		}
+	}
+}
+
+// procFile is a /proc file kept open between samples.
+type procFile struct {
+	f *os.File
+}
+
+// read renders path into buf (grown as needed) and returns the content.
+// On an error the file is closed, to be opened again next time.
+func (p *procFile) read(path string, buf *[]byte) ([]byte, error) {
+	if p.f == nil {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		p.f = f
+	}
+	if len(*buf) == 0 {
+		*buf = make([]byte, 4096)
+	}
+	for {
+		n, err := p.f.ReadAt(*buf, 0)
+		if err == io.EOF || (err == nil && n < len(*buf)) {
+			return (*buf)[:n], nil
+		}
+		if err != nil {
+			p.f.Close()
+			p.f = nil
+			return nil, err
+		}
+		// Filled the buffer: the file may be longer; read it whole again
+		// into a bigger one (the content must be one rendering).
+		*buf = make([]byte, 2*len(*buf))
+	}
 }
 
 type procTimes struct {
@@ -48,7 +98,7 @@ type hostProc struct {
 func (h *hostSampler) sample(now time.Time, host string, procs []announced) (hostReading, error) {
 	out := hostReading{rec: api.Host{Kind: api.KindHost, Time: api.T(now), Host: host}}
 	var firstErr error
-	if busy, total, err := readCPU(filepath.Join(h.root, "stat")); err != nil {
+	if busy, total, err := h.readCPU(); err != nil {
 		firstErr = err
 	} else {
 		if h.havePrev && total > h.prevTotal {
@@ -56,16 +106,16 @@ func (h *hostSampler) sample(now time.Time, host string, procs []announced) (hos
 		}
 		h.prevBusy, h.prevTotal, h.havePrev = busy, total, true
 	}
-	if used, total, err := readMem(filepath.Join(h.root, "meminfo")); err != nil {
+	if used, total, err := h.readMem(); err != nil {
 		if firstErr == nil {
 			firstErr = err
 		}
 	} else {
 		out.rec.MemUsedBytes, out.rec.MemTotalBytes = api.F(used), api.F(total)
 	}
-	if b, err := os.ReadFile(filepath.Join(h.root, "loadavg")); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+	if b, err := h.loadavg.read(filepath.Join(h.root, "loadavg"), &h.buf); err == nil {
+		if f := firstField(b); len(f) > 0 {
+			if v, err := strconv.ParseFloat(string(f), 64); err == nil {
 				out.rec.Load1 = api.F(v)
 			}
 		}
@@ -102,19 +152,33 @@ func (h *hostSampler) sample(now time.Time, host string, procs []announced) (hos
 }
 
 // readCPU returns the busy and total jiffies of the "cpu" line.
-func readCPU(path string) (busy, total uint64, err error) {
-	b, err := os.ReadFile(path)
+func (h *hostSampler) readCPU() (busy, total uint64, err error) {
+	path := filepath.Join(h.root, "stat")
+	b, err := h.stat.read(path, &h.buf)
 	if err != nil {
 		return 0, 0, fmt.Errorf("host: %w", err)
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 5 || f[0] != "cpu" {
+	line = bytes.TrimLeft(line, " \t")
+	f := firstField(line)
+	if string(f) != "cpu" {
 		return 0, 0, fmt.Errorf("host: %s: no cpu line", path)
 	}
+	rest := line[len(f):]
 	var v [8]uint64
-	for i := 1; i < len(f) && i <= 8; i++ {
-		v[i-1], _ = strconv.ParseUint(f[i], 10, 64)
+	nf := 0
+	for nf < 8 {
+		rest = bytes.TrimLeft(rest, " \t")
+		if len(rest) == 0 {
+			break
+		}
+		f := firstField(rest)
+		v[nf], _ = strconv.ParseUint(string(f), 10, 64)
+		rest = rest[len(f):]
+		nf++
+	}
+	if nf < 4 {
+		return 0, 0, fmt.Errorf("host: %s: no cpu line", path)
 	}
 	// user nice system idle iowait irq softirq steal; guest time is
 	// already counted in user.
@@ -124,39 +188,49 @@ func readCPU(path string) (busy, total uint64, err error) {
 	return total - v[3] - v[4], total, nil
 }
 
-func readMem(path string) (used, total float64, err error) {
-	f, err := os.Open(path)
+func (h *hostSampler) readMem() (used, total float64, err error) {
+	path := filepath.Join(h.root, "meminfo")
+	b, err := h.meminfo.read(path, &h.buf)
 	if err != nil {
 		return 0, 0, fmt.Errorf("host: %w", err)
 	}
-	defer f.Close()
 	var tot, avail float64
 	var haveTot, haveAvail bool
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, rest, ok := strings.Cut(sc.Text(), ":")
+	for rest := b; len(rest) > 0 && !(haveTot && haveAvail); {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		k, val, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			continue
 		}
-		fs := strings.Fields(rest)
-		if len(fs) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fs[0], 64)
-		if err != nil {
-			continue
-		}
-		switch k {
+		var dst *float64
+		var have *bool
+		switch string(k) {
 		case "MemTotal":
-			tot, haveTot = v*1024, true
+			dst, have = &tot, &haveTot
 		case "MemAvailable":
-			avail, haveAvail = v*1024, true
+			dst, have = &avail, &haveAvail
+		default:
+			continue
+		}
+		f := firstField(bytes.TrimLeft(val, " \t"))
+		if v, err := strconv.ParseFloat(string(f), 64); err == nil {
+			*dst, *have = v*1024, true
 		}
 	}
 	if !haveTot || !haveAvail {
 		return 0, 0, fmt.Errorf("host: %s: no MemTotal or MemAvailable", path)
 	}
 	return tot - avail, tot, nil
+}
+
+// firstField is b up to its first space, tab or newline; b must not start
+// with one.
+func firstField(b []byte) []byte {
+	if i := bytes.IndexAny(b, " \t\n"); i >= 0 {
+		return b[:i]
+	}
+	return b
 }
 
 // readProcTicks returns utime+stime of /proc/<pid>/stat. The command name
