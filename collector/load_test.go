@@ -3,6 +3,7 @@ package collector_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -75,6 +76,7 @@ func BenchmarkCollectorLoad(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			io.Copy(io.Discard, resp.Body) // drained, so the connection is reused as a keep-alive client would
 			resp.Body.Close()
 		}
 		warm := time.Now().Add(3 * time.Second)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import collections
 import gzip
+import http.client
 import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 
 log = logging.getLogger("deepseed")
 
@@ -68,6 +68,7 @@ class Sender:
         self.batch_size = max(1, int(batch_size))
         self.flush_interval = flush_interval
         self.timeout = timeout
+        self._conn = None  # kept-alive connection, used by the sender thread only
         self.compress = compress
         self.max_backoff = max_backoff
 
@@ -181,6 +182,7 @@ class Sender:
             with self._lock:
                 self._inflight = 0
                 self._idle.notify_all()
+        self._drop_conn()
         with self._lock:
             self._idle.notify_all()
 
@@ -246,28 +248,68 @@ class Sender:
         timeout = self.timeout
         if self._closing and self._deadline is not None:
             timeout = max(0.05, min(timeout, self._deadline - time.monotonic()))
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                resp.read()
-            self.sent += len(batch)
-            return True, False
-        except urllib.error.HTTPError as e:
-            code = e.code
-            try:
-                detail = e.read(500).decode("utf-8", "replace")
-            except Exception:
-                detail = ""
-            if code in (408, 425, 429) or code >= 500:
-                self._warn_once("http%d" % code, "deepseed: %s answered %d, retrying: %s", self.url, code, detail)
-                return False, True
-            self.rejected += len(batch)
-            self._warn_once("reject", "deepseed: %s refused %d records with %d: %s", self.url, len(batch), code, detail)
-            return False, False
+            code, detail = self._request(body, headers, timeout)
         except Exception as e:  # connection refused, timeout, DNS, reset…
+            self._drop_conn()
             self._warn_once("conn", "deepseed: cannot reach %s (%s); holding up to %d records and retrying",
                             self.url, e, self.max_queue)
             return False, True
+        if 200 <= code < 300:
+            self.sent += len(batch)
+            return True, False
+        if code in (408, 425, 429) or code >= 500:
+            self._warn_once("http%d" % code, "deepseed: %s answered %d, retrying: %s", self.url, code, detail)
+            return False, True
+        self.rejected += len(batch)
+        self._warn_once("reject", "deepseed: %s refused %d records with %d: %s", self.url, len(batch), code, detail)
+        return False, False
+
+    def _request(self, body, headers, timeout):
+        """POSTs body on a kept-alive connection; returns (status, detail).
+
+        One connection is reused for every batch: a new TCP connection per
+        post costs both this process and the collector more than the post
+        itself. A connection the peer closed is reopened once at once.
+        """
+        u = urllib.parse.urlsplit(self.url)
+        path = (u.path or "/") + ("?" + u.query if u.query else "")
+        for attempt in (0, 1):
+            fresh = self._conn is None
+            if fresh:
+                cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+                self._conn = cls(u.hostname, u.port, timeout=timeout)
+            else:
+                self._conn.timeout = timeout
+                if self._conn.sock is not None:
+                    self._conn.sock.settimeout(timeout)
+            try:
+                self._conn.request("POST", path, body=body, headers=headers)
+                resp = self._conn.getresponse()
+                data = resp.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # A kept-alive connection the server closed while idle.
+                # Sending again is safe even if the first copy got through:
+                # ingest stores a repeated batch only once.
+                self._drop_conn()
+                if fresh or attempt:
+                    raise
+                continue
+            if resp.will_close:
+                self._drop_conn()
+            detail = ""
+            if resp.status >= 300:
+                detail = data[:500].decode("utf-8", "replace")
+            return resp.status, detail
+        raise ConnectionError("no answer")  # pragma: no cover
+
+    def _drop_conn(self):
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # pragma: no cover
+                pass
+            self._conn = None
 
     def _warn_once(self, key, msg, *args):
         if key in self._warned:

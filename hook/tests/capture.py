@@ -13,7 +13,7 @@ class Capture:
     hold: when set, every request waits until release() before answering.
     """
 
-    def __init__(self, statuses=(), hold=False):
+    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False):
         self.lock = threading.Lock()
         self.requests = []  # (path, headers, raw body, records)
         self.statuses = list(statuses)
@@ -21,9 +21,15 @@ class Capture:
         if not hold:
             self.release_event.set()
         self.got_request = threading.Event()
+        self.peers = []  # client (host, port) of each request
         cap = self
 
         class Handler(BaseHTTPRequestHandler):
+            # HTTP/1.1 keeps connections open between requests; drop_idle
+            # closes each one after its answer without saying so, as a
+            # server timing out an idle keep-alive connection does.
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def log_message(self, *a):
                 pass
 
@@ -37,6 +43,7 @@ class Capture:
                 with cap.lock:
                     status = cap.statuses.pop(0) if cap.statuses else 200
                     cap.requests.append((self.path, dict(self.headers), raw, recs, status))
+                    cap.peers.append(self.client_address)
                 out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
                 try:
                     self.send_response(status)
@@ -46,6 +53,8 @@ class Capture:
                     self.wfile.write(out)
                 except OSError:
                     pass
+                if drop_idle:
+                    self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -196,6 +196,34 @@ class SenderTest(unittest.TestCase):
         finally:
             cap.close()
 
+    def test_batches_share_one_kept_alive_connection(self):
+        cap = Capture(keep_alive=True)
+        try:
+            s = Sender(cap.url, max_queue=100, batch_size=100, flush_interval=0.01)
+            for i in range(3):
+                s.put({"kind": "event", "i": i})
+                self.assertTrue(s.flush(20))
+            self.assertEqual([r["i"] for r in cap.records()], [0, 1, 2])
+            self.assertEqual(len(set(cap.peers)), 1, "each batch opened a new connection: %s" % cap.peers)
+            s.close(1)
+        finally:
+            cap.close()
+
+    def test_idle_connection_closed_by_server_is_reopened(self):
+        cap = Capture(keep_alive=True, drop_idle=True)
+        try:
+            s = Sender(cap.url, max_queue=100, batch_size=100, flush_interval=0.01)
+            for i in range(3):
+                s.put({"kind": "event", "i": i})
+                self.assertTrue(s.flush(20))
+                time.sleep(0.05)  # let the server's close arrive
+            self.assertEqual([r["i"] for r in cap.records()], [0, 1, 2])
+            self.assertEqual(s.failures, 0)
+            self.assertEqual(len(set(cap.peers)), 3)
+            s.close(1)
+        finally:
+            cap.close()
+
     def test_retries_when_unreachable(self):
         cap = Capture()
         url = cap.url
