@@ -525,6 +525,43 @@ type stepBox struct {
 	floats  [18]Float
 }
 
+// onceStr reads a string into *dst, refusing a key seen before.
+func (d *fastDecoder) onceStr(seen *bool, dst *string) bool {
+	if *seen {
+		return false
+	}
+	*seen = true
+	v, ok := d.str()
+	*dst = v
+	return ok
+}
+
+// onceRank reads a rank into *dst, refusing a key seen before.
+func (d *fastDecoder) onceRank(seen *bool, dst *int) bool {
+	if *seen {
+		return false
+	}
+	*seen = true
+	v, ok := d.int64Val()
+	*dst = int(v)
+	return ok
+}
+
+// onceInto reads a value with read into the record's box slot and points
+// the record's field at it, refusing a field already set.
+func onceInto[T any](field **T, slot *T, read func() (T, bool)) bool {
+	if *field != nil {
+		return false
+	}
+	v, ok := read()
+	if !ok {
+		return false
+	}
+	*slot = v
+	*field = slot
+	return true
+}
+
 func (d *fastDecoder) step(more bool) (Record, bool) {
 	box := &stepBox{}
 	s := &box.s
@@ -539,63 +576,33 @@ func (d *fastDecoder) step(more bool) (Record, bool) {
 		var fp **Float
 		switch string(k) {
 		case "run_id":
-			if seenRunID {
-				return Record{}, false
-			}
-			seenRunID = true
-			if s.RunID, ok = d.str(); !ok {
+			if !d.onceStr(&seenRunID, &s.RunID) {
 				return Record{}, false
 			}
 		case "rank":
-			if seenRank {
+			if !d.onceRank(&seenRank, &s.Rank) {
 				return Record{}, false
 			}
-			seenRank = true
-			v, ok := d.int64Val()
-			if !ok {
-				return Record{}, false
-			}
-			s.Rank = int(v)
 		case "step":
-			if s.Step != nil {
+			if !onceInto(&s.Step, &box.step, d.int64Val) {
 				return Record{}, false
 			}
-			if box.step, ok = d.int64Val(); !ok {
-				return Record{}, false
-			}
-			s.Step = &box.step
 		case "samples":
-			if s.Samples != nil {
+			if !onceInto(&s.Samples, &box.samples, d.int64Val) {
 				return Record{}, false
 			}
-			if box.samples, ok = d.int64Val(); !ok {
-				return Record{}, false
-			}
-			s.Samples = &box.samples
 		case "tokens":
-			if s.Tokens != nil {
+			if !onceInto(&s.Tokens, &box.tokens, d.int64Val) {
 				return Record{}, false
 			}
-			if box.tokens, ok = d.int64Val(); !ok {
-				return Record{}, false
-			}
-			s.Tokens = &box.tokens
 		case "skipped":
-			if s.Skipped != nil {
+			if !onceInto(&s.Skipped, &box.skipped, d.boolVal) {
 				return Record{}, false
 			}
-			if box.skipped, ok = d.boolVal(); !ok {
-				return Record{}, false
-			}
-			s.Skipped = &box.skipped
 		case "time":
-			if s.Time != nil {
+			if !onceInto(&s.Time, &box.time, d.timeVal) {
 				return Record{}, false
 			}
-			if box.time, ok = d.timeVal(); !ok {
-				return Record{}, false
-			}
-			s.Time = &box.time
 		case "metrics":
 			if s.Metrics != nil {
 				return Record{}, false
@@ -680,39 +687,21 @@ func (d *fastDecoder) layers(more bool) (Record, bool) {
 		}
 		switch string(k) {
 		case "run_id":
-			if seenRunID {
-				return Record{}, false
-			}
-			seenRunID = true
-			if l.RunID, ok = d.str(); !ok {
+			if !d.onceStr(&seenRunID, &l.RunID) {
 				return Record{}, false
 			}
 		case "rank":
-			if seenRank {
+			if !d.onceRank(&seenRank, &l.Rank) {
 				return Record{}, false
 			}
-			seenRank = true
-			v, ok := d.int64Val()
-			if !ok {
-				return Record{}, false
-			}
-			l.Rank = int(v)
 		case "step":
-			if l.Step != nil {
+			if !onceInto(&l.Step, &box.step, d.int64Val) {
 				return Record{}, false
 			}
-			if box.step, ok = d.int64Val(); !ok {
-				return Record{}, false
-			}
-			l.Step = &box.step
 		case "time":
-			if l.Time != nil {
+			if !onceInto(&l.Time, &box.time, d.timeVal) {
 				return Record{}, false
 			}
-			if box.time, ok = d.timeVal(); !ok {
-				return Record{}, false
-			}
-			l.Time = &box.time
 		case "names":
 			if l.Names != nil {
 				return Record{}, false
@@ -765,37 +754,21 @@ func (d *fastDecoder) eval(more bool) (Record, bool) {
 		var fp **Float
 		switch string(k) {
 		case "run_id":
-			if seenRunID {
-				return Record{}, false
-			}
-			seenRunID = true
-			if e.RunID, ok = d.str(); !ok {
+			if !d.onceStr(&seenRunID, &e.RunID) {
 				return Record{}, false
 			}
 		case "split":
-			if seenSplit {
-				return Record{}, false
-			}
-			seenSplit = true
-			if e.Split, ok = d.str(); !ok {
+			if !d.onceStr(&seenSplit, &e.Split) {
 				return Record{}, false
 			}
 		case "step":
-			if e.Step != nil {
+			if !onceInto(&e.Step, &box.step, d.int64Val) {
 				return Record{}, false
 			}
-			if box.step, ok = d.int64Val(); !ok {
-				return Record{}, false
-			}
-			e.Step = &box.step
 		case "time":
-			if e.Time != nil {
+			if !onceInto(&e.Time, &box.time, d.timeVal) {
 				return Record{}, false
 			}
-			if box.time, ok = d.timeVal(); !ok {
-				return Record{}, false
-			}
-			e.Time = &box.time
 		case "metrics":
 			if e.Metrics != nil {
 				return Record{}, false
