@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -606,43 +607,35 @@ func (b *batchPlan) copy(ctx context.Context, tx batchConn) error {
 // unless a version with the same or a newer time is stored. The deleted
 // rows are all older than the inserted one, so both parts can share one
 // statement snapshot.
+var (
+	mergeSteps  = mergeStepRows("steps")
+	mergeLayers = mergeStepRows("layer_times")
+)
+
+// mergeStepRows is the merge of table, keyed by run, rank and step, from
+// its tmp_ twin; every block it writes into gets its rollup marker set or
+// bumped in the same statement.
+func mergeStepRows(table string) string {
+	return strings.NewReplacer("TABLE", table).Replace(`WITH src AS (
+		SELECT DISTINCT ON (run_id, rank, step) * FROM tmp_TABLE ORDER BY run_id, rank, step, time DESC
+	), del AS (
+		DELETE FROM TABLE AS t USING src
+		WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time < src.time
+	), ins AS (
+		INSERT INTO TABLE SELECT src.* FROM src
+		WHERE NOT EXISTS (SELECT 1 FROM TABLE AS t
+			WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
+		ON CONFLICT DO NOTHING
+		RETURNING run_id, rank, step
+	), dirty AS (
+		INSERT INTO rollup_dirty (run_id, rank, block)
+		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
+		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
+	)
+	SELECT count(*) FROM ins`)
+}
+
 const (
-	mergeSteps = `WITH src AS (
-		SELECT DISTINCT ON (run_id, rank, step) * FROM tmp_steps ORDER BY run_id, rank, step, time DESC
-	), del AS (
-		DELETE FROM steps AS t USING src
-		WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time < src.time
-	), ins AS (
-		INSERT INTO steps SELECT src.* FROM src
-		WHERE NOT EXISTS (SELECT 1 FROM steps AS t
-			WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
-		ON CONFLICT DO NOTHING
-		RETURNING run_id, rank, step
-	), dirty AS (
-		INSERT INTO rollup_dirty (run_id, rank, block)
-		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
-		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
-	)
-	SELECT count(*) FROM ins`
-
-	mergeLayers = `WITH src AS (
-		SELECT DISTINCT ON (run_id, rank, step) * FROM tmp_layer_times ORDER BY run_id, rank, step, time DESC
-	), del AS (
-		DELETE FROM layer_times AS t USING src
-		WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time < src.time
-	), ins AS (
-		INSERT INTO layer_times SELECT src.* FROM src
-		WHERE NOT EXISTS (SELECT 1 FROM layer_times AS t
-			WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
-		ON CONFLICT DO NOTHING
-		RETURNING run_id, rank, step
-	), dirty AS (
-		INSERT INTO rollup_dirty (run_id, rank, block)
-		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
-		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
-	)
-	SELECT count(*) FROM ins`
-
 	mergeEvals = `WITH src AS (
 		SELECT DISTINCT ON (run_id, split, step) * FROM tmp_evals ORDER BY run_id, split, step, time DESC
 	), del AS (
