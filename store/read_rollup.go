@@ -399,15 +399,7 @@ func foldSteps(rows pgx.Rows) ([]*stepBucket, error) {
 	var last *stepBucket
 	for rows.Next() {
 		v := rows.RawValues()
-		rank, err := rawInt4(v[0])
-		if err != nil {
-			return nil, err
-		}
-		tm, err := rawInt8(v[1])
-		if err != nil {
-			return nil, err
-		}
-		step, err := rawInt8(v[2])
+		rank, tm, step, err := rawRowHead(v)
 		if err != nil {
 			return nil, err
 		}
@@ -603,15 +595,7 @@ func foldLayers(rows pgx.Rows) ([]*layerBucket, error) {
 	f := layerFolder{byKey: map[bucketKey]*layerBucket{}}
 	for rows.Next() {
 		v := rows.RawValues()
-		rank, err := rawInt4(v[0])
-		if err != nil {
-			return nil, err
-		}
-		tm, err := rawInt8(v[1])
-		if err != nil {
-			return nil, err
-		}
-		step, err := rawInt8(v[2])
+		rank, tm, step, err := rawRowHead(v)
 		if err != nil {
 			return nil, err
 		}
@@ -730,6 +714,19 @@ func addFloat8Array(src []byte, sums []float64, counts []int64) ([]float64, []in
 // requireBinary checks that every column of rows travels in binary, as
 // the raw decoders here expect; pgx asks for binary for every type they
 // read.
+// rawRowHead decodes the rank, time and step that lead every raw row a
+// refresh reads, in binary format.
+func rawRowHead(v [][]byte) (rank int32, tm, step int64, err error) {
+	if rank, err = rawInt4(v[0]); err != nil {
+		return 0, 0, 0, err
+	}
+	if tm, err = rawInt8(v[1]); err != nil {
+		return 0, 0, 0, err
+	}
+	step, err = rawInt8(v[2])
+	return rank, tm, step, err
+}
+
 func requireBinary(rows pgx.Rows) error {
 	for _, fd := range rows.FieldDescriptions() {
 		if fd.Format != pgtype.BinaryFormatCode {
