@@ -163,20 +163,7 @@ func (c *Collector) writeGPU(w *bufio.Writer, gpus []gpuState) {
 			fmt.Fprintf(w, "deepseed_gpu_info{%s,name=%s,pci_bus_id=%s} 1\n", c.gpuLabels(s), q(s.info.Name), q(s.info.PCIBusID))
 		}
 	}
-	for _, f := range gpuFamilies {
-		wrote := false
-		for i := range gpus {
-			v := f.val(&gpus[i])
-			if v == nil {
-				continue
-			}
-			if !wrote {
-				header(w, f.name, f.help, f.typ)
-				wrote = true
-			}
-			fmt.Fprintf(w, "%s{%s} %s\n", f.name, c.gpuLabels(&gpus[i]), num(*v))
-		}
-	}
+	writeFamilies(w, gpuFamilies, gpus, c.gpuLabels)
 	wrote := false
 	for i := range gpus {
 		s := &gpus[i]
@@ -306,7 +293,13 @@ func (c *Collector) dcgmLabels(s *gpuState) string {
 }
 
 func (c *Collector) writeDCGM(w *bufio.Writer, gpus []gpuState) {
-	for _, f := range dcgmFamilies {
+	writeFamilies(w, dcgmFamilies, gpus, c.dcgmLabels)
+}
+
+// writeFamilies writes each family's samples of every GPU that has a value,
+// under one header per family; a family no GPU has is left out.
+func writeFamilies(w *bufio.Writer, fams []family, gpus []gpuState, labels func(*gpuState) string) {
+	for _, f := range fams {
 		wrote := false
 		for i := range gpus {
 			v := f.val(&gpus[i])
@@ -317,7 +310,7 @@ func (c *Collector) writeDCGM(w *bufio.Writer, gpus []gpuState) {
 				header(w, f.name, f.help, f.typ)
 				wrote = true
 			}
-			fmt.Fprintf(w, "%s{%s} %s\n", f.name, c.dcgmLabels(&gpus[i]), num(*v))
+			fmt.Fprintf(w, "%s{%s} %s\n", f.name, labels(&gpus[i]), num(*v))
 		}
 	}
 }
