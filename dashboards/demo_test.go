@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/deepseed/deepseed/demo"
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/server/servertest"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -467,28 +467,5 @@ func startServer(t *testing.T) (base, readToken, ingestToken string) {
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens = []string{ingestToken}
 	cfg.ReadTokens = []string{readToken}
-	srv := server.New(cfg, storetest.NewStore(t), nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	base = "http://" + l.Addr().String()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(base + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return base, readToken, ingestToken
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server at %s never became ready (%v)", base, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return servertest.Start(t, cfg, storetest.NewStore(t)), readToken, ingestToken
 }

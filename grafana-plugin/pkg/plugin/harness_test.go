@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/experimental/datasourcetest"
 
 	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/server/servertest"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -42,30 +42,7 @@ func startServer(t *testing.T) string {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.IngestTokens = []string{ingestToken}
 	cfg.ReadTokens = []string{readToken}
-	srv := server.New(cfg, storetest.NewStore(t), nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	u := "http://" + l.Addr().String()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(u + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return u
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server at %s never became ready (%v)", u, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return servertest.Start(t, cfg, storetest.NewStore(t))
 }
 
 // ingest posts NDJSON records to the server with the ingest token.

@@ -1,0 +1,44 @@
+// Package servertest runs a real DeepSeed server on loopback for tests of
+// the packages that talk to it (the plugin, the dashboards).
+package servertest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/store"
+)
+
+// Start serves a server with cfg over st on a free 127.0.0.1 port until
+// the test ends, and returns its base URL once /readyz answers 200.
+func Start(t testing.TB, cfg server.Config, st *store.Store) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(cfg, st, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	base := "http://" + l.Addr().String()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := http.Get(base + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server at %s never became ready (%v)", base, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
