@@ -155,7 +155,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	// The server refreshes the rollups of what the HTTP phase wrote in the
 	// background; let it finish, so that the raw phase does not share the
 	// database with work the HTTP phase caused.
-	if waited, err := waitRollups(ctx, st, httpRuns, 2*time.Minute); err != nil {
+	if waited, err := waitRollups(ctx, st, httpRuns, 2*time.Minute, 10*time.Second); err != nil {
 		return fmt.Errorf("bench ingest: %w", err)
 	} else if waited > time.Second {
 		fmt.Fprintf(os.Stderr, "waited %.0fs for the server to refresh the HTTP runs' rollups…\n", waited.Seconds())
@@ -200,15 +200,23 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 var errExhausted = errors.New("no more encoded batches")
 
 // waitRollups waits until no rollup of runs is marked stale, for at most
-// limit, and returns how long it waited.
-func waitRollups(ctx context.Context, st *store.Store, runs []string, limit time.Duration) (time.Duration, error) {
+// limit, and returns how long it waited. A server of role ingest refreshes
+// no rollups, so when the markers stay as they are for stall the wait
+// ends early: nothing is working on them.
+func waitRollups(ctx context.Context, st *store.Store, runs []string, limit, stall time.Duration) (time.Duration, error) {
 	start := time.Now()
+	last, lastChange := int64(-1), start
 	for time.Since(start) < limit {
-		var dirty bool
-		if err := st.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollup_dirty WHERE run_id = ANY($1))`, runs).Scan(&dirty); err != nil {
+		var dirty int64
+		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty WHERE run_id = ANY($1)`, runs).Scan(&dirty); err != nil {
 			return 0, fmt.Errorf("wait for rollups: %w", err)
 		}
-		if !dirty {
+		if dirty == 0 {
+			break
+		}
+		if dirty != last {
+			last, lastChange = dirty, time.Now()
+		} else if time.Since(lastChange) >= stall {
 			break
 		}
 		select {

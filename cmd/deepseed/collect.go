@@ -109,7 +109,7 @@ Flags:
 
 // servePprof serves the Go profiler on addr until ctx is done. It is set
 // only through the environment, not a flag: it is for measuring the
-// collector under load, not for production nodes.
+// collector or the server under load, not for production.
 func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

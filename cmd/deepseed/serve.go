@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 
@@ -71,6 +72,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 
 	log := dbc.log
+	if addr := os.Getenv("DEEPSEED_PPROF_LISTEN"); addr != "" {
+		if err := servePprof(ctx, addr, log); err != nil {
+			return fmt.Errorf("serve: DEEPSEED_PPROF_LISTEN: %w", err)
+		}
+	}
 	st, closeDB, err := openDatabase(ctx, dbc)
 	if err != nil {
 		return err
