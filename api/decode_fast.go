@@ -312,15 +312,15 @@ func (d *fastDecoder) floatVal() (Float, bool) {
 			return Float(math.Inf(-1)), true
 		}
 	}
-	if v, n, ok := exactFloatPrefix(rest); ok {
-		d.i += n
-		return Float(v), true
-	}
-	lit, _, ok := d.number()
-	if !ok {
+	v, n, exact := exactFloatPrefix(rest)
+	if n == 0 {
 		return 0, false
 	}
-	v, err := strconv.ParseFloat(string(lit), 64)
+	d.i += n
+	if exact {
+		return Float(v), true
+	}
+	v, err := strconv.ParseFloat(string(rest[:n]), 64)
 	if err != nil {
 		// As Float.UnmarshalJSON: out-of-range literals become ±Inf.
 		if ne, ok := err.(*strconv.NumError); !ok || ne.Err != strconv.ErrRange {
@@ -808,39 +808,45 @@ func (d *fastDecoder) eval(more bool) (Record, bool) {
 var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
 	1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
 
-// exactFloat converts a JSON number literal of at most 15 significant
-// digits and a small decimal exponent, which is what senders write for
-// metrics. The digits fit a float64 exactly, as does a power of ten up to
-// 1e22, and one multiplication or division rounds correctly: the result is
-// strconv.ParseFloat's, without its general machinery. Other literals give
-// ok false.
+// exactFloat converts a JSON number literal whose digits, read as an
+// integer, are at most 2^53, with a small decimal exponent, which is what
+// senders write for most metrics. The digits fit a float64 exactly, as
+// does a power of ten up to 1e22, and one multiplication or division
+// rounds correctly: the result is strconv.ParseFloat's, without its
+// general machinery. Other literals give ok false.
 func exactFloat(lit []byte) (float64, bool) {
 	v, n, ok := exactFloatPrefix(lit)
 	return v, ok && n == len(lit)
 }
 
-// exactFloatPrefix converts the JSON number at the start of b as
-// [exactFloat] does, and returns its length, in the same pass that finds
-// where it ends. It gives ok false for anything else, including numbers
-// that are not valid JSON (a leading zero followed by digits, a dot or an
-// exponent without digits), which the caller reads the general way.
-func exactFloatPrefix(lit []byte) (float64, int, bool) {
+// exactFloatPrefix finds the JSON number at the start of lit and returns
+// its length n, 0 when lit does not start with one (a leading zero
+// followed by digits, a dot or an exponent without digits). When the
+// number is one [exactFloat] converts, it also returns its value and exact
+// true; otherwise the caller converts lit[:n] the general way, without
+// scanning it again.
+func exactFloatPrefix(lit []byte) (f float64, n int, exact bool) {
 	i := 0
 	neg := false
 	if i < len(lit) && lit[i] == '-' {
 		neg = true
 		i++
 	}
+	// mant takes significant digits while it is at most 2^53; past that
+	// the number is inexact, and the scan only finds where it ends.
 	var mant uint64
-	digits, exp := 0, 0
+	inexact := false
+	exp := 0
 	switch {
 	case i < len(lit) && lit[i] == '0':
 		i++
 	case i < len(lit) && lit[i] >= '1' && lit[i] <= '9':
 		for ; i < len(lit) && isDigit(lit[i]); i++ {
-			mant = mant*10 + uint64(lit[i]-'0')
-			if digits++; digits > 15 {
-				return 0, 0, false
+			if mant = mant*10 + uint64(lit[i]-'0'); mant > 1<<53 {
+				inexact = true
+				for i++; i < len(lit) && isDigit(lit[i]); i++ {
+				}
+				break
 			}
 		}
 	default:
@@ -852,14 +858,13 @@ func exactFloatPrefix(lit []byte) (float64, int, bool) {
 			return 0, 0, false
 		}
 		for ; i < len(lit) && isDigit(lit[i]); i++ {
-			if mant != 0 || lit[i] != '0' {
-				digits++
+			if inexact {
+				continue
 			}
-			mant = mant*10 + uint64(lit[i]-'0')
+			if mant = mant*10 + uint64(lit[i]-'0'); mant > 1<<53 {
+				inexact = true
+			}
 			exp--
-			if digits > 15 {
-				return 0, 0, false
-			}
 		}
 	}
 	if i < len(lit) && (lit[i] == 'e' || lit[i] == 'E') {
@@ -874,9 +879,8 @@ func exactFloatPrefix(lit []byte) (float64, int, bool) {
 		}
 		e := 0
 		for ; i < len(lit) && isDigit(lit[i]); i++ {
-			e = e*10 + int(lit[i]-'0')
-			if e > 1000 {
-				return 0, 0, false
+			if e < 100000 {
+				e = e*10 + int(lit[i]-'0')
 			}
 		}
 		if eneg {
@@ -884,15 +888,17 @@ func exactFloatPrefix(lit []byte) (float64, int, bool) {
 		}
 		exp += e
 	}
-	f := float64(mant)
+	f = float64(mant)
 	switch {
+	case inexact:
+		return 0, i, false
 	case mant == 0:
 	case exp >= 0 && exp < len(pow10):
 		f *= pow10[exp]
 	case exp < 0 && -exp < len(pow10):
 		f /= pow10[-exp]
 	default:
-		return 0, 0, false
+		return 0, i, false
 	}
 	if neg {
 		f = -f

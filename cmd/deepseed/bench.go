@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,8 +33,14 @@ is the server's. With --database-url the same rows are then written with a
 plain COPY into the same tables (scratch runs, same connections, same
 duration, batches also built beforehand), once the server has refreshed
 the rollups of the HTTP phase's runs, and the ratio of the two rates is
-printed. A phase also ends when its --max-records are all sent. Both sets of scratch
-runs are deleted afterwards unless --keep is given.`
+printed. A phase also ends when its --max-records are all sent.
+
+The two phases alternate for --rounds rounds, each on new runs, so that
+both see the database at the same sizes and the same background work
+(checkpoints, autovacuum); the summary gives the median of each rate and
+of the rounds' ratios. Before each phase the tool asks for a CHECKPOINT,
+which needs a superuser or pg_checkpoint; without one it goes on. The
+scratch runs are deleted at the end unless --keep is given.`
 
 // Run implements command.
 func (c *BenchCommand) Run(ctx context.Context, args []string) error {
@@ -51,6 +58,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	dbURL := f.String("database-url", "DEEPSEED_DATABASE_URL", "", "database of that server: also measure a raw COPY of the same rows, and clean up")
 	conns := f.String("connections", "DEEPSEED_BENCH_CONNECTIONS", "4", "concurrent senders, one run each")
 	duration := f.String("duration", "DEEPSEED_BENCH_DURATION", "20s", "how long each phase runs")
+	rounds := f.String("rounds", "DEEPSEED_BENCH_ROUNDS", "3", "rounds of an HTTP phase followed by a raw COPY phase")
 	stepsPer := f.String("steps-per-batch", "DEEPSEED_BENCH_STEPS_PER_BATCH", "25", "steps per batch; a step is one step and one layers record per rank")
 	ranks := f.String("ranks", "", "16", "ranks per run")
 	layers := f.String("layers", "", "26", "layers per model")
@@ -69,16 +77,21 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		}
 		return n
 	}
-	nConns := num("connections", *conns, 1)
-	nSteps := num("steps-per-batch", *stepsPer, 1)
-	nRanks := num("ranks", *ranks, 1)
-	nLayers := num("layers", *layers, 2)
-	nEval := num("eval-every", *evalEvery, 0)
+	cfg := benchConfig{
+		conns:     num("connections", *conns, 1),
+		rounds:    num("rounds", *rounds, 1),
+		steps:     num("steps-per-batch", *stepsPer, 1),
+		ranks:     num("ranks", *ranks, 1),
+		layers:    num("layers", *layers, 2),
+		evalEvery: num("eval-every", *evalEvery, 0),
+		token:     *token,
+	}
 	nMax := num("max-records", *maxRecords, 1)
 	dur, err := time.ParseDuration(*duration)
 	if err != nil || dur <= 0 {
 		errs = append(errs, fmt.Errorf("--duration %q: want a duration such as 20s", *duration))
 	}
+	cfg.duration = dur
 	base, err := url.Parse(strings.TrimRight(*server, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		errs = append(errs, fmt.Errorf("--server %q: want an http(s) URL", *server))
@@ -86,115 +99,190 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	if len(errs) > 0 {
 		return errors.Join(append([]error{errors.New("bench ingest: bad flags")}, errs...)...)
 	}
-	target := base.JoinPath("/api/v1/ingest").String()
-
-	tag := randomTag()
-	t0 := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)
-	loads := make([]ingest.Load, nConns)
-	for i := range loads {
-		loads[i] = ingest.Load{RunID: fmt.Sprintf("bench-http-%s-%d", tag, i), Ranks: nRanks, Layers: nLayers, EvalEvery: nEval, Start: t0}
-	}
-	perBatch := len(loads[0].Records(1, int64(nSteps)))
-	batchesPerConn := max(1, nMax/perBatch/nConns)
-
-	// Encode every batch first: the client's JSON and gzip work must not
-	// eat the CPU the server is measured on when both share a machine.
-	fmt.Fprintf(os.Stderr, "encoding %d batches of %d records for %d connections…\n", batchesPerConn*nConns, perBatch, nConns)
-	bodies := make([][][]byte, nConns)
-	counts := make([][]int, nConns)
-	for c := range loads {
-		for b := 0; b < batchesPerConn; b++ {
-			recs := loads[c].Records(int64(b*nSteps), int64(nSteps))
-			body, err := ingest.EncodeNDJSON(recs, true)
-			if err != nil {
-				return fmt.Errorf("bench ingest: %w", err)
-			}
-			bodies[c] = append(bodies[c], body)
-			counts[c] = append(counts[c], len(recs))
-		}
-	}
+	cfg.target = base.JoinPath("/api/v1/ingest").String()
+	cfg.tag = randomTag()
+	cfg.start = time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)
+	cfg.perBatch = len(cfg.load("x").Records(1, int64(cfg.steps)))
+	cfg.batchesPerConn = max(1, nMax/cfg.perBatch/cfg.conns)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	httpRecs, httpTime, err := runPhase(ctx, nConns, dur, func(ctx context.Context, c, b int) (int, error) {
-		if b >= len(bodies[c]) {
-			return 0, errExhausted
+	var st *store.Store
+	if *dbURL != "" {
+		if st, err = store.Open(ctx, *dbURL, nil); err != nil {
+			return fmt.Errorf("bench ingest: %w", err)
 		}
-		res, err := postWithRetry(ctx, target, *token, bodies[c][b])
-		if err != nil {
-			return 0, err
-		}
-		if res.Accepted+res.Duplicates != counts[c][b] {
-			return 0, fmt.Errorf("server answered %d accepted + %d duplicates for %d records", res.Accepted, res.Duplicates, counts[c][b])
-		}
-		return counts[c][b], nil
-	})
-	if err != nil {
-		return fmt.Errorf("bench ingest: http: %w", err)
+		defer st.Close()
 	}
-	httpRate := float64(httpRecs) / httpTime.Seconds()
-	fmt.Printf("http ingest: %d records in %.1fs = %.0f records/s (%d connections, %d records a batch, gzip NDJSON)\n",
-		httpRecs, httpTime.Seconds(), httpRate, nConns, perBatch)
-	if *dbURL == "" {
-		return nil
-	}
+	var scratch []string
+	defer func() {
+		if st == nil || *keep || len(scratch) == 0 {
+			return
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer ccancel()
+		fmt.Fprintf(os.Stderr, "deleting %d scratch runs…\n", len(scratch))
+		if err := st.DeleteRuns(cctx, scratch); err != nil {
+			fmt.Fprintf(os.Stderr, "bench ingest: clean up: %v\n", err)
+		}
+	}()
 
-	st, err := store.Open(ctx, *dbURL, nil)
-	if err != nil {
-		return fmt.Errorf("bench ingest: %w", err)
+	cp := &checkpointer{st: st}
+	var httpRates, rawRates, ratios []float64
+	for r := 1; r <= cfg.rounds; r++ {
+		httpRuns := cfg.runIDs("http", r)
+		scratch = append(scratch, httpRuns...)
+		cp.run(ctx)
+		n, d, err := cfg.httpPhase(ctx, httpRuns)
+		if err != nil {
+			return fmt.Errorf("bench ingest: round %d: http: %w", r, err)
+		}
+		httpRate := float64(n) / d.Seconds()
+		httpRates = append(httpRates, httpRate)
+		fmt.Printf("round %d  http ingest: %d records in %.1fs = %.0f records/s (%d connections, %d records a batch, gzip NDJSON)\n",
+			r, n, d.Seconds(), httpRate, cfg.conns, cfg.perBatch)
+		if st == nil {
+			continue
+		}
+		// The server refreshes the rollups of what the HTTP phase wrote in
+		// the background; let it finish, so that the raw phase does not
+		// share the database with work the HTTP phase caused.
+		if waited, err := waitRollups(ctx, st, httpRuns, 2*time.Minute, 10*time.Second); err != nil {
+			return fmt.Errorf("bench ingest: %w", err)
+		} else if waited > time.Second {
+			fmt.Fprintf(os.Stderr, "waited %.0fs for the server to refresh the HTTP runs' rollups…\n", waited.Seconds())
+		}
+		rawRuns := cfg.runIDs("raw", r)
+		scratch = append(scratch, rawRuns...)
+		cp.run(ctx)
+		n, d, err = cfg.rawPhase(ctx, st, rawRuns)
+		if err != nil {
+			return fmt.Errorf("bench ingest: round %d: raw copy: %w", r, err)
+		}
+		rawRate := float64(n) / d.Seconds()
+		rawRates = append(rawRates, rawRate)
+		ratios = append(ratios, httpRate/rawRate)
+		fmt.Printf("round %d  raw COPY:    %d records in %.1fs = %.0f records/s (same rows, same tables, %d connections)\n",
+			r, n, d.Seconds(), rawRate, cfg.conns)
+		fmt.Printf("round %d  ratio:       %.0f %% of raw COPY\n", r, 100*httpRate/rawRate)
 	}
-	defer st.Close()
-	raws := make([]ingest.Load, nConns)
-	var scratch, httpRuns []string
-	for i := range raws {
-		raws[i] = loads[i]
-		raws[i].RunID = fmt.Sprintf("bench-raw-%s-%d", tag, i)
-		scratch = append(scratch, loads[i].RunID, raws[i].RunID)
-		httpRuns = append(httpRuns, loads[i].RunID)
+	fmt.Printf("http ingest: %.0f records/s (median of %d rounds)\n", median(httpRates), len(httpRates))
+	if st != nil {
+		fmt.Printf("raw COPY:    %.0f records/s (median of %d rounds)\n", median(rawRates), len(rawRates))
+		fmt.Printf("ratio:       %.0f %% of raw COPY (median of the rounds' ratios)\n", 100*median(ratios))
 	}
-	// The server refreshes the rollups of what the HTTP phase wrote in the
-	// background; let it finish, so that the raw phase does not share the
-	// database with work the HTTP phase caused.
-	if waited, err := waitRollups(ctx, st, httpRuns, 2*time.Minute, 10*time.Second); err != nil {
-		return fmt.Errorf("bench ingest: %w", err)
-	} else if waited > time.Second {
-		fmt.Fprintf(os.Stderr, "waited %.0fs for the server to refresh the HTTP runs' rollups…\n", waited.Seconds())
+	return nil
+}
+
+// benchConfig is one load test's shape and target.
+type benchConfig struct {
+	conns, rounds, steps, ranks, layers, evalEvery int
+	perBatch, batchesPerConn                       int
+	duration                                       time.Duration
+	target, token, tag                             string
+	start                                          time.Time
+}
+
+func (c benchConfig) load(runID string) ingest.Load {
+	return ingest.Load{RunID: runID, Ranks: c.ranks, Layers: c.layers, EvalEvery: c.evalEvery, Start: c.start}
+}
+
+// runIDs names the scratch runs of one phase of one round, a run per
+// connection.
+func (c benchConfig) runIDs(phase string, round int) []string {
+	ids := make([]string, c.conns)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench-%s-%s-r%d-%d", phase, c.tag, round, i)
 	}
-	// Like the HTTP bodies, the raw batches are built before the clock
-	// starts, so that neither phase pays for the tool's own work.
-	bodies = nil
-	rawBatches := make([][][]api.Record, nConns)
-	for c := range raws {
-		for b := 0; b < batchesPerConn; b++ {
-			rawBatches[c] = append(rawBatches[c], raws[c].Records(int64(b*nSteps), int64(nSteps)))
+	return ids
+}
+
+// httpPhase encodes every batch of runs first (the client's JSON and gzip
+// work must not eat the CPU the server is measured on when both share a
+// machine), then posts them.
+func (c benchConfig) httpPhase(ctx context.Context, runs []string) (int, time.Duration, error) {
+	fmt.Fprintf(os.Stderr, "encoding %d batches of %d records for %d connections…\n", c.batchesPerConn*c.conns, c.perBatch, c.conns)
+	bodies := make([][][]byte, c.conns)
+	counts := make([][]int, c.conns)
+	for i, id := range runs {
+		load := c.load(id)
+		for b := 0; b < c.batchesPerConn; b++ {
+			recs := load.Records(int64(b*c.steps), int64(c.steps))
+			body, err := ingest.EncodeNDJSON(recs, true)
+			if err != nil {
+				return 0, 0, err
+			}
+			bodies[i] = append(bodies[i], body)
+			counts[i] = append(counts[i], len(recs))
 		}
 	}
 	runtime.GC()
-	rawRecs, rawTime, err := runPhase(ctx, nConns, dur, func(ctx context.Context, c, b int) (int, error) {
-		if b >= len(rawBatches[c]) {
+	return runPhase(ctx, c.conns, c.duration, func(ctx context.Context, conn, b int) (int, error) {
+		if b >= len(bodies[conn]) {
 			return 0, errExhausted
 		}
-		recs := rawBatches[c][b]
+		res, err := postWithRetry(ctx, c.target, c.token, bodies[conn][b])
+		if err != nil {
+			return 0, err
+		}
+		if res.Accepted+res.Duplicates != counts[conn][b] {
+			return 0, fmt.Errorf("server answered %d accepted + %d duplicates for %d records", res.Accepted, res.Duplicates, counts[conn][b])
+		}
+		return counts[conn][b], nil
+	})
+}
+
+// rawPhase builds the same rows for runs before the clock starts, like the
+// HTTP bodies, and writes them with a plain COPY.
+func (c benchConfig) rawPhase(ctx context.Context, st *store.Store, runs []string) (int, time.Duration, error) {
+	batches := make([][][]api.Record, c.conns)
+	for i, id := range runs {
+		load := c.load(id)
+		for b := 0; b < c.batchesPerConn; b++ {
+			batches[i] = append(batches[i], load.Records(int64(b*c.steps), int64(c.steps)))
+		}
+	}
+	runtime.GC()
+	return runPhase(ctx, c.conns, c.duration, func(ctx context.Context, conn, b int) (int, error) {
+		if b >= len(batches[conn]) {
+			return 0, errExhausted
+		}
+		recs := batches[conn][b]
 		if err := st.CopyRaw(ctx, recs); err != nil {
 			return 0, err
 		}
 		return len(recs), nil
 	})
-	if err != nil {
-		return fmt.Errorf("bench ingest: raw copy: %w", err)
+}
+
+// checkpointer asks the database for a CHECKPOINT before each phase, so
+// that a phase does not pay for the dirty pages of the one before it; a
+// role that may not is told once and the bench goes on.
+type checkpointer struct {
+	st      *store.Store
+	refused bool
+}
+
+func (c *checkpointer) run(ctx context.Context) {
+	if c.st == nil || c.refused {
+		return
 	}
-	rawRate := float64(rawRecs) / rawTime.Seconds()
-	fmt.Printf("raw COPY:    %d records in %.1fs = %.0f records/s (same rows, same tables, %d connections)\n",
-		rawRecs, rawTime.Seconds(), rawRate, nConns)
-	fmt.Printf("ratio:       %.0f %% of raw COPY\n", 100*httpRate/rawRate)
-	if !*keep {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer ccancel()
-		if err := st.DeleteRuns(cctx, scratch); err != nil {
-			return fmt.Errorf("bench ingest: clean up: %w", err)
-		}
+	if _, err := c.st.Pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		c.refused = true
+		fmt.Fprintf(os.Stderr, "no CHECKPOINT between phases (%v); figures may vary more\n", err)
 	}
-	return nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 var errExhausted = errors.New("no more encoded batches")

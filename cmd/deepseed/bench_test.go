@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/server/servertest"
+	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
+)
+
+// TestBenchIngest runs the load tool for two short rounds against a real
+// server and its database: it reports each phase and a ratio per round and
+// overall, and deletes its scratch runs afterwards.
+func TestBenchIngest(t *testing.T) {
+	dbURL := storetest.NewDatabase(t)
+	st, err := store.Open(context.Background(), dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	cfg := server.DefaultConfig()
+	cfg.IngestTokens = []string{"bench-token"}
+	base := servertest.Start(t, cfg, st)
+
+	code, stdout, stderr := runBinary(t, nil, "bench", "ingest", "--server", base, "--token", "bench-token",
+		"--database-url", dbURL, "--connections", "2", "--rounds", "2", "--duration", "1s",
+		"--ranks", "2", "--layers", "3", "--steps-per-batch", "5", "--max-records", "400")
+	if code != 0 {
+		t.Fatalf("bench ingest exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	rate := func(re string) float64 {
+		t.Helper()
+		m := regexp.MustCompile(re).FindStringSubmatch(stdout)
+		if m == nil {
+			t.Fatalf("no line matching %q in:\n%s", re, stdout)
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil || v <= 0 {
+			t.Fatalf("%q: got %q, want a positive figure", re, m[1])
+		}
+		return v
+	}
+	for _, r := range []string{"1", "2"} {
+		rate(`round ` + r + `  http ingest: \d+ records in [\d.]+s = (\d+) records/s`)
+		rate(`round ` + r + `  raw COPY: +\d+ records in [\d.]+s = (\d+) records/s`)
+		rate(`round ` + r + `  ratio: +(\d+) % of raw COPY`)
+	}
+	httpRate := rate(`(?m)^http ingest: (\d+) records/s \(median of 2 rounds\)`)
+	rawRate := rate(`(?m)^raw COPY: +(\d+) records/s \(median of 2 rounds\)`)
+	if ratio := rate(`(?m)^ratio: +(\d+) % of raw COPY \(median`); ratio > 1000 || httpRate/rawRate > 10 {
+		t.Errorf("implausible figures: http %.0f, raw %.0f, ratio %.0f %%", httpRate, rawRate, ratio)
+	}
+
+	var left int
+	if err := st.Pool.QueryRow(context.Background(),
+		`SELECT (SELECT count(*) FROM runs WHERE run_id LIKE 'bench-%') + (SELECT count(*) FROM steps WHERE run_id LIKE 'bench-%')`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d scratch runs and steps left behind, want none", left)
+	}
+}
