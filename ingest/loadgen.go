@@ -50,14 +50,17 @@ func (l Load) Records(from, n int64) []api.Record {
 			jitter := float64((int(s)*31+r*17)%100) / 1000
 			recs = append(recs, api.Record{Step: &api.Step{Kind: api.KindStep, RunID: l.RunID, Rank: r, Step: &step, Time: t,
 				Epoch: api.F(float64(s) / 1563), Loss: api.F(loss + jitter/10), LR: api.F(2e-5), GradNorm: api.F(0.6 + jitter),
-				LossScale: api.F(65536), Samples: api.Ptr(s * 16), ThroughputSPS: api.F(23.5 + jitter), StepMS: api.F(172 + jitter),
-				ForwardMS: api.F(48 + jitter), BackwardMS: api.F(92 + jitter), OptimizerMS: api.F(28 + jitter), CommMS: api.F(3.1),
+				LossScale: api.F(65536), Samples: api.Ptr(s * 16), ThroughputSPS: api.F(23.5 + jitter), StepMS: api.F(roundMS(172 + jitter)),
+				ForwardMS: api.F(roundMS(48 + jitter)), BackwardMS: api.F(roundMS(92 + jitter)), OptimizerMS: api.F(roundMS(28 + jitter)), CommMS: api.F(3.1),
 				DataMS: api.F(4.2), GPUUtilPct: api.F(96), GPUMemUsedGB: api.F(10.5 + jitter)}})
 			fwd := make([]api.Float, len(names))
 			bwd := make([]api.Float, len(names))
 			for i := range names {
-				fwd[i] = api.Float(1.8 + float64(i%7)/10 + jitter)
-				bwd[i] = fwd[i] * 1.9
+				// Durations as the hook sends them: to 0.1 µs, what CUDA
+				// events resolve.
+				f := 1.8 + float64(i%7)/10 + jitter
+				fwd[i] = api.Float(roundMS(f))
+				bwd[i] = api.Float(roundMS(f * 1.9))
 			}
 			recs = append(recs, api.Record{Layers: &api.Layers{Kind: api.KindLayers, RunID: l.RunID, Rank: r, Step: &step,
 				Time: t, Names: names, ForwardMS: fwd, BackwardMS: bwd}})
@@ -69,6 +72,10 @@ func (l Load) Records(from, n int64) []api.Record {
 	}
 	return recs
 }
+
+// roundMS rounds a duration in milliseconds to four decimals, as the
+// Python hook does before sending it.
+func roundMS(ms float64) float64 { return math.Round(ms*1e4) / 1e4 }
 
 // EncodeNDJSON writes records as NDJSON, gzipped when zip is set, as the
 // collector sends them.

@@ -28,6 +28,17 @@ STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "sam
                "cpu_util_pct")
 INT_FIELDS = ("samples", "tokens")
 
+# CUDA events and the host clock resolve about half a microsecond, so four
+# decimals of a millisecond keep every digit a timing has; the rest is the
+# noise of float32 event times, which would otherwise travel as 17 digits
+# per value (and be parsed as such by the server).
+MS_DECIMALS = 4
+
+
+def round_ms(v):
+    """A duration in milliseconds rounded to what was measured."""
+    return round(v, MS_DECIMALS)
+
 _current = None
 
 
@@ -86,7 +97,8 @@ def _place(rec, key, value):
     known = rec.get("kind") == "step" and key in STEP_FIELDS
     known = known or (rec.get("kind") == "eval" and key in ("loss", "accuracy", "f1"))
     if known:
-        rec[key] = float(value)
+        value = float(value)
+        rec[key] = round_ms(value) if key.endswith("_ms") else value
     else:
         if isinstance(value, bool):
             value = float(value)

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from .run import round_ms
 from .torch_utils import EventPool, LazyValues, first_grad_tensor, fused_grad_norm, iter_tensors, output_loss
 
 log = logging.getLogger("deepseed")
@@ -687,10 +688,10 @@ class Watcher:
                 if b is not None:
                     t += a.elapsed_time(b)
                     n += 1
-            fwd.append(t if n else float("nan"))
+            fwd.append(round_ms(t) if n else float("nan"))
             bs, be = row["bstart"], row["bend"]
             if bs and len(be) >= len(bs):
-                bwd.append(sum(max(0.0, a.elapsed_time(b)) for a, b in zip(bs, be)))
+                bwd.append(round_ms(sum(max(0.0, a.elapsed_time(b)) for a, b in zip(bs, be))))
             else:
                 bwd.append(float("nan"))
         rec = {"kind": "layers", "run_id": self.run.run_id, "rank": self.run.rank, "step": int(slot.step),

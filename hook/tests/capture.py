@@ -74,6 +74,18 @@ class Capture:
                 out.extend(r for r in recs if kind is None or r.get("kind") == kind)
             return out
 
+    def raw_lines(self, kind):
+        """The NDJSON lines of accepted records of kind, as sent."""
+        with self.lock:
+            out = []
+            for _, _, raw, _, status in self.requests:
+                if status != 200:
+                    continue
+                for line in raw.decode("utf-8").splitlines():
+                    if line.strip() and json.loads(line).get("kind") == kind:
+                        out.append(line)
+            return out
+
     def close(self):
         self.release_event.set()
         self.server.shutdown()

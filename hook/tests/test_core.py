@@ -159,6 +159,21 @@ class RecordsTest(unittest.TestCase):
         self.assertEqual(steps[0]["samples"], 2)
 
 
+    def test_timings_rounded_to_what_events_resolve(self):
+        run = quiet_run(self.cap.url)
+        # What float32 CUDA event times look like once summed in Python.
+        run.log_step(1, loss=0.9484409437125855, forward_ms=1.8432000875473022, backward_ms=3.4522999999999997,
+                     step_ms=float("nan"), grad_norm=0.6170000000000001)
+        run.finish()
+        raw = self.cap.raw_lines("step")[0]
+        self.assertIn('"forward_ms":1.8432,', raw)
+        self.assertIn('"backward_ms":3.4523,', raw)
+        self.assertIn('"step_ms":NaN', raw)
+        # Only durations are rounded: a loss keeps every digit.
+        self.assertIn('"loss":0.9484409437125855', raw)
+        self.assertIn('"grad_norm":0.6170000000000001', raw)
+
+
 class SenderTest(unittest.TestCase):
     def test_full_queue_drops_oldest_and_never_blocks(self):
         cap = Capture(hold=True)
