@@ -156,7 +156,11 @@ def main():
     check("layers in model order (the seed's 26 rows)", order_ok, {"names": list(layers.values())[0]["names"]
                                                                    if layers else None})
     check("layer forward and backward times positive", not bad_layer, {"bad_steps": bad_layer})
-    check("layer forward times sum within 10% of forward", sum_ratios and all(0.9 <= r <= 1.0 + 1e-6
+    unrounded = [(r["step"], k) for r in list(layers.values()) + steps for k in ("forward_ms", "backward_ms", "step_ms")
+                 if any(isinstance(v, float) and math.isfinite(v) and round(v, 4) != v
+                        for v in (r.get(k) if isinstance(r.get(k), list) else [r.get(k)]))]
+    check("durations sent to 0.1 us (four decimals of a ms)", not unrounded, {"unrounded": unrounded[:5]})
+    check("layer forward times sum within 10% of forward", sum_ratios and all(0.9 <= r <= 1.0 + 1e-4
                                                                                for r in sum_ratios),
           {"ratios": [round(r, 4) for r in sum_ratios],
            "backward_ratios_info": [round(r, 4) for r in bwd_ratios]})
