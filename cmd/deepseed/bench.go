@@ -147,10 +147,8 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		// The server refreshes the rollups of what the HTTP phase wrote in
 		// the background; let it finish, so that the raw phase does not
 		// share the database with work the HTTP phase caused.
-		if waited, err := waitRollups(ctx, st, httpRuns, 2*time.Minute, 10*time.Second); err != nil {
+		if err := waitRollups(ctx, st, httpRuns, 2*time.Minute, 15*time.Second); err != nil {
 			return fmt.Errorf("bench ingest: %w", err)
-		} else if waited > time.Second {
-			fmt.Fprintf(os.Stderr, "waited %.0fs for the server to refresh the HTTP runs' rollups…\n", waited.Seconds())
 		}
 		rawRuns := cfg.runIDs("raw", r)
 		scratch = append(scratch, rawRuns...)
@@ -288,32 +286,39 @@ func median(xs []float64) float64 {
 var errExhausted = errors.New("no more encoded batches")
 
 // waitRollups waits until no rollup of runs is marked stale, for at most
-// limit, and returns how long it waited. A server of role ingest refreshes
-// no rollups, so when the markers stay as they are for stall the wait
-// ends early: nothing is working on them.
-func waitRollups(ctx context.Context, st *store.Store, runs []string, limit, stall time.Duration) (time.Duration, error) {
+// limit, and says how long it waited. A server of role ingest refreshes no
+// rollups, so when the markers stay as they are for stall the wait ends
+// early: nothing is working on them.
+func waitRollups(ctx context.Context, st *store.Store, runs []string, limit, stall time.Duration) error {
 	start := time.Now()
 	last, lastChange := int64(-1), start
-	for time.Since(start) < limit {
+	for {
 		var dirty int64
 		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty WHERE run_id = ANY($1)`, runs).Scan(&dirty); err != nil {
-			return 0, fmt.Errorf("wait for rollups: %w", err)
+			return fmt.Errorf("wait for rollups: %w", err)
 		}
-		if dirty == 0 {
-			break
-		}
-		if dirty != last {
+		waited := time.Since(start).Round(time.Second)
+		switch {
+		case dirty == 0:
+			if waited > 0 {
+				fmt.Fprintf(os.Stderr, "waited %s for the server to refresh the HTTP runs' rollups\n", waited)
+			}
+			return nil
+		case waited >= limit:
+			fmt.Fprintf(os.Stderr, "gave up waiting for rollups after %s (%d blocks still marked)\n", waited, dirty)
+			return nil
+		case dirty != last:
 			last, lastChange = dirty, time.Now()
-		} else if time.Since(lastChange) >= stall {
-			break
+		case time.Since(lastChange) >= stall:
+			fmt.Fprintf(os.Stderr, "%d rollup blocks unchanged for %s: the server refreshes none (role ingest?); going on\n", dirty, stall)
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return time.Since(start), nil
 }
 
 // runPhase runs send on conns goroutines, each with its own batch counter,
