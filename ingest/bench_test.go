@@ -15,6 +15,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -149,29 +150,30 @@ func BenchmarkIngestHTTP(b *testing.B) {
 // BenchmarkRawCopy writes the same rows with plain COPY into the same
 // tables: the ceiling the ingest path is measured against.
 func BenchmarkRawCopy(b *testing.B) {
-	for _, conns := range benchConns {
-		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
-			st := storetest.NewStore(b)
-			ctx := context.Background()
-			runConns(b, benchBatches(b, "bench-raw", conns), func(x []api.Record) int { return len(x) },
-				func(x []api.Record) error { return st.CopyRaw(ctx, x) })
-		})
-	}
+	benchStore(b, "bench-raw", func(ctx context.Context, st *store.Store, recs []api.Record) error {
+		return st.CopyRaw(ctx, recs)
+	})
 }
 
 // BenchmarkWriteBatch writes the same batches through the store's write
 // path without HTTP or decoding: what the bookkeeping (run locks, dedupe
 // probes, rollup markers) costs over BenchmarkRawCopy.
 func BenchmarkWriteBatch(b *testing.B) {
+	benchStore(b, "bench-write", func(ctx context.Context, st *store.Store, recs []api.Record) error {
+		_, err := st.WriteBatch(ctx, recs)
+		return err
+	})
+}
+
+// benchStore times write over the benchmark's batches on a fresh store,
+// for each number of senders.
+func benchStore(b *testing.B, prefix string, write func(context.Context, *store.Store, []api.Record) error) {
 	for _, conns := range benchConns {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
 			st := storetest.NewStore(b)
 			ctx := context.Background()
-			runConns(b, benchBatches(b, "bench-write", conns), func(x []api.Record) int { return len(x) },
-				func(x []api.Record) error {
-					_, err := st.WriteBatch(ctx, x)
-					return err
-				})
+			runConns(b, benchBatches(b, prefix, conns), func(x []api.Record) int { return len(x) },
+				func(x []api.Record) error { return write(ctx, st, x) })
 		})
 	}
 }
