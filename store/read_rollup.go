@@ -323,17 +323,27 @@ ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5
    AND m.bucket >= p.bucket * $4 / $5 AND m.bucket < (p.bucket + 1) * $4 / $5
 GROUP BY m.rank, m.metric, m.bucket * $5 / $4`
 
+// clearRollups deletes the rollups of width in table (metric_rollups or
+// layer_rollups) whose buckets lie in the spans ranks, los, his of run, so
+// that a refresh writes them afresh.
+func clearRollups(ctx context.Context, tx pgx.Tx, table, runID string, ranks []int32, los, his []int64, width int64) error {
+	if _, err := tx.Exec(ctx, `
+		DELETE FROM `+table+` r USING unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi)
+		WHERE r.run_id = $1 AND r.rank = d.rank AND r.width = $5 AND r.bucket BETWEEN d.lo AND d.hi`,
+		runID, ranks, los, his, width); err != nil {
+		return fmt.Errorf("clear %s of width %d: %w", table, width, err)
+	}
+	return nil
+}
+
 // refreshMetricBlocks recomputes the metric rollups of the width-100
 // buckets keys (sorted, distinct) and of the coarser buckets above them.
 // The built-in metrics are folded here from a binary stream of the raw
 // rows, which is several times cheaper than 80 SQL aggregates per bucket.
 func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey) error {
 	ranks, los, his := spans(keys)
-	if _, err := tx.Exec(ctx, `
-		DELETE FROM metric_rollups m USING unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi)
-		WHERE m.run_id = $1 AND m.rank = d.rank AND m.width = 100 AND m.bucket BETWEEN d.lo AND d.hi`,
-		runID, ranks, los, his); err != nil {
-		return fmt.Errorf("clear metric rollups: %w", err)
+	if err := clearRollups(ctx, tx, "metric_rollups", runID, ranks, los, his, 100); err != nil {
+		return err
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT `+stepColumns+`
@@ -370,11 +380,8 @@ func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 		w, cw := RollupWidths[i], RollupWidths[i-1]
 		parents := parentKeys(child, w/cw)
 		pr, pl, ph := spans(parents)
-		if _, err := tx.Exec(ctx, `
-			DELETE FROM metric_rollups m USING unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi)
-			WHERE m.run_id = $1 AND m.rank = d.rank AND m.width = $5 AND m.bucket BETWEEN d.lo AND d.hi`,
-			runID, pr, pl, ph, w); err != nil {
-			return fmt.Errorf("clear metric rollups of width %d: %w", w, err)
+		if err := clearRollups(ctx, tx, "metric_rollups", runID, pr, pl, ph, w); err != nil {
+			return err
 		}
 		pranks, pbuckets := make([]int32, len(parents)), make([]int64, len(parents))
 		for j, p := range parents {
@@ -484,11 +491,8 @@ var layerRollupColumns = []string{"run_id", "rank", "width", "bucket", "first_st
 // elements, which SQL's unnest and GROUP BY take many minutes to sum.
 func refreshLayerBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey) error {
 	ranks, los, his := spans(keys)
-	if _, err := tx.Exec(ctx, `
-		DELETE FROM layer_rollups l USING unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi)
-		WHERE l.run_id = $1 AND l.rank = d.rank AND l.width = 100 AND l.bucket BETWEEN d.lo AND d.hi`,
-		runID, ranks, los, his); err != nil {
-		return fmt.Errorf("clear layer rollups: %w", err)
+	if err := clearRollups(ctx, tx, "layer_rollups", runID, ranks, los, his, 100); err != nil {
+		return err
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT l.rank, l.time, l.step, l.forward_ms, l.backward_ms
@@ -510,11 +514,8 @@ func refreshLayerBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []buc
 		w, cw := RollupWidths[i], RollupWidths[i-1]
 		parents := parentKeys(child, w/cw)
 		pr, pl, ph := spans(parents)
-		if _, err := tx.Exec(ctx, `
-			DELETE FROM layer_rollups l USING unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi)
-			WHERE l.run_id = $1 AND l.rank = d.rank AND l.width = $5 AND l.bucket BETWEEN d.lo AND d.hi`,
-			runID, pr, pl, ph, w); err != nil {
-			return fmt.Errorf("clear layer rollups of width %d: %w", w, err)
+		if err := clearRollups(ctx, tx, "layer_rollups", runID, pr, pl, ph, w); err != nil {
+			return err
 		}
 		f := w / cw
 		rows, err := tx.Query(ctx, `
