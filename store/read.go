@@ -407,27 +407,23 @@ func (s *Store) LayerRollups(ctx context.Context, runID string, rank int, w, fro
 
 // LayerSpan returns the first and last step with layer timings of a rank.
 func (s *Store) LayerSpan(ctx context.Context, runID string, rank int) (first, last int64, ok bool, err error) {
-	var f, l *int64
-	err = s.Pool.QueryRow(ctx, `SELECT
-		(SELECT step FROM layer_times WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
-		(SELECT step FROM layer_times WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("store: layer span of %s: %w", runID, err)
-	}
-	if f == nil || l == nil {
-		return 0, 0, false, nil
-	}
-	return *f, *l, true, nil
+	return s.span(ctx, "layer_times", runID, rank)
 }
 
 // StepSpan returns the first and last step of a rank.
 func (s *Store) StepSpan(ctx context.Context, runID string, rank int) (first, last int64, ok bool, err error) {
+	return s.span(ctx, "steps", runID, rank)
+}
+
+// span returns the first and last step of a rank in table (steps or
+// layer_times), each read from the end of its unique index.
+func (s *Store) span(ctx context.Context, table, runID string, rank int) (first, last int64, ok bool, err error) {
 	var f, l *int64
 	err = s.Pool.QueryRow(ctx, `SELECT
-		(SELECT step FROM steps WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
-		(SELECT step FROM steps WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
+		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
+		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("store: step span of %s: %w", runID, err)
+		return 0, 0, false, fmt.Errorf("store: %s span of %s: %w", table, runID, err)
 	}
 	if f == nil || l == nil {
 		return 0, 0, false, nil
