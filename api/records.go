@@ -230,6 +230,31 @@ type Memory struct {
 	ActivationsBytes *Float `json:"activations_bytes,omitempty"`
 }
 
+// ModelStateBytes predicts the per-GPU model-state memory of mixed-precision
+// (or fp32) training with ZeRO: parameters and gradients at 2 bytes per
+// parameter (4 in fp32), Adam's state at 12 (fp32 master copy, momentum,
+// variance; 8 in fp32), with the optimizer state sharded over worldSize
+// data-parallel ranks from stage 1, the gradients from stage 2 and the
+// parameters from stage 3.
+func ModelStateBytes(params float64, precision string, worldSize, stage int) (parameters, gradients, optimizer float64) {
+	bpp, opt := 2.0, 12.0
+	if precision == "fp32" {
+		bpp, opt = 4, 8
+	}
+	n := float64(max(worldSize, 1))
+	parameters, gradients, optimizer = params*bpp, params*bpp, params*opt
+	if stage >= 1 {
+		optimizer /= n
+	}
+	if stage >= 2 {
+		gradients /= n
+	}
+	if stage >= 3 {
+		parameters /= n
+	}
+	return parameters, gradients, optimizer
+}
+
 // Event is something that happened at a moment of a run.
 type Event struct {
 	Kind  string `json:"kind"`

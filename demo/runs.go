@@ -448,23 +448,7 @@ func (r *Run) layers(rank int, step int64, t time.Time, slow float64, rng *rand.
 }
 
 func (r *Run) memoryRecord() *api.Memory {
-	p := float64(*r.Meta.Params)
-	bpp, opt := 2.0, 12.0
-	if r.Meta.Precision == "fp32" {
-		bpp, opt = 4, 8
-	}
-	n := float64(orOne(r.Meta.WorldSize))
-	stage := *r.Meta.ZeroStage
-	params, grads, optim := p*bpp, p*bpp, p*opt
-	if stage >= 1 {
-		optim /= n
-	}
-	if stage >= 2 {
-		grads /= n
-	}
-	if stage >= 3 {
-		params /= n
-	}
+	params, grads, optim := api.ModelStateBytes(float64(*r.Meta.Params), r.Meta.Precision, orOne(r.Meta.WorldSize), *r.Meta.ZeroStage)
 	m := &api.Memory{Kind: api.KindMemory, RunID: r.ID, Time: api.T(r.Start), ParametersBytes: api.F(params),
 		GradientsBytes: api.F(grads), OptimizerBytes: api.F(optim), OptimizerDevice: "gpu", ParametersDevice: "gpu",
 		ActivationsBytes: api.F(float64(orOne(r.Meta.MicroBatch)) * 512 * 768 * 12 * 34)}

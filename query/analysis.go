@@ -154,41 +154,23 @@ func (h *Handler) memory(ctx context.Context, c echo.Context) (any, error) {
 }
 
 // estimateMemory predicts the per-GPU ZeRO model-state memory from the
-// run's meta when the run sent no breakdown: parameters and gradients at
-// 2 bytes (fp16/bf16) or 4 (fp32) per parameter, Adam state at 12 bytes
-// (fp32 master copy, momentum, variance) in mixed precision or 8 in fp32,
-// divided over the data-parallel ranks as the ZeRO stage shards them.
+// run's meta ([api.ModelStateBytes]) when the run sent no breakdown.
 func estimateMemory(m api.RunMeta, cfg json.RawMessage) *store.MemoryRow {
 	if m.Params == nil || *m.Params <= 0 {
 		return nil
 	}
-	p := float64(*m.Params)
 	prec := m.Precision
 	if prec == "" {
 		prec = precisionFromConfig(cfg)
 	}
-	bpp, opt := 2.0, 12.0
-	if prec == "fp32" {
-		bpp, opt = 4, 8
+	world, stage := 1, 0
+	if m.WorldSize != nil {
+		world = *m.WorldSize
 	}
-	n := 1.0
-	if m.WorldSize != nil && *m.WorldSize > 1 {
-		n = float64(*m.WorldSize)
-	}
-	stage := 0
 	if m.ZeroStage != nil {
 		stage = *m.ZeroStage
 	}
-	params, grads, optim := p*bpp, p*bpp, p*opt
-	if stage >= 1 {
-		optim /= n
-	}
-	if stage >= 2 {
-		grads /= n
-	}
-	if stage >= 3 {
-		params /= n
-	}
+	params, grads, optim := api.ModelStateBytes(float64(*m.Params), prec, world, stage)
 	row := &store.MemoryRow{Params: &params, Grads: &grads, Optim: &optim, OptimDevice: "gpu", ParamsDevice: "gpu"}
 	if m.OffloadOptim == "cpu" || m.OffloadOptim == "nvme" {
 		row.OptimDevice = m.OffloadOptim
