@@ -936,25 +936,21 @@ func (b *batchPlan) layerRow(i int, r []any) []any {
 	if len(l.BackwardMS) > 0 {
 		bwd = make([]pgtype.Float8, width)
 	}
-	if namesPrefix(l.Names, b.layerNames[l.RunID]) {
-		// Positions are the record's own; alignLayers says why.
-		for j := range l.Names {
-			fwd[j] = pgtype.Float8{Float64: float64(l.ForwardMS[j]), Valid: true}
-			if bwd != nil {
-				bwd[j] = pgtype.Float8{Float64: float64(l.BackwardMS[j]), Valid: true}
-			}
-		}
-		var bw any
-		if bwd != nil {
-			bw = bwd
-		}
-		return append(r, l.RunID, int32(l.Rank), *l.Step, l.Time.Time, fwd, bw)
+	// A record whose names start the run's list keeps its own positions
+	// (alignLayers says why); any other finds each name's position, the
+	// k-th occurrence of a repeated name taking the k-th position.
+	own := namesPrefix(l.Names, b.layerNames[l.RunID])
+	var seen map[string]int
+	if !own {
+		seen = make(map[string]int, len(l.Names))
 	}
-	seen := make(map[string]int, len(l.Names))
 	for j, n := range l.Names {
-		k := seen[n]
-		seen[n] = k + 1
-		at := pos[n][k]
+		at := j
+		if !own {
+			k := seen[n]
+			seen[n] = k + 1
+			at = pos[n][k]
+		}
 		fwd[at] = pgtype.Float8{Float64: float64(l.ForwardMS[j]), Valid: true}
 		if bwd != nil {
 			bwd[at] = pgtype.Float8{Float64: float64(l.BackwardMS[j]), Valid: true}
