@@ -808,23 +808,16 @@ func (d *fastDecoder) eval(more bool) (Record, bool) {
 var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
 	1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
 
-// exactFloat converts a JSON number literal whose digits, read as an
-// integer, are at most 2^53, with a small decimal exponent, which is what
-// senders write for most metrics. The digits fit a float64 exactly, as
-// does a power of ten up to 1e22, and one multiplication or division
-// rounds correctly: the result is strconv.ParseFloat's, without its
-// general machinery. Other literals give ok false.
-func exactFloat(lit []byte) (float64, bool) {
-	v, n, ok := exactFloatPrefix(lit)
-	return v, ok && n == len(lit)
-}
-
 // exactFloatPrefix finds the JSON number at the start of lit and returns
 // its length n, 0 when lit does not start with one (a leading zero
-// followed by digits, a dot or an exponent without digits). When the
-// number is one [exactFloat] converts, it also returns its value and exact
-// true; otherwise the caller converts lit[:n] the general way, without
-// scanning it again.
+// followed by digits, a dot or an exponent without digits).
+//
+// Most metrics are numbers whose digits, read as an integer, are at most
+// 2^53, with a small decimal exponent. Those digits fit a float64 exactly,
+// as does a power of ten up to 1e22, and one multiplication or division
+// rounds correctly: for such a number it also returns the value, which is
+// strconv.ParseFloat's, and exact true. For any other the caller converts
+// lit[:n] the general way, without scanning it again.
 func exactFloatPrefix(lit []byte) (f float64, n int, exact bool) {
 	i := 0
 	neg := false

@@ -250,6 +250,13 @@ func benchBatchBody(python bool) []byte {
 	return b.Bytes()
 }
 
+// exactFloat converts a whole literal on exactFloatPrefix's exact path;
+// ok is false for anything that path leaves to strconv.
+func exactFloat(lit []byte) (float64, bool) {
+	v, n, ok := exactFloatPrefix(lit)
+	return v, ok && n == len(lit)
+}
+
 func TestExactFloatMatchesParseFloat(t *testing.T) {
 	lits := []string{"0", "-0", "0.0", "-0.0", "1", "-1", "2e-05", "65536", "0.731", "172.023", "1e22", "1e23", "1e-22",
 		"123456789012345", "1234567890123456", "0.000000000000000000000001", "9007199254740993", "1.5E+3", "0e999", "-0e-999",
