@@ -220,7 +220,7 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 			medians = append(medians, *a.MedianStepMS)
 		}
 	}
-	med := median(medians)
+	med := Median(medians)
 	if len(medians) > 0 {
 		out.MedianStepMS = api.Float(med)
 	}

@@ -41,7 +41,7 @@ func steadyStart(pts []store.RawPoint) int64 {
 	for i, p := range xs {
 		vals[i] = p.Value
 	}
-	m := median(vals)
+	m := Median(vals)
 	tol := steadyTol * m
 	w := len(xs) / 20
 	w = max(5, min(w, 50))
@@ -50,7 +50,7 @@ func steadyStart(pts []store.RawPoint) int64 {
 	win := make([]float64, 0, w)
 	for i := w - 1; i < half; i++ {
 		win = append(win[:0], vals[i-w+1:i+1]...)
-		if math.Abs(median(win)-m) > tol {
+		if math.Abs(Median(win)-m) > tol {
 			start = i + 1
 		}
 	}
@@ -60,7 +60,8 @@ func steadyStart(pts []store.RawPoint) int64 {
 	return xs[start].Step
 }
 
-func median(v []float64) float64 {
+// Median returns the median of v, NaN when v is empty; v is not changed.
+func Median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	n := len(s)

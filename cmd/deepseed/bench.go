@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -164,10 +164,10 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 			r, n, d.Seconds(), rawRate, cfg.conns)
 		fmt.Printf("round %d  ratio:       %.0f %% of raw COPY\n", r, 100*httpRate/rawRate)
 	}
-	fmt.Printf("http ingest: %.0f records/s (median of %d rounds)\n", median(httpRates), len(httpRates))
+	fmt.Printf("http ingest: %.0f records/s (median of %d rounds)\n", query.Median(httpRates), len(httpRates))
 	if st != nil {
-		fmt.Printf("raw COPY:    %.0f records/s (median of %d rounds)\n", median(rawRates), len(rawRates))
-		fmt.Printf("ratio:       %.0f %% of raw COPY (median of the rounds' ratios)\n", 100*median(ratios))
+		fmt.Printf("raw COPY:    %.0f records/s (median of %d rounds)\n", query.Median(rawRates), len(rawRates))
+		fmt.Printf("ratio:       %.0f %% of raw COPY (median of the rounds' ratios)\n", 100*query.Median(ratios))
 	}
 	return nil
 }
@@ -269,18 +269,6 @@ func (c *checkpointer) run(ctx context.Context) {
 		c.refused = true
 		fmt.Fprintf(os.Stderr, "no CHECKPOINT between phases (%v); figures may vary more\n", err)
 	}
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 var errExhausted = errors.New("no more encoded batches")
