@@ -16,23 +16,13 @@ import statistics
 import sys
 import time
 
-from common import HOOK, batches, bert_large
+from common import HOOK, batches, bert_large, train_step
 
 import torch  # noqa: E402
 
 sys.path.insert(0, HOOK)
 import deepseed  # noqa: E402
 from tests.capture import Capture  # noqa: E402
-
-
-def step_fn(model, opt, b):
-    ids, mask, labels = b
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
-    out.loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return out
 
 
 class SeedLogger:
@@ -90,7 +80,7 @@ def measure(variant, model, opt, data, steps, warmup, url):
         if seed is not None:
             seed.run_step(model, opt, b, i)
         else:
-            step_fn(model, opt, b)
+            train_step(model, opt, b)
         n += 1
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
@@ -106,7 +96,7 @@ def bench_config(a, batch, seq, url):
     data = batches(8, batch, seq)
     variants = ["no_hook", "hook_default", "hook_no_grad_norm", "hook_layers_every_step", "seed_logger"]
     for _ in range(8):  # warm the GPU, allocator and kernels once
-        step_fn(model, opt, data[0])
+        train_step(model, opt, data[0])
     torch.cuda.synchronize()
     results = {v: [] for v in variants}
     infos = {}
