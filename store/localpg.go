@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // LocalPostgres is a private PostgreSQL cluster started from the machine's
@@ -35,8 +37,15 @@ type LocalPostgres struct {
 	// Fsync turns on fsync; the test helper leaves it off for speed.
 	Fsync bool
 
+	// WithoutTimescale keeps the timescaledb library out of
+	// shared_preload_libraries even where the machine has it.
+	WithoutTimescale bool
+	// Settings are extra server settings (name → value) passed with -c.
+	Settings map[string]string
+
 	bin  string
 	cred *syscall.Credential
+	lock *ownerLock
 }
 
 // ErrNoPostgres says that no PostgreSQL server binaries were found.
@@ -88,6 +97,14 @@ func isExec(p string) bool {
 
 // Start initialises the cluster if needed and starts it. It returns the
 // connection URL of the "postgres" database.
+//
+// One process owns a cluster: the one that started it, recorded in a lock
+// file beside the data directory (Dir + ".owner"). Start called while a
+// live process owns the cluster does not touch it: it waits until the
+// cluster answers and connects as a client, on the port the owner
+// recorded; Stop then leaves the cluster running. A lock whose owner died
+// is taken over, and a cluster that dead owner left running is adopted as
+// it is.
 func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 	log := lp.Logger
 	if log == nil {
@@ -97,6 +114,59 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	lp.Dir = filepath.Clean(lp.Dir)
+	if err := os.MkdirAll(filepath.Dir(lp.Dir), 0o755); err != nil {
+		return "", fmt.Errorf("local postgres: create parent of data dir: %w", err)
+	}
+	for wait := 100 * time.Millisecond; ; wait = min(wait*2, time.Second) {
+		lock, err := takeOwnerLock(lp.lockPath())
+		var owned *errOwned
+		if err != nil && !errors.As(err, &owned) {
+			return "", fmt.Errorf("local postgres: %w", err)
+		}
+		if lock != nil {
+			lp.lock = lock
+			break
+		}
+		// Another live process owns the cluster: use it as a client once
+		// it answers. Should that owner go away meanwhile, take over.
+		port := owned.owner.Port
+		if port == 0 {
+			port = postmasterPort(lp.Dir)
+		}
+		if port != 0 && pingPostgres(ctx, port) == nil {
+			if lp.Port != 0 && lp.Port != port {
+				log.Warn("private PostgreSQL runs on another port than asked; using its port", "asked", lp.Port, "port", port)
+			}
+			lp.Port = port
+			log.Info("private PostgreSQL is run by another process; connecting to it as a client (it stops when that process exits)",
+				"dir", lp.Dir, "owner_pid", owned.owner.PID, "port", port)
+			return lp.URL("postgres"), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("local postgres: %s is owned by process %d, whose cluster did not answer: %w", lp.Dir, owned.owner.PID, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+	url, err := lp.startOwned(ctx, bin, log)
+	if err != nil {
+		lp.lock.release()
+		lp.lock = nil
+		return "", err
+	}
+	return url, nil
+}
+
+// Owner reports whether this LocalPostgres started (or adopted) the
+// cluster and will stop it, rather than being a client of another
+// process's cluster.
+func (lp *LocalPostgres) Owner() bool { return lp.lock != nil }
+
+func (lp *LocalPostgres) lockPath() string { return lp.Dir + ".owner" }
+
+// startOwned starts the cluster as its owner, the lock being held.
+func (lp *LocalPostgres) startOwned(ctx context.Context, bin string, log *slog.Logger) (string, error) {
 	lp.bin = bin
 	if err := os.MkdirAll(lp.Dir, 0o700); err != nil {
 		return "", fmt.Errorf("local postgres: create data dir: %w", err)
@@ -123,6 +193,24 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("local postgres: initdb: %w: %s", err, lastLines(out))
 		}
 	}
+	// A cluster still running from an owner that died without stopping it
+	// (kill -9): its owner lock is free, so nobody else owns it; adopt it
+	// as it runs, so that clients connected to it keep working. pg_ctl
+	// itself handles a stale postmaster.pid whose process is gone.
+	if err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "status").Run(); err == nil {
+		if port := postmasterPort(lp.Dir); port != 0 && pingPostgres(ctx, port) == nil {
+			lp.Port = port
+			if err := lp.lock.record(port); err != nil {
+				return "", fmt.Errorf("local postgres: %w", err)
+			}
+			log.Warn("adopting the private PostgreSQL left running by an earlier process", "dir", lp.Dir, "port", port)
+			return lp.URL("postgres"), nil
+		}
+		log.Warn("private PostgreSQL left running by an earlier process does not answer; restarting it", "dir", lp.Dir)
+		if out, err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "-m", "fast", "-w", "-t", "60", "stop").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("local postgres: stop leftover server: %w: %s", err, lastLines(out))
+		}
+	}
 	if lp.Port == 0 {
 		p, err := freePort()
 		if err != nil {
@@ -130,19 +218,14 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 		}
 		lp.Port = p
 	}
-	// A cluster still running from a previous owner that died without
-	// stopping it (kill -9) holds the data directory: stop it first. pg_ctl
-	// itself handles a stale postmaster.pid whose process is gone.
-	if err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "status").Run(); err == nil {
-		log.Warn("private PostgreSQL left running by an earlier process; restarting it", "dir", lp.Dir)
-		if out, err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "-m", "fast", "-w", "-t", "60", "stop").CombinedOutput(); err != nil {
-			return "", fmt.Errorf("local postgres: stop leftover server: %w: %s", err, lastLines(out))
-		}
+	if err := lp.lock.record(lp.Port); err != nil {
+		return "", fmt.Errorf("local postgres: %w", err)
 	}
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -c unix_socket_directories='' -c max_connections=200", lp.Port)
 	if !lp.Fsync {
 		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
+	opts += lp.timescaleOptions(log)
 	logFile := filepath.Join(lp.Dir, "server.log")
 	cmd := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "-o", opts, "-l", logFile, "-w", "-t", "60", "start")
 	if _, set := os.LookupEnv(mallocTrimEnv); !set {
@@ -156,17 +239,34 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 	return lp.URL("postgres"), nil
 }
 
+// pingPostgres reports whether a PostgreSQL on 127.0.0.1:port accepts a
+// connection as the private cluster's superuser.
+func pingPostgres(ctx context.Context, port int) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port))
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
 // URL returns the connection URL of database db on the running cluster.
 func (lp *LocalPostgres) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", lp.Port, db)
 }
 
 // Stop shuts the cluster down (fast mode: open sessions are ended, data
-// is flushed).
+// is flushed) and gives up ownership. A client of another process's
+// cluster leaves it running.
 func (lp *LocalPostgres) Stop() error {
-	if lp.bin == "" {
+	if lp.lock == nil {
 		return nil
 	}
+	defer func() {
+		lp.lock.release()
+		lp.lock = nil
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if out, err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {

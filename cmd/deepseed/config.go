@@ -160,7 +160,9 @@ func (d *dbFlags) parse(w io.Writer) (dbConfig, []error) {
 // openDatabase opens the store at the configured URL, or starts the
 // private PostgreSQL in the data directory and opens its "deepseed"
 // database. The returned close function closes the pool and stops the
-// private cluster.
+// private cluster when this process started it; a cluster owned by
+// another process (see store.LocalPostgres) is used as a client and left
+// running.
 func openDatabase(ctx context.Context, c dbConfig) (*store.Store, func(), error) {
 	url := c.databaseURL
 	stop := func() {}
@@ -172,6 +174,9 @@ func openDatabase(ctx context.Context, c dbConfig) (*store.Store, func(), error)
 			return nil, nil, err
 		}
 		stop = func() {
+			if !lp.Owner() {
+				return // another process runs the cluster and stops it
+			}
 			if err := lp.Stop(); err != nil {
 				c.log.Error("stop private PostgreSQL", "err", err)
 				return

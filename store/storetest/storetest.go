@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func Main(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		lp = &store.LocalPostgres{Dir: dir}
+		lp = &store.LocalPostgres{Dir: filepath.Join(dir, "pg")}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		u, err := lp.Start(ctx)
 		cancel()
