@@ -35,11 +35,16 @@ type Config struct {
 	// ShutdownTimeout bounds how long in-flight requests may take to
 	// finish after shutdown begins.
 	ShutdownTimeout time.Duration
-	// Retention drops time-series data older than it (TimescaleDB only);
-	// 0 keeps everything.
+	// Retention drops runs whose last activity is older than it, and GPU
+	// and host samples of no run older than it (see store.ApplyRetention;
+	// both database modes); 0 keeps everything.
 	Retention time.Duration
+	// RetentionEvery is how often the retention job runs; 0 means hourly.
+	RetentionEvery time.Duration
 	// CompressAfter compresses chunks older than it (TimescaleDB only).
 	CompressAfter time.Duration
+	// Timescale is store.TimescaleAuto or store.TimescaleRequire.
+	Timescale string
 }
 
 // DefaultConfig returns the defaults the serve command starts from.
@@ -51,6 +56,7 @@ func DefaultConfig() Config {
 		StragglerPct:    10,
 		ShutdownTimeout: 30 * time.Second,
 		CompressAfter:   7 * 24 * time.Hour,
+		Timescale:       "auto",
 	}
 }
 
@@ -98,7 +104,12 @@ func (c Config) Validate() error {
 		bad("compress-after", FormatDuration(c.CompressAfter), "must be positive")
 	}
 	if c.Retention > 0 && c.Retention < time.Hour {
-		bad("retention", FormatDuration(c.Retention), "must be at least 1h: chunks span a day")
+		bad("retention", FormatDuration(c.Retention), "must be 0 (keep) or at least 1h")
+	}
+	switch c.Timescale {
+	case "", "auto", "require":
+	default:
+		bad("timescale", c.Timescale, "want auto or require")
 	}
 	return errors.Join(errs...)
 }

@@ -111,9 +111,12 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	pctx, stopPrepare := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
+	prepErr := make(chan error, 1)
 	go func() {
 		defer wg.Done()
-		s.Prepare(pctx)
+		if err := s.Prepare(pctx); err != nil {
+			prepErr <- err
+		}
 	}()
 	defer func() {
 		stopPrepare()
@@ -132,6 +135,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve http: %w", err)
+	case err := <-prepErr:
+		_ = hs.Close()
+		return err
 	case <-ctx.Done():
 	}
 	timeout := s.cfg.ShutdownTimeout
@@ -160,11 +166,13 @@ func (s *Server) roleName() string {
 }
 
 // Prepare applies pending migrations, retrying with backoff while the
-// database is unreachable, then sets up TimescaleDB when the extension is
-// available and logs once which mode the server runs in. Unless the server
-// only ingests, it then refreshes stale rollups in the background until
-// ctx is cancelled.
-func (s *Server) Prepare(ctx context.Context) {
+// database is unreachable, then sets up TimescaleDB per cfg.Timescale
+// (store.SetupMode) and logs once which mode the server runs in. It then
+// runs the retention job when cfg.Retention is set and, unless the server
+// only ingests, refreshes stale rollups in the background until ctx is
+// cancelled. It returns an error only when the server cannot run as
+// configured (--timescale=require without a usable TimescaleDB).
+func (s *Server) Prepare(ctx context.Context) error {
 	backoff := 250 * time.Millisecond
 	const maxBackoff = 10 * time.Second
 	for attempt := 1; ; attempt++ {
@@ -178,12 +186,12 @@ func (s *Server) Prepare(ctx context.Context) {
 			break
 		}
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		s.log.Warn("database not ready; will retry", "attempt", attempt, "retry_in", backoff.String(), "err", err)
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, maxBackoff)
@@ -192,27 +200,70 @@ func (s *Server) Prepare(ctx context.Context) {
 
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	on, version, err := s.store.SetupTimescale(tctx, store.TimescaleOptions{Retention: s.cfg.Retention, CompressAfter: s.cfg.CompressAfter})
+	mode, err := s.store.SetupMode(tctx, s.cfg.Timescale, store.TimescaleOptions{CompressAfter: s.cfg.CompressAfter})
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return // shutting down
+		return nil // shutting down
+	case err != nil && s.cfg.Timescale == store.TimescaleRequire:
+		return fmt.Errorf("database mode: %w", err)
 	case err != nil:
 		s.mode.Store("postgresql")
 		s.log.Warn("database mode: plain PostgreSQL (TimescaleDB setup failed; every query works without it)", "err", err)
-	case on:
+	case mode.Timescale:
 		s.mode.Store("timescaledb")
-		s.log.Info("database mode: TimescaleDB", "timescaledb_version", version,
+		s.log.Info("database mode: TimescaleDB", "timescaledb_version", mode.Version,
 			"retention", FormatDuration(s.cfg.Retention), "compress_after", FormatDuration(s.cfg.CompressAfter))
 	default:
 		s.mode.Store("postgresql")
-		s.log.Info("database mode: plain PostgreSQL (timescaledb extension not available; retention and compression are off)")
+		s.log.Info("database mode: plain PostgreSQL (every query works without TimescaleDB; compression is off)",
+			"retention", FormatDuration(s.cfg.Retention), "why", mode.Why)
 	}
 
+	var jobs sync.WaitGroup
+	if s.cfg.Retention > 0 {
+		jobs.Add(1)
+		go func() {
+			defer jobs.Done()
+			s.runRetention(ctx)
+		}()
+	}
 	// Query replicas keep the step and layer rollups fresh in the
 	// background, so that opening a long run's charts rarely waits for a
 	// cold build. Readers still refresh what is left before they read.
 	if s.cfg.Role != RoleIngest {
 		query.RunRefresher(ctx, s.store, 5*time.Second, s.log.With("component", "rollups"))
+	}
+	jobs.Wait()
+	return nil
+}
+
+// runRetention applies the retention rule now and then every
+// cfg.RetentionEvery (hourly by default) until ctx is cancelled. Replicas
+// may all run it: one pass runs at a time.
+func (s *Server) runRetention(ctx context.Context) {
+	every := s.cfg.RetentionEvery
+	if every <= 0 {
+		every = time.Hour
+	}
+	log := s.log.With("component", "retention")
+	for {
+		start := time.Now()
+		res, err := s.store.ApplyRetention(ctx, s.cfg.Retention)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			log.Error("retention pass failed; retrying at the next one", "err", err, "next_in", every.String())
+		case res.Runs > 0 || res.GPUSamples > 0 || res.HostSamples > 0 || res.Chunks > 0:
+			log.Info("retention pass", "horizon", FormatDuration(s.cfg.Retention), "runs_dropped", res.Runs,
+				"gpu_samples_dropped", res.GPUSamples, "host_samples_dropped", res.HostSamples,
+				"chunks_dropped", res.Chunks, "took", time.Since(start).Round(time.Millisecond).String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
 	}
 }
 

@@ -11,9 +11,6 @@ import (
 
 // TimescaleOptions configures the TimescaleDB policies.
 type TimescaleOptions struct {
-	// Retention drops chunks whose data is older than it; 0 keeps all
-	// data (and removes a retention policy set earlier).
-	Retention time.Duration
 	// CompressAfter compresses chunks whose data is older than it; 0
 	// means 7 days.
 	CompressAfter time.Duration
@@ -43,7 +40,7 @@ var hypertables = []hypertable{
 const timescaleLock = migrationLock + 1
 
 // SetupTimescale turns the time-series tables into TimescaleDB
-// hypertables with compression, an optional retention policy and a
+// hypertables with compression (retention is ApplyRetention's) and a
 // per-minute continuous aggregate of GPU samples, when the timescaledb
 // extension is available to the database. It is idempotent: run it at
 // every start, after Migrate. Where the extension is not available it
@@ -135,14 +132,12 @@ func setupHypertable(ctx context.Context, tx pgx.Tx, h hypertable, opt Timescale
 		h.name, pgInterval(opt.CompressAfter)); err != nil {
 		return fmt.Errorf("add_compression_policy: %w", err)
 	}
+	// Retention is the server's job (ApplyRetention), which drops whole
+	// runs by their last activity; a TimescaleDB policy dropping chunks by
+	// the data's own time would break that rule, so remove any that an
+	// earlier version set.
 	if _, err := tx.Exec(ctx, `SELECT remove_retention_policy($1::regclass, if_exists => true)`, h.name); err != nil {
 		return fmt.Errorf("remove_retention_policy: %w", err)
-	}
-	if opt.Retention > 0 {
-		if _, err := tx.Exec(ctx, `SELECT add_retention_policy($1::regclass, drop_after => $2::interval, if_not_exists => true)`,
-			h.name, pgInterval(opt.Retention)); err != nil {
-			return fmt.Errorf("add_retention_policy: %w", err)
-		}
 	}
 	return nil
 }

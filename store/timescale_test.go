@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ func TestSetupTimescalePlainPostgres(t *testing.T) {
 		t.Skip("timescaledb is installed on this server: the plain path cannot be observed here")
 	}
 	for range 2 {
-		on, version, err := s.SetupTimescale(ctx, store.TimescaleOptions{Retention: 90 * 24 * time.Hour, CompressAfter: 7 * 24 * time.Hour})
+		on, version, err := s.SetupTimescale(ctx, store.TimescaleOptions{CompressAfter: 7 * 24 * time.Hour})
 		if err != nil || on || version != "" {
 			t.Fatalf("SetupTimescale = %v, %q, %v; want false, \"\", nil", on, version, err)
 		}
@@ -51,5 +53,53 @@ func TestSetupTimescaleUnreachable(t *testing.T) {
 	defer cancel()
 	if _, _, err := s.SetupTimescale(ctx, store.TimescaleOptions{}); err == nil {
 		t.Fatal("SetupTimescale on an unreachable database returned nil error")
+	}
+}
+
+// serve and migrate share one rule (SetupMode): where TimescaleDB is not
+// installed, or installed but not preloaded, the database runs plain and
+// the mode says why and how to enable it; --timescale=require makes that
+// an error. On a machine with TimescaleDB the non-preloaded case is a
+// private cluster started without the preload; without it, the test
+// server shows the not-installed case.
+func TestSetupModeWithoutUsableTimescale(t *testing.T) {
+	ctx := context.Background()
+	bin, err := store.FindPostgresBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *store.Store
+	want := "not installed"
+	if _, ok := store.TimescaleInstalled(bin); ok {
+		lp := &store.LocalPostgres{Dir: filepath.Join(t.TempDir(), "pg"), WithoutTimescale: true}
+		u, err := lp.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lp.Stop() })
+		if s, err = store.Open(ctx, u, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		if _, err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = "not preloaded"
+	} else {
+		s = storetest.NewStore(t)
+	}
+	mode, err := s.SetupMode(ctx, store.TimescaleAuto, store.TimescaleOptions{})
+	if err != nil || mode.Timescale || !strings.Contains(mode.Why, want) || !strings.Contains(mode.Why, "shared_preload_libraries") {
+		t.Fatalf("SetupMode(auto) = %+v, %v; want plain mode saying %q and how to enable it", mode, err, want)
+	}
+	if mode.String() != "plain PostgreSQL" {
+		t.Errorf("mode reads %q", mode)
+	}
+	if _, err := s.SetupMode(ctx, store.TimescaleRequire, store.TimescaleOptions{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("SetupMode(require) = %v; want an error saying %q", err, want)
+	}
+	// The database still works in plain mode.
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO host_samples (time, host, cpu_util_pct) VALUES (now(), 'h1', 12.5)`); err != nil {
+		t.Fatalf("write in plain mode: %v", err)
 	}
 }

@@ -70,7 +70,7 @@ func (f *envFlags) setUsage(synopsis, description, notes string) {
 // dbFlags are the flags of every command that opens the database.
 type dbFlags struct {
 	databaseURL, dataDir, localPGPort *string
-	retention, compressAfter          *string
+	timescale, compressAfter          *string
 	logLevel, logFormat               *string
 }
 
@@ -82,8 +82,8 @@ func addDBFlags(f *envFlags) *dbFlags {
 			"directory of the private PostgreSQL used when no database URL is given; its data is kept across restarts"),
 		localPGPort: f.String("local-pg-port", "DEEPSEED_LOCAL_PG_PORT", "5499",
 			"127.0.0.1 port of the private PostgreSQL (fixed, so a restart finds its cluster)"),
-		retention: f.String("retention", "DEEPSEED_RETENTION", "0",
-			"TimescaleDB only: drop time-series data older than this (e.g. 90d, 720h); 0 keeps everything"),
+		timescale: f.String("timescale", "DEEPSEED_TIMESCALE", store.TimescaleAuto,
+			"auto: use TimescaleDB where it is installed and preloaded, else plain PostgreSQL (logged, with how to enable it); require: fail without it"),
 		compressAfter: f.String("compress-after", "DEEPSEED_COMPRESS_AFTER", "7d",
 			"TimescaleDB only: compress time-series chunks older than this"),
 		logLevel:  f.String("log-level", "DEEPSEED_LOG_LEVEL", "info", "log level: debug, info, warn or error"),
@@ -107,7 +107,7 @@ type dbConfig struct {
 	databaseURL   string
 	dataDir       string
 	localPGPort   int
-	retention     time.Duration
+	timescale     string
 	compressAfter time.Duration
 	log           *slog.Logger
 }
@@ -135,8 +135,10 @@ func (d *dbFlags) parse(w io.Writer) (dbConfig, []error) {
 		bad("local-pg-port", *d.localPGPort, "want a port from 1 to 65535")
 	}
 	c.localPGPort = p
-	if c.retention, err = server.ParseDuration(*d.retention); err != nil {
-		bad("retention", *d.retention, err.Error())
+	switch c.timescale = *d.timescale; c.timescale {
+	case store.TimescaleAuto, store.TimescaleRequire:
+	default:
+		bad("timescale", c.timescale, "want auto or require")
 	}
 	if c.compressAfter, err = server.ParseDuration(*d.compressAfter); err != nil {
 		bad("compress-after", *d.compressAfter, err.Error())

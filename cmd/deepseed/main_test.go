@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -116,6 +117,35 @@ func waitHTTP(t *testing.T, url string, want int, exited *exit) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s to answer %d", url, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitMode polls base/readyz until it names the database mode, and
+// returns it.
+func waitMode(t *testing.T, base string, exited *exit) string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		res, err := http.Get(base + "/readyz")
+		if err == nil {
+			var r struct {
+				Mode string `json:"mode"`
+			}
+			_ = json.NewDecoder(res.Body).Decode(&r)
+			res.Body.Close()
+			if r.Mode != "" {
+				return r.Mode
+			}
+		}
+		select {
+		case <-exited.done:
+			t.Fatalf("deepseed exited while waiting for its database mode: %v", exited.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gave up waiting for /readyz to name the database mode")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -19,9 +19,11 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	f.setUsage("deepseed migrate [flags]", `
 Apply every pending migration of the schema and exit. Each migration runs
 once, in a transaction; several servers or migrate commands starting at once
-wait for each other. Where the timescaledb extension is available, the
-time-series tables also become hypertables with the compression and
-retention given here. "deepseed serve" does the same at start.`, "")
+wait for each other. Where the timescaledb extension is installed and
+preloaded, the time-series tables also become hypertables with the
+compression given here; where it is not, the database stays plain
+PostgreSQL and the log says why (--timescale=require makes that an error).
+"deepseed serve" does the same at start, and applies --retention.`, "")
 	if err := f.fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,13 +44,13 @@ retention given here. "deepseed serve" does the same at start.`, "")
 	if err != nil {
 		return err
 	}
-	on, version, err := st.SetupTimescale(ctx, store.TimescaleOptions{Retention: dbc.retention, CompressAfter: dbc.compressAfter})
+	dbMode, err := st.SetupMode(ctx, dbc.timescale, store.TimescaleOptions{CompressAfter: dbc.compressAfter})
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	mode := "plain PostgreSQL"
-	if on {
-		mode = "TimescaleDB " + version
+	mode := dbMode.String()
+	if dbMode.Why != "" {
+		dbc.log.Info("database mode: plain PostgreSQL", "why", dbMode.Why)
 	}
 	dbc.log.Info("database up to date", "applied", len(applied), "mode", mode)
 	fmt.Printf("applied %d migration(s); database mode: %s\n", len(applied), mode)

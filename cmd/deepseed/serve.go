@@ -26,7 +26,9 @@ Endpoints: /api/v1/... (ingest and query; see /api/v1/openapi.json),
 
 At start the server applies pending migrations, retrying while the database
 is unreachable (it stays up, not ready, and recovers by itself), and uses
-TimescaleDB when the extension is available; it logs which mode it runs in.
+TimescaleDB when the extension is installed and preloaded; it logs which mode
+it runs in and, in plain PostgreSQL mode, why. With --retention it drops
+expired runs and samples hourly, in either mode.
 On SIGTERM or Ctrl-C it stops accepting requests, finishes those in flight
 and exits 0.`
 
@@ -39,6 +41,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	maxBody := f.String("max-body-bytes", "DEEPSEED_MAX_BODY_BYTES", strconv.FormatInt(def.MaxBodyBytes, 10), "largest ingest body accepted, after decompression; larger ones get 413")
 	straggler := f.String("straggler-pct", "DEEPSEED_STRAGGLER_PCT", strconv.FormatFloat(def.StragglerPct, 'g', -1, 64), "default margin over the median step time past which a rank is flagged as a straggler, in percent")
 	shutdown := f.String("shutdown-timeout", "DEEPSEED_SHUTDOWN_TIMEOUT", def.ShutdownTimeout.String(), "how long in-flight requests may run after SIGTERM")
+	retention := f.String("retention", "DEEPSEED_RETENTION", "0",
+		"drop each run whose last write is older than this, whole, and GPU and host samples of no run older than this (e.g. 90d, 720h; see docs/retention.md); 0 keeps everything")
 	db := addDBFlags(f)
 	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
 	if err := f.fs.Parse(args); err != nil {
@@ -55,8 +59,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	cfg.Role = *role
 	cfg.IngestTokens = server.SplitTokens(os.Getenv("DEEPSEED_INGEST_TOKENS"))
 	cfg.ReadTokens = server.SplitTokens(os.Getenv("DEEPSEED_READ_TOKENS"))
-	cfg.Retention, cfg.CompressAfter = dbc.retention, dbc.compressAfter
+	cfg.CompressAfter, cfg.Timescale = dbc.compressAfter, dbc.timescale
 	var err error
+	if cfg.Retention, err = server.ParseDuration(*retention); err != nil {
+		errs = append(errs, &server.FieldError{Field: "retention", Value: *retention, Msg: err.Error()})
+	}
 	if cfg.MaxBodyBytes, err = strconv.ParseInt(*maxBody, 10, 64); err != nil {
 		errs = append(errs, &server.FieldError{Field: "max-body-bytes", Value: *maxBody, Msg: "want a whole number of bytes"})
 	}

@@ -8,6 +8,9 @@
 // When DEEPSEED_TEST_DATABASE_URL is set, databases are created on that
 // server; otherwise Main starts a throwaway cluster from the machine's
 // PostgreSQL binaries in a temporary directory and removes it afterwards.
+// Where TimescaleDB is available (see DEEPSEED_TEST_TIMESCALE below) the
+// template is set up as DeepSeed sets up a TimescaleDB database, so every
+// test runs on hypertables; Main says on stderr which mode it is.
 // The suite never skips for want of a database: without PostgreSQL it
 // fails and says how to install it.
 package storetest
@@ -33,12 +36,30 @@ var (
 	mu       sync.Mutex
 	adminURL string // a URL of the maintenance database on the server
 	template string // a migrated database to clone
+	mode     store.DatabaseMode
 	startErr error
 )
 
-// Main starts the database server for the package's tests, runs them and
-// stops it. Use it as os.Exit(storetest.Main(m)).
+// timescaleEnv chooses the database mode of the tests: auto (the default)
+// uses TimescaleDB where the server has it (for the throwaway cluster:
+// where the machine's PostgreSQL has the extension, which is then
+// preloaded), require fails without it, off keeps it out of the
+// throwaway cluster and the template.
+const timescaleEnv = "DEEPSEED_TEST_TIMESCALE"
+
+// Main starts the database server for the package's tests, prepares the
+// migrated template, says on stderr which database mode the tests run
+// in, runs them and stops the server. Use it as os.Exit(storetest.Main(m)).
 func Main(m *testing.M) int {
+	want := os.Getenv(timescaleEnv)
+	switch want {
+	case "":
+		want = store.TimescaleAuto
+	case store.TimescaleAuto, store.TimescaleRequire, "off":
+	default:
+		fmt.Fprintf(os.Stderr, "storetest: %s=%s: want auto, require or off\n", timescaleEnv, want)
+		return 1
+	}
 	var lp *store.LocalPostgres
 	if u := os.Getenv("DEEPSEED_TEST_DATABASE_URL"); u != "" {
 		adminURL = u
@@ -49,7 +70,10 @@ func Main(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		lp = &store.LocalPostgres{Dir: filepath.Join(dir, "pg")}
+		lp = &store.LocalPostgres{Dir: filepath.Join(dir, "pg"), WithoutTimescale: want == "off",
+			// TimescaleDB's job scheduler would start one background worker
+			// per test database; the tests run no TimescaleDB job.
+			Settings: map[string]string{"timescaledb.max_background_workers": "0"}}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		u, err := lp.Start(ctx)
 		cancel()
@@ -59,13 +83,36 @@ func Main(m *testing.M) int {
 		}
 		adminURL = u
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	template, mode, startErr = makeTemplate(ctx, want)
+	cancel()
+	if startErr != nil {
+		fmt.Fprintln(os.Stderr, "storetest:", startErr)
+	} else {
+		fmt.Fprintln(os.Stderr, "storetest: database mode:", mode)
+	}
 	code := m.Run()
+	if template != "" && lp == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := execSQL(ctx, adminURL, `DROP DATABASE IF EXISTS `+template+` WITH (FORCE)`); err != nil {
+			fmt.Fprintln(os.Stderr, "storetest: drop template:", err)
+		}
+		cancel()
+	}
 	if lp != nil {
 		if err := lp.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "storetest:", err)
 		}
 	}
 	return code
+}
+
+// Mode returns the database mode of the tests: plain PostgreSQL, or
+// TimescaleDB with the template's tables set up as hypertables.
+func Mode(t testing.TB) store.DatabaseMode {
+	t.Helper()
+	migratedTemplate(t)
+	return mode
 }
 
 // AdminURL returns the URL of the server's maintenance database, for tests
@@ -90,18 +137,13 @@ func NewDatabase(t testing.TB) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, adminURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
+		_ = execSQL(ctx, adminURL, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
 	})
 	return WithDatabase(adminURL, name)
 }
 
 // NewStore opens a store on a fresh, migrated database, closed when the
-// test ends.
+// test ends. Its Timescale field follows the database mode.
 func NewStore(t testing.TB) *store.Store {
 	t.Helper()
 	u := NewDatabase(t)
@@ -109,6 +151,7 @@ func NewStore(t testing.TB) *store.Store {
 	if err != nil {
 		t.Fatalf("storetest: open store: %v", err)
 	}
+	s.Timescale = mode.Timescale
 	t.Cleanup(s.Close)
 	return s
 }
@@ -127,43 +170,62 @@ func migratedTemplate(t testing.TB) string {
 	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	if template != "" || startErr != nil {
-		if startErr != nil {
-			t.Fatalf("storetest: %v", startErr)
-		}
-		return template
-	}
 	if adminURL == "" {
 		t.Fatal("storetest: no database server; call storetest.Main from TestMain")
 	}
+	if startErr != nil {
+		t.Fatalf("storetest: %v", startErr)
+	}
+	return template
+}
+
+// makeTemplate creates a database, migrates it, sets TimescaleDB up in it
+// unless want is off, and closes it to connections, so that CREATE
+// DATABASE … TEMPLATE never finds another session in it (TimescaleDB's
+// job scheduler connects to every database that has the extension).
+func makeTemplate(ctx context.Context, want string) (string, store.DatabaseMode, error) {
 	name := "deepseed_tpl_" + randHex(6)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	mustExec(t, ctx, adminURL, `CREATE DATABASE `+name)
+	if err := execSQL(ctx, adminURL, `CREATE DATABASE `+name); err != nil {
+		return "", store.DatabaseMode{}, err
+	}
 	s, err := store.Open(ctx, WithDatabase(adminURL, name), nil)
 	if err != nil {
-		startErr = err
-		t.Fatalf("storetest: %v", err)
+		return "", store.DatabaseMode{}, err
 	}
-	if _, err := s.Migrate(ctx); err != nil {
-		s.Close()
-		startErr = err
-		t.Fatalf("storetest: %v", err)
+	var m store.DatabaseMode
+	if _, err = s.Migrate(ctx); err == nil && want != "off" {
+		m, err = s.SetupMode(ctx, want, store.TimescaleOptions{})
 	}
 	s.Close()
-	template = name
-	return template
+	if err != nil {
+		return "", m, fmt.Errorf("template %s: %w", name, err)
+	}
+	if err := execSQL(ctx, adminURL, `ALTER DATABASE `+name+` WITH ALLOW_CONNECTIONS false`); err != nil {
+		return "", m, err
+	}
+	if err := execSQL(ctx, adminURL, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = '`+name+`' AND pid <> pg_backend_pid()`); err != nil {
+		return "", m, err
+	}
+	return name, m, nil
+}
+
+func execSQL(ctx context.Context, u, sql string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s: %w", sql, err)
+	}
+	return nil
 }
 
 func mustExec(t testing.TB, ctx context.Context, u, sql string) {
 	t.Helper()
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		t.Fatalf("storetest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("storetest: %s: %v", sql, err)
+	if err := execSQL(ctx, u, sql); err != nil {
+		t.Fatalf("storetest: %v", err)
 	}
 }
 

@@ -1,0 +1,143 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
+)
+
+// runRecords writes steps, layers, an eval, an event, a memory record, an
+// attributed GPU sample and an end for run id, its data stamped at t.
+func runRecords(id string, t time.Time) []string {
+	at := func(d time.Duration) string { return t.Add(d).UTC().Format(time.RFC3339Nano) }
+	var lines []string
+	for step := range 250 {
+		lines = append(lines,
+			fmt.Sprintf(`{"kind":"step","run_id":%q,"rank":0,"step":%d,"time":%q,"loss":%g,"step_ms":100}`, id, step, at(time.Duration(step)*time.Second), 3-float64(step)/100),
+			fmt.Sprintf(`{"kind":"layers","run_id":%q,"rank":0,"step":%d,"time":%q,"names":["a","b"],"forward_ms":[1,2],"backward_ms":[2,4]}`, id, step, at(time.Duration(step)*time.Second)))
+	}
+	return append(lines,
+		fmt.Sprintf(`{"kind":"eval","run_id":%q,"step":100,"time":%q,"loss":2.1}`, id, at(100*time.Second)),
+		fmt.Sprintf(`{"kind":"event","run_id":%q,"time":%q,"type":"checkpoint","text":"saved"}`, id, at(200*time.Second)),
+		fmt.Sprintf(`{"kind":"memory","run_id":%q,"time":%q,"parameters_bytes":1e9}`, id, at(0)),
+		fmt.Sprintf(`{"kind":"gpu","time":%q,"host":"node-%s","gpu":0,"util_pct":97,"run_id":%q}`, at(10*time.Second), id, id),
+		fmt.Sprintf(`{"kind":"end","run_id":%q,"time":%q,"status":"finished","summary":{"acc":0.9}}`, id, at(300*time.Second)))
+}
+
+// rowsOf counts the rows of run id in every table that holds run rows.
+func rowsOf(t *testing.T, s *store.Store, id string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, tbl := range []string{"runs", "steps", "layer_times", "evals", "events", "memory_breakdowns",
+		"gpu_samples", "rollup_dirty", "metric_rollups", "layer_rollups"} {
+		out[tbl] = mustCount(t, s, "SELECT count(*) FROM "+tbl+" WHERE run_id = $1", id)
+	}
+	return out
+}
+
+// The retention rule: a run idle past the horizon is dropped whole, its
+// rollups included; a recent run and a run imported today with old
+// timestamps stay whole; GPU samples of no run and host samples go by
+// their own time.
+func TestApplyRetention(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.NewStore(t)
+	now := time.Now()
+	longAgo := now.Add(-200 * 24 * time.Hour)
+	mustWrite(t, s, runRecords("old", longAgo)...)
+	mustWrite(t, s, runRecords("recent", now.Add(-time.Hour))...)
+	mustWrite(t, s, runRecords("imported", longAgo)...)
+	for _, id := range []string{"old", "recent", "imported"} {
+		if _, err := s.RefreshRollups(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "old" was last written to 100 days ago ("imported" just now).
+	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days' WHERE run_id = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	stamp := func(tm time.Time) string { return tm.UTC().Format(time.RFC3339Nano) }
+	mustWrite(t, s,
+		fmt.Sprintf(`{"kind":"gpu","time":%q,"host":"idle","gpu":0,"util_pct":1}`, stamp(longAgo)),
+		fmt.Sprintf(`{"kind":"gpu","time":%q,"host":"idle","gpu":0,"util_pct":2}`, stamp(now.Add(-time.Hour))),
+		fmt.Sprintf(`{"kind":"gpu","time":%q,"host":"gone","gpu":0,"util_pct":3,"run_id":"never-announced"}`, stamp(longAgo)),
+		fmt.Sprintf(`{"kind":"host","time":%q,"host":"idle","cpu_util_pct":5}`, stamp(longAgo)),
+		fmt.Sprintf(`{"kind":"host","time":%q,"host":"idle","cpu_util_pct":6}`, stamp(now.Add(-time.Hour))))
+	// A GPU sample naming a run that has no runs row belongs to no run.
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM runs WHERE run_id = 'never-announced'`); err != nil {
+		t.Fatal(err)
+	}
+
+	before := map[string]map[string]int{}
+	for _, id := range []string{"old", "recent", "imported"} {
+		before[id] = rowsOf(t, s, id)
+		if before[id]["metric_rollups"] == 0 || before[id]["layer_rollups"] == 0 || before[id]["gpu_samples"] != 1 {
+			t.Fatalf("setup: run %s rows %v; want rollups and a GPU sample", id, before[id])
+		}
+	}
+
+	res, err := s.ApplyRetention(ctx, 90*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Runs != 1 {
+		t.Errorf("ApplyRetention dropped %d runs, want 1", res.Runs)
+	}
+	for tbl, n := range rowsOf(t, s, "old") {
+		if n != 0 {
+			t.Errorf("run old still has %d rows in %s", n, tbl)
+		}
+	}
+	for _, id := range []string{"recent", "imported"} {
+		after := rowsOf(t, s, id)
+		for tbl, n := range before[id] {
+			if after[tbl] != n {
+				t.Errorf("run %s: %s rows %d -> %d, want untouched", id, tbl, n, after[tbl])
+			}
+		}
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM gpu_samples WHERE host IN ('idle', 'gone')`); n != 1 {
+		t.Errorf("%d GPU samples of no run left, want 1 (the recent one)", n)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM host_samples WHERE time < now() - interval '90 days'`); n != 0 {
+		t.Errorf("%d old host samples left, want 0", n)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM host_samples`); n != 1 {
+		t.Errorf("%d host samples left, want 1 (the recent one)", n)
+	}
+
+	// Nothing more to drop; 0 keeps everything.
+	if res, err := s.ApplyRetention(ctx, 90*24*time.Hour); err != nil || res.Runs != 0 {
+		t.Fatalf("second pass = %+v, %v; want nothing dropped", res, err)
+	}
+	if res, err := s.ApplyRetention(ctx, 0); err != nil || res.Runs != 0 {
+		t.Fatalf("retention 0 = %+v, %v; want nothing dropped", res, err)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM runs`); n != 2 {
+		t.Fatalf("%d runs left, want 2", n)
+	}
+}
+
+// A run written to again after a long pause counts from that write: it
+// is kept whole, its old rows included.
+func TestApplyRetentionKeepsRevivedRun(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.NewStore(t)
+	longAgo := time.Now().Add(-200 * 24 * time.Hour)
+	mustWrite(t, s, runRecords("revived", longAgo)...)
+	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, fmt.Sprintf(`{"kind":"step","run_id":"revived","rank":0,"step":1000,"time":%q,"loss":1}`,
+		time.Now().UTC().Format(time.RFC3339Nano)))
+	if _, err := s.ApplyRetention(ctx, 90*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'revived'`); n != 251 {
+		t.Fatalf("revived run has %d steps, want 251", n)
+	}
+}
