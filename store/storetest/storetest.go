@@ -196,6 +196,15 @@ func makeTemplate(ctx context.Context, want string) (string, store.DatabaseMode,
 	if _, err = s.Migrate(ctx); err == nil && want != "off" {
 		m, err = s.SetupMode(ctx, want, store.TimescaleOptions{})
 	}
+	if err == nil && m.Timescale {
+		// The clones inherit the template's TimescaleDB jobs. Paused, they
+		// do not compress chunks under a test's feet (the tests write data
+		// dated years back, which the compression policy takes at once,
+		// and a batch racing it deadlocks); a test that wants them runs
+		// them itself.
+		_, err = s.Pool.Exec(ctx, `SELECT alter_job(job_id, scheduled => false) FROM timescaledb_information.jobs
+			WHERE hypertable_schema = current_schema()`)
+	}
 	s.Close()
 	if err != nil {
 		return "", m, fmt.Errorf("template %s: %w", name, err)
