@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the repository from a fresh clone, installing what is
 # missing: PostgreSQL (apt-get) when no server binaries are found, the
-# plugin's npm packages from its lockfile.
+# plugin's npm packages from its lockfile. The Go suite runs on TimescaleDB
+# when the machine's PostgreSQL has the extension (or
+# DEEPSEED_TEST_DATABASE_URL names a TimescaleDB server), else on plain
+# PostgreSQL; DEEPSEED_TEST_TIMESCALE=off forces plain.
 #
 #   ./test.sh            everything
 #   ./test.sh go         only the Go suites (also: hook, plugin)
@@ -31,7 +34,14 @@ if [ "$only" = all ] || [ "$only" = go ]; then
   if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
   go vet ./...
 
-  log "go test"
+  # The suite runs on TimescaleDB where the database has it: the throwaway
+  # cluster preloads it when the machine's PostgreSQL has the extension, or
+  # DEEPSEED_TEST_DATABASE_URL names a TimescaleDB server. Say which, once,
+  # and hold every package to it.
+  mode=$(go test -count=1 -v -run '^TestDatabaseMode$' ./store/storetest/ 2>&1 | sed -n 's/.*storetest_test.go:[0-9]*: database mode: //p' | head -1)
+  [ -n "$mode" ] || { go test -count=1 -v -run '^TestDatabaseMode$' ./store/storetest/; exit 1; }
+  log "go test (database mode: $mode)"
+  case "$mode" in TimescaleDB*) export DEEPSEED_TEST_TIMESCALE=${DEEPSEED_TEST_TIMESCALE:-require} ;; esac
   go test -count=1 -timeout 40m ./...
 fi
 
