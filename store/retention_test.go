@@ -72,6 +72,18 @@ func TestApplyRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if s.Timescale {
+		// As in production, where chunks older than --compress-after are
+		// compressed: retention deletes from compressed chunks too.
+		for _, h := range []string{"steps", "layer_times", "evals", "events", "gpu_samples", "host_samples"} {
+			if _, err := s.Pool.Exec(ctx, `SELECT compress_chunk(c) FROM show_chunks($1::regclass, older_than => interval '7 days') c`, h); err != nil {
+				t.Fatalf("compress %s: %v", h, err)
+			}
+		}
+		if n := mustCount(t, s, `SELECT count(*) FROM timescaledb_information.chunks WHERE is_compressed`); n == 0 {
+			t.Fatal("setup: no chunk compressed")
+		}
+	}
 	before := map[string]map[string]int{}
 	for _, id := range []string{"old", "recent", "imported"} {
 		before[id] = rowsOf(t, s, id)
