@@ -52,6 +52,11 @@ const (
 // Any other failure is returned as an error.
 func (s *Store) SetupMode(ctx context.Context, want string, opt TimescaleOptions) (DatabaseMode, error) {
 	on, version, err := s.SetupTimescale(ctx, opt)
+	// Replacing the policies takes locks that TimescaleDB's job scheduler
+	// also takes, in another order: a deadlock here is retried.
+	for try := 1; try < 4 && isDeadlock(err) && ctx.Err() == nil; try++ {
+		on, version, err = s.SetupTimescale(ctx, opt)
+	}
 	mode := DatabaseMode{Timescale: on, Version: version}
 	switch {
 	case err == nil && on:
@@ -78,4 +83,9 @@ func (s *Store) SetupMode(ctx context.Context, want string, opt TimescaleOptions
 		return mode, fmt.Errorf("TimescaleDB required (--timescale=require) but unusable: %s", mode.Why)
 	}
 	return mode, nil
+}
+
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
