@@ -118,6 +118,7 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(lp.Dir), 0o755); err != nil {
 		return "", fmt.Errorf("local postgres: create parent of data dir: %w", err)
 	}
+	waited := false
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, time.Second) {
 		lock, err := takeOwnerLock(lp.lockPath())
 		var owned *errOwned
@@ -142,6 +143,10 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 			log.Info("private PostgreSQL is run by another process; connecting to it as a client (it stops when that process exits)",
 				"dir", lp.Dir, "owner_pid", owned.owner.PID, "port", port)
 			return lp.URL("postgres"), nil
+		}
+		if !waited {
+			log.Info("private PostgreSQL is run by another process that has not started it yet; waiting", "dir", lp.Dir, "owner_pid", owned.owner.PID)
+			waited = true
 		}
 		select {
 		case <-ctx.Done():
