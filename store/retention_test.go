@@ -153,3 +153,55 @@ func TestApplyRetentionKeepsRevivedRun(t *testing.T) {
 		t.Fatalf("revived run has %d steps, want 251", n)
 	}
 }
+
+// A batch for an expired run that commits while the job waits for the
+// run's lock wins: the job rechecks the run's last write under the lock
+// and keeps it whole.
+func TestApplyRetentionYieldsToConcurrentWrite(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.NewStore(t)
+	mustWrite(t, s, runRecords("busy", time.Now().Add(-200*24*time.Hour))...)
+	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
+		t.Fatal(err)
+	}
+	// Stand in for a batch in flight: ingest's per-run lock, the write of
+	// runs.updated_at, not committed yet.
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('busy'))`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE runs SET updated_at = now() WHERE run_id = 'busy'`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res store.RetentionResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s.ApplyRetention(ctx, 90*24*time.Hour)
+		done <- result{res, err}
+	}()
+	// Commit once the job waits for the run's lock.
+	deadline := time.Now().Add(time.Minute)
+	for mustCount(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the retention job never waited for the run's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.res.Runs != 0 {
+		t.Fatalf("ApplyRetention = %+v, %v; want the busy run kept", r.res, r.err)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'busy'`); n != 250 {
+		t.Fatalf("busy run has %d steps after the job, want 250", n)
+	}
+}
