@@ -14,14 +14,19 @@ import (
 
 // timescaleOptions returns the server options that preload TimescaleDB
 // when the PostgreSQL installation of lp.bin has it (unless
-// WithoutTimescale), then lp.Settings. Telemetry is turned off: the
-// private cluster never calls out.
+// WithoutTimescale), then lp.Settings, which win. Telemetry is turned
+// off: the private cluster never calls out.
 func (lp *LocalPostgres) timescaleOptions(log *slog.Logger) string {
 	var opts string
 	if !lp.WithoutTimescale {
 		if lib, ok := TimescaleInstalled(lp.bin); ok {
 			log.Info("TimescaleDB found; preloading it in the private PostgreSQL", "library", lib)
-			opts += " -c shared_preload_libraries=timescaledb -c timescaledb.telemetry_level=off"
+			// PostgreSQL's default of 8 worker processes leaves too few
+			// for TimescaleDB's launcher, scheduler and jobs beside the
+			// parallel query workers ("failed to launch job … failed to
+			// start a background worker"): add the 16 that TimescaleDB's
+			// timescaledb.max_background_workers allows by default.
+			opts += " -c shared_preload_libraries=timescaledb -c timescaledb.telemetry_level=off -c max_worker_processes=24"
 		}
 	}
 	names := make([]string, 0, len(lp.Settings))
