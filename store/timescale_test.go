@@ -103,3 +103,29 @@ func TestSetupModeWithoutUsableTimescale(t *testing.T) {
 		t.Fatalf("write in plain mode: %v", err)
 	}
 }
+
+// Retention is the server's job, not TimescaleDB's: setup removes the
+// retention policies an earlier version added, and adds none.
+func TestSetupModeRemovesRetentionPolicies(t *testing.T) {
+	ctx := context.Background()
+	if !storetest.Mode(t).Timescale {
+		t.Skip("plain PostgreSQL: no TimescaleDB policies to observe (TestApplyRetention covers retention here)")
+	}
+	s := storetest.NewStore(t)
+	if _, err := s.Pool.Exec(ctx, `SELECT add_retention_policy('steps', drop_after => interval '30 days')`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		mode, err := s.SetupMode(ctx, store.TimescaleRequire, store.TimescaleOptions{})
+		if err != nil || !mode.Timescale || mode.String() != "TimescaleDB "+mode.Version {
+			t.Fatalf("SetupMode = %+v, %v; want TimescaleDB", mode, err)
+		}
+	}
+	var n int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.jobs WHERE proc_name = 'policy_retention'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d TimescaleDB retention policies after setup, want 0", n)
+	}
+}
