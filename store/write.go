@@ -48,8 +48,9 @@ const writeTimeout = 2 * time.Minute
 //     rollup_dirty, in the same transaction.
 //
 // Rows go through COPY into temporary tables and are merged with one
-// statement per table, never row by row. A per-run advisory lock keeps
-// concurrent batches for one run from inserting the same step twice.
+// statement per table, never row by row. Advisory locks per run and rank
+// (write_runs.go) keep concurrent batches from inserting the same key twice
+// while the ranks of one run write in parallel.
 // Errors for which [IsUnavailable] is true mean the batch may be retried.
 func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult, error) {
 	res := WriteResult{ByKind: map[string]int{}}
@@ -127,6 +128,10 @@ type batchPlan struct {
 	hosts  []*api.Host
 	mems   []*api.Memory
 	events []*api.Event
+	// untimed are events sent without a time: they are stamped with the
+	// batch's time, so a retry would carry a new one, and they dedupe on
+	// their content instead (run, rank, step, type and text).
+	untimed []*api.Event
 
 	runIDs   []string // every run the batch touches, sorted
 	runFirst map[string]time.Time
@@ -195,8 +200,12 @@ func newBatchPlan(recs []api.Record, now time.Time) *batchPlan {
 			b.seen(r.Memory.RunID, stamp(&r.Memory.Time))
 			b.mems = append(b.mems, r.Memory)
 		case r.Event != nil:
+			if r.Event.Time == nil || r.Event.Time.IsZero() {
+				b.untimed = append(b.untimed, r.Event)
+			} else {
+				b.events = append(b.events, r.Event)
+			}
 			b.seen(r.Event.RunID, stamp(&r.Event.Time))
-			b.events = append(b.events, r.Event)
 		case r.End != nil:
 			b.seen(r.End.RunID, stamp(&r.End.Time))
 			b.ends[r.End.RunID] = r.End
@@ -277,90 +286,33 @@ func rawObject(raw json.RawMessage) *string {
 	return &s
 }
 
-// prepare begins the transaction, locks the batch's runs, creates the runs
-// it names, applies run and end records, probes for stored keys and reads
-// the layer names of runs with layers records, in one round trip, and
-// creates the temporary tables a batch with stored keys needs.
+// prepare begins the transaction, takes the batch's key locks, creates the
+// runs it names, probes for stored keys and reads the layer names of runs
+// with layers records, in one round trip, and creates the temporary tables
+// a batch with stored keys needs. Run and end records, and the runs'
+// last-seen times, are applied at the end of the transaction (see
+// runUpdates), so that the runs row is locked for as short a time as
+// possible.
 func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	q := &pgx.Batch{}
 	q.Queue(`BEGIN`)
+	if keys := b.lockKeys(); len(keys) > 0 {
+		// Locks are taken in key order so that batches cannot deadlock
+		// each other over them.
+		q.Queue(`SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS l`, keys)
+	}
 	if len(b.runIDs) > 0 {
-		// Locks are taken in key order so that batches touching several
-		// runs cannot deadlock each other.
-		q.Queue(`SELECT count(pg_advisory_xact_lock(k)) FROM
-			(SELECT DISTINCT hashtext(x) AS k FROM unnest($1::text[]) AS x ORDER BY 1) AS l`, b.runIDs)
+		// A new run is created here; an existing one is only moved by
+		// runUpdates, and only when its times change, so the ranks of a
+		// live run do not queue on its row.
 		first := make([]time.Time, len(b.runIDs))
 		last := make([]time.Time, len(b.runIDs))
 		for i, id := range b.runIDs {
 			first[i], last[i] = b.runFirst[id], b.runLast[id]
 		}
-		q.Queue(`INSERT INTO runs AS r (run_id, started_at, last_seen_at)
+		q.Queue(`INSERT INTO runs (run_id, started_at, last_seen_at)
 			SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[])
-			ON CONFLICT (run_id) DO UPDATE SET
-				started_at = LEAST(r.started_at, EXCLUDED.started_at),
-				last_seen_at = GREATEST(r.last_seen_at, EXCLUDED.last_seen_at),
-				updated_at = now()`, b.runIDs, first, last)
-	}
-	if len(b.runs) > 0 {
-		var (
-			ids                                        []string
-			project, name, sweep, config, params, tags []*string
-			meta                                       []*string
-			started                                    []*time.Time
-		)
-		for id, u := range b.runs {
-			ids = append(ids, id)
-			project = append(project, u.project)
-			name = append(name, u.name)
-			sweep = append(sweep, u.sweepID)
-			config = append(config, u.config)
-			params = append(params, u.params)
-			tags = append(tags, u.tags)
-			started = append(started, u.startedAt)
-			var m *string
-			if u.meta != nil {
-				js, _ := json.Marshal(u.meta)
-				s := string(js)
-				m = &s
-			}
-			meta = append(meta, m)
-		}
-		q.Queue(`UPDATE runs AS r SET
-				project    = COALESCE(u.project, r.project),
-				name       = COALESCE(u.name, r.name),
-				sweep_id   = COALESCE(u.sweep_id, r.sweep_id),
-				started_at = COALESCE(u.started_at, r.started_at),
-				config     = COALESCE(u.config::jsonb, r.config),
-				params     = COALESCE(u.params::jsonb, r.params),
-				meta       = r.meta || COALESCE(u.meta::jsonb, '{}'),
-				tags       = CASE WHEN u.tags IS NULL THEN r.tags
-				                  ELSE ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)) END,
-				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],
-			            $6::text[], $7::text[], $8::text[], $9::text[])
-			     AS u(run_id, project, name, sweep_id, started_at, config, params, meta, tags)
-			WHERE r.run_id = u.run_id`,
-			ids, project, name, sweep, started, config, params, meta, tags)
-	}
-	if len(b.ends) > 0 {
-		var (
-			ids, status []string
-			at          []time.Time
-			summary     []*string
-		)
-		for id, e := range b.ends {
-			ids = append(ids, id)
-			status = append(status, e.Status)
-			at = append(at, e.Time.Time)
-			summary = append(summary, rawObject(e.Summary))
-		}
-		q.Queue(`UPDATE runs AS r SET
-				status = u.status,
-				ended_at = u.ended_at,
-				summary = r.summary || COALESCE(u.summary::jsonb, '{}'),
-				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(run_id, status, ended_at, summary)
-			WHERE r.run_id = u.run_id`, ids, status, at, summary)
+			ON CONFLICT (run_id) DO NOTHING`, b.runIDs, first, last)
 	}
 	// Probe for stored keys once per run and rank (or split), over the
 	// range of steps the batch brings, instead of once per row in the
@@ -407,6 +359,9 @@ func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	}
 	if err := tx.SendBatch(ctx, q).Close(); err != nil {
 		return fmt.Errorf("store: write batch: prepare runs: %w", err)
+	}
+	if err := b.lockLayerNames(ctx, tx); err != nil {
+		return err
 	}
 
 	// Each connection keeps its temporary tables and they empty themselves
@@ -566,6 +521,9 @@ func (b *batchPlan) tables() []copyTable {
 	if len(b.events) > 0 {
 		ts = append(ts, copyTable{api.KindEvent, "tmp_events", "events", eventCols, len(b.events), b.eventRow})
 	}
+	if len(b.untimed) > 0 {
+		ts = append(ts, copyTable{api.KindEvent, "tmp_untimed_events", "events", eventCols, len(b.untimed), b.untimedRow})
+	}
 	return ts
 }
 
@@ -687,7 +645,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 	written := map[string]int{}
 	for _, t := range b.tables() {
 		if t.temp == t.target {
-			written[t.kind] = t.n
+			written[t.kind] += t.n
 			continue
 		}
 		switch t.kind {
@@ -704,7 +662,11 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 		case api.KindMemory:
 			stmts = append(stmts, stmt{t.kind, mergeMemory, false})
 		case api.KindEvent:
-			stmts = append(stmts, stmt{t.kind, mergeEvents, false})
+			if t.temp == "tmp_untimed_events" {
+				stmts = append(stmts, stmt{t.kind, mergeUntimedEvents, false})
+			} else {
+				stmts = append(stmts, stmt{t.kind, mergeEvents, false})
+			}
 		}
 	}
 	dirtyRuns, dirtyRanks, dirtyBlocks := b.directDirty()
@@ -725,6 +687,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) ORDER BY 1, 2, 3
 			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')`, dirtyRuns, dirtyRanks, dirtyBlocks)
 	}
+	nRuns := b.runUpdates(q)
 	q.Queue(`COMMIT`)
 	br := tx.SendBatch(ctx, q)
 	for i := 0; i < 2 && len(stmts) > 0; i++ {
@@ -740,7 +703,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 				br.Close()
 				return nil, fmt.Errorf("store: write batch: merge %s: %w", s.kind, err)
 			}
-			written[s.kind] = int(n)
+			written[s.kind] += int(n)
 			continue
 		}
 		tag, err := br.Exec()
@@ -748,12 +711,18 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 			br.Close()
 			return nil, fmt.Errorf("store: write batch: merge %s: %w", s.kind, err)
 		}
-		written[s.kind] = int(tag.RowsAffected())
+		written[s.kind] += int(tag.RowsAffected())
 	}
 	if len(dirtyRuns) > 0 {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return nil, fmt.Errorf("store: write batch: mark rollups dirty: %w", err)
+		}
+	}
+	for i := 0; i < nRuns; i++ {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("store: write batch: update runs: %w", err)
 		}
 	}
 	tag, err := br.Exec()
@@ -996,8 +965,11 @@ func (b *batchPlan) memRow(i int, r []any) []any {
 		f(m.ActivationsBytes))
 }
 
-func (b *batchPlan) eventRow(i int, r []any) []any {
-	e := b.events[i]
+func (b *batchPlan) eventRow(i int, r []any) []any { return eventRow(b.events[i], r) }
+
+func (b *batchPlan) untimedRow(i int, r []any) []any { return eventRow(b.untimed[i], r) }
+
+func eventRow(e *api.Event, r []any) []any {
 	step, rank := int64(-1), int32(-1)
 	if e.Step != nil {
 		step = *e.Step
