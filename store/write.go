@@ -53,6 +53,29 @@ const writeTimeout = 2 * time.Minute
 // while the ranks of one run write in parallel.
 // Errors for which [IsUnavailable] is true mean the batch may be retried.
 func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult, error) {
+	return s.writeBatch(ctx, recs, false)
+}
+
+// ErrNotDirect is WriteBatchNew's answer for a batch some of whose keys
+// are stored already, or repeated in it; nothing of it was written.
+var ErrNotDirect = errors.New("store: batch holds keys that are stored already")
+
+// WriteBatchNew writes a batch whose steps, layers and evaluations are all
+// new, as WriteBatch would, and every record of it counts as accepted. A
+// batch with a key that is stored or repeated is rolled back and answered
+// with ErrNotDirect, for the caller to write through WriteBatch. Records
+// other than runs, steps, layers and evaluations are not taken: their
+// merges can find duplicates that this answer could not attribute.
+func (s *Store) WriteBatchNew(ctx context.Context, recs []api.Record) (WriteResult, error) {
+	for _, r := range recs {
+		if r.Run == nil && r.Step == nil && r.Layers == nil && r.Eval == nil {
+			return WriteResult{}, fmt.Errorf("store: write new batch: %s records are not taken", r.Kind())
+		}
+	}
+	return s.writeBatch(ctx, recs, true)
+}
+
+func (s *Store) writeBatch(ctx context.Context, recs []api.Record, newOnly bool) (WriteResult, error) {
 	res := WriteResult{ByKind: map[string]int{}}
 	if len(recs) == 0 {
 		return res, nil
@@ -87,6 +110,10 @@ func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult,
 
 	if err := b.prepare(ctx, conn); err != nil {
 		return res, err
+	}
+	if newOnly && !b.allDirect() {
+		// The deferred ROLLBACK undoes what prepare did.
+		return res, ErrNotDirect
 	}
 	if err := b.copy(ctx, conn); err != nil {
 		return res, err
@@ -152,6 +179,9 @@ type batchPlan struct {
 	// table, the dedupe probes and the merge are needed only for retries
 	// and resumed runs.
 	direct map[string]bool
+	// inlined is set when the steps went in with prepare's round trip
+	// (inlineSteps) and need no COPY.
+	inlined bool
 }
 
 type runUpdate struct {
@@ -322,6 +352,10 @@ func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	checks := b.directChecks()
 	b.direct = map[string]bool{}
 	for _, c := range checks {
+		if c.kind == api.KindStep && len(b.steps) <= inlineMaxSteps {
+			b.inlineSteps(q, c)
+			continue
+		}
 		q.Queue(c.sql, c.args...).QueryRow(func(row pgx.Row) error {
 			var stored bool
 			if err := row.Scan(&stored); err != nil {
@@ -533,6 +567,9 @@ func (b *batchPlan) copy(ctx context.Context, tx batchConn) error {
 		b.alignLayers()
 	}
 	for _, t := range b.tables() {
+		if t.kind == api.KindStep && b.inlined {
+			continue
+		}
 		buf := make([]any, 0, len(t.cols))
 		src := pgx.CopyFromSlice(t.n, func(i int) ([]any, error) {
 			// pgx encodes a row before asking for the next, so one
@@ -1037,6 +1074,13 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 // use it to clear their scratch runs.
 func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		// The rollup refresher's locks first, in key order: a refresh of
+		// one of these runs deletes its markers and writes its rollups, the
+		// other way round from here, and the two would deadlock.
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
+			(SELECT DISTINCT hashtextextended('rollup:' || r, 0) AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
+			return fmt.Errorf("store: delete runs: lock rollups: %w", err)
+		}
 		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "rollup_dirty", "metric_rollups", "layer_rollups", "runs"} {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = ANY($1)`, runIDs); err != nil {
 				return fmt.Errorf("store: delete runs from %s: %w", t, err)

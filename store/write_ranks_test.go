@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -225,5 +226,32 @@ func TestWriteBatchUntimedEventsDedupe(t *testing.T) {
 		`{"kind":"event","run_id":"ev","time":1001,"type":"note","text":"x"}`)
 	if n := mustCount(t, s, `SELECT count(*) FROM events WHERE run_id = 'ev' AND type = 'note'`); n != 2 {
 		t.Fatalf("%d timed notes stored, want 2", n)
+	}
+}
+
+// WriteBatchNew writes a batch of new keys and refuses, changing nothing,
+// one that repeats a stored key, and records it cannot count.
+func TestWriteBatchNew(t *testing.T) {
+	s := storetest.NewStore(t)
+	ctx := context.Background()
+	batch := mustDecode(t, `{"kind":"run","run_id":"nw","project":"p"}`, stepLine("nw", 0, 1, 1000), stepLine("nw", 1, 1, 1000),
+		`{"kind":"layers","run_id":"nw","rank":0,"step":1,"time":1000,"names":["a"],"forward_ms":[1]}`,
+		`{"kind":"eval","run_id":"nw","step":1,"time":1000,"loss":1}`)
+	res, err := s.WriteBatchNew(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantResult(t, res, 5, 0)
+	before := tableCounts(t, s)
+	// A retry of the same steps, with a new one beside them.
+	_, err = s.WriteBatchNew(ctx, mustDecode(t, stepLine("nw", 0, 1, 1000), stepLine("nw", 0, 2, 1000)))
+	if !errors.Is(err, store.ErrNotDirect) {
+		t.Fatalf("retried batch: err %v, want ErrNotDirect", err)
+	}
+	if after := tableCounts(t, s); after != before {
+		t.Fatalf("a refused batch changed the tables: %s, then %s", before, after)
+	}
+	if _, err := s.WriteBatchNew(ctx, mustDecode(t, `{"kind":"event","run_id":"nw","type":"note","time":1000}`)); err == nil {
+		t.Fatal("an event was taken by WriteBatchNew")
 	}
 }
