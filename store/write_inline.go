@@ -15,7 +15,7 @@ import (
 // in the prepare round trip rather than copied: a small batch is what every
 // rank of a many-rank run sends, and for it the COPY's own two round trips
 // cost more than its rows.
-const inlineMaxSteps = 512
+const inlineMaxSteps = 64
 
 // inlineSteps queues, in place of the probe for stored step keys, an
 // insert of the batch's steps that happens only when none of their keys is
