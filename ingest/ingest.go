@@ -51,6 +51,7 @@ type Options struct {
 // Handler serves the ingest routes.
 type Handler struct {
 	store *store.Store
+	comb  *combiner
 	opt   Options
 	log   *slog.Logger
 }
@@ -64,7 +65,7 @@ func New(s *store.Store, opt Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{store: s, opt: opt, log: log.With("component", "ingest")}
+	return &Handler{store: s, comb: newCombiner(s), opt: opt, log: log.With("component", "ingest")}
 }
 
 // Register adds POST /ingest and POST /import to g (mounted at /api/v1).
@@ -76,6 +77,11 @@ func (h *Handler) Register(g *echo.Group) {
 var (
 	duplicatesTotal = metrics.GetOrCreateCounter(`deepseed_ingest_duplicates_total`)
 	writeDuration   = metrics.GetOrCreateHistogram(`deepseed_db_write_duration_seconds`)
+	// combineFallbacks counts combined writes that failed and were
+	// written again batch by batch.
+	combineFallbacks = metrics.GetOrCreateCounter(`deepseed_ingest_combine_fallbacks_total`)
+	// combinedBatches counts batches written together with others.
+	combinedBatches = metrics.GetOrCreateCounter(`deepseed_ingest_combined_batches_total`)
 )
 
 func recordsTotal(kind string) *metrics.Counter {
@@ -168,7 +174,7 @@ func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResul
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	start := time.Now()
-	res, err := h.store.WriteBatch(ctx, recs)
+	res, err := h.comb.write(ctx, recs)
 	writeDuration.UpdateDuration(start)
 	if err != nil {
 		return api.IngestResult{}, h.storeError(err, "storing the batch")

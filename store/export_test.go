@@ -7,3 +7,6 @@ func SetAfterMarkersRead(f func()) (restore func()) {
 	afterMarkersRead = f
 	return func() { afterMarkersRead = old }
 }
+
+// RankLockKey is the advisory lock a batch takes for a run's rank.
+var RankLockKey = rankLockKey

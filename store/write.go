@@ -48,10 +48,34 @@ const writeTimeout = 2 * time.Minute
 //     rollup_dirty, in the same transaction.
 //
 // Rows go through COPY into temporary tables and are merged with one
-// statement per table, never row by row. A per-run advisory lock keeps
-// concurrent batches for one run from inserting the same step twice.
+// statement per table, never row by row. Advisory locks per run and rank
+// (write_runs.go) keep concurrent batches from inserting the same key twice
+// while the ranks of one run write in parallel.
 // Errors for which [IsUnavailable] is true mean the batch may be retried.
 func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult, error) {
+	return s.writeBatch(ctx, recs, false)
+}
+
+// ErrNotDirect is WriteBatchNew's answer for a batch some of whose keys
+// are stored already, or repeated in it; nothing of it was written.
+var ErrNotDirect = errors.New("store: batch holds keys that are stored already")
+
+// WriteBatchNew writes a batch whose steps, layers and evaluations are all
+// new, as WriteBatch would, and every record of it counts as accepted. A
+// batch with a key that is stored or repeated is rolled back and answered
+// with ErrNotDirect, for the caller to write through WriteBatch. Records
+// other than runs, steps, layers and evaluations are not taken: their
+// merges can find duplicates that this answer could not attribute.
+func (s *Store) WriteBatchNew(ctx context.Context, recs []api.Record) (WriteResult, error) {
+	for _, r := range recs {
+		if r.Run == nil && r.Step == nil && r.Layers == nil && r.Eval == nil {
+			return WriteResult{}, fmt.Errorf("store: write new batch: %s records are not taken", r.Kind())
+		}
+	}
+	return s.writeBatch(ctx, recs, true)
+}
+
+func (s *Store) writeBatch(ctx context.Context, recs []api.Record, newOnly bool) (WriteResult, error) {
 	res := WriteResult{ByKind: map[string]int{}}
 	if len(recs) == 0 {
 		return res, nil
@@ -86,6 +110,10 @@ func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult,
 
 	if err := b.prepare(ctx, conn); err != nil {
 		return res, err
+	}
+	if newOnly && !b.allDirect() {
+		// The deferred ROLLBACK undoes what prepare did.
+		return res, ErrNotDirect
 	}
 	if err := b.copy(ctx, conn); err != nil {
 		return res, err
@@ -127,6 +155,10 @@ type batchPlan struct {
 	hosts  []*api.Host
 	mems   []*api.Memory
 	events []*api.Event
+	// untimed are events sent without a time: they are stamped with the
+	// batch's time, so a retry would carry a new one, and they dedupe on
+	// their content instead (run, rank, step, type and text).
+	untimed []*api.Event
 
 	runIDs   []string // every run the batch touches, sorted
 	runFirst map[string]time.Time
@@ -147,6 +179,9 @@ type batchPlan struct {
 	// table, the dedupe probes and the merge are needed only for retries
 	// and resumed runs.
 	direct map[string]bool
+	// inlined is set when the steps went in with prepare's round trip
+	// (inlineSteps) and need no COPY.
+	inlined bool
 }
 
 type runUpdate struct {
@@ -195,8 +230,12 @@ func newBatchPlan(recs []api.Record, now time.Time) *batchPlan {
 			b.seen(r.Memory.RunID, stamp(&r.Memory.Time))
 			b.mems = append(b.mems, r.Memory)
 		case r.Event != nil:
+			if r.Event.Time == nil || r.Event.Time.IsZero() {
+				b.untimed = append(b.untimed, r.Event)
+			} else {
+				b.events = append(b.events, r.Event)
+			}
 			b.seen(r.Event.RunID, stamp(&r.Event.Time))
-			b.events = append(b.events, r.Event)
 		case r.End != nil:
 			b.seen(r.End.RunID, stamp(&r.End.Time))
 			b.ends[r.End.RunID] = r.End
@@ -277,90 +316,33 @@ func rawObject(raw json.RawMessage) *string {
 	return &s
 }
 
-// prepare begins the transaction, locks the batch's runs, creates the runs
-// it names, applies run and end records, probes for stored keys and reads
-// the layer names of runs with layers records, in one round trip, and
-// creates the temporary tables a batch with stored keys needs.
+// prepare begins the transaction, takes the batch's key locks, creates the
+// runs it names, probes for stored keys and reads the layer names of runs
+// with layers records, in one round trip, and creates the temporary tables
+// a batch with stored keys needs. Run and end records, and the runs'
+// last-seen times, are applied at the end of the transaction (see
+// runUpdates), so that the runs row is locked for as short a time as
+// possible.
 func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	q := &pgx.Batch{}
 	q.Queue(`BEGIN`)
+	if keys := b.lockKeys(); len(keys) > 0 {
+		// Locks are taken in key order so that batches cannot deadlock
+		// each other over them.
+		q.Queue(`SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS l`, keys)
+	}
 	if len(b.runIDs) > 0 {
-		// Locks are taken in key order so that batches touching several
-		// runs cannot deadlock each other.
-		q.Queue(`SELECT count(pg_advisory_xact_lock(k)) FROM
-			(SELECT DISTINCT hashtext(x) AS k FROM unnest($1::text[]) AS x ORDER BY 1) AS l`, b.runIDs)
+		// A new run is created here; an existing one is only moved by
+		// runUpdates, and only when its times change, so the ranks of a
+		// live run do not queue on its row.
 		first := make([]time.Time, len(b.runIDs))
 		last := make([]time.Time, len(b.runIDs))
 		for i, id := range b.runIDs {
 			first[i], last[i] = b.runFirst[id], b.runLast[id]
 		}
-		q.Queue(`INSERT INTO runs AS r (run_id, started_at, last_seen_at)
+		q.Queue(`INSERT INTO runs (run_id, started_at, last_seen_at)
 			SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[])
-			ON CONFLICT (run_id) DO UPDATE SET
-				started_at = LEAST(r.started_at, EXCLUDED.started_at),
-				last_seen_at = GREATEST(r.last_seen_at, EXCLUDED.last_seen_at),
-				updated_at = now()`, b.runIDs, first, last)
-	}
-	if len(b.runs) > 0 {
-		var (
-			ids                                        []string
-			project, name, sweep, config, params, tags []*string
-			meta                                       []*string
-			started                                    []*time.Time
-		)
-		for id, u := range b.runs {
-			ids = append(ids, id)
-			project = append(project, u.project)
-			name = append(name, u.name)
-			sweep = append(sweep, u.sweepID)
-			config = append(config, u.config)
-			params = append(params, u.params)
-			tags = append(tags, u.tags)
-			started = append(started, u.startedAt)
-			var m *string
-			if u.meta != nil {
-				js, _ := json.Marshal(u.meta)
-				s := string(js)
-				m = &s
-			}
-			meta = append(meta, m)
-		}
-		q.Queue(`UPDATE runs AS r SET
-				project    = COALESCE(u.project, r.project),
-				name       = COALESCE(u.name, r.name),
-				sweep_id   = COALESCE(u.sweep_id, r.sweep_id),
-				started_at = COALESCE(u.started_at, r.started_at),
-				config     = COALESCE(u.config::jsonb, r.config),
-				params     = COALESCE(u.params::jsonb, r.params),
-				meta       = r.meta || COALESCE(u.meta::jsonb, '{}'),
-				tags       = CASE WHEN u.tags IS NULL THEN r.tags
-				                  ELSE ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)) END,
-				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],
-			            $6::text[], $7::text[], $8::text[], $9::text[])
-			     AS u(run_id, project, name, sweep_id, started_at, config, params, meta, tags)
-			WHERE r.run_id = u.run_id`,
-			ids, project, name, sweep, started, config, params, meta, tags)
-	}
-	if len(b.ends) > 0 {
-		var (
-			ids, status []string
-			at          []time.Time
-			summary     []*string
-		)
-		for id, e := range b.ends {
-			ids = append(ids, id)
-			status = append(status, e.Status)
-			at = append(at, e.Time.Time)
-			summary = append(summary, rawObject(e.Summary))
-		}
-		q.Queue(`UPDATE runs AS r SET
-				status = u.status,
-				ended_at = u.ended_at,
-				summary = r.summary || COALESCE(u.summary::jsonb, '{}'),
-				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(run_id, status, ended_at, summary)
-			WHERE r.run_id = u.run_id`, ids, status, at, summary)
+			ON CONFLICT (run_id) DO NOTHING`, b.runIDs, first, last)
 	}
 	// Probe for stored keys once per run and rank (or split), over the
 	// range of steps the batch brings, instead of once per row in the
@@ -370,6 +352,10 @@ func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	checks := b.directChecks()
 	b.direct = map[string]bool{}
 	for _, c := range checks {
+		if c.kind == api.KindStep && len(b.steps) <= inlineMaxSteps {
+			b.inlineSteps(q, c)
+			continue
+		}
 		q.Queue(c.sql, c.args...).QueryRow(func(row pgx.Row) error {
 			var stored bool
 			if err := row.Scan(&stored); err != nil {
@@ -407,6 +393,9 @@ func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	}
 	if err := tx.SendBatch(ctx, q).Close(); err != nil {
 		return fmt.Errorf("store: write batch: prepare runs: %w", err)
+	}
+	if err := b.lockLayerNames(ctx, tx); err != nil {
+		return err
 	}
 
 	// Each connection keeps its temporary tables and they empty themselves
@@ -566,6 +555,9 @@ func (b *batchPlan) tables() []copyTable {
 	if len(b.events) > 0 {
 		ts = append(ts, copyTable{api.KindEvent, "tmp_events", "events", eventCols, len(b.events), b.eventRow})
 	}
+	if len(b.untimed) > 0 {
+		ts = append(ts, copyTable{api.KindEvent, "tmp_untimed_events", "events", eventCols, len(b.untimed), b.untimedRow})
+	}
 	return ts
 }
 
@@ -575,6 +567,9 @@ func (b *batchPlan) copy(ctx context.Context, tx batchConn) error {
 		b.alignLayers()
 	}
 	for _, t := range b.tables() {
+		if t.kind == api.KindStep && b.inlined {
+			continue
+		}
 		buf := make([]any, 0, len(t.cols))
 		src := pgx.CopyFromSlice(t.n, func(i int) ([]any, error) {
 			// pgx encodes a row before asking for the next, so one
@@ -687,7 +682,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 	written := map[string]int{}
 	for _, t := range b.tables() {
 		if t.temp == t.target {
-			written[t.kind] = t.n
+			written[t.kind] += t.n
 			continue
 		}
 		switch t.kind {
@@ -704,7 +699,11 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 		case api.KindMemory:
 			stmts = append(stmts, stmt{t.kind, mergeMemory, false})
 		case api.KindEvent:
-			stmts = append(stmts, stmt{t.kind, mergeEvents, false})
+			if t.temp == "tmp_untimed_events" {
+				stmts = append(stmts, stmt{t.kind, mergeUntimedEvents, false})
+			} else {
+				stmts = append(stmts, stmt{t.kind, mergeEvents, false})
+			}
 		}
 	}
 	dirtyRuns, dirtyRanks, dirtyBlocks := b.directDirty()
@@ -725,6 +724,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) ORDER BY 1, 2, 3
 			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')`, dirtyRuns, dirtyRanks, dirtyBlocks)
 	}
+	nRuns := b.runUpdates(q)
 	q.Queue(`COMMIT`)
 	br := tx.SendBatch(ctx, q)
 	for i := 0; i < 2 && len(stmts) > 0; i++ {
@@ -740,7 +740,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 				br.Close()
 				return nil, fmt.Errorf("store: write batch: merge %s: %w", s.kind, err)
 			}
-			written[s.kind] = int(n)
+			written[s.kind] += int(n)
 			continue
 		}
 		tag, err := br.Exec()
@@ -748,12 +748,18 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 			br.Close()
 			return nil, fmt.Errorf("store: write batch: merge %s: %w", s.kind, err)
 		}
-		written[s.kind] = int(tag.RowsAffected())
+		written[s.kind] += int(tag.RowsAffected())
 	}
 	if len(dirtyRuns) > 0 {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return nil, fmt.Errorf("store: write batch: mark rollups dirty: %w", err)
+		}
+	}
+	for i := 0; i < nRuns; i++ {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("store: write batch: update runs: %w", err)
 		}
 	}
 	tag, err := br.Exec()
@@ -996,8 +1002,11 @@ func (b *batchPlan) memRow(i int, r []any) []any {
 		f(m.ActivationsBytes))
 }
 
-func (b *batchPlan) eventRow(i int, r []any) []any {
-	e := b.events[i]
+func (b *batchPlan) eventRow(i int, r []any) []any { return eventRow(b.events[i], r) }
+
+func (b *batchPlan) untimedRow(i int, r []any) []any { return eventRow(b.untimed[i], r) }
+
+func eventRow(e *api.Event, r []any) []any {
 	step, rank := int64(-1), int32(-1)
 	if e.Step != nil {
 		step = *e.Step
@@ -1065,6 +1074,13 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 // use it to clear their scratch runs.
 func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		// The rollup refresher's locks first, in key order: a refresh of
+		// one of these runs deletes its markers and writes its rollups, the
+		// other way round from here, and the two would deadlock.
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
+			(SELECT DISTINCT hashtextextended('rollup:' || r, 0) AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
+			return fmt.Errorf("store: delete runs: lock rollups: %w", err)
+		}
 		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "rollup_dirty", "metric_rollups", "layer_rollups", "runs"} {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = ANY($1)`, runIDs); err != nil {
 				return fmt.Errorf("store: delete runs from %s: %w", t, err)

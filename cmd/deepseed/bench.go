@@ -65,7 +65,9 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	evalEvery := f.String("eval-every", "", "200", "steps between evaluations")
 	maxRecords := f.String("max-records", "", "600000", "most records built ahead of each phase (bounds memory)")
 	keep := f.fs.Bool("keep", false, "keep the scratch runs instead of deleting them")
-	f.setUsage("deepseed bench ingest [flags]", "Post realistic batches and report records/s, against a raw COPY of the same rows.", benchNotes)
+	perRank := f.fs.Bool("per-rank", false, "one run whose --ranks ranks each post their own --rate step records a second")
+	rate := f.String("rate", "", "10", "with --per-rank: step records each rank posts per second, in one request")
+	f.setUsage("deepseed bench ingest [flags]", "Post realistic batches and report records/s, against a raw COPY of the same rows.", benchNotes+"\n"+perRankNotes)
 	if err := f.fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,6 +103,12 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	}
 	cfg.target = base.JoinPath("/api/v1/ingest").String()
 	cfg.tag = randomTag()
+	if *perRank {
+		perSec := num("rate", *rate, 1)
+		return benchPerRank(ctx, perRankBench{target: cfg.target, token: cfg.token, ranks: cfg.ranks,
+			rate: perSec, duration: dur, runID: "bench-ranks-" + cfg.tag,
+			start: time.Now().UTC().Add(-time.Hour).Truncate(time.Second)}, *dbURL, *keep, errs)
+	}
 	cfg.start = time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)
 	cfg.perBatch = len(cfg.load("x").Records(1, int64(cfg.steps)))
 	cfg.batchesPerConn = max(1, nMax/cfg.perBatch/cfg.conns)
@@ -360,6 +368,35 @@ func runPhase(ctx context.Context, conns int, d time.Duration, send func(ctx con
 		return 0, 0, err
 	}
 	return int(total.Load()), elapsed, nil
+}
+
+// benchPerRank opens the database when given, runs the per-rank load and
+// deletes its run unless keep is set.
+func benchPerRank(ctx context.Context, c perRankBench, dbURL string, keep bool, flagErrs []error) error {
+	if len(flagErrs) > 0 {
+		return errors.Join(append([]error{errors.New("bench ingest: bad flags")}, flagErrs...)...)
+	}
+	if c.duration < time.Second {
+		return errors.New("bench ingest: --per-rank wants a --duration of at least 1s")
+	}
+	var st *store.Store
+	if dbURL != "" {
+		var err error
+		if st, err = store.Open(ctx, dbURL, nil); err != nil {
+			return fmt.Errorf("bench ingest: %w", err)
+		}
+		defer st.Close()
+		if !keep {
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				if err := st.DeleteRuns(cctx, []string{c.runID}); err != nil {
+					fmt.Fprintf(os.Stderr, "bench ingest: clean up: %v\n", err)
+				}
+			}()
+		}
+	}
+	return runPerRank(ctx, c, st)
 }
 
 func randomTag() string {

@@ -64,3 +64,42 @@ func TestBenchIngest(t *testing.T) {
 		t.Errorf("%d scratch runs and steps left behind, want none", left)
 	}
 }
+
+// TestBenchIngestPerRank plays 20 ranks of one run, each its own sender,
+// against a real server: what was accepted is stored once (the tool exits
+// non-zero otherwise), the figures are printed, and the run is deleted
+// afterwards.
+func TestBenchIngestPerRank(t *testing.T) {
+	dbURL := storetest.NewDatabase(t)
+	st, err := store.Open(context.Background(), dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	cfg := server.DefaultConfig()
+	cfg.IngestTokens = []string{"bench-token"}
+	base := servertest.Start(t, cfg, st)
+
+	code, stdout, stderr := runBinary(t, nil, "bench", "ingest", "--per-rank", "--server", base, "--token", "bench-token",
+		"--database-url", dbURL, "--ranks", "20", "--rate", "5", "--duration", "3s")
+	if code != 0 {
+		t.Fatalf("bench ingest --per-rank exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, re := range []string{
+		`(?m)^offered: +300 records`,
+		`(?m)^accepted: +\d+ records = \d+ records/s, 0 duplicates`,
+		`(?m)^latency: +p50 \S+, p99 \S+, max \S+ over \d+ requests`,
+		`(?m)^stored: +\d+ steps, 0 stored twice`,
+	} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("no line matching %q in:\n%s", re, stdout)
+		}
+	}
+	var left int
+	if err := st.Pool.QueryRow(context.Background(), `SELECT count(*) FROM steps WHERE run_id LIKE 'bench-ranks-%'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d steps of the scratch run left behind", left)
+	}
+}
