@@ -10,3 +10,6 @@ func SetAfterMarkersRead(f func()) (restore func()) {
 
 // RankLockKey is the advisory lock a batch takes for a run's rank.
 var RankLockKey = rankLockKey
+
+// RunLockKey is the lock every batch of a run holds shared.
+var RunLockKey = runLockKey

@@ -155,11 +155,12 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time) (bool, error) {
 	dropped := false
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		// Ingest's per-run lock (see WriteBatch), then the rollup
-		// refresher's: a batch or a refresh of this run waits for the drop
-		// and, when it comes after, starts from nothing.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1)),
-			pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, id); err != nil {
+		// The run's lock, which every batch of the run holds shared (see
+		// write_runs.go), then the rollup refresher's: a batch or a refresh
+		// of this run waits for the drop and, when it comes after, starts
+		// from nothing.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2),
+			pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, id, runLockKey(id)); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
 		var n int

@@ -164,14 +164,14 @@ func TestApplyRetentionYieldsToConcurrentWrite(t *testing.T) {
 	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
 		t.Fatal(err)
 	}
-	// Stand in for a batch in flight: ingest's per-run lock, the write of
-	// runs.updated_at, not committed yet.
+	// Stand in for a batch in flight: the run's lock that ingest holds
+	// shared, the write of runs.updated_at, not committed yet.
 	tx, err := s.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('busy'))`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, store.RunLockKey("busy")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE runs SET updated_at = now() WHERE run_id = 'busy'`); err != nil {

@@ -326,6 +326,9 @@ func rawObject(raw json.RawMessage) *string {
 func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	q := &pgx.Batch{}
 	q.Queue(`BEGIN`)
+	if keys := b.runLockKeys(); len(keys) > 0 {
+		q.Queue(`SELECT count(pg_advisory_xact_lock_shared(k)) FROM (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS l`, keys)
+	}
 	if keys := b.lockKeys(); len(keys) > 0 {
 		// Locks are taken in key order so that batches cannot deadlock
 		// each other over them.
@@ -1074,9 +1077,18 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 // use it to clear their scratch runs.
 func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		// The rollup refresher's locks first, in key order: a refresh of
-		// one of these runs deletes its markers and writes its rollups, the
-		// other way round from here, and the two would deadlock.
+		// The runs' locks, which batches hold shared, then the rollup
+		// refresher's, each in key order: a refresh of one of these runs
+		// deletes its markers and writes its rollups, the other way round
+		// from here, and the two would deadlock.
+		keys := make([]int64, len(runIDs))
+		for i, id := range runIDs {
+			keys[i] = runLockKey(id)
+		}
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
+			(SELECT DISTINCT k FROM unnest($1::bigint[]) AS k ORDER BY 1) AS l`, keys); err != nil {
+			return fmt.Errorf("store: delete runs: lock runs: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
 			(SELECT DISTINCT hashtextextended('rollup:' || r, 0) AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
 			return fmt.Errorf("store: delete runs: lock rollups: %w", err)

@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Concurrency of a batch's writes. Keys are deduplicated per run and rank
+// Concurrency of a batch's writes. Every batch holds a shared lock on each
+// run it writes to, which dropping a run (retention, DeleteRuns) takes
+// exclusively, so a run is never dropped under a batch that writes to it.
+// Keys are deduplicated per run and rank
 // (per run and split for evaluations), so that is what a batch locks: an
 // advisory lock per (run, rank) it brings steps or layers for, per (run,
 // split) it brings evaluations for, and per run it brings events without
@@ -37,6 +40,18 @@ func lockKey(parts ...string) int64 {
 		h.Write([]byte{0})
 	}
 	return int64(h.Sum64())
+}
+
+func runLockKey(run string) int64 { return lockKey(run, "run") }
+
+// runLockKeys returns the shared run locks of the batch, sorted.
+func (b *batchPlan) runLockKeys() []int64 {
+	keys := make([]int64, len(b.runIDs))
+	for i, id := range b.runIDs {
+		keys[i] = runLockKey(id)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
 }
 
 func rankLockKey(run string, rank int) int64 { return lockKey(run, "rank", strconv.Itoa(rank)) }
@@ -150,7 +165,8 @@ func (b *batchPlan) runUpdates(q *pgx.Batch) int {
 			FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS u(run_id, first, last)
 			WHERE r.run_id = u.run_id
 			  AND (r.started_at IS NULL OR u.first < r.started_at
-			       OR r.last_seen_at IS NULL OR u.last >= r.last_seen_at + interval '1 second')`,
+			       OR r.last_seen_at IS NULL OR u.last >= r.last_seen_at + interval '1 second'
+			       OR r.updated_at < now() - interval '10 seconds')`,
 			b.runIDs, first, last)
 		n++
 	}
