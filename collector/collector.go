@@ -14,6 +14,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,14 +49,11 @@ type Config struct {
 	// BatchMaxRecords and BatchMaxAge cut batches; defaults 5000 and 1s.
 	BatchMaxRecords int
 	BatchMaxAge     time.Duration
-	// MemBatches is how many batches wait in memory before the rest go to
-	// the spool; default 64.
-	MemBatches int
-	ProcRoot   string     // default /proc
-	NVML       nvml.Iface // nil: no GPU sampling
-	Logger     *slog.Logger
-	Now        func() time.Time
-	HTTPClient *http.Client
+	ProcRoot        string     // default /proc
+	NVML            nvml.Iface // nil: no GPU sampling
+	Logger          *slog.Logger
+	Now             func() time.Time
+	HTTPClient      *http.Client
 	// ShutdownTimeout bounds the final flush; default 5s.
 	ShutdownTimeout time.Duration
 }
@@ -86,9 +84,6 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.BatchMaxAge < 0 {
 		return fmt.Errorf("batch-max-age: want a positive duration, got %v", cfg.BatchMaxAge)
-	}
-	if cfg.MemBatches <= 0 {
-		cfg.MemBatches = 64
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
@@ -137,6 +132,10 @@ type Collector struct {
 	dead  *deadLetter
 	m     *collectorMetrics
 	seq   atomic.Uint64
+	hook  committer
+
+	// Spool trouble is logged once per burst, not once per batch.
+	dropLog, fullLog burstLog
 
 	snapMu sync.Mutex
 	gpus   []gpuState
@@ -155,18 +154,23 @@ func New(cfg Config) (*Collector, error) {
 	c.hostS.root = cfg.ProcRoot
 	c.m = newCollectorMetrics(c)
 	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, func(n int) {
-		c.m.dropped.Add(n)
-		c.log.Warn("spool over its bound: oldest records dropped", "records", n, "spool_max_bytes", cfg.SpoolMaxBytes)
+		c.m.droppedFull.Add(n)
+		if total, ok := c.dropLog.note(c.now(), n); ok {
+			c.log.Warn("spool over its bound: oldest sampled records dropped to make room", "records", total, "spool_max_bytes", cfg.SpoolMaxBytes)
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("spool-dir: %w", err)
 	}
 	c.spool = sp
 	c.seq.Store(sp.nextSeq() - 1)
-	c.queue = newQueue(sp, cfg.MemBatches, func(b *batch, err error) {
-		c.m.dropped.Add(b.N)
-		c.log.Error("spool write failed: batch dropped", "records", b.N, "err", err)
+	c.queue = newQueue(sp, func(b *batch, err error) {
+		c.m.droppedWrite.Add(b.N)
+		if total, ok := c.dropLog.note(c.now(), b.N); ok {
+			c.log.Error("spool write failed: sampled records dropped", "records", total, "err", err)
+		}
 	})
+	c.hook.write = c.spoolHookRecords
 	c.batch = &batcher{maxRecords: cfg.BatchMaxRecords, maxBytes: 8 << 20, maxAge: cfg.BatchMaxAge,
 		out: c.queue.push, seq: func() uint64 { return c.seq.Add(1) }, started: make(chan struct{}, 1)}
 	c.dead = &deadLetter{path: filepath.Join(cfg.SpoolDir, "dead-letter.ndjson")}
@@ -192,9 +196,9 @@ func New(cfg Config) (*Collector, error) {
 
 func (c *Collector) now() time.Time { return c.cfg.Now() }
 
-func (c *Collector) queueDepth() int {
-	return c.batch.pending() + c.queue.memRecords()
-}
+// queueDepth counts the records waiting to be sent: in the spool, and
+// sampled ones not yet in a batch.
+func (c *Collector) queueDepth() int { return c.batch.pending() + c.spool.records() }
 
 // enqueue adds one JSON record to the outgoing batches; without a server
 // there is nowhere to send it.
@@ -205,12 +209,21 @@ func (c *Collector) enqueue(rec []byte, now time.Time) {
 	c.batch.add(rec, now)
 }
 
-// enqueueAll adds records in one go, taking the batcher's lock once.
-func (c *Collector) enqueueAll(recs [][]byte, now time.Time) {
-	if c.fwd == nil || len(recs) == 0 {
-		return
+// spoolHookRecords writes a group of the hook's records to the spool as
+// one batch, if it fits; the receiver acknowledges them only then.
+func (c *Collector) spoolHookRecords(lines [][]byte) error {
+	if len(lines) == 0 {
+		return nil
 	}
-	c.batch.addAll(recs, now)
+	size := 0
+	for _, l := range lines {
+		size += len(l) + 1
+	}
+	body := make([]byte, 0, size)
+	for _, l := range lines {
+		body = append(append(body, l...), '\n')
+	}
+	return c.queue.pushFitting(&batch{Seq: c.seq.Add(1), N: len(lines), Body: body})
 }
 
 // SampleOnce samples the GPUs and the host once, updates /metrics and
@@ -341,7 +354,6 @@ loop:
 	c.batch.tick(c.now(), true)
 	stopFwd()
 	<-fwdDone
-	c.flush(sctx)
 	if c.cfg.NVML != nil && c.m.gpuUp.Load() {
 		c.cfg.NVML.Shutdown()
 	}
@@ -350,32 +362,17 @@ loop:
 	return runErr
 }
 
-// flush sends what waits in memory, once each, until the first failure or
-// the deadline; whatever is left goes to the spool for the next start.
-func (c *Collector) flush(ctx context.Context) {
-	if c.fwd != nil {
-		for ctx.Err() == nil && c.queue.memLen() > 0 {
-			b := c.queue.next()
-			if b == nil {
-				break
-			}
-			if err := c.sendOne(ctx, b); err != nil {
-				break
-			}
-		}
-	}
-	n := c.queue.memRecords()
-	c.queue.spill()
-	if n > 0 {
-		c.log.Info("queued records spooled for the next start", "records", n)
-	}
-}
-
 // forwardLoop sends the oldest batch until ctx is done, backing off while
 // the server fails.
 func (c *Collector) forwardLoop(ctx context.Context) {
 	attempt := 0
 	failing := false
+	// A batch the server keeps failing with the same error that is not the
+	// database being away (a 500, say) is split like a refused one after
+	// maxSameFailures tries, so that it cannot hold up the queue for good.
+	var lastSeq uint64
+	var lastErr string
+	same := 0
 	for {
 		b := c.queue.next()
 		if b == nil {
@@ -386,8 +383,10 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 			}
 			continue
 		}
-		err := c.sendOne(ctx, b)
+		split := same >= maxSameFailures-1 && b.Seq == lastSeq
+		err := c.sendOne(ctx, b, split)
 		if err == nil {
+			same = 0
 			if failing {
 				c.log.Info("server reachable again: sending the spool", "spool_batches", c.spool.len())
 			}
@@ -404,6 +403,13 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 			c.log.Debug("send failed again", "records", b.N, "err", err)
 		}
 		failing = true
+		var se0 *sendError
+		if errors.As(err, &se0) && !se0.transient() && b.Seq == lastSeq && err.Error() == lastErr {
+			same++
+		} else {
+			same = 0
+		}
+		lastSeq, lastErr = b.Seq, err.Error()
 		wait := backoff(attempt)
 		var se *sendError
 		if errors.As(err, &se) && se.retryAfter > 0 {
@@ -420,35 +426,84 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 	}
 }
 
-// sendOne sends b and settles it: acknowledged, dead-lettered, or (on a
-// retryable failure) left queued with memory spilled to the spool.
-func (c *Collector) sendOne(ctx context.Context, b *batch) error {
-	err := c.fwd.send(ctx, b)
+// maxSameFailures is how often a batch may fail the same non-transient
+// way before it is split.
+const maxSameFailures = 5
+
+// sendOne sends b and settles it: acknowledged, or split by the server's
+// refusal into what it takes and what goes to the dead-letter file. A
+// retryable failure leaves it in the spool. With split set, a batch failing
+// the same way again is treated as refused.
+func (c *Collector) sendOne(ctx context.Context, b *batch, split bool) error {
+	err := c.fwd.send(ctx, b.Body)
+	var se *sendError
+	if err == nil {
+		c.m.forwarded.Add(b.N)
+	} else if errors.As(err, &se) && (se.permanent || (split && !se.transient())) {
+		err = c.sendSplit(ctx, b.Seq, splitLines(b.Body), se)
+	}
 	if err == nil {
 		c.queue.done(b)
-		c.m.forwarded.Add(b.N)
 		c.m.lastSend.Store(c.now().UnixMilli())
-		b.release()
-		return nil
-	}
-	var se *sendError
-	if errors.As(err, &se) && se.permanent {
-		if derr := c.dead.write(c.now(), b, se); derr != nil {
-			c.log.Error("server refused a batch and the dead-letter file could not be written", "records", b.N, "status", se.status, "message", se.msg, "err", derr)
-		} else {
-			c.log.Error("server refused a batch: written to the dead-letter file", "records", b.N, "status", se.status, "message", se.msg, "file", c.dead.path)
-		}
-		c.queue.done(b)
-		c.m.deadLettered.Add(b.N)
-		b.release()
 		return nil
 	}
 	c.m.failed.Add(b.N)
 	c.m.sendErrors.Inc()
-	// While the server is away everything waits on disk, in order, so a
-	// crash or restart loses nothing.
-	c.queue.spill()
 	return err
+}
+
+// sendSplit settles the records of a batch the server refused: halves are
+// sent on their own, down to single records, so that every record the
+// server takes arrives and only those it refuses go to the dead-letter
+// file. A retryable failure on the way stops it: the whole batch stays in
+// the spool, and the halves already sent are duplicates the server drops
+// when it comes again.
+func (c *Collector) sendSplit(ctx context.Context, seq uint64, lines [][]byte, refusal *sendError) error {
+	if len(lines) == 1 {
+		b := &batch{Seq: seq, N: 1, Body: append(append([]byte(nil), lines[0]...), '\n')}
+		if derr := c.dead.write(c.now(), b, refusal); derr != nil {
+			c.log.Error("server refused a record and the dead-letter file could not be written", "status", refusal.status, "message", refusal.msg, "err", derr)
+		} else {
+			c.log.Error("server refused a record: written to the dead-letter file", "status", refusal.status, "message", refusal.msg, "file", c.dead.path)
+		}
+		c.m.deadLettered.Inc()
+		return nil
+	}
+	for _, half := range [][][]byte{lines[:len(lines)/2], lines[len(lines)/2:]} {
+		err := c.fwd.send(ctx, joinLines(half))
+		if err == nil {
+			c.m.forwarded.Add(len(half))
+			continue
+		}
+		var se *sendError
+		if !errors.As(err, &se) || !(se.permanent || se.status == refusal.status && !se.transient()) {
+			return err
+		}
+		if err := c.sendSplit(ctx, seq, half, se); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func splitLines(body []byte) [][]byte {
+	var out [][]byte
+	for rest := body; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		if l := bytes.TrimSpace(line); len(l) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func joinLines(lines [][]byte) []byte {
+	var b []byte
+	for _, l := range lines {
+		b = append(append(b, l...), '\n')
+	}
+	return b
 }
 
 func listen(addr string) (net.Listener, error) {

@@ -27,6 +27,13 @@ type sendError struct {
 	retryAfter time.Duration
 }
 
+// transient reports whether the failure says nothing about the batch: no
+// answer, the server or its database away, or asked to slow down.
+func (e *sendError) transient() bool {
+	return e.status == 0 || e.status == http.StatusServiceUnavailable || e.status == http.StatusBadGateway ||
+		e.status == http.StatusGatewayTimeout || e.status == http.StatusTooManyRequests || e.status == http.StatusRequestTimeout
+}
+
 func (e *sendError) Error() string {
 	if e.status == 0 {
 		return e.msg
@@ -45,7 +52,7 @@ type forwarder struct {
 	buf  bytes.Buffer
 }
 
-func (f *forwarder) send(ctx context.Context, b *batch) error {
+func (f *forwarder) send(ctx context.Context, ndjson []byte) error {
 	f.gzMu.Lock()
 	f.buf.Reset()
 	if f.gz == nil {
@@ -53,7 +60,7 @@ func (f *forwarder) send(ctx context.Context, b *batch) error {
 	} else {
 		f.gz.Reset(&f.buf)
 	}
-	f.gz.Write(b.Body)
+	f.gz.Write(ndjson)
 	f.gz.Close()
 	body := append([]byte(nil), f.buf.Bytes()...)
 	f.gzMu.Unlock()
@@ -83,7 +90,10 @@ func (f *forwarder) send(ctx context.Context, b *batch) error {
 			se.retryAfter = min(time.Duration(s)*time.Second, maxBackoff)
 		}
 	default:
-		se.permanent = true
+		// A refusal of the batch (400, 413, 422 …): it is split, and what
+		// the server still refuses goes to the dead-letter file. 401 and
+		// 403 are about the collector, not the records: retried.
+		se.permanent = resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden
 	}
 	return se
 }
@@ -165,3 +175,26 @@ func (d *deadLetter) write(now time.Time, b *batch, se *sendError) error {
 }
 
 var errStopped = errors.New("collector stopped")
+
+// burstLog says when a run of drops begins: the first drop after a quiet
+// minute is logged with the records dropped since the last line, so a
+// full spool writes a line a minute, not a line a batch.
+type burstLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	pending int
+}
+
+// note counts n dropped records and reports whether to log now, with the
+// records to report.
+func (l *burstLog) note(now time.Time, n int) (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending += n
+	if !l.last.IsZero() && now.Sub(l.last) < time.Minute {
+		return 0, false
+	}
+	total := l.pending
+	l.last, l.pending = now, 0
+	return total, true
+}

@@ -20,7 +20,9 @@ type collectorMetrics struct {
 	received     *metrics.Counter
 	forwarded    *metrics.Counter
 	failed       *metrics.Counter
-	dropped      *metrics.Counter
+	droppedFull  *metrics.Counter // sampled records dropped for room under --spool-max-bytes
+	droppedWrite *metrics.Counter // sampled records the spool could not write (disk full …)
+	hookFull     *metrics.Counter // hook requests answered 503: the spool could not take them
 	deadLettered *metrics.Counter
 	sendErrors   *metrics.Counter
 	hookRejected *metrics.Counter
@@ -37,7 +39,9 @@ func newCollectorMetrics(c *Collector) *collectorMetrics {
 	m.hookRejected = s.NewCounter("deepseed_collector_hook_requests_rejected_total")
 	m.forwarded = s.NewCounter("deepseed_collector_records_forwarded_total")
 	m.failed = s.NewCounter("deepseed_collector_records_failed_total")
-	m.dropped = s.NewCounter("deepseed_collector_records_dropped_total")
+	m.droppedFull = s.NewCounter(`deepseed_collector_records_dropped_total{reason="spool_full"}`)
+	m.droppedWrite = s.NewCounter(`deepseed_collector_records_dropped_total{reason="write_failed"}`)
+	m.hookFull = s.NewCounter("deepseed_collector_hook_requests_deferred_total")
 	m.deadLettered = s.NewCounter("deepseed_collector_records_dead_lettered_total")
 	m.sendErrors = s.NewCounter("deepseed_collector_send_errors_total")
 	s.NewGauge("deepseed_collector_queue_records", func() float64 {

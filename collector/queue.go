@@ -117,34 +117,46 @@ func (b *batcher) pending() int {
 	return b.n
 }
 
-// queue holds the batches waiting for the server: in memory while the
-// server keeps up, on disk otherwise. Invariant: while the spool holds
-// anything, memory holds nothing, so that the oldest batch is always the
-// spool's oldest or memory's first and batches go out in order.
+// queue holds the batches waiting for the server, all of them in the
+// spool on disk, in sequence order: a batch is acknowledged to its sender
+// only once it is there, and leaves only once the server acknowledged it.
 type queue struct {
-	spool  *spool
-	memMax int
-	wake   chan struct{}
-
-	mu  sync.Mutex
-	mem []*batch
-	// onSpoolErr is told about batches that could not be written to disk.
+	spool *spool
+	wake  chan struct{}
+	// onSpoolErr is told about sample batches that could not be written.
 	onSpoolErr func(*batch, error)
 }
 
-func newQueue(sp *spool, memMax int, onSpoolErr func(*batch, error)) *queue {
-	return &queue{spool: sp, memMax: memMax, wake: make(chan struct{}, 1), onSpoolErr: onSpoolErr}
+func newQueue(sp *spool, onSpoolErr func(*batch, error)) *queue {
+	return &queue{spool: sp, wake: make(chan struct{}, 1), onSpoolErr: onSpoolErr}
 }
 
+// push writes a batch of the collector's own samples, dropping the oldest
+// batches when the spool is over its bound; a batch that cannot be
+// written at all is reported and dropped.
 func (q *queue) push(b *batch) {
-	q.mu.Lock()
-	if q.spool.len() > 0 || len(q.mem) >= q.memMax {
-		q.spillLocked()
-		q.spoolAdd(b)
-	} else {
-		q.mem = append(q.mem, b)
+	err := q.spool.add(b)
+	b.release()
+	if err != nil {
+		if q.onSpoolErr != nil {
+			q.onSpoolErr(b, err)
+		}
+		return
 	}
-	q.mu.Unlock()
+	q.signal()
+}
+
+// pushFitting writes a batch of records a sender still holds, only if it
+// fits: errSpoolFull or a write error tell the sender to send it again.
+func (q *queue) pushFitting(b *batch) error {
+	if err := q.spool.addFitting(b); err != nil {
+		return err
+	}
+	q.signal()
+	return nil
+}
+
+func (q *queue) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -152,64 +164,7 @@ func (q *queue) push(b *batch) {
 }
 
 // next returns the oldest batch without removing it, or nil.
-func (q *queue) next() *batch {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.spool.len() > 0 {
-		return q.spool.oldest()
-	}
-	if len(q.mem) > 0 {
-		return q.mem[0]
-	}
-	return nil
-}
+func (q *queue) next() *batch { return q.spool.oldest() }
 
-// done removes b, wherever it now is.
-func (q *queue) done(b *batch) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i, m := range q.mem {
-		if m.Seq == b.Seq {
-			q.mem = append(q.mem[:i], q.mem[i+1:]...)
-			return
-		}
-	}
-	q.spool.remove(b.Seq)
-}
-
-// spill moves every in-memory batch to the spool.
-func (q *queue) spill() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.spillLocked()
-}
-
-func (q *queue) spillLocked() {
-	for _, b := range q.mem {
-		q.spoolAdd(b)
-	}
-	q.mem = nil
-}
-
-func (q *queue) spoolAdd(b *batch) {
-	if err := q.spool.add(b); err != nil && q.onSpoolErr != nil {
-		q.onSpoolErr(b, err)
-	}
-}
-
-// memRecords counts the records held in memory.
-func (q *queue) memRecords() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := 0
-	for _, b := range q.mem {
-		n += b.N
-	}
-	return n
-}
-
-func (q *queue) memLen() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.mem)
-}
+// done removes b once the server has it (or it was dead-lettered).
+func (q *queue) done(b *batch) { q.spool.remove(b.Seq) }

@@ -70,9 +70,25 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fwd = append(fwd, raws[i])
 	}
-	// The batcher copies the lines, so body can go back to the pool once
-	// this returns.
-	c.enqueueAll(fwd, c.now())
+	// Acknowledged means on disk: the records are written and synced to
+	// the spool (with those of the requests arriving meanwhile) before the
+	// answer. A spool that cannot take them answers 503, and the hook keeps
+	// them and sends them again.
+	if c.fwd != nil && len(fwd) > 0 {
+		if err := c.hook.commit(fwd); err != nil {
+			c.m.hookFull.Inc()
+			if total, ok := c.fullLog.note(c.now(), len(fwd)); ok {
+				c.log.Warn("spool cannot take the hook's records: answering 503 until it can", "records", total, "err", err)
+			}
+			w.Header().Set("Retry-After", "1")
+			msg := "the collector's spool is full (the server has been away); keep the records and retry"
+			if !errors.Is(err, errSpoolFull) {
+				msg = "the collector could not write its spool (" + err.Error() + "); keep the records and retry"
+			}
+			writeJSONError(w, http.StatusServiceUnavailable, msg)
+			return
+		}
+	}
 	c.m.received.Add(len(recs))
 	// What json.Encoder writes for {"accepted": n}, without building a map
 	// for every request.

@@ -3,6 +3,7 @@ package collector_test
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -85,20 +86,43 @@ func TestReceiverAcceptsArrayNDJSONAndGzip(t *testing.T) {
 	}
 }
 
-// BenchmarkHookReceive measures the receiver's work per 100-record post.
+// BenchmarkHookReceive measures the receiver's work per 100-record post,
+// its records synced to the spool before the answer, one post at a time
+// ("sync") and from 16 senders at once ("sync-16", where group commit
+// shares syncs), against the same without syncs ("nosync", "nosync-16").
+// It reports the syncs per post.
 func BenchmarkHookReceive(b *testing.B) {
-	c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: b.TempDir(), HostName: "h", ProcRoot: b.TempDir(), MemBatches: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
 	var body strings.Builder
 	for k := 0; k < 100; k++ {
 		body.WriteString(`{"kind":"step","run_id":"bench","rank":3,"step":1234,"time":1795328221.5,"loss":2.25,"lr":0.0003,"grad_norm":1.25,"loss_scale":65536,"samples":4096,"step_ms":412.5,"forward_ms":120.1,"backward_ms":250.3,"optimizer_ms":30.2,"comm_ms":11.9,"throughput_sps":77.6,"gpu_util_pct":97,"gpu_mem_used_gb":61.2}` + "\n")
 	}
 	s := body.String()
-	b.ReportAllocs()
-	for b.Loop() {
-		req := httptest.NewRequest("POST", "/api/v1/ingest", strings.NewReader(s))
-		c.ServeHTTP(httptest.NewRecorder(), req)
+	for _, sync := range []bool{true, false} {
+		for _, senders := range []int{1, 16} {
+			name := map[bool]string{true: "sync", false: "nosync"}[sync]
+			if senders > 1 {
+				name += fmt.Sprintf("-%d", senders)
+			}
+			b.Run(name, func(b *testing.B) {
+				defer collector.SetNoSync(!sync)()
+				c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: b.TempDir(), HostName: "h", ProcRoot: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.SetParallelism(senders)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						req := httptest.NewRequest("POST", "/api/v1/ingest", strings.NewReader(s))
+						rec := httptest.NewRecorder()
+						c.ServeHTTP(rec, req)
+						if rec.Code != 200 {
+							b.Errorf("status %d: %s", rec.Code, rec.Body)
+						}
+					}
+				})
+				b.ReportMetric(float64(collector.SpoolWrites(c))/float64(b.N), "syncs/op")
+			})
+		}
 	}
 }

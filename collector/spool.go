@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // batch is a run of NDJSON records that is sent, spooled and acknowledged
@@ -31,6 +33,8 @@ type spool struct {
 	mu    sync.Mutex
 	files []spoolFile // oldest first
 	bytes int64
+
+	writes atomic.Int64 // batches written, for the benchmarks
 }
 
 type spoolFile struct {
@@ -101,21 +105,52 @@ func (s *spool) nextSeq() uint64 {
 	return s.files[len(s.files)-1].seq + 1
 }
 
-// add writes b and then drops the oldest batches while the spool is over
-// its bound.
-func (s *spool) add(b *batch) error {
+// errSpoolFull says a batch would take the spool past its bound.
+var errSpoolFull = errors.New("spool full")
+
+// add writes b durably and then drops the oldest batches while the spool is
+// over its bound. It is for the collector's own samples, which nobody
+// would send again: the newest are worth more than the oldest.
+func (s *spool) add(b *batch) error { return s.write(b, false) }
+
+// addFitting writes b durably if it fits within the bound, and otherwise
+// answers errSpoolFull and writes nothing: for records a sender still
+// holds and will send again.
+func (s *spool) addFitting(b *batch) error { return s.write(b, true) }
+
+// write puts b in the spool so that it survives a crash of the process
+// or of the machine once write returns: the data is written to a temporary
+// file and synced, renamed to its final name, and the directory synced so
+// that the name is on disk too. A crash before the rename leaves only the
+// temporary file, which openSpool removes: such a batch was never
+// acknowledged.
+func (s *spool) write(b *batch, mustFit bool) error {
+	size := int64(len(b.Body))
+	if mustFit {
+		s.mu.Lock()
+		full := s.maxBytes > 0 && s.bytes+size > s.maxBytes
+		s.mu.Unlock()
+		if full {
+			return errSpoolFull
+		}
+	}
 	name := filepath.Join(s.dir, spoolName(b.Seq, b.N))
 	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, b.Body, 0o640); err != nil {
+	if err := writeSynced(tmp, b.Body); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("spool: write: %w", err)
 	}
 	if err := os.Rename(tmp, name); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("spool: write: %w", err)
 	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("spool: write: %w", err)
+	}
+	s.writes.Add(1)
 	s.mu.Lock()
-	f := spoolFile{seq: b.Seq, n: b.N, size: int64(len(b.Body))}
-	// Insert in sequence order, whatever order batches were spilled in.
+	f := spoolFile{seq: b.Seq, n: b.N, size: size}
+	// Insert in sequence order, whatever order batches were written in.
 	i := sort.Search(len(s.files), func(i int) bool { return s.files[i].seq >= b.Seq })
 	if i < len(s.files) && s.files[i].seq == b.Seq {
 		s.bytes -= s.files[i].size
@@ -127,7 +162,7 @@ func (s *spool) add(b *batch) error {
 	}
 	s.bytes += f.size
 	var dropped int
-	for s.maxBytes > 0 && s.bytes > s.maxBytes && len(s.files) > 0 {
+	for s.maxBytes > 0 && s.bytes > s.maxBytes && len(s.files) > 1 {
 		old := s.files[0]
 		s.files = s.files[1:]
 		s.bytes -= old.size
@@ -140,6 +175,46 @@ func (s *spool) add(b *batch) error {
 	}
 	return nil
 }
+
+// writeSynced writes data to a new file and syncs it before closing.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if !noSync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// syncDir syncs a directory, so that the names created or renamed in it
+// survive a crash of the machine.
+func syncDir(dir string) error {
+	if noSync {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// noSync turns the syncs off; only the durability benchmark sets it, to
+// measure what they cost.
+var noSync bool
 
 // oldest reads the oldest spooled batch, or returns nil when the spool is
 // empty. A file that cannot be read is dropped and counted.

@@ -2,6 +2,8 @@ package collector
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -56,21 +58,27 @@ func TestSpoolBoundDropsOldest(t *testing.T) {
 	}
 }
 
-// TestQueueKeepsOrder: batches spilled to disk while the server is away
-// come out before newer ones, in sequence order.
+// TestQueueKeepsOrder: batches come out in sequence order, whether the
+// hook's records or samples, and a batch the bound cannot take is refused
+// whole when its sender keeps it.
 func TestQueueKeepsOrder(t *testing.T) {
-	sp, err := openSpool(t.TempDir(), 1<<20, nil)
+	size := int64(len(mkBatch(1, 1).Body))
+	sp, err := openSpool(t.TempDir(), 4*size, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := newQueue(sp, 2, nil)
-	q.push(mkBatch(1, 1))
-	q.push(mkBatch(2, 1))
-	q.spill() // a send failed
-	q.push(mkBatch(3, 1))
-	q.push(mkBatch(4, 1)) // memory would be full anyway
-	q.push(mkBatch(5, 1))
-	for want := uint64(1); want <= 5; want++ {
+	q := newQueue(sp, nil)
+	for seq := uint64(1); seq <= 4; seq++ {
+		if seq%2 == 0 {
+			q.push(mkBatch(seq, 1))
+		} else if err := q.pushFitting(mkBatch(seq, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.pushFitting(mkBatch(5, 1)); err != errSpoolFull {
+		t.Fatalf("a batch past the bound: %v, want errSpoolFull", err)
+	}
+	for want := uint64(1); want <= 4; want++ {
 		b := q.next()
 		if b == nil || b.Seq != want {
 			t.Fatalf("next: %+v, want batch %d", b, want)
@@ -79,5 +87,42 @@ func TestQueueKeepsOrder(t *testing.T) {
 	}
 	if b := q.next(); b != nil {
 		t.Errorf("queue not empty: batch %d", b.Seq)
+	}
+}
+
+// TestSpoolIgnoresCrashLeftovers: a temporary file left by a crash in the
+// middle of a write is removed at the next start, never sent, and the
+// batches written before it come out whole and in order.
+func TestSpoolIgnoresCrashLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		if err := sp.addFitting(mkBatch(seq, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	half := mkBatch(3, 3).Body
+	if err := os.WriteFile(filepath.Join(dir, spoolName(3, 3)+".tmp"), half[:len(half)/2], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	again, err := openSpool(dir, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []uint64{1, 2} {
+		b := again.oldest()
+		if b == nil || b.Seq != want || string(b.Body) != string(mkBatch(want, 3).Body) {
+			t.Fatalf("oldest: %+v, want batch %d whole", b, want)
+		}
+		again.remove(b.Seq)
+	}
+	if b := again.oldest(); b != nil {
+		t.Fatalf("a half-written batch came back: %q", b.Body)
+	}
+	if _, err := os.Stat(filepath.Join(dir, spoolName(3, 3)+".tmp")); !os.IsNotExist(err) {
+		t.Fatalf("the crash's temporary file is still there: %v", err)
 	}
 }
