@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deepseed/deepseed/collector"
@@ -25,12 +27,12 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("deepseed collect", flag.ContinueOnError)
 	var (
 		server        = fs.String("server", envStr("DEEPSEED_SERVER_URL", ""), "DeepSeed server base URL to forward to; empty: sample and serve /metrics only (env DEEPSEED_SERVER_URL)")
-		token         = fs.String("token", envStr("DEEPSEED_TOKEN", ""), "ingest token sent as Authorization: Bearer (env DEEPSEED_TOKEN)")
+		tokenFile     = fs.String("token-file", envStr("DEEPSEED_TOKEN_FILE", ""), "file holding the ingest token sent as Authorization: Bearer; or set DEEPSEED_TOKEN (env DEEPSEED_TOKEN_FILE)")
 		hookListen    = fs.String("hook-listen", envStr("DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464"), "hook receiver address, host:port or unix:/path (env DEEPSEED_HOOK_LISTEN)")
-		metricsListen = fs.String("metrics-listen", envStr("DEEPSEED_METRICS_LISTEN", ":9400"), "address for /metrics; empty disables it (env DEEPSEED_METRICS_LISTEN)")
+		metricsListen = fs.String("metrics-listen", envStr("DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400"), "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it (env DEEPSEED_METRICS_LISTEN)")
 		interval      = fs.Duration("interval", envDur("DEEPSEED_INTERVAL", time.Second), "GPU and host sampling interval (env DEEPSEED_INTERVAL)")
 		spoolDir      = fs.String("spool-dir", envStr("DEEPSEED_SPOOL_DIR", "/var/lib/deepseed/spool"), "directory for batches waiting for the server, and the dead-letter file (env DEEPSEED_SPOOL_DIR)")
-		spoolMax      = fs.Int64("spool-max-bytes", envInt("DEEPSEED_SPOOL_MAX_BYTES", 1<<30), "spool size bound; past it the oldest batches are dropped and counted (env DEEPSEED_SPOOL_MAX_BYTES)")
+		spoolMax      = fs.Int64("spool-max-bytes", envInt("DEEPSEED_SPOOL_MAX_BYTES", 1<<30), "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted (env DEEPSEED_SPOOL_MAX_BYTES)")
 		hostName      = fs.String("host-name", envStr("DEEPSEED_HOST_NAME", ""), "host name on records and metrics; default the system's (env DEEPSEED_HOST_NAME)")
 		dcgm          = fs.Bool("dcgm-compat", envBool("DEEPSEED_DCGM_COMPAT", true), "also export dcgm-exporter metric names and labels (env DEEPSEED_DCGM_COMPAT)")
 		batchMax      = fs.Int("batch-max-records", int(envInt("DEEPSEED_BATCH_MAX_RECORDS", 5000)), "records per batch sent to the server (env DEEPSEED_BATCH_MAX_RECORDS)")
@@ -43,6 +45,9 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		fakeGPUs      = fs.Int("fake-gpus", int(envInt("DEEPSEED_FAKE_GPUS", 0)), "with -fake-nvml, show this many GPUs (env DEEPSEED_FAKE_GPUS)")
 		logLevel      = fs.String("log-level", envStr("DEEPSEED_LOG_LEVEL", "info"), "debug, info, warn or error (env DEEPSEED_LOG_LEVEL)")
 	)
+	fs.Func("token", "not taken: a token on the command line is visible to every user in ps; set DEEPSEED_TOKEN or use -token-file", func(string) error {
+		return errors.New("a token on the command line is visible to every user of the machine (ps): set DEEPSEED_TOKEN or use --token-file")
+	})
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: deepseed collect [flags]
 
@@ -80,6 +85,18 @@ Flags:
 		}
 	}
 
+	token := os.Getenv("DEEPSEED_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("collect: token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return fmt.Errorf("collect: token-file: %s is empty", *tokenFile)
+		}
+	}
+
 	var lib nvml.Iface
 	switch {
 	case *noGPU:
@@ -96,7 +113,7 @@ Flags:
 		lib = &nvml.Recorder{Inner: lib, Path: *capture, Source: "deepseed collect " + Version}
 	}
 	col, err := collector.New(collector.Config{
-		Server: *server, Token: *token, HookListen: *hookListen, MetricsListen: *metricsListen,
+		Server: *server, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
 		Interval: *interval, SpoolDir: *spoolDir, SpoolMaxBytes: *spoolMax, HostName: *hostName,
 		DCGMCompat: *dcgm, BatchMaxRecords: *batchMax, BatchMaxAge: *batchAge, ProcRoot: *procRoot,
 		NVML: lib, Logger: log,
