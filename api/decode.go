@@ -269,6 +269,7 @@ func validate(rec Record) *RecordError {
 			if len(m.Versions) > MaxMetrics {
 				v.fail("meta.versions", "too many entries")
 			}
+			v.meta(m)
 		}
 	case rec.Step != nil:
 		s := rec.Step
@@ -336,6 +337,11 @@ func validate(rec Record) *RecordError {
 		if len(g.Processes) > 1024 {
 			v.fail("processes", "more than 1024 entries")
 		}
+		for i, p := range g.Processes {
+			if msg := idProblem(p.RunID, false); msg != "" {
+				v.fail(fmt.Sprintf("processes[%d].run_id", i), msg)
+			}
+		}
 	case rec.Host != nil:
 		h := rec.Host
 		v.id("host", h.Host, true)
@@ -344,6 +350,11 @@ func validate(rec Record) *RecordError {
 		}
 		if len(h.Processes) > 1024 {
 			v.fail("processes", "more than 1024 entries")
+		}
+		for i, p := range h.Processes {
+			if msg := idProblem(p.RunID, false); msg != "" {
+				v.fail(fmt.Sprintf("processes[%d].run_id", i), msg)
+			}
 		}
 	case rec.Memory != nil:
 		m := rec.Memory
@@ -461,8 +472,38 @@ func (v *validator) object(field string, raw json.RawMessage) {
 	if bytes.TrimSpace(raw)[0] != '{' {
 		v.fail(field, "want a JSON object")
 	}
-	if bytes.Contains(raw, []byte(`\u0000`)) {
-		v.fail(field, "contains a NUL character")
+	if msg := JSONProblem(raw); msg != "" {
+		v.fail(field, "holds "+msg)
+	}
+}
+
+// meta checks the whole of a run's meta as it will be stored: its size,
+// and every string and number in it, typed or not.
+func (v *validator) meta(m *RunMeta) {
+	if v.err != nil {
+		return
+	}
+	for k, raw := range m.Extra {
+		if msg := idProblem(k, true); msg != "" {
+			v.fail("meta", "a key "+msg)
+			return
+		}
+		if msg := JSONProblem(raw); msg != "" {
+			v.fail("meta."+k, "holds "+msg)
+			return
+		}
+	}
+	js, err := json.Marshal(m)
+	if err != nil {
+		v.fail("meta", "cannot be stored: "+err.Error())
+		return
+	}
+	if len(js) > MaxJSONObject {
+		v.fail("meta", fmt.Sprintf("larger than %d bytes", MaxJSONObject))
+		return
+	}
+	if msg := JSONProblem(js); msg != "" {
+		v.fail("meta", "holds "+msg)
 	}
 }
 

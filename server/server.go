@@ -65,6 +65,7 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 	// panics included; Recover turns a panic into a 500 and hands it back.
 	e.Use(s.observe)
 	e.Use(s.recover)
+	e.Use(checkText)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
