@@ -606,6 +606,10 @@ func (h *Handler) importExport(c echo.Context) error {
 }
 
 func (h *Handler) storeError(err error, what string) *httpError {
+	if store.IsDataError(err) {
+		return &httpError{status: http.StatusBadRequest,
+			body: api.Error{Error: what + ": the database refused a value, nothing stored: " + store.DataErrorMessage(err)}}
+	}
 	if store.IsUnavailable(err) {
 		h.log.Warn("database unavailable, asking the sender to retry", "op", what, "err", err)
 		return &httpError{status: http.StatusServiceUnavailable,

@@ -176,6 +176,9 @@ func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResul
 	start := time.Now()
 	res, err := h.comb.write(ctx, recs)
 	writeDuration.UpdateDuration(start)
+	if store.IsDataError(err) {
+		return api.IngestResult{}, h.refused(ctx, recs, err)
+	}
 	if err != nil {
 		return api.IngestResult{}, h.storeError(err, "storing the batch")
 	}

@@ -1,6 +1,8 @@
 package ingest_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -48,5 +50,31 @@ func TestIngestRefusesWhatTheDatabaseWouldRefuse(t *testing.T) {
 	ok := s.ingest(t, `{"kind":"run","run_id":"p","config":{"emoji":"\ud83d\ude00","big":1e1000,"small":1e-1000}}`).result(t)
 	if ok.Accepted != 1 {
 		t.Fatalf("a run with a surrogate pair and large numbers: %+v", ok)
+	}
+}
+
+// A value the validator lets through but the database refuses is still the
+// sender's 400, naming the record, with nothing stored: here a CHECK the
+// validator knows nothing of stands for whatever it may miss.
+func TestIngestDatabaseRefusalIsA400(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	if _, err := s.Store.Pool.Exec(context.Background(), `ALTER TABLE runs ADD CONSTRAINT no_name_42 CHECK (name IS DISTINCT FROM 'forty-two')`); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for i := 0; i < 9; i++ {
+		if i == 6 {
+			lines = append(lines, `{"kind":"run","run_id":"chk","name":"forty-two"}`)
+			continue
+		}
+		lines = append(lines, fmt.Sprintf(`{"kind":"step","run_id":"chk","rank":0,"step":%d,"time":1000,"loss":1.5}`, i))
+	}
+	before := s.stored(t)
+	e := s.ingest(t, lines...).apiError(t, 400)
+	if e.Record == nil || e.Record.Index != 6 || !strings.Contains(e.Error, "no_name_42") {
+		t.Fatalf("error %q, record %+v: want record 6 named, with the database's reason", e.Error, e.Record)
+	}
+	if after := s.stored(t); after != before {
+		t.Fatalf("a refused batch changed the database: %d rows, then %d", before, after)
 	}
 }

@@ -57,3 +57,29 @@ func IsUnavailable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
 }
+
+// IsDataError reports whether err is the database refusing a value of the
+// batch itself (a data exception, a program limit such as a row too large,
+// a NOT NULL or CHECK violation): writing the same batch again fails the
+// same way, so it is the sender's to fix, not to retry.
+func IsDataError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54") ||
+		pe.Code == "23502" || pe.Code == "23514"
+}
+
+// DataErrorMessage is the database's words for a data error, without the
+// statement: what a sender may be told.
+func DataErrorMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		if pe.Detail != "" {
+			return pe.Message + " (" + pe.Detail + ")"
+		}
+		return pe.Message
+	}
+	return err.Error()
+}

@@ -53,8 +53,25 @@ const writeTimeout = 2 * time.Minute
 // while the ranks of one run write in parallel.
 // Errors for which [IsUnavailable] is true mean the batch may be retried.
 func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult, error) {
-	return s.writeBatch(ctx, recs, false)
+	return s.writeBatch(ctx, recs, writeCommit)
 }
+
+// CheckBatch writes a batch as WriteBatch would and rolls it back: it
+// answers the error WriteBatch would, and stores nothing. Ingest uses it to
+// find the record the database refuses in a batch it refused.
+func (s *Store) CheckBatch(ctx context.Context, recs []api.Record) error {
+	_, err := s.writeBatch(ctx, recs, writeCheck)
+	return err
+}
+
+// writeMode is how writeBatch ends its transaction.
+type writeMode int
+
+const (
+	writeCommit writeMode = iota
+	writeNewOnly          // roll back unless every key is new (WriteBatchNew)
+	writeCheck            // always roll back (CheckBatch)
+)
 
 // ErrNotDirect is WriteBatchNew's answer for a batch some of whose keys
 // are stored already, or repeated in it; nothing of it was written.
@@ -72,10 +89,10 @@ func (s *Store) WriteBatchNew(ctx context.Context, recs []api.Record) (WriteResu
 			return WriteResult{}, fmt.Errorf("store: write new batch: %s records are not taken", r.Kind())
 		}
 	}
-	return s.writeBatch(ctx, recs, true)
+	return s.writeBatch(ctx, recs, writeNewOnly)
 }
 
-func (s *Store) writeBatch(ctx context.Context, recs []api.Record, newOnly bool) (WriteResult, error) {
+func (s *Store) writeBatch(ctx context.Context, recs []api.Record, mode writeMode) (WriteResult, error) {
 	res := WriteResult{ByKind: map[string]int{}}
 	if len(recs) == 0 {
 		return res, nil
@@ -86,6 +103,7 @@ func (s *Store) writeBatch(ctx context.Context, recs []api.Record, newOnly bool)
 		defer cancel()
 	}
 	b := newBatchPlan(recs, api.Now())
+	b.rollback = mode == writeCheck
 
 	// The transaction is driven by hand on a pooled connection rather
 	// than through pgx.Tx, so that BEGIN travels with the first batch of
@@ -111,7 +129,7 @@ func (s *Store) writeBatch(ctx context.Context, recs []api.Record, newOnly bool)
 	if err := b.prepare(ctx, conn); err != nil {
 		return res, err
 	}
-	if newOnly && !b.allDirect() {
+	if mode == writeNewOnly && !b.allDirect() {
 		// The deferred ROLLBACK undoes what prepare did.
 		return res, ErrNotDirect
 	}
@@ -182,6 +200,8 @@ type batchPlan struct {
 	// inlined is set when the steps went in with prepare's round trip
 	// (inlineSteps) and need no COPY.
 	inlined bool
+	// rollback ends the transaction with ROLLBACK instead of COMMIT.
+	rollback bool
 }
 
 type runUpdate struct {
@@ -728,7 +748,11 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')`, dirtyRuns, dirtyRanks, dirtyBlocks)
 	}
 	nRuns := b.runUpdates(q)
-	q.Queue(`COMMIT`)
+	end := "COMMIT"
+	if b.rollback {
+		end = "ROLLBACK"
+	}
+	q.Queue(end)
 	br := tx.SendBatch(ctx, q)
 	for i := 0; i < 2 && len(stmts) > 0; i++ {
 		if _, err := br.Exec(); err != nil {
@@ -766,7 +790,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 		}
 	}
 	tag, err := br.Exec()
-	if err == nil && tag.String() != "COMMIT" {
+	if err == nil && tag.String() != end {
 		// COMMIT of a failed transaction answers ROLLBACK, not an error.
 		err = fmt.Errorf("transaction rolled back (%s)", tag)
 	}
