@@ -43,6 +43,8 @@ type Server struct {
 	prepared atomic.Bool
 	// mode is "timescaledb" or "postgresql" once known.
 	mode atomic.Value
+	// notReady is the last readiness problem logged, "" once ready.
+	notReady atomic.Value
 }
 
 // New builds the server. It touches neither the network nor the database:
@@ -53,6 +55,7 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 	}
 	s := &Server{cfg: cfg, store: st, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens)}
 	s.mode.Store("")
+	s.notReady.Store("")
 	if cfg.Open() {
 		log.Warn("NO API TOKENS CONFIGURED: the API is open to anyone who can reach it; set DEEPSEED_INGEST_TOKENS and DEEPSEED_READ_TOKENS to require bearer tokens")
 	}
@@ -284,14 +287,39 @@ func (s *Server) readyz(c echo.Context) error {
 	defer cancel()
 	// Migrated runs one query: it proves the database answers and that
 	// every migration is in, whoever applied it.
+	// The answer says why in general words; the details (the database's
+	// address, its error) go to the log, once each time they change, and
+	// never to whoever can reach the port.
 	ok, err := s.store.Migrated(ctx)
 	switch {
 	case err != nil:
-		return c.JSON(http.StatusServiceUnavailable, Readiness{Error: "database unreachable or not migrated: " + err.Error()})
+		s.noteNotReady("database unreachable", err)
+		return c.JSON(http.StatusServiceUnavailable, Readiness{Error: "database unreachable"})
 	case !ok:
+		s.noteNotReady("migrations pending", nil)
 		return c.JSON(http.StatusServiceUnavailable, Readiness{Error: "migrations pending"})
 	}
+	s.noteNotReady("", nil)
 	return c.JSON(http.StatusOK, Readiness{Ready: true, Mode: s.Mode()})
+}
+
+// noteNotReady logs why the server is not ready when that changes.
+func (s *Server) noteNotReady(why string, err error) {
+	detail := why
+	if err != nil {
+		detail += ": " + err.Error()
+	}
+	if prev, _ := s.notReady.Swap(detail).(string); prev == detail {
+		return
+	}
+	switch {
+	case why == "":
+		s.log.Info("ready")
+	case err != nil:
+		s.log.Warn("not ready", "reason", why, "err", err)
+	default:
+		s.log.Warn("not ready", "reason", why)
+	}
 }
 
 // handleError writes every error as an [api.Error] JSON body.

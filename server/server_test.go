@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -300,6 +301,10 @@ func TestReadinessFollowsDatabase(t *testing.T) {
 			var rd Readiness
 			if err := json.Unmarshal(body, &rd); err != nil || rd.Ready || rd.Error == "" {
 				t.Fatalf("readyz %d with body %q", code, body)
+			}
+			// Anyone can ask: the answer names no address or port.
+			if strings.Contains(string(body), "127.0.0.1") || strings.Contains(string(body), strconv.Itoa(port)) {
+				t.Fatalf("readyz tells the database's address: %s", body)
 			}
 		}
 		return code

@@ -68,9 +68,9 @@ func (s *Store) CheckBatch(ctx context.Context, recs []api.Record) error {
 type writeMode int
 
 const (
-	writeCommit writeMode = iota
-	writeNewOnly          // roll back unless every key is new (WriteBatchNew)
-	writeCheck            // always roll back (CheckBatch)
+	writeCommit  writeMode = iota
+	writeNewOnly           // roll back unless every key is new (WriteBatchNew)
+	writeCheck             // always roll back (CheckBatch)
 )
 
 // ErrNotDirect is WriteBatchNew's answer for a batch some of whose keys
