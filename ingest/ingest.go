@@ -224,8 +224,17 @@ func (h *Handler) readBody(c echo.Context) (body []byte, release func(), herr *h
 			return nil, noRelease, badRequest("body is not valid gzip: " + err.Error())
 		}
 		defer gzipReaders.Put(zr)
+		// A few decompressions at once: each may grow to the limit before
+		// it is known to be a bomb, and sixteen bombs at once must not
+		// take sixteen times that.
+		select {
+		case gunzipSlots <- struct{}{}:
+		case <-req.Context().Done():
+			return nil, noRelease, badRequest("request cancelled")
+		}
+		defer func() { <-gunzipSlots }()
 		outBuf := getBuffer()
-		out, err := readLimited(outBuf, zr, limit, gzipSizeHint(raw))
+		out, err := readGzip(outBuf, zr, limit, gzipSizeHint(raw))
 		if err != nil {
 			putBuffer(outBuf)
 			if errors.Is(err, errTooLarge) {
@@ -297,6 +306,76 @@ func readLimited(buf *bytes.Buffer, r io.Reader, limit, hint int64) ([]byte, err
 	}
 	if int64(buf.Len()) > limit {
 		return nil, errTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// gunzipSlots bounds the decompressions under way.
+var gunzipSlots = make(chan struct{}, 4)
+
+// readGzip decompresses r into buf, failing with errTooLarge past limit
+// bytes. Its memory is bounded by about the limit: a body whose stream
+// declares its size (at most the limit) is read straight into a buffer of
+// that size; any other is read into slabs of gzipSlab bytes kept for reuse,
+// joined once it is known to fit. A bomb thus costs the slabs it filled,
+// which the next one reuses, instead of a buffer doubled again and again.
+func readGzip(buf *bytes.Buffer, r io.Reader, limit, hint int64) ([]byte, error) {
+	if hint > 0 && hint <= limit {
+		buf.Grow(int(hint) + bytes.MinRead)
+		b := buf.AvailableBuffer()[:0]
+		n, err := io.ReadFull(r, b[:hint+1])
+		switch {
+		case err == io.ErrUnexpectedEOF || err == io.EOF:
+			buf.Write(b[:n]) // in place: b is buf's own storage
+			return buf.Bytes(), nil
+		case err != nil:
+			return nil, err
+		}
+		// The stream is longer than it said: go on in slabs.
+		return readSlabs(buf, io.MultiReader(bytes.NewReader(b[:n]), r), limit)
+	}
+	return readSlabs(buf, r, limit)
+}
+
+const gzipSlab = 1 << 20
+
+var slabs = sync.Pool{New: func() any { b := make([]byte, gzipSlab); return &b }}
+
+func readSlabs(buf *bytes.Buffer, r io.Reader, limit int64) ([]byte, error) {
+	var held []*[]byte
+	defer func() {
+		for _, s := range held {
+			slabs.Put(s)
+		}
+	}()
+	var total int64
+	last := 0 // bytes used in the last slab
+	for {
+		if len(held) == 0 || last == gzipSlab {
+			held = append(held, slabs.Get().(*[]byte))
+			last = 0
+		}
+		s := *held[len(held)-1]
+		n, err := r.Read(s[last:])
+		last += n
+		total += int64(n)
+		if total > limit {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	buf.Grow(int(total))
+	for i, s := range held {
+		if i == len(held)-1 {
+			buf.Write((*s)[:last])
+		} else {
+			buf.Write(*s)
+		}
 	}
 	return buf.Bytes(), nil
 }

@@ -78,3 +78,27 @@ func TestIngestDatabaseRefusalIsA400(t *testing.T) {
 		t.Fatalf("a refused batch changed the database: %d rows, then %d", before, after)
 	}
 }
+
+// A gzip body whose trailer understates its size (two members: the
+// trailer counts only the last) is read whole when it fits, and refused
+// with 413 when it does not, however little it declared.
+func TestIngestGzipSizeNotTrusted(t *testing.T) {
+	s := newServer(t, ingest.Options{MaxBodyBytes: 4 << 20})
+	var big, small strings.Builder
+	n := 0
+	for ; big.Len() < 3<<20; n++ {
+		fmt.Fprintf(&big, `{"kind":"step","run_id":"gz","rank":0,"step":%d,"time":1000,"loss":1.25,"lr":0.001}`+"\n", n)
+	}
+	fmt.Fprintf(&small, `{"kind":"step","run_id":"gz","rank":0,"step":%d,"time":1000}`+"\n", n)
+	body := append(gz(t, []byte(big.String())), gz(t, []byte(small.String()))...)
+	res := s.post(t, "/api/v1/ingest", body, "Content-Encoding", "gzip").result(t)
+	if res.Accepted != n+1 {
+		t.Fatalf("accepted %d of %d records", res.Accepted, n+1)
+	}
+	over := append(gz(t, []byte(big.String()+big.String())), gz(t, []byte(small.String()))...)
+	before := s.stored(t)
+	s.post(t, "/api/v1/ingest", over, "Content-Encoding", "gzip").apiError(t, 413)
+	if after := s.stored(t); after != before {
+		t.Fatalf("an oversized body changed the database")
+	}
+}
