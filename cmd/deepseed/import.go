@@ -22,6 +22,15 @@ import (
 type ImportCommand struct{}
 
 const importNotes = `
+Each FILE (- for standard input; gzip files are read as they are) is either
+the seed dashboard's export or NDJSON. NDJSON is what the hook writes in
+offline mode (one record a line) or the collector's dead-letter file (one
+refused batch a line, whose records are sent again); its records go to
+POST /api/v1/ingest in batches of up to 2,000 records, with progress on
+standard error. The server stores a record it already has once, so a file
+may be sent again after an interruption. A record the server refuses stops
+the file with its line number; the batches before it are stored.
+
 The export is the seed dashboard's training_metrics.json (meta, steps,
 evaluations, zero_memory). It becomes one finished run with its steps,
 per-layer times, evaluations and ZeRO memory breakdown. Without --run-id the
@@ -37,22 +46,21 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	name := f.String("name", "", "", "name of the run (default: the export's model)")
 	runID := f.String("run-id", "", "", "run id (default: derived from the file's contents)")
 	timeout := f.String("timeout", "", "2m", "how long to keep trying, retries included")
-	f.setUsage("deepseed import [flags] FILE", "Import a training_metrics.json export as a run.", importNotes)
+	f.setUsage("deepseed import [flags] FILE...", "Import a training_metrics.json export, or send NDJSON records (the hook's offline file, the collector's dead-letter file).", importNotes)
 	if err := f.fs.Parse(args); err != nil {
 		return err
 	}
-	// Accept flags after the file name too: deepseed import FILE --server URL.
-	rest := f.fs.Args()
-	if len(rest) == 0 {
+	// Accept flags after the file names too: deepseed import FILE --server URL.
+	var files []string
+	for rest := f.fs.Args(); len(rest) > 0; rest = f.fs.Args() {
+		files = append(files, rest[0])
+		if err := f.fs.Parse(rest[1:]); err != nil {
+			return err
+		}
+	}
+	if len(files) == 0 {
 		f.fs.Usage()
-		return errors.New("import: give the export file")
-	}
-	file := rest[0]
-	if err := f.fs.Parse(rest[1:]); err != nil {
-		return err
-	}
-	if f.fs.NArg() > 0 {
-		return fmt.Errorf("import: one file at a time, got also %q", f.fs.Arg(0))
+		return errors.New("import: give the file(s) to import")
 	}
 	wait, err := time.ParseDuration(*timeout)
 	if err != nil || wait <= 0 {
@@ -62,11 +70,66 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return fmt.Errorf("import: --server %q: want an http(s) URL", *server)
 	}
-
-	body, err := os.ReadFile(file)
-	if err != nil {
-		return fmt.Errorf("import: %w", err)
+	for _, file := range files {
+		body, err := readInput(file)
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
+		fctx, cancel := context.WithTimeout(ctx, wait)
+		if isExport(body) {
+			err = importExport(fctx, base, *token, file, body, *runID, *project, *name)
+		} else {
+			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), *token, file, body)
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// readInput reads a file, or standard input for "-", gunzipping it when
+// it is gzip.
+func readInput(file string) ([]byte, error) {
+	var body []byte
+	var err error
+	if file == "-" {
+		body, err = io.ReadAll(os.Stdin)
+	} else {
+		body, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if bytes.HasPrefix(body, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if body, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+	}
+	return body, nil
+}
+
+// isExport tells the seed's training_metrics.json (one JSON object with
+// steps, evaluations or zero_memory) from NDJSON records.
+func isExport(body []byte) bool {
+	var head map[string]json.RawMessage
+	if json.Unmarshal(body, &head) != nil {
+		return false
+	}
+	_, kind := head["kind"]
+	_, steps := head["steps"]
+	_, evals := head["evaluations"]
+	_, zero := head["zero_memory"]
+	return !kind && (steps || evals || zero)
+}
+
+// importExport posts a training_metrics.json export to /api/v1/import.
+func importExport(ctx context.Context, base *url.URL, token, file string, body []byte, runID, project, name string) error {
 	var zbuf bytes.Buffer
 	zw := gzip.NewWriter(&zbuf)
 	_, _ = zw.Write(body)
@@ -74,17 +137,14 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("import: compress: %w", err)
 	}
 	q := url.Values{}
-	for k, v := range map[string]string{"run_id": *runID, "project": *project, "name": *name} {
+	for k, v := range map[string]string{"run_id": runID, "project": project, "name": name} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
 	target := base.JoinPath("/api/v1/import")
 	target.RawQuery = q.Encode()
-
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	res, err := postWithRetry(ctx, target.String(), *token, zbuf.Bytes())
+	res, err := postWithRetry(ctx, target.String(), token, zbuf.Bytes())
 	if err != nil {
 		return fmt.Errorf("import %s: %w", file, err)
 	}
@@ -93,6 +153,16 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 		fmt.Println(id)
 	}
 	return nil
+}
+
+// refusal is an answer other than 200 or 503.
+type refusal struct {
+	status int
+	body   api.Error
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("server answered %d: %s", r.status, r.body.Error)
 }
 
 // postWithRetry posts a gzip body and decodes the IngestResult, waiting
@@ -110,7 +180,16 @@ func postWithRetry(ctx context.Context, target, token string, gz []byte) (api.In
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return api.IngestResult{}, err
+			if ctx.Err() != nil {
+				return api.IngestResult{}, fmt.Errorf("server unreachable: %w", err)
+			}
+			fmt.Fprintf(os.Stderr, "server unreachable (%v), retrying in 2s\n", err)
+			select {
+			case <-ctx.Done():
+				return api.IngestResult{}, fmt.Errorf("server unreachable: %w", err)
+			case <-time.After(2 * time.Second):
+			}
+			continue
 		}
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
@@ -134,10 +213,10 @@ func postWithRetry(ctx context.Context, target, token string, gz []byte) (api.In
 			}
 		default:
 			var e api.Error
-			if json.Unmarshal(b, &e) == nil && e.Error != "" {
-				return api.IngestResult{}, fmt.Errorf("server answered %d: %s", resp.StatusCode, e.Error)
+			if json.Unmarshal(b, &e) != nil || e.Error == "" {
+				e = api.Error{Error: string(bytes.TrimSpace(b))}
 			}
-			return api.IngestResult{}, fmt.Errorf("server answered %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+			return api.IngestResult{}, &refusal{status: resp.StatusCode, body: e}
 		}
 	}
 }

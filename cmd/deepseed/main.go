@@ -27,7 +27,7 @@ var commands = []struct {
 	{"serve", "run the HTTP API (ingest and query) against PostgreSQL/TimescaleDB", func() command { return &ServeCommand{} }},
 	{"collect", "run the node collector: NVML and host sampling, hook receiver, forwarding", func() command { return &CollectCommand{} }},
 	{"migrate", "apply pending database migrations and exit", func() command { return &MigrateCommand{} }},
-	{"import", "import a training_metrics.json export as a run", func() command { return &ImportCommand{} }},
+	{"import", "import a training_metrics.json export, or send NDJSON records (offline or dead-letter files)", func() command { return &ImportCommand{} }},
 	{"demo", "write realistic simulated runs through the ingest API", func() command { return &DemoCommand{} }},
 	{"bench", "load tools: bench ingest posts realistic batches and reports records/s", func() command { return &BenchCommand{} }},
 	{"version", "print the version", func() command { return &VersionCommand{} }},
