@@ -7,7 +7,7 @@
 # PostgreSQL; DEEPSEED_TEST_TIMESCALE=off forces plain.
 #
 #   ./test.sh            everything
-#   ./test.sh go         only the Go suites (also: hook, plugin)
+#   ./test.sh go         only the Go suites (also: chaos, hook, plugin)
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
@@ -43,6 +43,14 @@ if [ "$only" = all ] || [ "$only" = go ]; then
   log "go test (database mode: $mode)"
   case "$mode" in TimescaleDB*) export DEEPSEED_TEST_TIMESCALE=${DEEPSEED_TEST_TIMESCALE:-require} ;; esac
   go test -count=1 -timeout 40m ./...
+fi
+
+if [ "$only" = all ] || [ "$only" = chaos ]; then
+  log "chaos: PostgreSQL, server and collector killed with SIGKILL under load; nothing acknowledged may be lost"
+  tmp_chaos=$(mktemp -d)
+  go build -o "$tmp_chaos/deepseed" ./cmd/deepseed
+  "$tmp_chaos/deepseed" bench chaos --cycles 2
+  rm -rf "$tmp_chaos"
 fi
 
 if [ "$only" = all ] || [ "$only" = hook ]; then

@@ -21,7 +21,7 @@ import (
 	"github.com/deepseed/deepseed/store"
 )
 
-// BenchCommand holds the load tools; "bench ingest" is the one so far.
+// BenchCommand holds the load tools: "bench ingest" and "bench chaos".
 type BenchCommand struct{}
 
 const benchNotes = `
@@ -44,12 +44,16 @@ scratch runs are deleted at the end unless --keep is given.`
 
 // Run implements command.
 func (c *BenchCommand) Run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "chaos" {
+		return runChaos(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "ingest" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			fmt.Fprintln(os.Stderr, "Usage: deepseed bench ingest [flags]   (deepseed bench ingest -h for the flags)")
+			fmt.Fprintln(os.Stderr, "       deepseed bench chaos [flags]    (deepseed bench chaos -h for the flags)")
 			return nil
 		}
-		return errors.New(`bench: want "deepseed bench ingest [flags]"`)
+		return errors.New(`bench: want "deepseed bench ingest [flags]" or "deepseed bench chaos [flags]"`)
 	}
 	args = args[1:]
 	f := newEnvFlags("bench ingest")

@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/deepseed/deepseed/store"
+)
+
+const chaosNotes = `
+The chaos bench runs the whole pipeline on this machine, loopback only: a
+private PostgreSQL, a deepseed server and a deepseed collector, each a real
+process. A sender posts step records to the collector's hook receiver at
+--rate records a second, as the hook does (a batch the collector does not
+acknowledge is sent again), and remembers every record acknowledged. Then,
+--cycles times each, PostgreSQL, the server and the collector are killed
+with SIGKILL and started again; then the server stays down while the
+collector's spool fills (--spool-max-bytes, or a 5 MiB tmpfs with
+--tmpfs-spool when run as root). At the end it waits for the pipeline to
+drain and counts, by SQL, the acknowledged records that are not stored
+(lost) and the records stored twice (duplicated), per fault. It exits 1 if
+any record was lost or duplicated.`
+
+// chaos is one run of the chaos bench.
+type chaos struct {
+	bin, dir, token string
+	rate            int
+	spoolMax        int64
+	pg              *store.LocalPostgres
+	dbURL           string
+	serverPort      int
+	hookPort        int
+	server, collect *exec.Cmd
+	logs            map[string]*bytes.Buffer
+	run             string
+
+	mu       sync.Mutex
+	phase    string
+	acked    map[int64]string // step → the phase it was acknowledged in
+	deferred map[string]int   // 503 answers by phase
+	unreach  map[string]int   // posts without an answer by phase
+}
+
+func runChaos(ctx context.Context, args []string) error {
+	f := newEnvFlags("bench chaos")
+	cycles := f.String("cycles", "", "10", "kills of each process")
+	rate := f.String("rate", "", "200", "step records a second the sender posts")
+	binFlag := f.String("binary", "", "", "deepseed binary to run (default: this one)")
+	spoolMax := f.String("spool-max-bytes", "", "65536", "the collector's spool bound for the spool-full phase")
+	tmpfs := f.fs.Bool("tmpfs-spool", false, "put the spool on a 5 MiB tmpfs (needs root)")
+	keep := f.fs.Bool("keep", false, "keep the working directory")
+	f.setUsage("deepseed bench chaos [flags]", "Kill PostgreSQL, the server and the collector under load and count what was lost.", chaosNotes)
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
+	n, err1 := strconv.Atoi(*cycles)
+	r, err2 := strconv.Atoi(*rate)
+	sm, err3 := strconv.ParseInt(*spoolMax, 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || n < 1 || r < 10 || sm < 4096 {
+		return fmt.Errorf("bench chaos: bad flags: want --cycles ≥ 1, --rate ≥ 10, --spool-max-bytes ≥ 4096")
+	}
+	bin := *binFlag
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench chaos: %w", err)
+		}
+		bin = exe
+	}
+	dir, err := os.MkdirTemp("", "deepseed-chaos-")
+	if err != nil {
+		return fmt.Errorf("bench chaos: %w", err)
+	}
+	if !*keep {
+		defer os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(os.Stderr, "working directory: %s\n", dir)
+	}
+	c := &chaos{bin: bin, dir: dir, token: "chaos-" + randomTag(), rate: r, spoolMax: sm, logs: map[string]*bytes.Buffer{},
+		acked: map[int64]string{}, deferred: map[string]int{}, unreach: map[string]int{}, run: "chaos-" + randomTag()}
+	spool := filepath.Join(dir, "spool")
+	if err := os.MkdirAll(spool, 0o755); err != nil {
+		return fmt.Errorf("bench chaos: %w", err)
+	}
+	if *tmpfs {
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", spool).CombinedOutput(); err != nil {
+			return fmt.Errorf("bench chaos: mount a tmpfs spool (root needed): %v: %s", err, out)
+		}
+		defer exec.Command("umount", spool).Run()
+		c.spoolMax = 1 << 30 // the tmpfs is the bound
+	}
+	defer c.stopAll()
+	if err := c.startPostgres(ctx); err != nil {
+		return err
+	}
+	c.serverPort, c.hookPort = freeLoopbackPort(), freeLoopbackPort()
+	if err := c.startServer(ctx); err != nil {
+		return err
+	}
+	if err := c.startCollector(ctx); err != nil {
+		return err
+	}
+
+	sendCtx, stopSend := context.WithCancel(ctx)
+	sendDone := make(chan struct{})
+	go func() { defer close(sendDone); c.send(sendCtx) }()
+
+	faults := []struct {
+		name string
+		kill func(context.Context) error
+	}{
+		{"postgres", c.killPostgres},
+		{"server", c.killServer},
+		{"collector", c.killCollector},
+	}
+	for _, fault := range faults {
+		for i := 1; i <= n; i++ {
+			c.setPhase(fault.name)
+			sleepCtx(ctx, 1500*time.Millisecond)
+			fmt.Fprintf(os.Stderr, "kill -9 %s (%d/%d)\n", fault.name, i, n)
+			if err := fault.kill(ctx); err != nil {
+				stopSend()
+				<-sendDone
+				return fmt.Errorf("bench chaos: %s: %w", fault.name, err)
+			}
+		}
+	}
+	// The server away long enough for the spool to fill.
+	c.setPhase("spool full")
+	fmt.Fprintln(os.Stderr, "server down while the spool fills")
+	c.server.Process.Kill()
+	c.server.Wait()
+	sleepCtx(ctx, 8*time.Second)
+	if err := c.startServer(ctx); err != nil {
+		stopSend()
+		<-sendDone
+		return err
+	}
+	c.setPhase("after")
+	sleepCtx(ctx, 2*time.Second)
+	stopSend()
+	<-sendDone
+	return c.report(ctx)
+}
+
+func (c *chaos) setPhase(p string) {
+	c.mu.Lock()
+	c.phase = p
+	c.mu.Unlock()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func freeLoopbackPort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// send posts batches of 10 step records at the rate asked, sending a batch
+// again until the collector acknowledges it, as the hook does.
+func (c *chaos) send(ctx context.Context) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	url := fmt.Sprintf("http://127.0.0.1:%d/api/v1/ingest", c.hookPort)
+	tick := time.NewTicker(time.Second * 10 / time.Duration(c.rate))
+	defer tick.Stop()
+	step := int64(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var b strings.Builder
+		for i := step; i < step+10; i++ {
+			fmt.Fprintf(&b, `{"kind":"step","run_id":%q,"rank":0,"step":%d,"time":%d,"loss":1.5}`+"\n", c.run, i, 1700000000+i)
+		}
+		for ctx.Err() == nil {
+			resp, err := client.Post(url, "application/x-ndjson", strings.NewReader(b.String()))
+			c.mu.Lock()
+			if err != nil {
+				c.unreach[c.phase]++
+			} else if resp.StatusCode == http.StatusServiceUnavailable {
+				c.deferred[c.phase]++
+			}
+			c.mu.Unlock()
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					c.mu.Lock()
+					for i := step; i < step+10; i++ {
+						c.acked[i] = c.phase
+					}
+					c.mu.Unlock()
+					break
+				}
+			}
+			sleepCtx(ctx, 100*time.Millisecond)
+		}
+		step += 10
+	}
+}
+
+func (c *chaos) startPostgres(ctx context.Context) error {
+	if c.pg == nil {
+		c.pg = &store.LocalPostgres{Dir: filepath.Join(c.dir, "pg"), Fsync: true}
+	}
+	var err error
+	for try := 0; try < 20; try++ {
+		if c.dbURL, err = c.pg.Start(ctx); err == nil {
+			return nil
+		}
+		sleepCtx(ctx, 500*time.Millisecond) // the killed one's backends are still exiting
+	}
+	return fmt.Errorf("bench chaos: start PostgreSQL: %w", err)
+}
+
+func (c *chaos) killPostgres(ctx context.Context) error {
+	pid, err := postmasterPID(c.pg.Dir)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill postmaster %d: %w", pid, err)
+	}
+	for syscall.Kill(pid, 0) == nil {
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+	sleepCtx(ctx, time.Second)
+	_ = c.pg.Stop() // lets go of the cluster's lock; the cluster is dead already
+	return c.startPostgres(ctx)
+}
+
+func postmasterPID(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("read postmaster.pid: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(line))
+}
+
+func (c *chaos) start(ctx context.Context, name string, env []string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	buf := c.logs[name]
+	if buf == nil {
+		buf = &bytes.Buffer{}
+		c.logs[name] = buf
+	}
+	cmd.Stdout, cmd.Stderr = buf, buf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	return cmd, nil
+}
+
+func (c *chaos) startServer(ctx context.Context) error {
+	cmd, err := c.start(ctx, "server", []string{"DEEPSEED_INGEST_TOKENS=" + c.token, "DEEPSEED_READ_TOKENS=" + c.token},
+		"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", c.serverPort), "--database-url", c.dbURL, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	c.server = cmd
+	return waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.serverPort), 200)
+}
+
+func (c *chaos) killServer(ctx context.Context) error {
+	c.server.Process.Kill()
+	c.server.Wait()
+	sleepCtx(ctx, time.Second)
+	return c.startServer(ctx)
+}
+
+func (c *chaos) startCollector(ctx context.Context) error {
+	cmd, err := c.start(ctx, "collector", []string{"DEEPSEED_TOKEN=" + c.token},
+		"collect", "--server", fmt.Sprintf("http://127.0.0.1:%d", c.serverPort), "--hook-listen", fmt.Sprintf("127.0.0.1:%d", c.hookPort),
+		"--metrics-listen", "", "--no-gpu", "--interval", "1h", "--batch-max-age", "100ms",
+		"--spool-dir", filepath.Join(c.dir, "spool"), "--spool-max-bytes", strconv.FormatInt(c.spoolMax, 10), "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	c.collect = cmd
+	return waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/api/v1/ingest", c.hookPort), 0)
+}
+
+func (c *chaos) killCollector(ctx context.Context) error {
+	c.collect.Process.Kill()
+	c.collect.Wait()
+	sleepCtx(ctx, 300*time.Millisecond)
+	return c.startCollector(ctx)
+}
+
+// waitReady polls url until it answers want (any answer when want is 0).
+func waitReady(ctx context.Context, url string, want int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if want == 0 || resp.StatusCode == want {
+				return nil
+			}
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer in time", url)
+}
+
+func (c *chaos) stopAll() {
+	for _, cmd := range []*exec.Cmd{c.collect, c.server} {
+		if cmd != nil && cmd.Process != nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+			}
+		}
+	}
+	if c.pg != nil {
+		_ = c.pg.Stop()
+	}
+}
+
+// report waits for the acknowledged records to arrive (bounded), then
+// counts lost and duplicated ones per phase.
+func (c *chaos) report(ctx context.Context) error {
+	st, err := store.Open(ctx, c.dbURL, nil)
+	if err != nil {
+		return fmt.Errorf("bench chaos: %w", err)
+	}
+	defer st.Close()
+	c.mu.Lock()
+	acked := make(map[int64]string, len(c.acked))
+	for k, v := range c.acked {
+		acked[k] = v
+	}
+	c.mu.Unlock()
+	stored := map[int64]int{}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		stored = map[int64]int{}
+		rows, err := st.Pool.Query(ctx, `SELECT step, count(*) FROM steps WHERE run_id = $1 GROUP BY rank, step`, c.run)
+		if err == nil {
+			for rows.Next() {
+				var s int64
+				var n int
+				if rows.Scan(&s, &n) == nil {
+					stored[s] = n
+				}
+			}
+			rows.Close()
+		}
+		missing := 0
+		for s := range acked {
+			if stored[s] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	type row struct{ acked, lost, dup int }
+	byPhase := map[string]*row{}
+	var phases []string
+	for s, p := range acked {
+		r := byPhase[p]
+		if r == nil {
+			r = &row{}
+			byPhase[p] = r
+			phases = append(phases, p)
+		}
+		r.acked++
+		if stored[s] == 0 {
+			r.lost++
+		}
+		if stored[s] > 1 {
+			r.dup++
+		}
+	}
+	order := map[string]int{"postgres": 0, "server": 1, "collector": 2, "spool full": 3, "after": 4}
+	sort.Slice(phases, func(i, j int) bool { return order[phases[i]] < order[phases[j]] })
+	fmt.Printf("%-12s %10s %8s %12s %10s %12s\n", "fault", "acked", "lost", "duplicated", "503s", "unanswered")
+	total := row{}
+	for _, p := range phases {
+		r := byPhase[p]
+		c.mu.Lock()
+		fmt.Printf("%-12s %10d %8d %12d %10d %12d\n", p, r.acked, r.lost, r.dup, c.deferred[p], c.unreach[p])
+		c.mu.Unlock()
+		total.acked += r.acked
+		total.lost += r.lost
+		total.dup += r.dup
+	}
+	fmt.Printf("%-12s %10d %8d %12d\n", "total", total.acked, total.lost, total.dup)
+	fmt.Printf("(503s: posts the collector deferred, its spool full; unanswered: posts while it was down. Both are sent again, as the hook does.)\n")
+	if total.lost > 0 || total.dup > 0 {
+		for name, b := range c.logs {
+			fmt.Fprintf(os.Stderr, "--- %s log (last lines)\n%s\n", name, lastLinesOf(b.String(), 20))
+		}
+		return fmt.Errorf("bench chaos: %d acknowledged records lost, %d duplicated", total.lost, total.dup)
+	}
+	return nil
+}
+
+func lastLinesOf(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
