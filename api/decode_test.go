@@ -173,6 +173,13 @@ func recordValue(r api.Record) any {
 // re-encodes (non-finite numbers as strings) to one that decodes to the
 // same records.
 func FuzzDecodeBatch(f *testing.F) {
+	// The records that once reached the database with values it refused.
+	for _, p := range poisonObjects {
+		f.Add([]byte(`{"kind":"run","run_id":"p","config":` + p + `}`))
+		f.Add([]byte(`{"kind":"end","run_id":"p","status":"finished","summary":` + p + `}`))
+		f.Add([]byte(`{"kind":"run","run_id":"p","meta":` + p + `}`))
+	}
+	f.Add([]byte(`{"kind":"host","host":"n1","time":1000,"processes":[{"pid":1,"run_id":"r\u0000"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		recs, err := api.DecodeBatch(body)
 		if err != nil {

@@ -253,3 +253,40 @@ func TestForwardDeadLetter(t *testing.T) {
 		t.Errorf("the server took %d step records, want steps 0, 2 and 3: %q", len(steps), steps)
 	}
 }
+
+// A record the real server refuses (here a run name a CHECK forbids,
+// standing for any value the validators miss) is dead-lettered alone by a
+// real collector: the rest of its batch, and everything after it, arrive.
+func TestForwardPoisonedBatchLandsTheRest(t *testing.T) {
+	st := storetest.NewStore(t)
+	if _, err := st.Pool.Exec(context.Background(), `ALTER TABLE runs ADD CONSTRAINT no_poison CHECK (name IS DISTINCT FROM 'poison')`); err != nil {
+		t.Fatal(err)
+	}
+	srv := newIngestServer(t, st)
+	spoolDir := t.TempDir()
+	c, stop := runCollector(t, collector.Config{
+		Server: "http://" + srv.addr, Token: "t", HookListen: "127.0.0.1:0", SpoolDir: spoolDir, HostName: "h",
+		ProcRoot: t.TempDir(), Interval: time.Hour, BatchMaxAge: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	var b strings.Builder
+	for i := 0; i < 40; i++ {
+		if i == 17 {
+			b.WriteString(`{"kind":"run","run_id":"fwd","name":"poison"}` + "\n")
+		}
+		fmt.Fprintf(&b, `{"kind":"step","run_id":"fwd","rank":0,"step":%d,"loss":1}`+"\n", i)
+	}
+	if code, body := post(t, c, "POST", "/api/v1/ingest", "", b.String()); code != 200 {
+		t.Fatalf("hook: %d %s", code, body)
+	}
+	sendSteps(t, c, 40, 60)
+	waitFor(t, "the 60 steps in the database", func() bool { return count(t, st, `SELECT count(*) FROM steps WHERE run_id = 'fwd'`) == 60 })
+	waitFor(t, "the spool to drain", func() bool { return metric(c, "deepseed_collector_spool_batches") == "0" })
+	stop()
+	if v := metric(c, "deepseed_collector_records_dead_lettered_total"); v != "1" {
+		t.Fatalf("%s records dead-lettered, want the poisoned one", v)
+	}
+	f, err := os.ReadFile(filepath.Join(spoolDir, "dead-letter.ndjson"))
+	if err != nil || !strings.Contains(string(f), `"name":"poison"`) || !strings.Contains(string(f), "no_poison") || strings.Count(string(f), "\n") != 1 {
+		t.Fatalf("dead-letter file (%v):\n%s", err, f)
+	}
+}
