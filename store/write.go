@@ -104,6 +104,7 @@ func (s *Store) writeBatch(ctx context.Context, recs []api.Record, mode writeMod
 	}
 	b := newBatchPlan(recs, api.Now())
 	b.rollback = mode == writeCheck
+	b.timescale = s.Timescale
 
 	// The transaction is driven by hand on a pooled connection rather
 	// than through pgx.Tx, so that BEGIN travels with the first batch of
@@ -135,6 +136,11 @@ func (s *Store) writeBatch(ctx context.Context, recs []api.Record, mode writeMod
 	}
 	if err := b.copy(ctx, conn); err != nil {
 		return res, err
+	}
+	if b.timescale {
+		if err := b.probeStale(ctx, conn); err != nil {
+			return res, err
+		}
 	}
 	written, err := b.merge(ctx, conn)
 	if err != nil {
@@ -200,6 +206,11 @@ type batchPlan struct {
 	// inlined is set when the steps went in with prepare's round trip
 	// (inlineSteps) and need no COPY.
 	inlined bool
+	// timescale is set on TimescaleDB, where the steps, layers and evals
+	// that go through a temporary table merge segment by segment (segs,
+	// write_compressed.go).
+	timescale bool
+	segs      map[string][]*segment
 	// rollback ends the transaction with ROLLBACK instead of COMMIT.
 	rollback bool
 }
@@ -694,53 +705,67 @@ const (
 	mergeEvents = `INSERT INTO events SELECT * FROM tmp_events ORDER BY run_id, time, type, step, rank ON CONFLICT DO NOTHING`
 )
 
+// mergeStmt is one statement of the merge.
+type mergeStmt struct {
+	kind, sql string
+	args      []any
+	count     bool // the statement answers count(*) rather than a tag
+	discard   bool // its rows written count for nothing (a DELETE of replaced rows)
+}
+
 // merge moves the temporary tables into the real ones, marks rollups dirty
 // and commits, in one round trip, and returns the rows written per kind.
 func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, error) {
-	type stmt struct {
-		kind, sql string
-		count     bool // the statement answers count(*) rather than a tag
-	}
-	var stmts []stmt
+	var stmts []mergeStmt
 	written := map[string]int{}
 	for _, t := range b.tables() {
 		if t.temp == t.target {
 			written[t.kind] += t.n
 			continue
 		}
+		if b.bySegment(t.kind) {
+			stmts = append(stmts, b.segmentStmts(t.kind)...)
+			continue
+		}
 		switch t.kind {
 		case api.KindStep:
-			stmts = append(stmts, stmt{t.kind, mergeSteps, true})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeSteps, count: true})
 		case api.KindLayers:
-			stmts = append(stmts, stmt{t.kind, mergeLayers, true})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeLayers, count: true})
 		case api.KindEval:
-			stmts = append(stmts, stmt{t.kind, mergeEvals, true})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeEvals, count: true})
 		case api.KindGPU:
-			stmts = append(stmts, stmt{t.kind, mergeGPU, false})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeGPU})
 		case api.KindHost:
-			stmts = append(stmts, stmt{t.kind, mergeHost, false})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeHost})
 		case api.KindMemory:
-			stmts = append(stmts, stmt{t.kind, mergeMemory, false})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeMemory})
 		case api.KindEvent:
 			if t.temp == "tmp_untimed_events" {
-				stmts = append(stmts, stmt{t.kind, mergeUntimedEvents, false})
+				stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeUntimedEvents})
 			} else {
-				stmts = append(stmts, stmt{t.kind, mergeEvents, false})
+				stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeEvents})
 			}
 		}
 	}
 	dirtyRuns, dirtyRanks, dirtyBlocks := b.directDirty()
-	// The temporary tables have no statistics, and with a guess the
-	// planner may hash the whole of steps or layer_times to join a few
-	// hundred rows. Probing the unique indexes row by row is what a batch
-	// wants whatever the tables' size; SET LOCAL ends with the transaction.
 	q := &pgx.Batch{}
-	if len(stmts) > 0 {
-		q.Queue(`SET LOCAL enable_hashjoin = off`)
-		q.Queue(`SET LOCAL enable_mergejoin = off`)
+	var settings []string
+	if len(stmts) > 0 && !b.timescale {
+		// The temporary tables have no statistics, and with a guess the
+		// planner may hash the whole of steps or layer_times to join a few
+		// hundred rows. Probing the unique indexes row by row is what a
+		// batch wants whatever the tables' size; SET LOCAL ends with the
+		// transaction. (On TimescaleDB the segment statements bound every
+		// scan by constants instead, and a nested loop would decompress a
+		// batch once per row: write_compressed.go.)
+		settings = []string{`SET LOCAL enable_hashjoin = off`, `SET LOCAL enable_mergejoin = off`}
+	}
+	for _, s := range settings {
+		q.Queue(s)
 	}
 	for _, s := range stmts {
-		q.Queue(s.sql)
+		q.Queue(s.sql, s.args...)
 	}
 	if len(dirtyRuns) > 0 {
 		q.Queue(`INSERT INTO rollup_dirty (run_id, rank, block)
@@ -754,7 +779,7 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 	}
 	q.Queue(end)
 	br := tx.SendBatch(ctx, q)
-	for i := 0; i < 2 && len(stmts) > 0; i++ {
+	for range settings {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return nil, fmt.Errorf("store: write batch: plan settings: %w", err)
@@ -775,7 +800,9 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 			br.Close()
 			return nil, fmt.Errorf("store: write batch: merge %s: %w", s.kind, err)
 		}
-		written[s.kind] += int(tag.RowsAffected())
+		if !s.discard {
+			written[s.kind] += int(tag.RowsAffected())
+		}
 	}
 	if len(dirtyRuns) > 0 {
 		if _, err := br.Exec(); err != nil {

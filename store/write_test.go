@@ -35,7 +35,7 @@ func mustWrite(t *testing.T, s *store.Store, lines ...string) store.WriteResult 
 	return res
 }
 
-func mustCount(t *testing.T, s *store.Store, sql string, args ...any) int {
+func mustCount(t testing.TB, s *store.Store, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := s.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
@@ -44,7 +44,7 @@ func mustCount(t *testing.T, s *store.Store, sql string, args ...any) int {
 	return n
 }
 
-func wantResult(t *testing.T, got store.WriteResult, accepted, dups int) {
+func wantResult(t testing.TB, got store.WriteResult, accepted, dups int) {
 	t.Helper()
 	if got.Accepted != accepted || got.Duplicates != dups {
 		t.Fatalf("result = %d accepted, %d duplicates (by kind %v); want %d, %d", got.Accepted, got.Duplicates, got.ByKind, accepted, dups)
