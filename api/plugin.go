@@ -18,10 +18,11 @@ type PluginQuery struct {
 	Status   string   `json:"status,omitempty"`   // runs
 	Baseline string   `json:"baseline,omitempty"` // compare
 
-	Metrics  []string `json:"metrics,omitempty"` // series: loss, lr, metrics.NAME, …; gpus: util_pct, …
-	Rank     string   `json:"rank,omitempty"`    // "0", "3", "all"; default "0"
-	XAxis    string   `json:"xAxis,omitempty"`   // series: "time" (default) or "step"
-	MinMax   bool     `json:"minMax,omitempty"`  // series: add min and max fields
+	Metrics  []string `json:"metrics,omitempty"`  // series: loss, lr, metrics.NAME, …; gpus: util_pct, …
+	Rank     string   `json:"rank,omitempty"`     // "0", "3", "all"; default "0"
+	XAxis    string   `json:"xAxis,omitempty"`    // series: "time" (default) or "step"
+	MinMax   bool     `json:"minMax,omitempty"`   // series: add min and max fields
+	WithStep bool     `json:"withStep,omitempty"` // series on time: add the step as a field shown in tooltips only
 	FromStep *int64   `json:"fromStep,omitempty"`
 	ToStep   *int64   `json:"toStep,omitempty"`
 
@@ -32,6 +33,12 @@ type PluginQuery struct {
 	GPU  string `json:"gpu,omitempty"`  // gpus: index or "" for all
 
 	StragglerPct float64 `json:"stragglerPct,omitempty"` // ranks
+
+	// Format "numeric" answers run_summary and ranks as one numeric-wide
+	// frame (each figure a number field labelled run_id, and rank and host
+	// for ranks), which Grafana alert rules accept; "table" answers gpus
+	// as one row per GPU; "" is each query's usual frames.
+	Format string `json:"format,omitempty"`
 
 	EventTypes []string `json:"eventTypes,omitempty"` // annotations: checkpoint, overflow, restart, eval, …; none: all
 }

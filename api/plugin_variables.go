@@ -14,7 +14,8 @@ type VariableQuery struct {
 	Sweep   string `json:"sweep,omitempty"`   // runs
 	Tag     string `json:"tag,omitempty"`     // runs
 	Status  string `json:"status,omitempty"`  // runs
-	Run     string `json:"run,omitempty"`     // metrics, ranks, hosts
+	Run     string `json:"run,omitempty"`     // metrics, ranks, hosts, window
+	Part    string `json:"part,omitempty"`    // window: span, shift, from or to
 }
 
 // Resources of [VariableQuery]: the plugin backend serves each as a GET
@@ -26,7 +27,23 @@ const (
 	VariableMetrics  = "metrics"  // series metrics, a run's own metrics.NAME included
 	VariableRanks    = "ranks"    // ranks of a run
 	VariableHosts    = "hosts"    // hosts with GPU samples, of a run or the time range
+	VariableWindow   = "window"   // one part of a run's time window; see WindowParts
 )
 
+// WindowParts are the parts of a run's time window that the window
+// resource answers, each as the one option of a hidden variable:
+//
+//	span   the run's length with a margin, as a Grafana relative time ("5400s"):
+//	       a panel's relative time (timeFrom)
+//	shift  how long ago the run ended, plus the margin ("86400s", "0s" while it
+//	       runs): a panel's time shift (timeShift)
+//	from   the window's start in epoch milliseconds: a link's from=
+//	to     the window's end in epoch milliseconds: a link's to=
+//
+// A panel with timeFrom $run_span and timeShift $run_shift shows the run's
+// whole window while the dashboard's range is relative ("Last 7 days"),
+// whatever that range is.
+var WindowParts = []string{"span", "shift", "from", "to"}
+
 // VariableResources lists every resource a [VariableQuery] may name.
-var VariableResources = []string{VariableProjects, VariableRuns, VariableSweeps, VariableMetrics, VariableRanks, VariableHosts}
+var VariableResources = []string{VariableProjects, VariableRuns, VariableSweeps, VariableMetrics, VariableRanks, VariableHosts, VariableWindow}

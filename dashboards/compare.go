@@ -4,6 +4,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/barchart"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
 
 	"github.com/deepseed/deepseed/api"
 )
@@ -57,12 +58,95 @@ func compareBars(f figure, pos dashboard.GridPos, q api.PluginQuery) *barchart.P
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{}))
 }
 
-// compareSection is a comparison table with its bar charts.
+// compareTable is one focused table of the compare frame: the run, then
+// each figure with its change against the baseline beside it, as in the
+// experiment report's tables.
+type compareTable struct {
+	title, description string
+	figures            []figure
+	config             []string // display names of configuration columns
+}
+
+var compareTables = []compareTable{
+	{"Configuration", "What differs between the runs: ZeRO stage, precision, parallelism, offload, batch and ranks.", nil,
+		[]string{"Status", "Model", "ZeRO stage", "Precision", "Parallelism", "Pipeline stages", "Optimizer offload", "Parameter offload", "Micro batch", "World size"}},
+	{"Memory and utilisation", "Steady-state GPU memory and utilisation; Δ is the change against the baseline run in percent.", []figure{
+		{"GPU memory peak", "gpu_mem_peak_mb", "GPU mem peak", "decmbytes"},
+		{"GPU memory mean", "gpu_mem_mean_mb", "GPU mem mean", "decmbytes"},
+		{"GPU utilisation", "gpu_util_pct", "GPU util", "percent"},
+		{"CPU utilisation", "cpu_util_pct", "CPU util", "percent"},
+	}, nil},
+	{"Speed", "Steady-state step time and throughput; Δ against the baseline in percent.", []figure{
+		{"Step time", "step_time_s", "Step time", "s"},
+		{"Speed", "steps_per_s", "Steps/s", "suffix: steps/s"},
+		{"Samples per second", "samples_per_s", "Samples/s", "suffix: samples/s"},
+	}, nil},
+	{"Outcome", "Final training loss and best evaluation accuracy; Δ against the baseline in percent.", []figure{
+		{"Final loss", "final_loss", "Final loss", "none"},
+		{"Best eval accuracy", "best_eval_accuracy", "Best eval accuracy", "percentunit"},
+	}, nil},
+}
+
+// focusedTable keeps the run name and t's columns, each figure followed
+// by its Δ column, and colours each Δ: green where the change is a gain.
+func focusedTable(t compareTable, pos dashboard.GridPos, q api.PluginQuery) *table.PanelBuilder {
+	names := []string{"name", "Run"}
+	order := map[string]any{"Run": 0}
+	for _, c := range t.config {
+		names = append(names, c)
+		order[c] = len(order)
+	}
+	for _, f := range t.figures {
+		names = append(names, f.field, f.display, "delta_pct."+f.field, "Δ "+f.display)
+		order[f.display] = len(order)
+		order["Δ "+f.display] = len(order)
+	}
+	p := dataTable(t.title, t.description, pos, q).
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "filterFieldsByName",
+			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp(names...)}},
+		}).
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "organize",
+			Options: map[string]any{"indexByName": order, "excludeByName": map[string]any{}, "renameByName": map[string]any{}},
+		}).
+		Filterable(false).
+		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.minWidth", 180)})
+	for _, f := range t.figures {
+		p = p.OverrideByName("Δ "+f.display, []dashboard.DynamicConfigValue{
+			prop("unit", "percent"),
+			prop("decimals", 1),
+			prop("custom.cellOptions", map[string]any{"type": "color-text"}),
+			prop("color", map[string]any{"mode": "thresholds"}),
+			prop("thresholds", deltaThresholds(f.field)),
+		})
+	}
+	return p
+}
+
+// lowerIsBetter lists the figures whose decrease is a gain.
+var lowerIsBetter = map[string]bool{"gpu_mem_peak_mb": true, "gpu_mem_mean_mb": true, "step_time_s": true, "final_loss": true}
+
+// deltaThresholds colours a Δ % green for a gain and red for a loss.
+func deltaThresholds(field string) map[string]any {
+	gain, loss := "green", "red"
+	if lowerIsBetter[field] {
+		gain, loss = "red", "green"
+	}
+	return map[string]any{"mode": "absolute", "steps": []any{
+		map[string]any{"color": loss, "value": nil},
+		map[string]any{"color": "text", "value": -0.5},
+		map[string]any{"color": gain, "value": 0.5},
+	}}
+}
+
+// compareSection is the focused tables and the bar charts of one set of
+// runs. Every table fits 1600 px: at most eleven columns.
 func compareSection(b *dashboard.DashboardBuilder, y uint32, q api.PluginQuery) (*dashboard.DashboardBuilder, uint32) {
-	b = b.WithPanel(dataTable("Comparison",
-		"Configuration and steady-state figures of each run, as in the experiment report; with a baseline, the change of each figure against it in percent.",
-		gridPos(0, y, 24, 9), q))
-	y += 9
+	for _, t := range compareTables {
+		b = b.WithPanel(focusedTable(t, gridPos(0, y, 24, 6), q))
+		y += 6
+	}
 	for i, f := range compareFigures {
 		b = b.WithPanel(compareBars(f, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), q))
 	}

@@ -98,6 +98,7 @@ func Render(d Dashboard) ([]byte, error) {
 		for i, p := range panels {
 			if m, ok := p.(map[string]any); ok {
 				m["id"] = i + 1
+				dropZeroTickLength(m)
 			}
 		}
 	}
@@ -110,6 +111,19 @@ func Render(d Dashboard) ([]byte, error) {
 		return nil, fmt.Errorf("dashboards: encode %s: %w", d.UID, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// dropZeroTickLength removes a bar chart's xTickLabelMaxLength of 0, which
+// the SDK always writes and Grafana reads as "cut every bar label to
+// nothing" (each shows "…"); absent, labels are shown whole.
+func dropZeroTickLength(panel map[string]any) {
+	opts, ok := panel["options"].(map[string]any)
+	if !ok {
+		return
+	}
+	if v, ok := opts["xTickLabelMaxLength"].(float64); ok && v == 0 {
+		delete(opts, "xTickLabelMaxLength")
+	}
 }
 
 // RenderAll renders every dashboard, keyed by file name.
@@ -153,6 +167,49 @@ func queryVar(name, label string, q api.VariableQuery) *dashboard.QueryVariableB
 		Query(dashboard.StringOrMap{Map: m}).
 		Refresh(dashboard.VariableRefreshOnDashboardLoad).
 		Sort(dashboard.VariableSortDisabled)
+}
+
+// Hidden variables holding the parts of $run's time window (see
+// api.WindowParts), and the panel time override they make.
+const (
+	varRunSpan  = "run_span"
+	varRunShift = "run_shift"
+	varRunFrom  = "run_from"
+	varRunTo    = "run_to"
+
+	// RunSpan and RunShift are the timeFrom and timeShift of every time
+	// panel of a run-scoped dashboard: while the time picker shows a
+	// relative range (the default), the panel shows $run's whole window.
+	RunSpan  = "$" + varRunSpan
+	RunShift = "$" + varRunShift
+)
+
+// windowVars are the hidden variables of $run's window, refreshed with the
+// time range so a running run's window grows and an explicit range (a
+// link's from and to) turns the shift off.
+func windowVars(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
+	for _, v := range []struct{ name, part string }{
+		{varRunSpan, "span"}, {varRunShift, "shift"}, {varRunFrom, "from"}, {varRunTo, "to"},
+	} {
+		b = b.WithVariable(queryVar(v.name, "", api.VariableQuery{Resource: api.VariableWindow, Run: "$" + varRun, Part: v.part}).
+			Hide(dashboard.VariableHideHideVariable).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
+	}
+	return b
+}
+
+// runLink opens the dashboard uid on $run with the time picker set to the
+// run's window, so time panels there show the run without a click.
+func runLink(title, uid string) *dashboard.DashboardLinkBuilder {
+	return dashboard.NewDashboardLinkBuilder(title).
+		Type(dashboard.DashboardLinkTypeLink).
+		Url("/d/" + uid + "?var-" + varProject + "=${" + varProject + "}&var-" + varRun + "=${" + varRun + "}&from=${" + varRunFrom + "}&to=${" + varRunTo + "}").
+		Icon("dashboard").
+		Tooltip(title + ", over the run's time window").
+		TargetBlank(false).
+		AsDropdown(false).
+		IncludeVars(false).
+		KeepTime(false)
 }
 
 // projectVar lists the projects that have runs.

@@ -145,6 +145,9 @@ type fullDashboard struct {
 			Name  string            `json:"name"`
 			Query api.VariableQuery `json:"query"`
 			Multi bool              `json:"multi"`
+			// AllValue is the value of "All" where a single-value
+			// picker offers it; Grafana selects it on first load.
+			AllValue string `json:"allValue"`
 		} `json:"list"`
 	} `json:"templating"`
 	Annotations struct {
@@ -191,8 +194,8 @@ func pickVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource, doc
 	vars, offered = make(map[string]string), make(map[string][]string)
 	for _, v := range doc.Templating.List {
 		q := v.Query
-		params := map[string]string{"project": q.Project, "sweep": q.Sweep, "tag": q.Tag, "status": q.Status, "run": q.Run}
-		if q.Resource == api.VariableHosts {
+		params := map[string]string{"project": q.Project, "sweep": q.Sweep, "tag": q.Tag, "status": q.Status, "run": q.Run, "part": q.Part}
+		if q.Resource == api.VariableHosts || q.Resource == api.VariableWindow {
 			params["from"], params["to"] = tr.From.Format(time.RFC3339), tr.To.Format(time.RFC3339)
 		}
 		var qs []string
@@ -213,6 +216,9 @@ func pickVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource, doc
 					pick = o.Value
 				}
 			}
+		}
+		if v.AllValue != "" && !v.Multi {
+			pick = v.AllValue
 		}
 		vars[v.Name] = pick
 		for _, o := range opts {

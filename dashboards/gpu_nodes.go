@@ -6,12 +6,20 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
+
+// gpuTableQuery asks for one table row per GPU of $host.
+func gpuTableQuery() api.PluginQuery {
+	q := gpuQuery(plugin.GPUTableMetrics...)
+	q.Format = plugin.FormatTable
+	return q
+}
 
 // gpuQuery asks for GPU telemetry of the host in $host (one value inside a
 // row repeated per host), every GPU.
 func gpuQuery(metrics ...string) api.PluginQuery {
-	return api.PluginQuery{QueryType: api.QueryGPUs, Host: "$" + varHost, Metrics: metrics}
+	return api.PluginQuery{QueryType: api.QueryGPUs, Host: "$" + varHost, RunID: "$" + varRun, Metrics: metrics}
 }
 
 // throttleReasons names the NVML clocks-event reasons, one bit each; a
@@ -53,25 +61,18 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		Time("now-6h", "now").
 		Refresh("30s").
 		WithVariable(projectVar()).
-		WithVariable(runVar(false)).
-		WithVariable(queryVar(varHost, "Host", api.VariableQuery{Resource: api.VariableHosts}).
+		// $run filters to the GPUs the collectors attributed to the run;
+		// All (the default) shows every GPU.
+		WithVariable(runVar(false).IncludeAll(true).AllValue(plugin.AllRuns)).
+		WithVariable(queryVar(varHost, "Host", api.VariableQuery{Resource: api.VariableHosts, Run: "$" + varRun}).
 			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
 
 	y := uint32(0)
 	b = b.WithRow(row("Host $host", y).Repeat(varHost))
 	y++
 	b = b.WithPanel(dataTable("GPUs of $host",
-		"Each GPU with its last and mean utilisation and the run holding it at the last sample (run_id).",
-		gridPos(0, y, 24, 7), gpuQuery("util_pct", "mem_used_bytes", "temp_c", "power_w")).
-		WithTransformation(dashboard.DataTransformerConfig{
-			Id: "reduce",
-			Options: map[string]any{
-				"mode":             "seriesToRows",
-				"reducers":         []string{"lastNotNull", "mean", "max"},
-				"labelsToFields":   true,
-				"includeTimeField": false,
-			},
-		}))
+		"One row per GPU: model, the run holding it at the last sample, utilisation (last and mean over the range), memory used and total, temperature and power.",
+		gridPos(0, y, 24, 7), gpuTableQuery()))
 	y += 7
 	type chart struct {
 		title, unit, desc string
@@ -79,7 +80,7 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 	}
 	charts := []chart{
 		{"GPU utilisation", "percent", "Share of time a kernel ran.", []string{"util_pct"}},
-		{"GPU memory used", "bytes", "Device memory in use.", []string{"mem_used_bytes", "mem_total_bytes"}},
+		{"GPU memory used", "decbytes", "Device memory in use.", []string{"mem_used_bytes", "mem_total_bytes"}},
 		{"Power", "watt", "Board power draw.", []string{"power_w"}},
 		{"Temperature", "celsius", "GPU and memory temperature.", []string{"temp_c", "mem_temp_c"}},
 		{"Clocks", "suffix: MHz", "SM and memory clocks.", []string{"sm_clock_mhz", "mem_clock_mhz"}},

@@ -25,6 +25,23 @@ func seriesQuery(rank string, metrics ...string) api.PluginQuery {
 	return q
 }
 
+// stepSeries is a seriesQuery whose frames also carry each point's step,
+// shown in the tooltip: a training chart on a time axis read by step.
+func stepSeries(rank string, metrics ...string) api.PluginQuery {
+	q := seriesQuery(rank, metrics...)
+	q.WithStep = true
+	return q
+}
+
+// runTimeSeries is a timeSeries of a run-scoped dashboard: its time range
+// is $run's window (see RunSpan), not the dashboard's relative range.
+func runTimeSeries(title, description, unit string, pos dashboard.GridPos, queries ...api.PluginQuery) *timeseries.PanelBuilder {
+	return timeSeries(title, description, unit, pos, queries...).
+		TimeFrom(RunSpan).
+		TimeShift(RunShift).
+		HideTimeOverride(true)
+}
+
 // card is one summary card: a stat of one field of the run_summary frame,
 // found by its field name or by its display name, which is the card's
 // title unless display says otherwise.

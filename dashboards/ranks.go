@@ -15,6 +15,9 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 		"ranks").
 		WithVariable(projectVar()).
 		WithVariable(runVar(false))
+	b = windowVars(b).
+		Link(runLink("Training run", UIDTrainingRun)).
+		Link(runLink("GPUs of this run", UIDGPUNodes))
 
 	y := uint32(0)
 	b = b.WithRow(row("Stragglers", y))
@@ -27,18 +30,18 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 
 	b = b.WithRow(row("Per rank over time", y))
 	y++
-	b = b.WithPanel(timeSeries("Step time per rank", "Step time of every rank; a straggler's line sits above the others.", "ms",
-		gridPos(0, y, 24, 9), seriesQuery("all", "step_ms")).Min(0))
+	b = b.WithPanel(runTimeSeries("Step time per rank", "Step time of every rank; a straggler's line sits above the others.", "ms",
+		gridPos(0, y, 24, 9), stepSeries("all", "step_ms")).Min(0))
 	y += 9
-	b = b.WithPanel(timeSeries("GPU utilisation per rank", "", "percent",
-		gridPos(0, y, 12, 9), seriesQuery("all", "gpu_util_pct")).Min(0).Max(100))
-	b = b.WithPanel(timeSeries("GPU memory per rank", "", "decgbytes",
-		gridPos(12, y, 12, 9), seriesQuery("all", "gpu_mem_used_gb")).Min(0))
+	b = b.WithPanel(runTimeSeries("GPU utilisation per rank", "", "percent",
+		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct")).Min(0).Max(100))
+	b = b.WithPanel(runTimeSeries("GPU memory per rank", "", "decgbytes",
+		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb")).Min(0))
 	y += 9
-	b = b.WithPanel(timeSeries("Communication time per rank", "Time in collectives not overlapped with compute.", "ms",
-		gridPos(0, y, 12, 9), seriesQuery("all", "comm_ms")).Min(0))
-	b = b.WithPanel(timeSeries("Data loading time per rank", "", "ms",
-		gridPos(12, y, 12, 9), seriesQuery("all", "data_ms")).Min(0))
+	b = b.WithPanel(runTimeSeries("Communication time per rank", "Time in collectives not overlapped with compute.", "ms",
+		gridPos(0, y, 12, 9), stepSeries("all", "comm_ms")).Min(0))
+	b = b.WithPanel(runTimeSeries("Data loading time per rank", "", "ms",
+		gridPos(12, y, 12, 9), stepSeries("all", "data_ms")).Min(0))
 
 	d, err := b.Build()
 	if err != nil {
@@ -73,17 +76,13 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 		WithTarget(target("A", ranksQuery())).
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "filterFieldsByName",
-			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank", "Rank", field, display)}},
+			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank_name", "Rank name", field, display)}},
 		}).
-		// Bar charts need a string x axis; ranks are numbers.
-		WithTransformation(dashboard.DataTransformerConfig{
-			Id: "convertFieldType",
-			Options: map[string]any{"conversions": []any{map[string]any{
-				"targetField": "Rank", "destinationType": "string",
-			}}},
-		}).
-		XField("Rank").
-		ShowValue(common.VisibilityModeAuto).
+		// Bars are labelled with the rank's name ("rank 3"), a string
+		// field of the ranks frame.
+		XField("Rank name").
+		XTickLabelRotation(0).
+		ShowValue(common.VisibilityModeAlways).
 		Stacking(common.StackingModeNone).
 		Unit(unit).
 		Min(0).

@@ -40,6 +40,9 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		"training").
 		WithVariable(projectVar()).
 		WithVariable(runVar(false))
+	b = windowVars(b).
+		Link(runLink("Ranks of this run", UIDRanks)).
+		Link(runLink("GPUs of this run", UIDGPUNodes))
 
 	y := uint32(0)
 	b = b.WithRow(row("Summary", y))
@@ -52,26 +55,27 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 
 	b = b.WithRow(row("GPU", y))
 	y++
-	b = b.WithPanel(timeSeries("GPU utilisation", "Utilisation of the GPU of rank 0, as NVML reports it.", "percent",
-		gridPos(0, y, 12, 8), seriesQuery("0", "gpu_util_pct")).Min(0).Max(100))
-	b = b.WithPanel(timeSeries("GPU memory", "GPU memory in use on rank 0.", "decgbytes",
-		gridPos(12, y, 12, 8), seriesQuery("0", "gpu_mem_used_gb")).Min(0))
+	b = b.WithPanel(runTimeSeries("GPU utilisation", "Utilisation of the GPU of rank 0, as NVML reports it.", "percent",
+		gridPos(0, y, 12, 8), stepSeries("0", "gpu_util_pct")).Min(0).Max(100))
+	b = b.WithPanel(runTimeSeries("GPU memory", "GPU memory in use on rank 0.", "decgbytes",
+		gridPos(12, y, 12, 8), stepSeries("0", "gpu_mem_used_gb")).Min(0))
 	y += 8
 
 	b = b.WithRow(row("Training", y))
 	y++
 	evals := runQuery(api.QueryEvals)
-	loss := seriesQuery("0", "loss")
+	loss := stepSeries("0", "loss")
 	loss.MinMax = true
-	b = b.WithPanel(timeSeries("Loss and evaluations",
+	b = b.WithPanel(runTimeSeries("Loss and evaluations",
 		"Training loss (line, with each bucket's min and max) and the evaluations: validation loss on the loss axis, accuracy and F1 on the right axis as dots.",
 		"none", gridPos(0, y, 12, 9), loss, evals).
 		// Evaluations (query B) are dots; accuracy and F1 get the right axis.
 		OverrideByQuery("B", pointsOnly(7)).
 		OverrideByRegexp("/accuracy|f1/i", rightAxis("percentunit", prop("min", 0), prop("max", 1))).
-		// The evals frame also carries the step and the training loss at
-		// each evaluation: the loss line already shows both.
-		OverrideByRegexp("/^(step|train loss at .*)$/i", []dashboard.DynamicConfigValue{
+		// The evals frame also carries the training loss at each
+		// evaluation: the loss line already shows it. Its step stays in
+		// the tooltip, hidden from the chart like the series' step.
+		OverrideByRegexp("/^(train loss at .*)$/i", []dashboard.DynamicConfigValue{
 			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": true, "viz": true}),
 		}).
 		// Each bucket's min and max shade a band around the mean.
@@ -83,18 +87,18 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 			prop("custom.lineWidth", 0), prop("custom.fillOpacity", 0),
 			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
 		}))
-	b = b.WithPanel(timeSeries("Throughput", "Samples per second of rank 0.", "suffix: samples/s",
-		gridPos(12, y, 12, 9), seriesQuery("0", "throughput_sps")).Min(0))
+	b = b.WithPanel(runTimeSeries("Throughput", "Samples per second of rank 0.", "suffix: samples/s",
+		gridPos(12, y, 12, 9), stepSeries("0", "throughput_sps")).Min(0))
 	y += 9
-	b = b.WithPanel(timeSeries("Gradient norm, loss scale and learning rate",
+	b = b.WithPanel(runTimeSeries("Gradient norm, loss scale and learning rate",
 		"Global gradient L2 norm (left), fp16 dynamic loss scale (right, log 2) and learning rate (right).",
-		"none", gridPos(0, y, 12, 9), seriesQuery("0", "grad_norm", "loss_scale", "lr")).
+		"none", gridPos(0, y, 12, 9), stepSeries("0", "grad_norm", "loss_scale", "lr")).
 		OverrideByRegexp("/loss[ _]scale/i", rightAxis("short",
 			prop("custom.scaleDistribution", map[string]any{"type": "log", "log": 2}),
 			prop("custom.lineStyle", map[string]any{"fill": "dash", "dash": []int{10, 10}}))).
 		OverrideByRegexp("/^(lr|learning[ _]rate)/i", rightAxis("sci")))
-	b = b.WithPanel(timeSeries("Step time", "Step time of rank 0 and its parts: forward, backward, optimizer, communication and data loading.",
-		"ms", gridPos(12, y, 12, 9), seriesQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
+	b = b.WithPanel(runTimeSeries("Step time", "Step time of rank 0 and its parts: forward, backward, optimizer, communication and data loading.",
+		"ms", gridPos(12, y, 12, 9), stepSeries("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
 	y += 9
 
 	b = b.WithRow(row("Compute and memory", y))
@@ -122,11 +126,12 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		GridPos(gridPos(8, y, 10, 10)).
 		WithTarget(target("A", runQuery(api.QueryMemory))).
 		Orientation(common.VizOrientationHorizontal).
+		XField("Part").
 		ShowValue(common.VisibilityModeAlways).
 		// One field per device (GPU, CPU, NVMe): stacked, each part is one
 		// bar coloured by where its state lives.
 		Stacking(common.StackingModeNormal).
-		Unit("bytes").
+		Unit("decbytes").
 		Min(0).
 		FillOpacity(80).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))
@@ -139,35 +144,10 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 
 	b = b.WithRow(row("Per-layer timing", y))
 	y++
-	for _, pass := range []string{"forward", "backward"} {
-		q := runQuery(api.QueryHeatmap)
-		q.Pass = pass
-		title := "Per-layer " + pass + " time"
-		b = b.WithPanel(heatmap.NewPanelBuilder().
-			Title(title).
-			Description("Mean " + pass + " milliseconds of each layer (rows, in model order) over step buckets (columns) of rank 0.").
-			Datasource(DatasourceRef()).
-			GridPos(gridPos(0, y, 24, 11)).
-			WithTarget(target("A", q)).
-			Calculate(false).
-			RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("ms").Layout(common.HeatmapCellLayoutAuto)).
-			Color(heatmap.NewHeatmapColorOptionsBuilder().
-				Mode(heatmap.HeatmapColorModeScheme).
-				Scheme("Turbo").
-				Scale(heatmap.HeatmapColorScaleExponential).
-				Exponent(0.5).
-				Steps(64).
-				Fill("dark-orange").
-				Reverse(false)).
-			CellGap(1).
-			YAxis(heatmap.NewYAxisConfigBuilder().Unit("").Reverse(true).AxisPlacement(common.AxisPlacementLeft)).
-			CellValues(heatmap.NewCellValuesBuilder().Unit("ms").Decimals(2)).
-			ShowValue(common.VisibilityModeNever).
-			ShowLegend().
-			Mode(common.TooltipDisplayModeSingle).
-			ShowYHistogram())
-		y += 11
+	for i, pass := range []string{"forward", "backward"} {
+		b = b.WithPanel(layerHeatmap(pass, gridPos(uint32(i)*12, y, 12, 16)))
 	}
+	y += 16
 
 	b = b.WithRow(row("Run details", y))
 	y++
@@ -207,3 +187,53 @@ func runEvents() []Annotation {
 	}
 	return out
 }
+
+// layerHeatmap is the seed's per-layer chart: one row per layer in model
+// order (first layer on top, full names), one column per step bucket,
+// colour the layer's mean milliseconds in the bucket. Grafana's Heatmap
+// panel draws x on a time axis only, so the columns are the buckets' start
+// times over the run's window (RunSpan); the frame's meta carries each
+// column's first step. A linear Turbo scale of 128 steps keeps the few
+// per cent between transformer layers apart; the tooltip gives the layer,
+// the bucket's time span and its absolute milliseconds.
+func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
+	q := runQuery(api.QueryHeatmap)
+	q.Pass = pass
+	q.XAxis = "time"
+	return heatmap.NewPanelBuilder().
+		Title("Per-layer " + pass + " time").
+		Description("Mean " + pass + " milliseconds of each layer of rank 0 (rows, model order, first layer on top) over the run's step buckets (columns, by the bucket's start time). Hover a cell for its layer, time span and milliseconds.").
+		Datasource(DatasourceRef()).
+		GridPos(pos).
+		TimeFrom(RunSpan).
+		TimeShift(RunShift).
+		HideTimeOverride(true).
+		WithTarget(target("A", q)).
+		Calculate(false).
+		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("ms").Layout(common.HeatmapCellLayoutAuto)).
+		Color(heatmap.NewHeatmapColorOptionsBuilder().
+			Mode(heatmap.HeatmapColorModeScheme).
+			Scheme("Turbo").
+			Scale(heatmap.HeatmapColorScaleLinear).
+			Exponent(1).
+			Steps(128).
+			Fill("dark-orange").
+			Reverse(false)).
+		CellGap(1).
+		YAxis(heatmap.NewYAxisConfigBuilder().
+			Unit("").
+			Reverse(true).
+			AxisPlacement(common.AxisPlacementLeft).
+			AxisWidth(layerAxisWidth).
+			AxisLabel("Layer")).
+		CellValues(heatmap.NewCellValuesBuilder().Unit("ms").Decimals(3)).
+		ShowValue(common.VisibilityModeNever).
+		ShowLegend().
+		Mode(common.TooltipDisplayModeSingle).
+		ShowColorScale(true).
+		HideYHistogram()
+}
+
+// layerAxisWidth is the heatmap's y axis in pixels: room for a layer name
+// such as "gpt_neox.layers.23.attention" at Grafana's axis font.
+const layerAxisWidth = 200

@@ -86,7 +86,7 @@ export class DeepSeedVariableSupport extends CustomVariableSupport<DataSource, V
     // Variables saved by the first release name the list `kind`.
     const q = normalizeVariableQuery(request.targets[0] as StoredVariableQuery);
     const params = variableParams(q);
-    if (q.resource === 'hosts') {
+    if (q.resource === 'hosts' || q.resource === 'window') {
       params.from = request.range.from.toISOString();
       params.to = request.range.to.toISOString();
     }

@@ -30,6 +30,8 @@ export interface DeepSeedQuery extends DataQuery {
   rank?: string;
   xAxis?: 'time' | 'step';
   minMax?: boolean;
+  /** series on time: add each point's step, shown in tooltips only. */
+  withStep?: boolean;
   fromStep?: number;
   toStep?: number;
   pass?: 'forward' | 'backward';
@@ -37,6 +39,8 @@ export interface DeepSeedQuery extends DataQuery {
   host?: string;
   gpu?: string;
   stragglerPct?: number;
+  /** numeric (run_summary, ranks: one numeric-wide frame for alert rules) or table (gpus: a row per GPU). */
+  format?: 'numeric' | 'table';
   /** annotations: only these event types (checkpoint, overflow, restart, eval, …); none: all. */
   eventTypes?: string[];
 }
@@ -147,9 +151,17 @@ export interface DeepSeedSecureOptions {
  * Lists served by the backend's resources, for template variables: the
  * resources of api.VariableQuery in the Go module (api.VariableResources).
  */
-export type VariableResource = 'projects' | 'runs' | 'sweeps' | 'metrics' | 'ranks' | 'hosts';
+export type VariableResource = 'projects' | 'runs' | 'sweeps' | 'metrics' | 'ranks' | 'hosts' | 'window';
 
-export const VARIABLE_RESOURCES: VariableResource[] = ['projects', 'runs', 'sweeps', 'metrics', 'ranks', 'hosts'];
+export const VARIABLE_RESOURCES: VariableResource[] = [
+  'projects',
+  'runs',
+  'sweeps',
+  'metrics',
+  'ranks',
+  'hosts',
+  'window',
+];
 
 /**
  * The query of a template variable. Field names match api.VariableQuery in
@@ -162,6 +174,8 @@ export interface VariableQuery extends DataQuery {
   tag?: string;
   status?: string;
   run?: string;
+  /** window: span, shift, from or to (api.WindowParts). */
+  part?: string;
 }
 
 export interface Option {

@@ -30,5 +30,9 @@ describe('variableParams', () => {
       status: 'running',
     });
     expect(variableParams({ refId: 'V', resource: 'projects', project: 'nlp' })).toEqual({});
+    expect(variableParams({ refId: 'V', resource: 'window', run: '$run', part: 'span', project: 'nlp' })).toEqual({
+      run: '$run',
+      part: 'span',
+    });
   });
 });

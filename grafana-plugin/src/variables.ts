@@ -36,6 +36,8 @@ export function variableParams(q: VariableQuery): Record<string, string | undefi
     case 'ranks':
     case 'hosts':
       return { run: q.run };
+    case 'window':
+      return { run: q.run, part: q.part };
     default:
       return {};
   }

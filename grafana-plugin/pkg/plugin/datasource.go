@@ -171,6 +171,9 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		if q.QueryType == api.QueryRunDetails {
 			return data.Frames{runDetailsFrame(r)}, nil
 		}
+		if q.Format == FormatNumeric {
+			return data.Frames{summaryNumericFrame(r.RunSummary)}, nil
+		}
 		return data.Frames{runsFrame("run_summary", []api.RunSummary{r.RunSummary})}, nil
 
 	case api.QuerySeries:
@@ -238,6 +241,9 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		if err := d.client.get(ctx, runPath(q.RunID, "ranks"), p, &r); err != nil {
 			return nil, err
 		}
+		if q.Format == FormatNumeric {
+			return data.Frames{ranksNumericFrame(q.RunID, r)}, nil
+		}
 		return data.Frames{ranksFrame(r)}, nil
 
 	case api.QueryCompare:
@@ -257,7 +263,10 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 
 	case api.QueryGPUs:
 		set("host", q.Host)
-		set("run_id", q.RunID)
+		// "*" is the Run picker's "All": every GPU, whoever held it.
+		if q.RunID != AllRuns {
+			set("run_id", q.RunID)
+		}
 		for _, m := range q.Metrics {
 			p.Add("metric", m)
 		}
@@ -278,6 +287,9 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 			}
 			r.Series = keep
 		}
+		if q.Format == FormatTable {
+			return data.Frames{gpuTableFrame(r)}, nil
+		}
 		return gpuFrames(r), nil
 
 	case api.QueryAnnotations:
@@ -287,7 +299,11 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		for _, t := range splitList(q.EventTypes) {
 			p.Add("type", t)
 		}
-		timeRange()
+		// A run's events are wanted whole: its panels show the run's own
+		// window (see window.go), which the dashboard's range may not cover.
+		if q.RunID == "" {
+			timeRange()
+		}
 		var r api.AnnotationsResponse
 		if err := d.client.get(ctx, "/api/v1/annotations", p, &r); err != nil {
 			return nil, err
@@ -321,6 +337,10 @@ func splitList(vs []string) []string {
 	}
 	return out
 }
+
+// AllRuns is the value of a run picker's "All" on the GPU nodes
+// dashboard: no filter by run.
+const AllRuns = "*"
 
 // maxPointsLimit is the most points the query service gives one series.
 const maxPointsLimit = 10000

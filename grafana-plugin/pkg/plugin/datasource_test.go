@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -39,6 +40,10 @@ func TestQueryData(t *testing.T) {
 		{"ranks", `{"queryType":"ranks","runId":"bert-z2","stragglerPct":5}`},
 		{"gpus", `{"queryType":"gpus","host":"node-a","metrics":["util_pct"]}`},
 		{"gpus_one", `{"queryType":"gpus","host":"node-a","gpu":"1","metrics":["util_pct","power_w"]}`},
+		{"series_with_step", `{"queryType":"series","runId":"bert-z2","metrics":["loss"],"withStep":true}`},
+		{"run_summary_numeric", `{"queryType":"run_summary","runId":"bert-z2","format":"numeric"}`},
+		{"ranks_numeric", `{"queryType":"ranks","runId":"bert-z2","stragglerPct":5,"format":"numeric"}`},
+		{"gpus_table", `{"queryType":"gpus","host":"node-a","metrics":["util_pct","mem_used_bytes","mem_total_bytes","temp_c","power_w"],"format":"table"}`},
 		{"annotations", `{"queryType":"annotations","runId":"bert-z2"}`},
 		{"annotations_checkpoints", `{"queryType":"annotations","runId":"bert-z2","eventTypes":["checkpoint"]}`},
 		{"annotations_evals", `{"queryType":"annotations","runId":"bert-z2","eventTypes":["eval"]}`},
@@ -66,6 +71,62 @@ func TestQueryData(t *testing.T) {
 			blankReceiptTimes(dr.Frames)
 			experimental.CheckGoldenJSONResponse(t, "testdata", c.name+".golden", &dr, *update)
 		})
+	}
+
+	// Heatmap frames label their columns with steps, on either x.
+	for _, name := range []string{"heatmap_forward", "heatmap_backward_time"} {
+		f := resp.Responses[name].Frames[0]
+		// Meta travels as JSON: the steps arrive as numbers.
+		var steps []float64
+		raw, _ := json.Marshal(f.Meta.Custom.(map[string]any)["steps"])
+		_ = json.Unmarshal(raw, &steps)
+		if len(steps) == 0 || len(steps) != f.Rows() {
+			t.Errorf("%s: steps %v for %d columns", name, steps, f.Rows())
+		}
+		for i := 1; i < len(steps); i++ {
+			if steps[i] <= steps[i-1] {
+				t.Errorf("%s: steps not ascending: %v", name, steps)
+			}
+		}
+	}
+	if x := resp.Responses["heatmap_backward_time"].Frames[0].Fields[0]; x.Type() != data.FieldTypeTime {
+		t.Errorf("heatmap on time: x is %s", x.Type())
+	}
+	// Training charts on time carry the step, hidden but in the tooltip.
+	ws := resp.Responses["series_with_step"].Frames[0]
+	if len(ws.Fields) != 3 || ws.Fields[1].Name != "step" || ws.Fields[1].Config.Custom["hideFrom"] == nil {
+		t.Errorf("series with step: %s", frameSummary(ws))
+	}
+	// Alert rules read numbers with labels: one numeric-wide frame, no
+	// string or time field.
+	for _, name := range []string{"run_summary_numeric", "ranks_numeric"} {
+		fr := resp.Responses[name].Frames
+		if len(fr) != 1 || fr[0].Meta.Type != data.FrameTypeNumericWide || fr[0].Rows() != 1 {
+			t.Fatalf("%s: %d frames %s", name, len(fr), frameSummary(fr[0]))
+		}
+		for _, fl := range fr[0].Fields {
+			if !fl.Type().Numeric() || fl.Labels["run_id"] != "bert-z2" {
+				t.Errorf("%s: field %s %s labels %v", name, fl.Name, fl.Type(), fl.Labels)
+			}
+		}
+	}
+	// One row per GPU, bytes in decimal units.
+	gt := resp.Responses["gpus_table"].Frames[0]
+	if gt.Rows() == 0 {
+		t.Fatal("gpus table: no rows")
+	}
+	seen := map[string]bool{}
+	for i := 0; i < gt.Rows(); i++ {
+		k := fmt.Sprint(gt.Fields[0].At(i), gt.Fields[1].At(i))
+		if seen[k] {
+			t.Errorf("gpus table: GPU %s twice", k)
+		}
+		seen[k] = true
+	}
+	for _, fl := range gt.Fields {
+		if fl.Name == "mem_used_bytes" && fl.Config.Unit != "decbytes" {
+			t.Errorf("gpus table: memory unit %q", fl.Config.Unit)
+		}
 	}
 
 	// What a user sees, beside the golden files: the NaN loss of the

@@ -246,6 +246,9 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 			val[i], lo[i], hi[i] = float64(p.Value), float64(p.Min), float64(p.Max)
 		}
 		fields := []*data.Field{xField(q.XAxis, s.Points)}
+		if q.WithStep && q.XAxis != "step" {
+			fields = append(fields, stepField(s.Points))
+		}
 		fields = append(fields, data.NewField(s.Metric, labels, val).SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display}))
 		if q.MinMax {
 			fields = append(fields,
@@ -253,7 +256,7 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 				data.NewField(s.Metric+"_max", labels, hi).SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display + " max"}))
 		}
 		f := data.NewFrame(display, fields...)
-		if q.XAxis != "step" && !q.MinMax {
+		if q.XAxis != "step" && !q.MinMax && !q.WithStep {
 			f.Meta = timeSeriesMeta()
 		} else {
 			f.Meta = &data.FrameMeta{}
@@ -262,6 +265,21 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 		frames = append(frames, f)
 	}
 	return frames
+}
+
+// stepField is the step of each point beside a time axis: shown in the
+// tooltip and hidden from the chart and its legend, so a time chart can be
+// read by step.
+func stepField(pts []api.Point) *data.Field {
+	v := make([]int64, len(pts))
+	for i, p := range pts {
+		v[i] = p.Step
+	}
+	return data.NewField("step", nil, v).SetConfig(&data.FieldConfig{
+		DisplayNameFromDS: "Step",
+		Unit:              "none",
+		Custom:            map[string]any{"hideFrom": map[string]any{"viz": true, "legend": true, "tooltip": false}},
+	})
 }
 
 func xField(axis string, pts []api.Point) *data.Field {
@@ -287,7 +305,7 @@ func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
 	if q.XAxis == "time" {
 		t := make([]time.Time, len(h.Times))
 		copy(t, h.Times)
-		fields = append(fields, data.NewField("time", nil, t))
+		fields = append(fields, data.NewField("time", nil, t).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step bucket start"}))
 	} else {
 		s := make([]int64, len(h.Steps))
 		copy(s, h.Steps)
@@ -307,7 +325,9 @@ func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
 	f.Meta = &data.FrameMeta{
 		Type:        FrameTypeHeatmapRows,
 		TypeVersion: data.FrameTypeVersion{0, 1},
-		Custom:      map[string]any{"pass": h.Pass, "rank": h.Rank, "bucket_steps": h.BucketSteps},
+		// steps labels each column by the first step of its bucket, also
+		// when x is time: the Heatmap panel draws x on a time axis only.
+		Custom: map[string]any{"pass": h.Pass, "rank": h.Rank, "bucket_steps": h.BucketSteps, "steps": slices.Clone(h.Steps)},
 	}
 	return f
 }
@@ -407,7 +427,7 @@ func memoryFrame(m api.MemoryResponse) *data.Frame {
 	}
 	fields := []*data.Field{strCol(rows, "part", "Part", func(r row) string { return r.name })}
 	for _, dev := range devices {
-		fields = append(fields, numCol(rows, dev, "bytes", strings.ToUpper(dev), func(r row) *float64 { return r.bytes[dev] }))
+		fields = append(fields, numCol(rows, dev, "decbytes", strings.ToUpper(dev), func(r row) *float64 { return r.bytes[dev] }))
 	}
 	f := data.NewFrame("memory", fields...)
 	f.Meta = &data.FrameMeta{Custom: map[string]any{"gpu_total_bytes": fp(m.GPUTotalBytes)}}
@@ -472,6 +492,9 @@ func ranksFrame(r api.RanksResponse) *data.Frame {
 	rows := r.Ranks
 	f := data.NewFrame("ranks",
 		intCol(rows, "rank", "Rank", func(s api.RankStat) *int64 { return i64(int64(s.Rank)) }),
+		// The rank as a name, for the x axis of bar charts, which label
+		// bars with a string field.
+		strCol(rows, "rank_name", "Rank name", func(s api.RankStat) string { return "rank " + strconv.Itoa(s.Rank) }),
 		strCol(rows, "host", "Host", func(s api.RankStat) string { return s.Host }),
 		intCol(rows, "steps", "Steps", func(s api.RankStat) *int64 { return i64(s.Steps) }),
 		numCol(rows, "median_step_ms", "ms", "Median step", func(s api.RankStat) *float64 { return fv(s.MedianStepMS) }),

@@ -108,6 +108,12 @@ func TestCallResource(t *testing.T) {
 		{"ranks", 404, "ranks needs ?run="},
 		{"hosts?from=2024-03-01T11:00:00Z&to=2024-03-01T13:00:00Z", 200, `[{"text":"node-a","value":"node-a"}]`},
 		{"hosts?run=bert-z2", 200, `[{"text":"node-a","value":"node-a"}]`},
+		// An explicit range that ended in the past: panels follow it.
+		{"window?run=bert-z2&part=shift&to=2024-03-01T13:00:00Z", 200, `[{"text":"0s","value":"0s"}]`},
+		{"window?run=bert-z2&part=from", 200, `"value":"17092`},
+		{"window?run=bert-z2&part=bogus", 404, "want one of span, shift, from, to"},
+		{"window?part=span", 404, "window needs ?run="},
+		{"window?run=nope&part=span", 404, "not found"},
 		{"nothing", 404, "unknown resource"},
 	}
 	// Every resource a variable query may name is served.

@@ -92,6 +92,19 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 			return q, &QueryError{Field: "pass", Msg: fmt.Sprintf("%q: want forward or backward", q.Pass)}
 		}
 	}
+	switch q.Format {
+	case "":
+	case FormatNumeric:
+		if q.QueryType != api.QueryRunSummary && q.QueryType != api.QueryRanks {
+			return q, &QueryError{Field: "format", Msg: "numeric is for run_summary and ranks"}
+		}
+	case FormatTable:
+		if q.QueryType != api.QueryGPUs {
+			return q, &QueryError{Field: "format", Msg: "table is for gpus"}
+		}
+	default:
+		return q, &QueryError{Field: "format", Msg: fmt.Sprintf("%q: want numeric, table or nothing", q.Format)}
+	}
 	if q.MaxSteps < 0 {
 		return q, &QueryError{Field: "maxSteps", Msg: "must not be negative"}
 	}

@@ -76,7 +76,7 @@ func TestStepMetricsMatchStore(t *testing.T) {
 
 func TestGrafanaUnit(t *testing.T) {
 	for in, want := range map[string]string{"": "none", "ms": "ms", "percent": "percent", "GB": "decgbytes",
-		"bytes": "bytes", "W": "watt", "celsius": "celsius", "MHz": "suffix: MHz", "bytes/s": "Bps", "furlongs": "suffix: furlongs"} {
+		"bytes": "decbytes", "W": "watt", "celsius": "celsius", "MHz": "suffix: MHz", "bytes/s": "Bps", "furlongs": "suffix: furlongs"} {
 		if got := grafanaUnit(in); got != want {
 			t.Errorf("grafanaUnit(%q) = %q, want %q", in, got, want)
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
 
@@ -31,6 +32,7 @@ type Option struct {
 //	metrics?run=                      series metrics, the run's own included
 //	ranks?run=                        the ranks that reported
 //	hosts?run=&from=&to=              hosts with GPU samples
+//	window?run=&part=&to=             one part of a run's time window
 //
 // These are the resources of [api.VariableQuery]; the frontend's variable
 // support passes a variable query's filters as the query string.
@@ -156,7 +158,7 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 	case api.VariableHosts:
 		p := url.Values{"max_points": {"1"}}
 		for k, to := range map[string]string{"run": "run_id", "run_id": "run_id", "from": "from", "to": "to"} {
-			if v := q.Get(k); v != "" {
+			if v := q.Get(k); v != "" && v != AllRuns {
 				p.Set(to, v)
 			}
 		}
@@ -172,6 +174,9 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		}
 		slices.Sort(hosts)
 		return textOptions(hosts), nil
+
+	case api.VariableWindow:
+		return d.windowResource(ctx, q, time.Now())
 	}
 	return nil, &QueryError{Msg: fmt.Sprintf("unknown resource %q; want one of %s", path, strings.Join(api.VariableResources, ", "))}
 }

@@ -17,8 +17,10 @@ func grafanaUnit(u string) string {
 		return "percent"
 	case "ratio", "fraction", "percentunit":
 		return "percentunit"
+	// Bytes are decimal (GB, not GiB) everywhere, like the run summary's
+	// peak GPU memory in GB.
 	case "bytes", "byte", "b":
-		return "bytes"
+		return "decbytes"
 	case "kb", "kib":
 		return "kbytes"
 	case "mb", "mib":
@@ -61,7 +63,7 @@ func metricUnit(metric, serverUnit string) string {
 	case strings.HasSuffix(metric, "_mb"):
 		return "decmbytes"
 	case strings.HasSuffix(metric, "_bytes"):
-		return "bytes"
+		return "decbytes"
 	case strings.HasSuffix(metric, "_w"):
 		return "watt"
 	case strings.HasSuffix(metric, "_c"):

@@ -15,6 +15,11 @@ const resources: Array<SelectableValue<VariableResource>> = [
   { value: 'metrics', label: 'Metrics', description: "Step metrics, with a run's own metrics" },
   { value: 'ranks', label: 'Ranks', description: 'Ranks of a run' },
   { value: 'hosts', label: 'Hosts', description: 'Hosts with GPU samples in the time range' },
+  {
+    value: 'window',
+    label: 'Run window',
+    description: "One part of a run's time window (span, shift, from, to), for panel time overrides and links",
+  },
 ];
 
 /**
@@ -60,6 +65,12 @@ export function VariableQueryEditor({ query, onChange }: Props) {
       {q.resource === 'sweeps' && <InlineFieldRow>{field('project', 'Project', 'optional, e.g. $project')}</InlineFieldRow>}
       {(q.resource === 'metrics' || q.resource === 'ranks' || q.resource === 'hosts') && (
         <InlineFieldRow>{field('run', 'Run', q.resource === 'ranks' ? '$run' : 'optional, e.g. $run')}</InlineFieldRow>
+      )}
+      {q.resource === 'window' && (
+        <InlineFieldRow>
+          {field('run', 'Run', '$run')}
+          {field('part', 'Part', 'span, shift, from or to')}
+        </InlineFieldRow>
       )}
     </>
   );

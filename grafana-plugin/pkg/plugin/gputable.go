@@ -1,0 +1,93 @@
+package plugin
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// FormatTable is the gpus query format of one table row per GPU.
+const FormatTable = "table"
+
+// gpuTableColumns are the columns of the per-GPU table: each metric's last
+// value, and for utilisation also its mean over the range.
+var gpuTableColumns = []struct {
+	metric, display string
+	mean            bool
+}{
+	{"util_pct", "Util (last)", false},
+	{"util_pct", "Util (mean)", true},
+	{"mem_used_bytes", "Memory used", false},
+	{"mem_total_bytes", "Memory total", false},
+	{"temp_c", "Temperature", false},
+	{"power_w", "Power", false},
+}
+
+// GPUTableMetrics are the metrics a per-GPU table asks for.
+var GPUTableMetrics = []string{"util_pct", "mem_used_bytes", "mem_total_bytes", "temp_c", "power_w"}
+
+// gpuTableFrame is one row per host and GPU: name, the run holding it at
+// the last sample, then the columns above with their units, so a table
+// shows bytes as GB and power as W rather than one mixed column.
+func gpuTableFrame(r api.GPUResponse) *data.Frame {
+	type key struct {
+		host string
+		gpu  int
+	}
+	type gpuRow struct {
+		key
+		name, run string
+		series    map[string][]api.TimePoint
+	}
+	rows := map[key]*gpuRow{}
+	for _, s := range r.Series {
+		k := key{s.Host, s.GPU}
+		g := rows[k]
+		if g == nil {
+			g = &gpuRow{key: k, series: map[string][]api.TimePoint{}}
+			rows[k] = g
+		}
+		g.name = cmp.Or(g.name, s.Name)
+		g.run = cmp.Or(g.run, s.RunID)
+		g.series[s.Metric] = s.Points
+	}
+	list := make([]*gpuRow, 0, len(rows))
+	for _, g := range rows {
+		list = append(list, g)
+	}
+	slices.SortFunc(list, func(a, b *gpuRow) int {
+		return cmp.Or(cmp.Compare(a.host, b.host), cmp.Compare(a.gpu, b.gpu))
+	})
+	fields := []*data.Field{
+		strCol(list, "host", "Host", func(g *gpuRow) string { return g.host }),
+		intCol(list, "gpu", "GPU", func(g *gpuRow) *int64 { return i64(int64(g.gpu)) }),
+		strCol(list, "gpu_name", "Model", func(g *gpuRow) string { return g.name }),
+		strCol(list, "run_id", "Run", func(g *gpuRow) string { return g.run }),
+	}
+	for _, c := range gpuTableColumns {
+		name := c.metric
+		if c.mean {
+			name += "_mean"
+		}
+		fields = append(fields, numCol(list, name, metricUnit(c.metric, ""), c.display, func(g *gpuRow) *float64 {
+			pts := g.series[c.metric]
+			if len(pts) == 0 {
+				return nil
+			}
+			if !c.mean {
+				v := float64(pts[len(pts)-1].Value)
+				return &v
+			}
+			sum := 0.0
+			for _, p := range pts {
+				sum += float64(p.Value)
+			}
+			v := sum / float64(len(pts))
+			return &v
+		}))
+	}
+	return data.NewFrame("gpus", fields...)
+}
