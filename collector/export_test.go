@@ -1,5 +1,7 @@
 package collector
 
+import "time"
+
 // SetNoSync turns the spool's syncs off until the returned function is
 // called, for the durability benchmark.
 func SetNoSync(v bool) (restore func()) {
@@ -10,3 +12,11 @@ func SetNoSync(v bool) (restore func()) {
 
 // SpoolWrites counts the batches written to c's spool since it started.
 func SpoolWrites(c *Collector) int64 { return c.spool.writes.Load() }
+
+// SetMinBackoff sets the first wait after a failed send until the returned
+// function is called, so that tests can fail many sends quickly.
+func SetMinBackoff(d time.Duration) (restore func()) {
+	old := minBackoff
+	minBackoff = d
+	return func() { minBackoff = old }
+}

@@ -28,10 +28,16 @@ type sendError struct {
 }
 
 // transient reports whether the failure says nothing about the batch: no
-// answer, the server or its database away, or asked to slow down.
+// answer, the server or its database away, asked to slow down, or the
+// collector's token refused (fixed on the collector's side, after which
+// the same records must go through).
 func (e *sendError) transient() bool {
-	return e.status == 0 || e.status == http.StatusServiceUnavailable || e.status == http.StatusBadGateway ||
-		e.status == http.StatusGatewayTimeout || e.status == http.StatusTooManyRequests || e.status == http.StatusRequestTimeout
+	switch e.status {
+	case 0, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout,
+		http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusUnauthorized, http.StatusForbidden:
+		return true
+	}
+	return false
 }
 
 func (e *sendError) Error() string {
@@ -116,10 +122,10 @@ func serverMessage(b []byte) string {
 	return strings.TrimSpace(string(b))
 }
 
-const (
-	minBackoff = 250 * time.Millisecond
-	maxBackoff = 30 * time.Second
-)
+const maxBackoff = 30 * time.Second
+
+// minBackoff is the first wait after a failed send (a variable for tests).
+var minBackoff = 250 * time.Millisecond
 
 // backoff is exponential with full jitter in its upper half, so that many
 // collectors coming back after an outage do not retry in step.

@@ -254,6 +254,55 @@ func TestForwardDeadLetter(t *testing.T) {
 	}
 }
 
+// A refused token says nothing about the records: however many times the
+// server answers 401 (or 403), the batch is retried whole, never split into
+// the dead-letter file, and arrives once the token is accepted.
+func TestForwardRetriesRefusedToken(t *testing.T) {
+	defer collector.SetMinBackoff(time.Millisecond)()
+	var mu sync.Mutex
+	refusals := 0
+	var accepted int
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		// Twenty times the same answer, where the collector splits a
+		// batch refused five times alike.
+		if refusals < 20 {
+			refusals++
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":"token not accepted"}`))
+			return
+		}
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			t.Errorf("body: %v", err)
+			return
+		}
+		body, _ := io.ReadAll(zr)
+		accepted += strings.Count(string(body), `"kind":"step"`)
+		w.Write([]byte(`{"accepted":1}`))
+	}))
+	defer ts.Close()
+	spoolDir := t.TempDir()
+	c, stop := runCollector(t, collector.Config{
+		Server: ts.URL, Token: "secret", HookListen: "127.0.0.1:0", SpoolDir: spoolDir, HostName: "h",
+		ProcRoot: t.TempDir(), Interval: time.Hour, BatchMaxAge: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	sendSteps(t, c, 0, 4)
+	waitFor(t, "the spool to drain", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return accepted == 4 && metric(c, "deepseed_collector_spool_batches") == "0"
+	})
+	stop()
+	if v := metric(c, "deepseed_collector_records_dead_lettered_total"); v != "0" {
+		t.Errorf("%s records dead-lettered after token refusals, want 0", v)
+	}
+	if _, err := os.Stat(filepath.Join(spoolDir, "dead-letter.ndjson")); err == nil {
+		t.Error("a dead-letter file was written for token refusals")
+	}
+}
+
 // A record the real server refuses (here a run name a CHECK forbids,
 // standing for any value the validators miss) is dead-lettered alone by a
 // real collector: the rest of its batch, and everything after it, arrive.
