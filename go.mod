@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1
-	github.com/VictoriaMetrics/metrics v1.35.1
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/grafana/grafana-foundation-sdk/go v0.0.7
 	github.com/grafana/grafana-plugin-sdk-go v0.298.0
@@ -75,9 +74,7 @@ require (
 	github.com/sirupsen/logrus v1.10.1 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	github.com/valyala/fastrand v1.1.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
-	github.com/valyala/histogram v1.2.0 // indirect
 	github.com/xhit/go-str2duration/v2 v2.1.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
