@@ -152,7 +152,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, log: cfg.Logger, reg: newRegistry()}
 	c.hostS.root = cfg.ProcRoot
-	c.m = newCollectorMetrics(c)
+	c.m = newCollectorMetrics()
 	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, func(n int) {
 		c.m.droppedFull.Add(n)
 		if total, ok := c.dropLog.note(c.now(), n); ok {
@@ -286,10 +286,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			return fmt.Errorf("metrics-listen: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-			c.WriteMetrics(w)
-		})
+		mux.Handle("/metrics", c.MetricsHandler())
 		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, msrv)
 		go func() { errc <- msrv.Serve(mln) }()

@@ -5,59 +5,38 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
-
-	"github.com/VictoriaMetrics/metrics"
 )
 
-// collectorMetrics is the collector's own health, in a metrics.Set the
-// collector owns (never the process-wide default set).
+// collectorMetrics is the collector's own health, written with the GPU
+// and host samples on /metrics.
 type collectorMetrics struct {
-	set *metrics.Set
-
-	received     *metrics.Counter
-	forwarded    *metrics.Counter
-	failed       *metrics.Counter
-	droppedFull  *metrics.Counter // sampled records dropped for room under --spool-max-bytes
-	droppedWrite *metrics.Counter // sampled records the spool could not write (disk full …)
-	hookFull     *metrics.Counter // hook requests answered 503: the spool could not take them
-	deadLettered *metrics.Counter
-	sendErrors   *metrics.Counter
-	hookRejected *metrics.Counter
+	received     counter
+	forwarded    counter
+	failed       counter
+	droppedFull  counter // sampled records dropped for room under --spool-max-bytes
+	droppedWrite counter // sampled records the spool could not write (disk full …)
+	hookFull     counter // hook requests answered 503: the spool could not take them
+	deadLettered counter
+	sendErrors   counter
+	hookRejected counter
 
 	lastSend atomic.Int64 // Unix milliseconds of the last accepted batch
 	gpuUp    atomic.Bool
 	hostUp   atomic.Bool
 }
 
-func newCollectorMetrics(c *Collector) *collectorMetrics {
-	s := metrics.NewSet()
-	m := &collectorMetrics{set: s}
-	m.received = s.NewCounter("deepseed_collector_hook_records_received_total")
-	m.hookRejected = s.NewCounter("deepseed_collector_hook_requests_rejected_total")
-	m.forwarded = s.NewCounter("deepseed_collector_records_forwarded_total")
-	m.failed = s.NewCounter("deepseed_collector_records_failed_total")
-	m.droppedFull = s.NewCounter(`deepseed_collector_records_dropped_total{reason="spool_full"}`)
-	m.droppedWrite = s.NewCounter(`deepseed_collector_records_dropped_total{reason="write_failed"}`)
-	m.hookFull = s.NewCounter("deepseed_collector_hook_requests_deferred_total")
-	m.deadLettered = s.NewCounter("deepseed_collector_records_dead_lettered_total")
-	m.sendErrors = s.NewCounter("deepseed_collector_send_errors_total")
-	s.NewGauge("deepseed_collector_queue_records", func() float64 {
-		return float64(c.queueDepth())
-	})
-	s.NewGauge("deepseed_collector_spool_bytes", func() float64 { return float64(c.spool.size()) })
-	s.NewGauge("deepseed_collector_spool_batches", func() float64 { return float64(c.spool.len()) })
-	s.NewGauge("deepseed_collector_last_send_timestamp_seconds", func() float64 {
-		return float64(m.lastSend.Load()) / 1000
-	})
-	s.NewGauge("deepseed_gpu_sampling_up", func() float64 { return b2f(m.gpuUp.Load()) })
-	s.NewGauge("deepseed_host_sampling_up", func() float64 { return b2f(m.hostUp.Load()) })
-	s.NewGauge("deepseed_gpu_count", func() float64 { return float64(len(c.gpu.devs)) })
-	s.RegisterMetricsWriter(c.writeSamples)
-	return m
-}
+// counter is a monotonic count for /metrics.
+type counter struct{ n atomic.Uint64 }
+
+func (c *counter) Inc()           { c.n.Add(1) }
+func (c *counter) Add(n int)      { c.n.Add(uint64(n)) }
+func (c *counter) value() float64 { return float64(c.n.Load()) }
+
+func newCollectorMetrics() *collectorMetrics { return &collectorMetrics{} }
 
 func b2f(b bool) float64 {
 	if b {
@@ -66,19 +45,84 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// WriteMetrics writes /metrics in the Prometheus text format.
-func (c *Collector) WriteMetrics(w io.Writer) { c.m.set.WritePrometheus(w) }
+// health is one family of the collector's own metrics; a family with
+// labels lists its samples' label sets and values in labels.
+type health struct {
+	name, help, typ string
+	val             func() float64
+	labels          []labeled
+}
+
+type labeled struct {
+	labels string
+	val    func() float64
+}
+
+func (c *Collector) healthFamilies() []health {
+	m := c.m
+	return []health{
+		{"deepseed_collector_hook_records_received_total", "Records the hook receiver took into the queue.", "counter", m.received.value, nil},
+		{"deepseed_collector_hook_requests_rejected_total", "Hook requests answered 4xx: bodies that could not be read or held an invalid record.", "counter", m.hookRejected.value, nil},
+		{"deepseed_collector_hook_requests_deferred_total", "Hook requests answered 503 because the spool could not take them.", "counter", m.hookFull.value, nil},
+		{"deepseed_collector_records_forwarded_total", "Records the server acknowledged.", "counter", m.forwarded.value, nil},
+		{"deepseed_collector_records_failed_total", "Records in sends that failed; they stay in the spool and are sent again.", "counter", m.failed.value, nil},
+		{"deepseed_collector_records_dropped_total", "Sampled records dropped: to make room under the spool's bound, or because the spool could not be written.", "counter", nil, []labeled{
+			{`reason="spool_full"`, m.droppedFull.value},
+			{`reason="write_failed"`, m.droppedWrite.value},
+		}},
+		{"deepseed_collector_records_dead_lettered_total", "Records the server refused, written to the dead-letter file.", "counter", m.deadLettered.value, nil},
+		{"deepseed_collector_send_errors_total", "Sends to the server that failed.", "counter", m.sendErrors.value, nil},
+		{"deepseed_collector_queue_records", "Records waiting to be sent, in memory and in the spool.", "gauge", func() float64 { return float64(c.queueDepth()) }, nil},
+		{"deepseed_collector_spool_bytes", "Bytes of the batches in the spool.", "gauge", func() float64 { return float64(c.spool.size()) }, nil},
+		{"deepseed_collector_spool_batches", "Batches in the spool.", "gauge", func() float64 { return float64(c.spool.len()) }, nil},
+		{"deepseed_collector_last_send_timestamp_seconds", "Unix time of the last batch the server acknowledged (0: none yet).", "gauge", func() float64 { return float64(m.lastSend.Load()) / 1000 }, nil},
+		{"deepseed_gpu_sampling_up", "1 while the last GPU sample through NVML succeeded.", "gauge", func() float64 { return b2f(m.gpuUp.Load()) }, nil},
+		{"deepseed_host_sampling_up", "1 while the last host sample succeeded.", "gauge", func() float64 { return b2f(m.hostUp.Load()) }, nil},
+		{"deepseed_gpu_count", "GPUs (and MIG instances) NVML shows.", "gauge", func() float64 { return float64(len(c.gpu.devs)) }, nil},
+	}
+}
+
+// WriteMetrics writes /metrics in the Prometheus text format (version
+// 0.0.4): every family under its # HELP and # TYPE lines.
+func (c *Collector) WriteMetrics(w io.Writer) {
+	bw := bufio.NewWriter(w)
+	defer bw.Flush()
+	for _, f := range c.healthFamilies() {
+		header(bw, f.name, f.help, f.typ)
+		if f.val != nil {
+			fmt.Fprintf(bw, "%s %s\n", f.name, num(f.val()))
+		}
+		for _, l := range f.labels {
+			fmt.Fprintf(bw, "%s{%s} %s\n", f.name, l.labels, num(l.val()))
+		}
+	}
+	c.writeSamples(bw)
+}
+
+// MetricsHandler answers GET /metrics.
+func (c *Collector) MetricsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed: use GET", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		if r.Method == http.MethodHead {
+			return
+		}
+		c.WriteMetrics(w)
+	})
+}
 
 // writeSamples writes the latest GPU and host samples. The label sets
 // change as processes come and go, so they are written from the snapshot
 // on each scrape rather than kept as registered metrics that would go
 // stale.
-func (c *Collector) writeSamples(w io.Writer) {
+func (c *Collector) writeSamples(bw *bufio.Writer) {
 	c.snapMu.Lock()
 	gpus, host := c.gpus, c.host
 	c.snapMu.Unlock()
-	bw := bufio.NewWriter(w)
-	defer bw.Flush()
 	c.writeGPU(bw, gpus)
 	if host != nil {
 		c.writeHost(bw, host)
@@ -144,10 +188,12 @@ var gpuFamilies = []family{
 		return ptrF(b2f(*s.r.RemapPending))
 	}},
 	{"deepseed_gpu_clocks_event_reasons", "NVML clocks-event (throttle) reason bit mask.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.ClocksEventMask, 1) }},
+	{"deepseed_gpu_gpm_supported", "1 when NVML's GPM profiling metrics (SM, tensor and DRAM activity) are read on this GPU.", "gauge", func(s *gpuState) *float64 { return ptrF(b2f(s.info.GPM)) }},
 	{"deepseed_gpu_sm_active_ratio", "GPM: fraction of cycles an SM had a warp resident.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMActivePct, 0.01) }},
 	{"deepseed_gpu_sm_occupancy_ratio", "GPM: resident warps over the maximum.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMOccupancy, 0.01) }},
 	{"deepseed_gpu_tensor_active_ratio", "GPM: fraction of cycles any tensor pipe was active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMTensorPct, 0.01) }},
 	{"deepseed_gpu_graphics_active_ratio", "GPM: fraction of time the graphics/compute engine was active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMGraphicsPct, 0.01) }},
+	{"deepseed_gpu_dram_active_ratio", "GPM: device memory bandwidth used, as a fraction of the peak.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMDRAMBWPct, 0.01) }},
 }
 
 func (c *Collector) gpuLabels(s *gpuState) string {
@@ -277,6 +323,7 @@ var dcgmFamilies = []family{
 	{"DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMActivePct, 0.01) }},
 	{"DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMOccupancy, 0.01) }},
 	{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMTensorPct, 0.01) }},
+	{"DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMDRAMBWPct, 0.01) }},
 }
 
 // dcgmLabels follows dcgm-exporter's label names and order: gpu, UUID,

@@ -25,6 +25,7 @@ import (
 // own duplicates, its own 400, its own 503.
 type combiner struct {
 	st *store.Store
+	m  *metrics
 
 	mu      sync.Mutex
 	pending []*combined
@@ -56,8 +57,8 @@ const (
 	combineMaxBatches = 256
 )
 
-func newCombiner(st *store.Store) *combiner {
-	return &combiner{st: st}
+func newCombiner(st *store.Store, m *metrics) *combiner {
+	return &combiner{st: st, m: m}
 }
 
 // combinable reports whether a batch may share a transaction: a small one
@@ -147,14 +148,14 @@ func (c *combiner) writeGroup(group []*combined) {
 		}
 		_, err := c.st.WriteBatchNew(ctx, all)
 		if err == nil {
-			combinedBatches.Add(len(group))
+			c.m.combinedBatches.Add(float64(len(group)))
 			for _, g := range group {
 				g.done <- combineResult{res: allAccepted(g.recs)}
 			}
 			return
 		}
 		if !errors.Is(err, store.ErrNotDirect) {
-			combineFallbacks.Inc()
+			c.m.combineFallbacks.Inc()
 		}
 	}
 	for _, g := range group {

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
 )
@@ -83,7 +81,7 @@ func TestIngestManySmallBatchesAtOnce(t *testing.T) {
 	if n := s.count(t, `SELECT count(*) FROM (SELECT 1 FROM steps GROUP BY run_id, rank, step HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d steps stored twice", n)
 	}
-	logCombined(t)
+	logCombined(t, s)
 	if n := s.count(t, `SELECT count(*) FROM rollup_dirty WHERE run_id = 'many'`); n != ranks {
 		t.Fatalf("%d rollup markers, want one per rank's block (%d)", n, ranks)
 	}
@@ -91,10 +89,8 @@ func TestIngestManySmallBatchesAtOnce(t *testing.T) {
 
 // logCombined logs the combiner's counters: how many batches shared a
 // transaction, and how many combined writes were redone batch by batch.
-func logCombined(t *testing.T) {
-	var b bytes.Buffer
-	metrics.WritePrometheus(&b, false)
-	for _, l := range strings.Split(b.String(), "\n") {
+func logCombined(t *testing.T, s *server) {
+	for _, l := range strings.Split(s.metricsText(t), "\n") {
 		if strings.HasPrefix(l, "deepseed_ingest_combine") {
 			t.Log(l)
 		}

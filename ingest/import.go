@@ -567,7 +567,7 @@ func (h *Handler) importExport(c echo.Context) error {
 	// left to the collector rather than released for reuse.
 	body, _, herr := h.readBody(c)
 	if herr != nil {
-		rejectedTotal("body").Inc()
+		h.m.rejectedTotal("body").Inc()
 		return c.JSON(herr.status, herr.body)
 	}
 	q := c.QueryParams()
@@ -588,7 +588,7 @@ func (h *Handler) importExport(c echo.Context) error {
 	}
 	recs, err := ParseExport(body, opt)
 	if err != nil {
-		rejectedTotal("body").Inc()
+		h.m.rejectedTotal("body").Inc()
 		var ie *ImportError
 		if errors.As(err, &ie) {
 			return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid export, nothing stored: " + ie.Error(),

@@ -24,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/klauspost/compress/gzip"
 	"github.com/labstack/echo/v4"
 
@@ -54,6 +53,7 @@ type Handler struct {
 	comb  *combiner
 	opt   Options
 	log   *slog.Logger
+	m     *metrics
 }
 
 // New returns the ingest handlers over s.
@@ -65,45 +65,14 @@ func New(s *store.Store, opt Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{store: s, comb: newCombiner(s), opt: opt, log: log.With("component", "ingest")}
+	m := newMetrics()
+	return &Handler{store: s, comb: newCombiner(s, m), opt: opt, log: log.With("component", "ingest"), m: m}
 }
 
 // Register adds POST /ingest and POST /import to g (mounted at /api/v1).
 func (h *Handler) Register(g *echo.Group) {
 	g.POST("/ingest", h.safe(h.ingest))
 	g.POST("/import", h.safe(h.importExport))
-}
-
-var (
-	duplicatesTotal = metrics.GetOrCreateCounter(`deepseed_ingest_duplicates_total`)
-	writeDuration   = metrics.GetOrCreateHistogram(`deepseed_db_write_duration_seconds`)
-	// combineFallbacks counts combined writes that failed and were
-	// written again batch by batch.
-	combineFallbacks = metrics.GetOrCreateCounter(`deepseed_ingest_combine_fallbacks_total`)
-	// combinedBatches counts batches written together with others.
-	combinedBatches = metrics.GetOrCreateCounter(`deepseed_ingest_combined_batches_total`)
-)
-
-func recordsTotal(kind string) *metrics.Counter {
-	return metrics.GetOrCreateCounter(`deepseed_ingest_records_total{kind="` + kind + `"}`)
-}
-
-// rejectedTotal counts rejected batches by the kind of the record at
-// fault ("unknown" when it had none, "body" for unreadable bodies).
-func rejectedTotal(kind string) *metrics.Counter {
-	if kind == "" || !knownKind(kind) {
-		kind = "unknown"
-	}
-	return metrics.GetOrCreateCounter(`deepseed_ingest_rejected_total{kind="` + kind + `"}`)
-}
-
-func knownKind(k string) bool {
-	for _, v := range api.Kinds {
-		if v == k {
-			return true
-		}
-	}
-	return k == "body"
 }
 
 // httpError is an answer other than 200, with the body to send.
@@ -138,7 +107,7 @@ func (h *Handler) ingest(c echo.Context) error {
 	// can serve the next request once this one is answered.
 	defer release()
 	if herr != nil {
-		rejectedTotal("body").Inc()
+		h.m.rejectedTotal("body").Inc()
 		return c.JSON(herr.status, herr.body)
 	}
 	recs, err := api.DecodeBatch(body)
@@ -155,10 +124,10 @@ func (h *Handler) ingest(c echo.Context) error {
 func (h *Handler) rejectDecode(c echo.Context, err error) error {
 	var re *api.RecordError
 	if errors.As(err, &re) {
-		rejectedTotal(re.Kind).Inc()
+		h.m.rejectedTotal(re.Kind).Inc()
 		return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid batch, nothing stored: " + re.Error(), Record: re})
 	}
-	rejectedTotal("body").Inc()
+	h.m.rejectedTotal("body").Inc()
 	return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid batch, nothing stored: " + err.Error()})
 }
 
@@ -175,7 +144,7 @@ func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResul
 	defer cancel()
 	start := time.Now()
 	res, err := h.comb.write(ctx, recs)
-	writeDuration.UpdateDuration(start)
+	h.m.write.Observe(time.Since(start).Seconds())
 	if store.IsDataError(err) {
 		return api.IngestResult{}, h.refused(ctx, recs, err)
 	}
@@ -183,9 +152,9 @@ func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResul
 		return api.IngestResult{}, h.storeError(err, "storing the batch")
 	}
 	for kind, n := range res.ByKind {
-		recordsTotal(kind).Add(n)
+		h.m.records.WithLabelValues(kind).Add(float64(n))
 	}
-	duplicatesTotal.Add(res.Duplicates)
+	h.m.duplicates.Add(float64(res.Duplicates))
 	return api.IngestResult{Accepted: res.Accepted, Duplicates: res.Duplicates, ByKind: res.ByKind}, nil
 }
 

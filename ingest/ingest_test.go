@@ -15,8 +15,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
@@ -28,8 +29,9 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 
 // server is the ingest API on a real HTTP server over a real database.
 type server struct {
-	URL   string
-	Store *store.Store
+	URL     string
+	Store   *store.Store
+	Metrics *prometheus.Registry // the handler's metrics, as the server registers them
 }
 
 func newServer(t testing.TB, opt ingest.Options) *server {
@@ -41,10 +43,13 @@ func newServerOn(t testing.TB, s *store.Store, opt ingest.Options) *server {
 	t.Helper()
 	e := echo.New()
 	e.HideBanner = true
-	ingest.New(s, opt).Register(e.Group("/api/v1"))
+	h := ingest.New(s, opt)
+	h.Register(e.Group("/api/v1"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
 	ts := httptest.NewServer(e)
 	t.Cleanup(ts.Close)
-	return &server{URL: ts.URL, Store: s}
+	return &server{URL: ts.URL, Store: s, Metrics: reg}
 }
 
 type response struct {
@@ -422,11 +427,7 @@ func TestIngestDatabaseDown(t *testing.T) {
 
 func TestIngestMetrics(t *testing.T) {
 	s := newServer(t, ingest.Options{})
-	read := func() string {
-		var b bytes.Buffer
-		metrics.WritePrometheus(&b, false)
-		return b.String()
-	}
+	read := func() string { return s.metricsText(t) }
 	value := func(out, name string) float64 {
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, name+" ") {
@@ -453,4 +454,21 @@ func TestIngestMetrics(t *testing.T) {
 			t.Errorf("%s grew by %v, want %v", name, got, want)
 		}
 	}
+}
+
+// metricsText is the handler's metrics in the Prometheus text format.
+func (s *server) metricsText(t testing.TB) string {
+	t.Helper()
+	mfs, err := s.Metrics.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatalf("encode metrics: %v", err)
+		}
+	}
+	return b.String()
 }

@@ -16,7 +16,7 @@ import (
 // ever. The record at fault is found by halving the batch with writes that
 // are rolled back, so nothing of the batch is stored.
 func (h *Handler) refused(ctx context.Context, recs []api.Record, cause error) *httpError {
-	rejectedTotal("body").Inc()
+	h.m.rejectedTotal("body").Inc()
 	h.log.Warn("the database refused a value the validator let through", "records", len(recs), "err", cause)
 	lo, hi := 0, len(recs)
 	for hi-lo > 1 && ctx.Err() == nil {

@@ -2,9 +2,15 @@ package query_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/query"
@@ -22,7 +28,7 @@ var handlerParams = map[string][]string{
 	"/runs/:id/evals":     {},
 	"/runs/:id/breakdown": {"from_step", "rank"},
 	"/runs/:id/memory":    {},
-	"/runs/:id/ranks":     {"straggler_pct"},
+	"/runs/:id/ranks":     {"straggler_pct", "from_step"},
 	"/compare":            {"run", "sweep", "project", "baseline"},
 	"/gpus":               {"host", "gpu", "run_id", "metric", "from", "to", "max_points"},
 	"/annotations":        {"run_id", "type", "from", "to"},
@@ -63,5 +69,147 @@ func TestOpenAPIDescribesQueryParameters(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("GET %s: api/openapi.json describes query parameters %v, the handler reads %v", path, got, want)
 		}
+	}
+}
+
+// docParam is a query parameter as api/openapi.json describes it.
+type docParam struct {
+	Name        string `json:"name"`
+	In          string `json:"in"`
+	Description string `json:"description"`
+	Schema      struct {
+		Type     string   `json:"type"`
+		Minimum  *float64 `json:"minimum"`
+		Maximum  *float64 `json:"maximum"`
+		Enum     []string `json:"enum"`
+		Pattern  string   `json:"pattern"`
+		MaxItems *int     `json:"maxItems"`
+		Items    struct {
+			Enum []string `json:"enum"`
+		} `json:"items"`
+	} `json:"schema"`
+}
+
+// TestOpenAPIParameterLimitsAreTheHandlers holds every documented limit of
+// a query parameter to what its handler does: a value just past a
+// documented minimum or maximum, outside an enum or pattern, an array one
+// item too long, or a time that is no time is a 400 naming that parameter,
+// and the documented bounds themselves are accepted.
+func TestOpenAPIParameterLimitsAreTheHandlers(t *testing.T) {
+	e := newEnv(t)
+	e.write(runRec("r", nil), stepRec("r", 0, 1, nil))
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []docParam `json:"parameters"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	// answer sends one parameter and returns the status and the
+	// parameter a 400 names.
+	answer := func(path, name string, values ...string) (int, string) {
+		t.Helper()
+		q := url.Values{name: values}
+		// /compare needs something to compare.
+		if strings.HasSuffix(path, "/compare") && name != "run" {
+			q.Set("run", "r")
+		}
+		res, err := http.Get(e.srv.URL + strings.ReplaceAll(path, "{id}", "r") + "?" + q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		var ae api.Error
+		if res.StatusCode == http.StatusBadRequest {
+			if err := json.Unmarshal(body, &ae); err != nil {
+				t.Fatalf("%s %s=%v: 400 is not an api.Error: %s", path, name, values, body)
+			}
+		}
+		return res.StatusCode, ae.Param
+	}
+	refused := func(path string, p docParam, why string, values ...string) {
+		t.Helper()
+		if code, param := answer(path, p.Name, values...); code != http.StatusBadRequest || param != p.Name {
+			t.Errorf("GET %s %s=%v (%s): status %d naming %q, want 400 naming %s", path, p.Name, values, why, code, param, p.Name)
+		}
+	}
+	taken := func(path string, p docParam, why string, values ...string) {
+		t.Helper()
+		if code, param := answer(path, p.Name, values...); code != http.StatusOK {
+			t.Errorf("GET %s %s=%v (%s): status %d naming %q, want 200", path, p.Name, values, why, code, param)
+		}
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	checked := 0
+	for _, route := range query.Routes {
+		path := "/api/v1/" + strings.TrimPrefix(strings.ReplaceAll(route, ":id", "{id}"), "/")
+		for _, p := range doc.Paths[path]["get"].Parameters {
+			if p.In != "query" {
+				continue
+			}
+			sc := p.Schema
+			switch sc.Type {
+			case "integer", "number":
+				refused(path, p, "not a number", "x")
+				// Integers past 2^53 do not survive float64: step them as
+				// integers.
+				next := func(v float64, d int64) string {
+					if sc.Type == "integer" {
+						return strconv.FormatInt(int64(v)+d, 10)
+					}
+					return num(v + float64(d))
+				}
+				if sc.Minimum != nil {
+					taken(path, p, "the documented minimum", next(*sc.Minimum, 0))
+					refused(path, p, "below the documented minimum", next(*sc.Minimum, -1))
+				}
+				if sc.Maximum != nil {
+					taken(path, p, "the documented maximum", next(*sc.Maximum, 0))
+					refused(path, p, "above the documented maximum", next(*sc.Maximum, 1))
+				}
+				checked++
+			case "string":
+				switch {
+				case len(sc.Enum) > 0:
+					for _, v := range sc.Enum {
+						taken(path, p, "in the enum", v)
+					}
+					refused(path, p, "not in the enum", "bogus")
+					checked++
+				case sc.Pattern != "":
+					refused(path, p, "not matching "+sc.Pattern, "bogus")
+					checked++
+				case strings.Contains(p.Description, "RFC 3339"):
+					refused(path, p, "not a time", "yesterday")
+					// Within half an hour of now, on the side of its
+					// default partner.
+					at := time.Now().Add(-30 * time.Minute)
+					if p.Name == "to" {
+						at = at.Add(time.Hour)
+					}
+					taken(path, p, "Unix milliseconds", strconv.FormatInt(at.UnixMilli(), 10))
+					checked++
+				}
+			case "array":
+				if len(sc.Items.Enum) > 0 {
+					taken(path, p, "in the enum", sc.Items.Enum...)
+					refused(path, p, "not in the enum", "bogus")
+					checked++
+				}
+				if sc.MaxItems != nil {
+					var vs []string
+					for i := 0; i <= *sc.MaxItems; i++ {
+						vs = append(vs, fmt.Sprintf("metrics.m%d", i))
+					}
+					refused(path, p, "one item too many", vs...)
+					checked++
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d parameters had a documented limit to check", checked)
 	}
 }

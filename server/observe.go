@@ -5,10 +5,10 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/labstack/echo/v4"
 )
 
@@ -28,8 +28,8 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			route = "unmatched"
 		}
 		method := methodLabel(req.Method)
-		metrics.GetOrCreateCounter(fmt.Sprintf(`deepseed_http_requests_total{route=%q,method=%q,code="%d"}`, route, method, res.Status)).Inc()
-		metrics.GetOrCreateHistogram(fmt.Sprintf(`deepseed_http_request_duration_seconds{route=%q}`, route)).UpdateDuration(start)
+		s.prom.requests.WithLabelValues(route, method, strconv.Itoa(res.Status)).Inc()
+		s.prom.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 
 		level := slog.LevelInfo
 		switch {
@@ -62,28 +62,6 @@ func methodLabel(m string) string {
 		return m
 	}
 	return "other"
-}
-
-// metrics answers GET /metrics in the Prometheus text format: the
-// process's registered metrics plus the database pool's usage.
-func (s *Server) metrics(c echo.Context) error {
-	w := c.Response()
-	w.Header().Set(echo.HeaderContentType, "text/plain; version=0.0.4; charset=utf-8")
-	w.WriteHeader(http.StatusOK)
-	metrics.WritePrometheus(w, true)
-	if s.store != nil && s.store.Pool != nil {
-		st := s.store.Pool.Stat()
-		metrics.WriteGaugeUint64(w, "deepseed_db_pool_acquired_conns", uint64(st.AcquiredConns()))
-		metrics.WriteGaugeUint64(w, "deepseed_db_pool_idle_conns", uint64(st.IdleConns()))
-		metrics.WriteGaugeUint64(w, "deepseed_db_pool_total_conns", uint64(st.TotalConns()))
-		metrics.WriteGaugeUint64(w, "deepseed_db_pool_constructing_conns", uint64(st.ConstructingConns()))
-		metrics.WriteGaugeUint64(w, "deepseed_db_pool_max_conns", uint64(st.MaxConns()))
-		metrics.WriteCounterUint64(w, "deepseed_db_pool_acquires_total", uint64(st.AcquireCount()))
-		metrics.WriteCounterUint64(w, "deepseed_db_pool_empty_acquires_total", uint64(st.EmptyAcquireCount()))
-		metrics.WriteCounterUint64(w, "deepseed_db_pool_canceled_acquires_total", uint64(st.CanceledAcquireCount()))
-		metrics.WriteCounterFloat64(w, "deepseed_db_pool_acquire_wait_seconds_total", st.AcquireDuration().Seconds())
-	}
-	return nil
 }
 
 // recover turns a panic in a handler into a 500 answer and a logged stack,

@@ -38,6 +38,7 @@ type Server struct {
 	log   *slog.Logger
 	echo  *echo.Echo
 	auth  *authenticator
+	prom  *serverMetrics
 
 	// prepared is set once migrations have been applied by this process.
 	prepared atomic.Bool
@@ -53,7 +54,7 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: st, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens)}
+	s := &Server{cfg: cfg, store: st, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens), prom: newServerMetrics(st)}
 	s.mode.Store("")
 	s.notReady.Store("")
 	if cfg.Open() {
@@ -72,13 +73,15 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", s.metrics)
+	e.GET("/metrics", s.prom.handler(log))
 	// The API document is public: clients read it before they hold a token.
 	e.GET(APIPrefix+"/openapi.json", serveOpenAPI)
 
 	g := e.Group(APIPrefix, s.auth.middleware)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
-		ingest.New(st, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log.With("component", "ingest")}).Register(g)
+		ih := ingest.New(st, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log.With("component", "ingest")})
+		ih.Register(g)
+		s.prom.reg.MustRegister(ih)
 	}
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
 		query.New(st, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct}).Register(g)

@@ -258,9 +258,9 @@ func TestErrorsAreJSONAndMetricsExposed(t *testing.T) {
 		t.Fatalf("metrics: %d", code)
 	}
 	for _, want := range []string{
-		`deepseed_http_requests_total{route="/healthz",method="GET",code="200"}`,
-		`deepseed_http_requests_total{route="/test-panic",method="GET",code="500"}`,
-		`deepseed_http_requests_total{route="unmatched",method="GET",code="404"}`,
+		`deepseed_http_requests_total{code="200",method="GET",route="/healthz"}`,
+		`deepseed_http_requests_total{code="500",method="GET",route="/test-panic"}`,
+		`deepseed_http_requests_total{code="404",method="GET",route="unmatched"}`,
 		`deepseed_http_request_duration_seconds_count{route="/readyz"}`,
 		`deepseed_db_pool_total_conns `,
 		`deepseed_db_pool_max_conns `,

@@ -93,6 +93,7 @@ type Reading struct {
 	GPMSMOccupancy  *float64  `json:"gpm_sm_occupancy_pct,omitempty"`
 	GPMTensorPct    *float64  `json:"gpm_tensor_active_pct,omitempty"`
 	GPMGraphicsPct  *float64  `json:"gpm_graphics_active_pct,omitempty"`
+	GPMDRAMBWPct    *float64  `json:"gpm_dram_bw_util_pct,omitempty"` // DRAM bandwidth used, % of the peak
 	Processes       []Process `json:"processes,omitempty"`
 }
 

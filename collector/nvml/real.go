@@ -288,13 +288,13 @@ func (r *Real) readGPM(d *realDev, rd *Reading) {
 		return
 	}
 	if d.gpmValid {
-		ids := []gonvml.GpmMetricId{gonvml.GPM_METRIC_SM_UTIL, gonvml.GPM_METRIC_SM_OCCUPANCY, gonvml.GPM_METRIC_ANY_TENSOR_UTIL, gonvml.GPM_METRIC_GRAPHICS_UTIL}
+		ids := []gonvml.GpmMetricId{gonvml.GPM_METRIC_SM_UTIL, gonvml.GPM_METRIC_SM_OCCUPANCY, gonvml.GPM_METRIC_ANY_TENSOR_UTIL, gonvml.GPM_METRIC_GRAPHICS_UTIL, gonvml.GPM_METRIC_DRAM_BW_UTIL}
 		mg := &gonvml.GpmMetricsGetType{NumMetrics: uint32(len(ids)), Sample1: d.gpmPrev, Sample2: d.gpmCur}
 		for k, id := range ids {
 			mg.Metrics[k].MetricId = uint32(id)
 		}
 		if ret := r.lib.GpmMetricsGet(mg); ret == gonvml.SUCCESS {
-			out := []**float64{&rd.GPMSMActivePct, &rd.GPMSMOccupancy, &rd.GPMTensorPct, &rd.GPMGraphicsPct}
+			out := []**float64{&rd.GPMSMActivePct, &rd.GPMSMOccupancy, &rd.GPMTensorPct, &rd.GPMGraphicsPct, &rd.GPMDRAMBWPct}
 			for k := range ids {
 				if mg.Metrics[k].NvmlReturn == uint32(gonvml.SUCCESS) {
 					*out[k] = ptr(mg.Metrics[k].Value)

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"log/slog"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/deepseed/deepseed/store"
+)
+
+// latencyBuckets are the upper bounds, in seconds, of the request-duration
+// histogram: from a cached read (under a millisecond) to a large import.
+var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// serverMetrics is what GET /metrics shows: the HTTP request counters of
+// this server, the ingest handler's own metrics, the database pool and the
+// Go runtime and process, in a registry the server owns (never the
+// process-wide default one, so two servers in one process stay apart).
+type serverMetrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newServerMetrics(st *store.Store) *serverMetrics {
+	m := &serverMetrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "deepseed_http_requests_total",
+			Help: "HTTP requests answered, by route template, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "deepseed_http_request_duration_seconds",
+			Help:    "Time from a request's arrival to its answer, by route template.",
+			Buckets: latencyBuckets,
+		}, []string{"route"}),
+	}
+	m.reg.MustRegister(m.requests, m.duration, poolCollector{st},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// handler answers GET /metrics in the Prometheus text format (or another
+// exposition format the scraper asks for).
+func (m *serverMetrics) handler(log *slog.Logger) echo.HandlerFunc {
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return echo.WrapHandler(h)
+}
+
+// poolCollector reads the database pool's statistics at each scrape.
+type poolCollector struct{ st *store.Store }
+
+var (
+	poolAcquired     = poolDesc("deepseed_db_pool_acquired_conns", "Database connections in use by a request.")
+	poolIdle         = poolDesc("deepseed_db_pool_idle_conns", "Database connections open and idle.")
+	poolTotal        = poolDesc("deepseed_db_pool_total_conns", "Database connections open, in use, idle or being opened.")
+	poolConstructing = poolDesc("deepseed_db_pool_constructing_conns", "Database connections being opened.")
+	poolMax          = poolDesc("deepseed_db_pool_max_conns", "The most database connections the pool opens.")
+	poolAcquires     = poolDesc("deepseed_db_pool_acquires_total", "Connections taken from the pool.")
+	poolEmpty        = poolDesc("deepseed_db_pool_empty_acquires_total", "Connections taken from the pool after waiting, none being idle.")
+	poolCanceled     = poolDesc("deepseed_db_pool_canceled_acquires_total", "Waits for a connection given up because the request ended.")
+	poolWait         = poolDesc("deepseed_db_pool_acquire_wait_seconds_total", "Time spent taking connections from the pool.")
+)
+
+func poolDesc(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+
+func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolConstructing, poolMax, poolAcquires, poolEmpty, poolCanceled, poolWait} {
+		ch <- d
+	}
+}
+
+func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if p.st == nil || p.st.Pool == nil {
+		return
+	}
+	s := p.st.Pool.Stat()
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge(poolAcquired, float64(s.AcquiredConns()))
+	gauge(poolIdle, float64(s.IdleConns()))
+	gauge(poolTotal, float64(s.TotalConns()))
+	gauge(poolConstructing, float64(s.ConstructingConns()))
+	gauge(poolMax, float64(s.MaxConns()))
+	counter(poolAcquires, float64(s.AcquireCount()))
+	counter(poolEmpty, float64(s.EmptyAcquireCount()))
+	counter(poolCanceled, float64(s.CanceledAcquireCount()))
+	counter(poolWait, s.AcquireDuration().Seconds())
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/internal/promtest"
+	"github.com/deepseed/deepseed/store/storetest"
+)
+
+// TestMetricsArePrometheusNative scrapes a live server, after ingest and
+// query traffic, with Prometheus' own text parser: every family has its
+// # HELP and # TYPE, the histograms have cumulative le buckets up to
+// +Inf, and histogram_quantile over them lands where the requests' real
+// durations were.
+func TestMetricsArePrometheusNative(t *testing.T) {
+	srv := New(testConfig(), storetest.NewStore(t), testLogger(t))
+	// A route that takes a known time puts the quantile to the test.
+	const slow = 30 * time.Millisecond
+	srv.echo.GET("/test-slow", func(c echo.Context) error {
+		time.Sleep(slow)
+		return c.NoContent(204)
+	})
+	r := start(t, srv)
+	waitFor(t, "ready", func() bool { code, _, _ := do(t, "GET", r.url+"/readyz", "", ""); return code == 200 })
+
+	for i := 0; i < 20; i++ {
+		if code, body, _ := do(t, "GET", r.url+"/test-slow", "", ""); code != 204 {
+			t.Fatalf("slow route: %d %s", code, body)
+		}
+		if code, body, _ := do(t, "GET", r.url+"/healthz", "", ""); code != 200 {
+			t.Fatalf("healthz: %d %s", code, body)
+		}
+	}
+	if code, body, _ := do(t, "POST", r.url+"/api/v1/ingest", "", stepRecord); code != 200 {
+		t.Fatalf("ingest: %d %s", code, body)
+	}
+	if code, body, _ := do(t, "POST", r.url+"/api/v1/ingest", "", `{"kind":"step","run_id":"r","rank":-1,"step":1}`); code != 400 {
+		t.Fatalf("bad ingest: %d %s", code, body)
+	}
+	if code, body, _ := do(t, "GET", r.url+"/api/v1/runs", "", ""); code != 200 {
+		t.Fatalf("runs: %d %s", code, body)
+	}
+
+	page, fams := promtest.Scrape(t, r.url+"/metrics")
+	if strings.Contains(page, "vmrange") {
+		t.Errorf("the page still has vmrange buckets")
+	}
+	for name, typ := range map[string]string{
+		"deepseed_http_requests_total":                "COUNTER",
+		"deepseed_http_request_duration_seconds":      "HISTOGRAM",
+		"deepseed_db_write_duration_seconds":          "HISTOGRAM",
+		"deepseed_ingest_records_total":               "COUNTER",
+		"deepseed_ingest_rejected_total":              "COUNTER",
+		"deepseed_ingest_duplicates_total":            "COUNTER",
+		"deepseed_ingest_combined_batches_total":      "COUNTER",
+		"deepseed_ingest_combine_fallbacks_total":     "COUNTER",
+		"deepseed_db_pool_total_conns":                "GAUGE",
+		"deepseed_db_pool_acquire_wait_seconds_total": "COUNTER",
+		"process_resident_memory_bytes":               "GAUGE",
+		"go_goroutines":                               "GAUGE",
+	} {
+		mf := fams[name]
+		if mf == nil {
+			t.Errorf("no %s family", name)
+			continue
+		}
+		if got := mf.GetType().String(); got != typ {
+			t.Errorf("%s is a %s, want %s", name, got, typ)
+		}
+	}
+	counter := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		m := promtest.Find(fams, name, labels)
+		if m == nil {
+			t.Fatalf("no %s%v", name, labels)
+		}
+		return m.GetCounter().GetValue()
+	}
+	if v := counter("deepseed_ingest_records_total", map[string]string{"kind": "step"}); v != 1 {
+		t.Errorf("records_total{kind=step} = %v, want 1", v)
+	}
+	if v := counter("deepseed_ingest_rejected_total", map[string]string{"kind": "step"}); v != 1 {
+		t.Errorf("rejected_total{kind=step} = %v, want 1", v)
+	}
+	if v := counter("deepseed_http_requests_total", map[string]string{"route": "/test-slow", "method": "GET", "code": "204"}); v != 20 {
+		t.Errorf("requests_total for the slow route = %v, want 20", v)
+	}
+
+	hist := func(route string) float64 {
+		t.Helper()
+		m := promtest.Find(fams, "deepseed_http_request_duration_seconds", map[string]string{"route": route})
+		if m == nil {
+			t.Fatalf("no duration histogram for %s", route)
+		}
+		h := m.GetHistogram()
+		if route == "/test-slow" {
+			if h.GetSampleCount() != 20 {
+				t.Errorf("slow route: _count = %d, want 20", h.GetSampleCount())
+			}
+			if s := h.GetSampleSum(); s < 20*slow.Seconds() {
+				t.Errorf("slow route: _sum = %vs, below the %vs slept", s, 20*slow.Seconds())
+			}
+		}
+		return promtest.Quantile(0.5, h)
+	}
+	// Every slow request took at least 30 ms, so the median is in or above
+	// the (25 ms, 50 ms] bucket; a load spike may push a few higher, never
+	// half of them past a second.
+	if q := hist("/test-slow"); q < 0.025 || q > 1 {
+		t.Errorf("median of the slow route = %vs, want between 0.025 and 1", q)
+	}
+	if q := hist("/healthz"); !(q < 0.025) {
+		t.Errorf("median of /healthz = %vs, want well under the slow route's", q)
+	}
+	write := fams["deepseed_db_write_duration_seconds"].GetMetric()[0].GetHistogram()
+	if write.GetSampleCount() != 1 {
+		t.Errorf("db write histogram counted %d writes, want 1", write.GetSampleCount())
+	}
+}
