@@ -51,26 +51,28 @@ func (g GenRun) StepLines(rank, from, to int, shift time.Duration) []string {
 	var out []string
 	for i := from; i < to; i++ {
 		t := g.Start.Add(time.Duration(i)*g.Every + shift).UTC().Format(time.RFC3339Nano)
-		stepMS := 412 * (1 + 0.03*rng.NormFloat64())
-		loss := 2.1 + 8*math.Exp(-float64(i)/900) + 0.08*rng.NormFloat64()
+		// As the hook sends them: durations rounded to 0.1 µs, losses and
+		// norms as the float32 tensors they were read from.
+		stepMS := ms(412 * (1 + 0.03*rng.NormFloat64()))
+		loss := f32(2.1 + 8*math.Exp(-float64(i)/900) + 0.08*rng.NormFloat64())
 		lr := 3e-4 * math.Min(1, float64(i+1)/500) * (0.5 + 0.5*math.Cos(math.Pi*float64(i)/float64(g.Steps)))
 		out = append(out, fmt.Sprintf(`{"kind":"step","run_id":%q,"rank":%d,"step":%d,"time":%q,"epoch":%g,"loss":%g,"lr":%g,`+
 			`"grad_norm":%g,"loss_scale":65536,"samples":32,"tokens":16384,"throughput_sps":%g,"step_ms":%g,`+
 			`"forward_ms":%g,"backward_ms":%g,"optimizer_ms":%g,"comm_ms":%g,"data_ms":%g,`+
 			`"gpu_util_pct":%g,"gpu_mem_used_gb":%g,"gpu_mem_peak_gb":%g,"cpu_util_pct":%g}`,
 			g.ID, rank, i, t, float64(i)/float64(g.Steps)*3, loss, lr,
-			0.4+1.5*math.Exp(-float64(i)/400)+0.05*rng.ExpFloat64(), 32000/stepMS, stepMS,
-			stepMS*(0.31+0.01*rng.NormFloat64()), stepMS*(0.46+0.01*rng.NormFloat64()), stepMS*(0.12+0.005*rng.NormFloat64()),
-			stepMS*(0.07+0.01*rng.NormFloat64()), math.Abs(stepMS*(0.02+0.01*rng.NormFloat64())),
-			math.Min(100, 91+4*rng.NormFloat64()), 61.2+0.3*rng.NormFloat64(), 63.9+0.1*rng.NormFloat64(),
-			101+9*rng.NormFloat64()))
+			f32(0.4+1.5*math.Exp(-float64(i)/400)+0.05*rng.ExpFloat64()), 32000/stepMS, stepMS,
+			ms(stepMS*(0.31+0.01*rng.NormFloat64())), ms(stepMS*(0.46+0.01*rng.NormFloat64())), ms(stepMS*(0.12+0.005*rng.NormFloat64())),
+			ms(stepMS*(0.07+0.01*rng.NormFloat64())), ms(math.Abs(stepMS*(0.02+0.01*rng.NormFloat64()))),
+			math.Round(math.Min(100, 91+4*rng.NormFloat64())), float64(int64(61.2e9+3e8*rng.NormFloat64()))/1e9,
+			float64(int64(63.9e9+1e8*rng.NormFloat64()))/1e9, math.Round(10*(101+9*rng.NormFloat64()))/10))
 		fwd := make([]string, len(names))
 		bwd := make([]string, len(names))
 		for j := range names {
 			base[j] *= 1 + 0.002*rng.NormFloat64() // slow drift
 			v := base[j] * (1 + 0.04*rng.NormFloat64())
-			fwd[j] = fmt.Sprint(v)
-			bwd[j] = fmt.Sprint(v * (1.9 + 0.1*rng.Float64()))
+			fwd[j] = fmt.Sprint(ms(v))
+			bwd[j] = fmt.Sprint(ms(v * (1.9 + 0.1*rng.Float64())))
 		}
 		out = append(out, fmt.Sprintf(`{"kind":"layers","run_id":%q,"rank":%d,"step":%d,"time":%q,"names":%s,"forward_ms":[%s],"backward_ms":[%s]}`,
 			g.ID, rank, i, t, nameList, strings.Join(fwd, ","), strings.Join(bwd, ",")))
@@ -112,3 +114,9 @@ func (g GenRun) GPULines(host string, gpus int) []string {
 	}
 	return out
 }
+
+// ms rounds a duration in milliseconds as the hook does (0.1 µs).
+func ms(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+
+// f32 is v as read from a float32 tensor.
+func f32(v float64) float64 { return float64(float32(v)) }

@@ -1,0 +1,110 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/demo"
+	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
+)
+
+// TestCompressionReport loads realistic data (the demo's runs, the seed
+// dashboard's export and a generated 20,000-step run with 8 GPUs sampled at
+// 1 Hz, all with the noise of real runs and the precision the hook and
+// collector send), compresses every chunk, and reports what TimescaleDB's
+// hypertable_compression_stats says. A report, not a check: run it with
+// DEEPSEED_COMPRESSION_REPORT=1 on a machine with TimescaleDB.
+func TestCompressionReport(t *testing.T) {
+	if os.Getenv("DEEPSEED_COMPRESSION_REPORT") == "" {
+		t.Skip("a report: set DEEPSEED_COMPRESSION_REPORT=1 to run it")
+	}
+	if !storetest.Mode(t).Timescale {
+		t.Skip("needs TimescaleDB")
+	}
+	s := storetest.NewStore(t)
+	anchor := time.Now().Add(-40 * 24 * time.Hour)
+	loadRealistic(t, s, anchor)
+	compressAll(t, s)
+	t.Log("\n" + compressionStats(t, s))
+}
+
+// loadRealistic writes the demo, the seed export and a generated run.
+func loadRealistic(t *testing.T, s *store.Store, anchor time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	for _, r := range demo.Runs(anchor) {
+		var lines []string
+		for _, rec := range r.Records() {
+			b, err := json.Marshal(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, string(b))
+		}
+		writeLines(t, s, 4000, lines)
+		if _, err := s.RefreshRollups(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body, err := os.ReadFile("../ingest/testdata/training_metrics.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ingest.ParseExport(body, ingest.ImportOptions{RunID: "seed", Start: anchor.Add(-48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteBatch(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	g := storetest.GenRun{ID: "gen", Ranks: 1, Steps: 20000, Start: anchor.Add(-30 * time.Hour), Every: 5400 * time.Millisecond,
+		Seed: 11, Layers: 24, EvalEvery: 20}
+	writeLines(t, s, 4000, g.StepLines(0, 0, g.Steps, 0))
+	writeLines(t, s, 4000, g.EvalLines())
+	writeLines(t, s, 8000, g.GPULines("gen-node", 8))
+	for _, id := range []string{"seed", "gen"} {
+		if _, err := s.RefreshRollups(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// compressionStats reports rows, bytes per row before and after, and the
+// ratio of every hypertable, and the sizes of the rollup tables.
+func compressionStats(t *testing.T, s *store.Store) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-14s %10s %12s %12s %8s\n", "table", "rows", "B/row before", "B/row after", "ratio")
+	for _, h := range []string{"steps", "layer_times", "evals", "events", "gpu_samples", "host_samples"} {
+		var rows int64
+		if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM `+h).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		var before, after *int64
+		if err := s.Pool.QueryRow(ctx, `SELECT before_compression_total_bytes, after_compression_total_bytes
+			FROM hypertable_compression_stats($1::regclass)`, h).Scan(&before, &after); err != nil {
+			t.Fatal(err)
+		}
+		if rows == 0 || before == nil || after == nil {
+			fmt.Fprintf(&b, "%-14s %10d %12s %12s %8s\n", h, rows, "-", "-", "-")
+			continue
+		}
+		fmt.Fprintf(&b, "%-14s %10d %12.0f %12.0f %7.1fx\n", h, rows, float64(*before)/float64(rows), float64(*after)/float64(rows), float64(*before)/float64(*after))
+	}
+	for _, r := range []string{"metric_rollups", "layer_rollups", "runs"} {
+		var rows, bytes int64
+		if err := s.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r+`), pg_total_relation_size($1::regclass)`, r).Scan(&rows, &bytes); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%-14s %10d rows, %d kB\n", r, rows, bytes/1024)
+	}
+	return b.String()
+}
