@@ -47,14 +47,14 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	runID := f.String("run-id", "", "", "run id (default: derived from the file's contents)")
 	timeout := f.String("timeout", "", "2m", "how long to keep trying, retries included")
 	f.setUsage("deepseed import [flags] FILE...", "Import a training_metrics.json export, or send NDJSON records (the hook's offline file, the collector's dead-letter file).", importNotes)
-	if err := f.fs.Parse(args); err != nil {
+	if err := f.parse(args); err != nil {
 		return err
 	}
 	// Accept flags after the file names too: deepseed import FILE --server URL.
 	var files []string
 	for rest := f.fs.Args(); len(rest) > 0; rest = f.fs.Args() {
 		files = append(files, rest[0])
-		if err := f.fs.Parse(rest[1:]); err != nil {
+		if err := f.parse(rest[1:]); err != nil {
 			return err
 		}
 	}
@@ -81,7 +81,12 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 		} else {
 			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), *token, file, body)
 		}
+		timedOut := ctx.Err() == nil && errors.Is(fctx.Err(), context.DeadlineExceeded)
 		cancel()
+		if err != nil && timedOut {
+			return fmt.Errorf("import: %s: timed out after %v waiting for the server at %s (raise --timeout; sending the file again is safe, what is stored is not stored twice)",
+				file, wait, base)
+		}
 		if err != nil {
 			return err
 		}
