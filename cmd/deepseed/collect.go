@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -31,7 +32,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		hookListen    = f.String("hook-listen", "DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464", "hook receiver address, host:port or unix:/path")
 		metricsListen = f.String("metrics-listen", "DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400", "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it")
 		interval      = f.String("interval", "DEEPSEED_INTERVAL", "1s", "GPU and host sampling interval")
-		spoolDir      = f.String("spool-dir", "DEEPSEED_SPOOL_DIR", defaultSpoolDir(), "directory for batches waiting for the server, and the dead-letter file (default: the user's state directory; /var/lib/deepseed/spool for root)")
+		spoolDir      = f.String("spool-dir", "DEEPSEED_SPOOL_DIR", defaultSpoolDir(), "directory for batches waiting for the server, and the dead-letter file")
 		spoolMax      = f.String("spool-max-bytes", "DEEPSEED_SPOOL_MAX_BYTES", "1073741824", "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted")
 		hostName      = f.String("host-name", "DEEPSEED_HOST_NAME", "", "host name on records and metrics; default the system's")
 		dcgm          = f.Bool("dcgm-compat", "DEEPSEED_DCGM_COMPAT", true, "also export dcgm-exporter metric names and labels")
@@ -131,9 +132,14 @@ at start.`)
 	if *capture != "" && lib != nil {
 		lib = &nvml.Recorder{Inner: lib, Path: *capture, Source: "deepseed collect " + Version}
 	}
+	spool, err := filepath.Abs(*spoolDir)
+	if err != nil {
+		return fmt.Errorf("collect: spool-dir: %w", err)
+	}
+	log.Info("spool directory: batches wait here while the server is away", "dir", spool, "max_bytes", maxBytes)
 	col, err := collector.New(collector.Config{
 		Server: *serverURL, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
-		Interval: every, SpoolDir: *spoolDir, SpoolMaxBytes: maxBytes, HostName: *hostName,
+		Interval: every, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
 		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxAge: maxAge, ProcRoot: *procRoot,
 		NVML: lib, Logger: log,
 	})
