@@ -23,8 +23,9 @@ type ImportCommand struct{}
 
 const importNotes = `
 Each FILE (- for standard input; gzip files are read as they are) is either
-the seed dashboard's export or NDJSON. NDJSON is what the hook writes in
-offline mode (one record a line) or the collector's dead-letter file (one
+the seed dashboard's export or NDJSON. NDJSON is what the hook writes when
+it cannot send (deepseed-runs/<run_id>.ndjson, one record a line; also in
+offline mode) or the collector's dead-letter file (one
 refused batch a line, whose records are sent again); its records go to
 POST /api/v1/ingest in batches of up to 2,000 records, with progress on
 standard error. The server stores a record it already has once, so a file
