@@ -586,6 +586,23 @@ func (h *Handler) importExport(c echo.Context) error {
 	if found {
 		opt.Start = start
 	}
+	// The run id of an export comes from its contents, so importing the
+	// same file into another project names the same run: that would move
+	// a run between projects unasked. It is refused; without a project
+	// the run stays where it is.
+	if found && opt.Project != "" {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 10*time.Second)
+		stored, _, err := h.store.RunProject(ctx, opt.RunID)
+		cancel()
+		if err != nil {
+			return h.answerError(c, h.storeError(err, "read run"))
+		}
+		if stored != opt.Project {
+			return c.JSON(http.StatusConflict, api.Error{Error: fmt.Sprintf(
+				"run %s is already stored in project %q, nothing stored: import it again into %q (or with no project), or give it another run_id to store it as a second run in %q",
+				opt.RunID, stored, stored, opt.Project)})
+		}
+	}
 	recs, err := ParseExport(body, opt)
 	if err != nil {
 		rejectedTotal("body").Inc()

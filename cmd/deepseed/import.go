@@ -36,7 +36,9 @@ The export is the seed dashboard's training_metrics.json (meta, steps,
 evaluations, zero_memory). It becomes one finished run with its steps,
 per-layer times, evaluations and ZeRO memory breakdown. Without --run-id the
 run id is derived from the file's contents, so importing the same file twice
-stores nothing twice. The run id is printed on success.`
+stores nothing twice. Importing it again with another --project is refused,
+since that would move the run: without --project it stays where it is, and
+--run-id stores a second run. The run id is printed on success.`
 
 // Run implements command.
 func (c *ImportCommand) Run(ctx context.Context, args []string) error {
