@@ -309,6 +309,10 @@ func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
 		TypeVersion: data.FrameTypeVersion{0, 1},
 		Custom:      map[string]any{"pass": h.Pass, "rank": h.Rank, "bucket_steps": h.BucketSteps},
 	}
+	if h.Notice != "" {
+		// Shown on the panel instead of an empty chart without a word.
+		f.Meta.Notices = []data.Notice{{Severity: data.NoticeSeverityInfo, Text: h.Notice}}
+	}
 	return f
 }
 
