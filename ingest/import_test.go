@@ -211,3 +211,36 @@ func TestReimportIntoAnotherProjectIsRefused(t *testing.T) {
 		t.Fatalf("import with another run_id: %+v", second)
 	}
 }
+
+// Offload reads as the hook writes it from a DeepSpeed config: "none"
+// where nothing is offloaded, never "" for an import.
+func TestImportOffloadSaysNone(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	seed, err := os.ReadFile("testdata/training_metrics.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for body, want := range map[string][2]string{
+		string(seed): {"cpu", "none"},
+		`{"meta": {"model": "m", "zero_stage": 2}, "steps": [{"step": 1, "loss": 1}], "zero_memory": {"optimizer_gb": 2.5}}`: {"none", "none"},
+		`{"meta": {"model": "m"}, "steps": [{"step": 1, "loss": 1}], "zero_memory": {"optimizer_nvme_gb": 2.5}}`:             {"nvme", "none"},
+		`{"steps": [{"step": 1, "loss": 1}]}`: {"none", "none"},
+	} {
+		id := s.post(t, "/api/v1/import", []byte(body)).result(t).RunIDs[0]
+		var optim, params *string
+		if err := s.Store.Pool.QueryRow(context.Background(),
+			`SELECT meta->>'offload_optimizer', meta->>'offload_params' FROM runs WHERE run_id = $1`, id).Scan(&optim, &params); err != nil {
+			t.Fatal(err)
+		}
+		if optim == nil || params == nil || *optim != want[0] || *params != want[1] {
+			t.Errorf("%.60s…: offload_optimizer %v, offload_params %v; want %q, %q", body, deref(optim), deref(params), want[0], want[1])
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<absent>"
+	}
+	return *s
+}
