@@ -31,8 +31,12 @@ RUN apt-get update \
 COPY --from=build /out/deepseed /usr/local/bin/deepseed
 USER deepseed
 WORKDIR /var/lib/deepseed
+# The image's user is not root, so without these the data and spool
+# directories would default to its home's state directories; they are the
+# directories created above, where compose mounts its volumes.
 ENV DEEPSEED_LISTEN=:8080 \
-    DEEPSEED_DATA_DIR=/var/lib/deepseed/data
+    DEEPSEED_DATA_DIR=/var/lib/deepseed/data \
+    DEEPSEED_SPOOL_DIR=/var/lib/deepseed/spool
 EXPOSE 8080 9400
 ENTRYPOINT ["/usr/local/bin/deepseed"]
 CMD ["serve"]

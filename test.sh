@@ -71,7 +71,8 @@ if [ "$only" = all ] || [ "$only" = hook ]; then
     sleep 0.5
   done
   ready || { echo "server did not become ready"; cat "$tmp/serve.log"; exit 1; }
-  DEEPSEED_TEST_SERVER_URL="http://127.0.0.1:$port" DEEPSEED_TEST_TOKEN=hook-test-token ./hook/test.sh
+  DEEPSEED_TEST_SERVER_URL="http://127.0.0.1:$port" DEEPSEED_TEST_TOKEN=hook-test-token \
+    DEEPSEED_TEST_BINARY="$tmp/deepseed" ./hook/test.sh
   cleanup; trap - EXIT
 fi
 

@@ -29,6 +29,11 @@ func (f Float) MarshalJSON() ([]byte, error) {
 	case math.IsInf(v, -1):
 		return []byte(`"-Infinity"`), nil
 	}
+	if v == math.Trunc(v) && math.Abs(v) < 1e21 {
+		// Whole numbers (byte counts, steps) as integers: 4022000000,
+		// not 4.022e+09.
+		return strconv.AppendFloat(nil, v, 'f', -1, 64), nil
+	}
 	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
 }
 

@@ -131,6 +131,9 @@ type Heatmap struct {
 	Times       []time.Time `json:"times"`
 	BucketSteps int64       `json:"bucket_steps"`
 	Values      [][]*Float  `json:"values"`
+	// Notice says why there are no cells, e.g. "no backward timings"
+	// for a run whose layer records have forward times only.
+	Notice string `json:"notice,omitempty"`
 }
 
 // EvalsResponse answers GET /api/v1/runs/{id}/evals.

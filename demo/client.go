@@ -19,6 +19,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -66,7 +67,7 @@ type Result struct {
 // Retry-After.
 func Load(ctx context.Context, opt Options) (Result, error) {
 	if opt.Server == "" {
-		return Result{}, fmt.Errorf("demo: no server URL")
+		return Result{}, errors.New("no server URL")
 	}
 	if opt.BatchSize <= 0 {
 		opt.BatchSize = 5000
@@ -98,7 +99,10 @@ func Load(ctx context.Context, opt Options) (Result, error) {
 			end := min(start+opt.BatchSize, len(recs))
 			ir, err := post(ctx, opt, url, recs[start:end])
 			if err != nil {
-				return res, fmt.Errorf("demo: run %s: %w", r.ID, err)
+				if start > 0 {
+					fmt.Fprintln(opt.Progress) // end the progress line
+				}
+				return res, fmt.Errorf("run %s: %w", r.ID, err)
 			}
 			res.Accepted += ir.Accepted
 			res.Duplicates += ir.Duplicates
@@ -181,9 +185,9 @@ func post(ctx context.Context, opt Options, url string, recs []any) (api.IngestR
 				if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 					wait = time.Duration(s) * time.Second
 				}
-				err = fmt.Errorf("server answered %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+				err = answerError(resp.StatusCode, b)
 			default:
-				return api.IngestResult{}, fmt.Errorf("server answered %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+				return api.IngestResult{}, answerError(resp.StatusCode, b)
 			}
 		}
 		if !retry || attempt >= opt.MaxRetries {
@@ -197,4 +201,22 @@ func post(ctx context.Context, opt Options, url string, recs []any) (api.IngestR
 		}
 		wait = min(wait*2, 30*time.Second)
 	}
+}
+
+// answerError is a refusal in the server's words: the message of its JSON
+// error body, or the body itself when it is not one, on one line.
+func answerError(status int, body []byte) error {
+	var e api.Error
+	msg := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	if msg == "" {
+		return fmt.Errorf("server answered %d %s", status, http.StatusText(status))
+	}
+	return fmt.Errorf("server answered %d %s: %s", status, http.StatusText(status), msg)
 }

@@ -318,6 +318,33 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+// TestCollectorSpoolOnItsVolume checks the collector spools to the named
+// volume mounted for it, whatever the binary's default for its user, and
+// that the image itself points the spool there and creates the directory
+// for its unprivileged user.
+func TestCollectorSpoolOnItsVolume(t *testing.T) {
+	p := loadProject(t, "gpu")
+	col := service(t, p, "collector")
+	cmd := strings.Join(col.Command, " ")
+	const spool = "/var/lib/deepseed/spool"
+	if !strings.Contains(cmd, "--spool-dir "+spool) {
+		t.Errorf("collector: command %q does not name --spool-dir %s", cmd, spool)
+	}
+	if !slices.ContainsFunc(col.Volumes, func(v types.ServiceVolumeConfig) bool {
+		return v.Type == types.VolumeTypeVolume && v.Target == spool
+	}) {
+		t.Errorf("collector: no named volume on %s", spool)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	if !strings.Contains(df, "DEEPSEED_SPOOL_DIR="+spool) || !strings.Contains(df, "install -d -o deepseed -g deepseed /var/lib/deepseed/data "+spool) {
+		t.Errorf("Dockerfile: want DEEPSEED_SPOOL_DIR=%s and the directory created for the deepseed user", spool)
+	}
+}
+
 // TestGPUProfile checks the collector is under the gpu profile with an
 // NVIDIA device reservation.
 func TestGPUProfile(t *testing.T) {

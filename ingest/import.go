@@ -517,8 +517,14 @@ func (p *exportParser) meta(m map[string]json.RawMessage, zero map[string]json.R
 			meta.EffectiveBatch = intp("meta.batch_sizes", bs, "effective", "global", "train_batch_size")
 		}
 	}
+	// Offload as the hook reports it from a DeepSpeed config: cpu, nvme
+	// or none. The export states where the optimizer state lives; it has
+	// no parameter offload (ZeRO-3 only), so parameters stay on the GPU.
+	meta.OffloadOptim, meta.OffloadParams = "none", "none"
 	if _, v := raw(zero, "optimizer_cpu_gb"); v != nil {
 		meta.OffloadOptim = "cpu"
+	} else if _, v := raw(zero, "optimizer_nvme_gb"); v != nil {
+		meta.OffloadOptim = "nvme"
 	}
 	for k, v := range m {
 		if !metaKnown[k] {
@@ -542,7 +548,8 @@ func (p *exportParser) memory(z map[string]json.RawMessage, runID string, t time
 		if f == nil {
 			return nil
 		}
-		return api.F(float64(*f) * 1e9)
+		// Whole bytes: 4.022 GB is 4022000000, not 4022000000.0000005.
+		return api.F(math.Round(float64(*f) * 1e9))
 	}
 	m := &api.Memory{Kind: api.KindMemory, RunID: runID, Time: api.T(t),
 		ParametersBytes:  gb("parameters_gb", "params_gb"),
@@ -585,6 +592,23 @@ func (h *Handler) importExport(c echo.Context) error {
 	}
 	if found {
 		opt.Start = start
+	}
+	// The run id of an export comes from its contents, so importing the
+	// same file into another project names the same run: that would move
+	// a run between projects unasked. It is refused; without a project
+	// the run stays where it is.
+	if found && opt.Project != "" {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 10*time.Second)
+		stored, _, err := h.store.RunProject(ctx, opt.RunID)
+		cancel()
+		if err != nil {
+			return h.answerError(c, h.storeError(err, "read run"))
+		}
+		if stored != opt.Project {
+			return c.JSON(http.StatusConflict, api.Error{Error: fmt.Sprintf(
+				"run %s is already stored in project %q, nothing stored: import it again into %q (or with no project), or give it another run_id to store it as a second run in %q",
+				opt.RunID, stored, stored, opt.Project)})
+		}
 	}
 	recs, err := ParseExport(body, opt)
 	if err != nil {

@@ -172,3 +172,75 @@ func TestImportRejectsBadExport(t *testing.T) {
 		})
 	}
 }
+
+// Importing the same export into another project would move the run (its
+// id comes from the contents): refused with 409, the run stays where it
+// is. Without a project, or with its own, a re-import is fine; another
+// run_id stores a second run in the new project.
+func TestReimportIntoAnotherProjectIsRefused(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	body, err := os.ReadFile("testdata/training_metrics.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.post(t, "/api/v1/import?project=imdb", body).result(t).RunIDs[0]
+	e := s.post(t, "/api/v1/import?project=sst2", body).apiError(t, http.StatusConflict)
+	if !strings.Contains(e.Error, `already stored in project "imdb"`) || !strings.Contains(e.Error, "nothing stored") {
+		t.Errorf("error = %q, want the project the run is in", e.Error)
+	}
+	project := func(run string) string {
+		var p string
+		if err := s.Store.Pool.QueryRow(context.Background(), `SELECT project FROM runs WHERE run_id = $1`, run).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := project(id); p != "imdb" {
+		t.Fatalf("after the refused import the run is in %q, want imdb", p)
+	}
+	for _, q := range []string{"", "?project=imdb"} {
+		if res := s.post(t, "/api/v1/import"+q, body).result(t); res.RunIDs[0] != id {
+			t.Fatalf("re-import %q: run ids %v", q, res.RunIDs)
+		}
+		if p := project(id); p != "imdb" {
+			t.Fatalf("re-import %q moved the run to %q", q, p)
+		}
+	}
+	second := s.post(t, "/api/v1/import?project=sst2&run_id=bert-in-sst2", body).result(t)
+	if second.RunIDs[0] != "bert-in-sst2" || project("bert-in-sst2") != "sst2" || project(id) != "imdb" {
+		t.Fatalf("import with another run_id: %+v", second)
+	}
+}
+
+// Offload reads as the hook writes it from a DeepSpeed config: "none"
+// where nothing is offloaded, never "" for an import.
+func TestImportOffloadSaysNone(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	seed, err := os.ReadFile("testdata/training_metrics.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for body, want := range map[string][2]string{
+		string(seed): {"cpu", "none"},
+		`{"meta": {"model": "m", "zero_stage": 2}, "steps": [{"step": 1, "loss": 1}], "zero_memory": {"optimizer_gb": 2.5}}`: {"none", "none"},
+		`{"meta": {"model": "m"}, "steps": [{"step": 1, "loss": 1}], "zero_memory": {"optimizer_nvme_gb": 2.5}}`:             {"nvme", "none"},
+		`{"steps": [{"step": 1, "loss": 1}]}`: {"none", "none"},
+	} {
+		id := s.post(t, "/api/v1/import", []byte(body)).result(t).RunIDs[0]
+		var optim, params *string
+		if err := s.Store.Pool.QueryRow(context.Background(),
+			`SELECT meta->>'offload_optimizer', meta->>'offload_params' FROM runs WHERE run_id = $1`, id).Scan(&optim, &params); err != nil {
+			t.Fatal(err)
+		}
+		if optim == nil || params == nil || *optim != want[0] || *params != want[1] {
+			t.Errorf("%.60s…: offload_optimizer %v, offload_params %v; want %q, %q", body, deref(optim), deref(params), want[0], want[1])
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<absent>"
+	}
+	return *s
+}

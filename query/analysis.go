@@ -119,9 +119,10 @@ func (h *Handler) memory(ctx context.Context, c echo.Context) (any, error) {
 			if dev == "" {
 				dev = "gpu"
 			}
-			out.Parts = append(out.Parts, api.MemoryPart{Name: name, Bytes: api.Float(*b), Device: dev})
-			if dev == "gpu" && finite(*b) {
-				out.PredictedGPUBytes += api.Float(*b)
+			v := wholeBytes(*b)
+			out.Parts = append(out.Parts, api.MemoryPart{Name: name, Bytes: api.Float(v), Device: dev})
+			if dev == "gpu" && finite(v) {
+				out.PredictedGPUBytes += api.Float(v)
 			}
 		}
 		add("parameters", m.Params, m.ParamsDevice)
@@ -144,13 +145,24 @@ func (h *Handler) memory(ctx context.Context, c echo.Context) (any, error) {
 	if g.PeakMemBytes != nil && (peak == nil || *g.PeakMemBytes > *peak) {
 		peak = g.PeakMemBytes
 	}
-	out.PeakGPUBytes = fp(peak)
+	if peak != nil {
+		out.PeakGPUBytes = fv(wholeBytes(*peak))
+	}
 	if meta.GPUMemTotalGB != nil {
-		out.GPUTotalBytes = fv(float64(*meta.GPUMemTotalGB) * 1e9)
-	} else {
-		out.GPUTotalBytes = fp(g.TotalMemBytes)
+		out.GPUTotalBytes = fv(wholeBytes(float64(*meta.GPUMemTotalGB) * 1e9))
+	} else if g.TotalMemBytes != nil {
+		out.GPUTotalBytes = fv(wholeBytes(*g.TotalMemBytes))
 	}
 	return out, nil
+}
+
+// wholeBytes rounds a byte count computed from gigabytes or shares of a
+// model to whole bytes; NaN and infinities pass through.
+func wholeBytes(b float64) float64 {
+	if !finite(b) {
+		return b
+	}
+	return math.Round(b)
 }
 
 // estimateMemory predicts the per-GPU ZeRO model-state memory from the

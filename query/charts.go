@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -164,6 +165,7 @@ func (h *Handler) heatmap(ctx context.Context, c echo.Context) (any, error) {
 		return nil, err
 	}
 	if !ok || len(r.LayerNames) == 0 {
+		out.Notice = fmt.Sprintf("no layer timings for rank %d of this run", rank)
 		return out, nil
 	}
 	from, to, _ := stepRange(c, first, last)
@@ -186,6 +188,12 @@ func (h *Handler) heatmap(ctx context.Context, c echo.Context) (any, error) {
 	for i := range out.Values {
 		out.Values[i] = []*api.Float{}
 	}
+	// Layer records may carry one pass only (an export without backward
+	// times): say so rather than answer columns of nulls.
+	if !anyCell(cols, n) {
+		out.Notice = fmt.Sprintf("no %s timings: this run's layer records have none for rank %d", pass, rank)
+		return out, nil
+	}
 	for _, col := range cols {
 		if col.sums == nil {
 			continue
@@ -201,6 +209,18 @@ func (h *Handler) heatmap(ctx context.Context, c echo.Context) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// anyCell reports whether any column holds a timing for any layer.
+func anyCell(cols []layerAcc, n int) bool {
+	for _, col := range cols {
+		for i := 0; i < n && i < len(col.counts); i++ {
+			if col.counts[i] > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (h *Handler) evals(ctx context.Context, c echo.Context) (any, error) {

@@ -33,12 +33,18 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 
 		level := slog.LevelInfo
 		switch {
-		case res.Status >= 500:
-			level = slog.LevelError
 		case route == "/healthz" || route == "/readyz" || route == "/metrics":
 			// Probes and scrapes arrive every few seconds; keep them out of
-			// the default log.
+			// the default log. A 503 from /readyz is an answer, not a
+			// failure (the database is starting or away): readyz logs
+			// each change of readiness once.
 			level = slog.LevelDebug
+		case res.Status == http.StatusServiceUnavailable:
+			// The database is away and the sender is asked to retry;
+			// the handler has said why.
+			level = slog.LevelWarn
+		case res.Status >= 500:
+			level = slog.LevelError
 		}
 		s.log.LogAttrs(req.Context(), level, "http request",
 			slog.String("method", req.Method),

@@ -79,7 +79,8 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 
 	g := e.Group(APIPrefix, s.auth.middleware)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
-		ih := ingest.New(st, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log.With("component", "ingest")})
+		// ingest.New names its own component in the log.
+		ih := ingest.New(st, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 		ih.Register(g)
 		s.prom.reg.MustRegister(ih)
 	}
@@ -182,6 +183,8 @@ func (s *Server) roleName() string {
 func (s *Server) Prepare(ctx context.Context) error {
 	backoff := 250 * time.Millisecond
 	const maxBackoff = 10 * time.Second
+	var lastErr string
+	var lastLog time.Time
 	for attempt := 1; ; attempt++ {
 		mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		applied, err := s.store.Migrate(mctx)
@@ -195,7 +198,17 @@ func (s *Server) Prepare(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.log.Warn("database not ready; will retry", "attempt", attempt, "retry_in", backoff.String(), "err", err)
+		// A database that does not exist, or a refused login, stays so:
+		// say what to do and stop. An unreachable server is waited for,
+		// as long as it takes (it may be starting), logged at the first
+		// failure, when the error changes and once a minute.
+		if why := store.NeedsOperator(err); why != "" {
+			return fmt.Errorf("database: %s", why)
+		}
+		if msg := err.Error(); attempt == 1 || msg != lastErr || time.Since(lastLog) >= time.Minute {
+			s.log.Warn("database not reachable yet; retrying until it is", "attempt", attempt, "retry_in", backoff.String(), "err", err)
+			lastErr, lastLog = msg, time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -238,7 +251,7 @@ func (s *Server) Prepare(ctx context.Context) error {
 	// background, so that opening a long run's charts rarely waits for a
 	// cold build. Readers still refresh what is left before they read.
 	if s.cfg.Role != RoleIngest {
-		query.RunRefresher(ctx, s.store, 5*time.Second, s.log.With("component", "rollups"))
+		query.RunRefresher(ctx, s.store, 5*time.Second, s.log) // it names its component
 	}
 	jobs.Wait()
 	return nil
@@ -318,6 +331,11 @@ func (s *Server) noteNotReady(why string, err error) {
 	switch {
 	case why == "":
 		s.log.Info("ready")
+	case !s.prepared.Load():
+		// Not ready while starting is the normal course: the migrations
+		// are being applied, or the database is being waited for (Prepare
+		// logs that).
+		s.log.Info("not ready yet: starting", "reason", why)
 	case err != nil:
 		s.log.Warn("not ready", "reason", why, "err", err)
 	default:

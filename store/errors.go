@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -82,4 +83,34 @@ func DataErrorMessage(err error) string {
 		return pe.Message
 	}
 	return err.Error()
+}
+
+// NeedsOperator says, for an error that retrying cannot fix, what is
+// wrong and what to do: the database named in the URL does not exist, or
+// the server refuses the user or its password. For any other error, an
+// unreachable server included, it returns "".
+func NeedsOperator(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	where := ""
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) && ce.Config != nil {
+		where = fmt.Sprintf("the PostgreSQL server at %s:%d says: ", ce.Config.Host, ce.Config.Port)
+	}
+	if strings.Contains(pe.Message, "must be preloaded") {
+		// The database holds TimescaleDB's objects, and the server was
+		// restarted without the library: no query on them can run.
+		return where + pe.Message + "; this database was set up with TimescaleDB: add timescaledb to shared_preload_libraries in postgresql.conf and restart PostgreSQL"
+	}
+	switch pe.Code {
+	case "3D000": // invalid_catalog_name
+		return where + pe.Message + "; create it (createdb, or CREATE DATABASE as a superuser) or name an existing database in the URL"
+	case "28P01": // invalid_password
+		return where + pe.Message + "; check the user and password in the database URL"
+	case "28000": // invalid_authorization_specification: no such role, or pg_hba.conf refuses
+		return where + pe.Message + "; check the user in the database URL and the server's pg_hba.conf"
+	}
+	return ""
 }

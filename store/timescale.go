@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,22 @@ func (s *Store) SetupTimescale(ctx context.Context, opt TimescaleOptions) (enabl
 	if !available {
 		s.Timescale = false
 		return false, "", nil
+	}
+	// Without the preload, CREATE EXTENSION fails with FATAL, which ends
+	// the connection and leaves a FATAL line in the server's log at every
+	// start. Where the setting is visible to this user (superusers,
+	// pg_read_all_settings; pg_settings hides it from others), that case
+	// is known beforehand.
+	var preload string
+	switch err := s.Pool.QueryRow(ctx,
+		`SELECT setting FROM pg_settings WHERE name = 'shared_preload_libraries'`).Scan(&preload); {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Not visible: CREATE EXTENSION tells.
+	case err != nil:
+		return false, "", fmt.Errorf("timescaledb: read shared_preload_libraries: %w", err)
+	case !strings.Contains(preload, "timescaledb"):
+		s.Timescale = false
+		return false, "", errNotPreloaded
 	}
 
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {

@@ -34,6 +34,10 @@ func (m DatabaseMode) String() string {
 	return "plain PostgreSQL"
 }
 
+// errNotPreloaded is SetupTimescale's answer where the server's
+// shared_preload_libraries is visible and lacks timescaledb.
+var errNotPreloaded = errors.New("timescaledb: installed but not in shared_preload_libraries")
+
 // Reasons for plain mode, one per case the server cannot fix by itself.
 const (
 	whyNotInstalled = "the timescaledb extension is not installed on the database server; " +
@@ -66,6 +70,13 @@ func (s *Store) SetupMode(ctx context.Context, want string, opt TimescaleOptions
 	default:
 		var pe *pgconn.PgError
 		switch {
+		case errors.Is(err, errNotPreloaded):
+			mode.Why = whyNotPreloaded
+		case strings.Contains(err.Error(), "must be preloaded"):
+			// The FATAL answer to CREATE EXTENSION may reach us as the
+			// closed connection's error rather than a PgError.
+			mode.Why = whyNotPreloaded
+			s.Pool.Reset()
 		case !errors.As(err, &pe):
 			return mode, err
 		case strings.Contains(pe.Message, "must be preloaded") || strings.Contains(pe.Hint, "shared_preload_libraries"):

@@ -1088,6 +1088,19 @@ func (s *Store) RunStartedAt(ctx context.Context, runID string) (time.Time, bool
 	return t.UTC(), true, nil
 }
 
+// RunProject returns the project run runID is stored in; found is false
+// when there is no such run.
+func (s *Store) RunProject(ctx context.Context, runID string) (project string, found bool, err error) {
+	err = s.Pool.QueryRow(ctx, `SELECT project FROM runs WHERE run_id = $1`, runID).Scan(&project)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("store: read run %s: %w", runID, err)
+	}
+	return project, true, nil
+}
+
 // CopyRaw writes steps, layers and evals straight into their tables with
 // COPY, in one transaction: no temporary tables, no dedupe, no run
 // bookkeeping. It is the baseline the ingest benchmark compares the real

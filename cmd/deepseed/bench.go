@@ -68,11 +68,11 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	layers := f.String("layers", "", "26", "layers per model")
 	evalEvery := f.String("eval-every", "", "200", "steps between evaluations")
 	maxRecords := f.String("max-records", "", "600000", "most records built ahead of each phase (bounds memory)")
-	keep := f.fs.Bool("keep", false, "keep the scratch runs instead of deleting them")
-	perRank := f.fs.Bool("per-rank", false, "one run whose --ranks ranks each post their own --rate step records a second")
+	keep := f.Bool("keep", "", false, "keep the scratch runs instead of deleting them")
+	perRank := f.Bool("per-rank", "", false, "one run whose --ranks ranks each post their own --rate step records a second")
 	rate := f.String("rate", "", "10", "with --per-rank: step records each rank posts per second, in one request")
 	f.setUsage("deepseed bench ingest [flags]", "Post realistic batches and report records/s, against a raw COPY of the same rows.", benchNotes+"\n"+perRankNotes)
-	if err := f.fs.Parse(args); err != nil {
+	if err := f.parse(args); err != nil {
 		return err
 	}
 	var errs []error
@@ -103,7 +103,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		errs = append(errs, fmt.Errorf("--server %q: want an http(s) URL", *server))
 	}
 	if len(errs) > 0 {
-		return errors.Join(append([]error{errors.New("bench ingest: bad flags")}, errs...)...)
+		return configError("bench ingest", errs)
 	}
 	cfg.target = base.JoinPath("/api/v1/ingest").String()
 	cfg.tag = randomTag()
@@ -378,7 +378,7 @@ func runPhase(ctx context.Context, conns int, d time.Duration, send func(ctx con
 // deletes its run unless keep is set.
 func benchPerRank(ctx context.Context, c perRankBench, dbURL string, keep bool, flagErrs []error) error {
 	if len(flagErrs) > 0 {
-		return errors.Join(append([]error{errors.New("bench ingest: bad flags")}, flagErrs...)...)
+		return configError("bench ingest", flagErrs)
 	}
 	if c.duration < time.Second {
 		return errors.New("bench ingest: --per-rank wants a --duration of at least 1s")

@@ -61,10 +61,10 @@ func runChaos(ctx context.Context, args []string) error {
 	rate := f.String("rate", "", "200", "step records a second the sender posts")
 	binFlag := f.String("binary", "", "", "deepseed binary to run (default: this one)")
 	spoolMax := f.String("spool-max-bytes", "", "65536", "the collector's spool bound for the spool-full phase")
-	tmpfs := f.fs.Bool("tmpfs-spool", false, "put the spool on a 5 MiB tmpfs (needs root)")
-	keep := f.fs.Bool("keep", false, "keep the working directory")
+	tmpfs := f.Bool("tmpfs-spool", "", false, "put the spool on a 5 MiB tmpfs (needs root)")
+	keep := f.Bool("keep", "", false, "keep the working directory")
 	f.setUsage("deepseed bench chaos [flags]", "Kill PostgreSQL, the server and the collector under load and count what was lost.", chaosNotes)
-	if err := f.fs.Parse(args); err != nil {
+	if err := f.parse(args); err != nil {
 		return err
 	}
 	n, err1 := strconv.Atoi(*cycles)

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/deepseed/deepseed/collector"
 	"github.com/deepseed/deepseed/collector/nvml"
+	"github.com/deepseed/deepseed/server"
 )
 
 // CollectCommand runs the node collector.
@@ -24,47 +25,66 @@ type CollectCommand struct{}
 
 // Run implements command.
 func (c *CollectCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("deepseed collect", flag.ContinueOnError)
+	f := newEnvFlags("collect")
 	var (
-		server        = fs.String("server", envStr("DEEPSEED_SERVER_URL", ""), "DeepSeed server base URL to forward to; empty: sample and serve /metrics only (env DEEPSEED_SERVER_URL)")
-		tokenFile     = fs.String("token-file", envStr("DEEPSEED_TOKEN_FILE", ""), "file holding the ingest token sent as Authorization: Bearer; or set DEEPSEED_TOKEN (env DEEPSEED_TOKEN_FILE)")
-		hookListen    = fs.String("hook-listen", envStr("DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464"), "hook receiver address, host:port or unix:/path (env DEEPSEED_HOOK_LISTEN)")
-		metricsListen = fs.String("metrics-listen", envStr("DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400"), "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it (env DEEPSEED_METRICS_LISTEN)")
-		interval      = fs.Duration("interval", envDur("DEEPSEED_INTERVAL", time.Second), "GPU and host sampling interval (env DEEPSEED_INTERVAL)")
-		spoolDir      = fs.String("spool-dir", envStr("DEEPSEED_SPOOL_DIR", "/var/lib/deepseed/spool"), "directory for batches waiting for the server, and the dead-letter file (env DEEPSEED_SPOOL_DIR)")
-		spoolMax      = fs.Int64("spool-max-bytes", envInt("DEEPSEED_SPOOL_MAX_BYTES", 1<<30), "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted (env DEEPSEED_SPOOL_MAX_BYTES)")
-		hostName      = fs.String("host-name", envStr("DEEPSEED_HOST_NAME", ""), "host name on records and metrics; default the system's (env DEEPSEED_HOST_NAME)")
-		dcgm          = fs.Bool("dcgm-compat", envBool("DEEPSEED_DCGM_COMPAT", true), "also export dcgm-exporter metric names and labels (env DEEPSEED_DCGM_COMPAT)")
-		batchMax      = fs.Int("batch-max-records", int(envInt("DEEPSEED_BATCH_MAX_RECORDS", 5000)), "records per batch sent to the server (env DEEPSEED_BATCH_MAX_RECORDS)")
-		batchAge      = fs.Duration("batch-max-age", envDur("DEEPSEED_BATCH_MAX_AGE", time.Second), "longest a record waits before its batch is sent (env DEEPSEED_BATCH_MAX_AGE)")
-		nvmlLib       = fs.String("nvml-lib", envStr("DEEPSEED_NVML_LIB", ""), "path of libnvidia-ml; default the system's libnvidia-ml.so.1 (env DEEPSEED_NVML_LIB)")
-		procRoot      = fs.String("proc", envStr("DEEPSEED_PROC", "/proc"), "the host's /proc, e.g. /host/proc in a container (env DEEPSEED_PROC)")
-		capture       = fs.String("capture", envStr("DEEPSEED_CAPTURE", ""), "write every NVML reading to this file in the test-fixture format (env DEEPSEED_CAPTURE)")
-		noGPU         = fs.Bool("no-gpu", envBool("DEEPSEED_NO_GPU", false), "do not sample GPUs (env DEEPSEED_NO_GPU)")
-		fakeGPU       = fs.String("fake-nvml", envStr("DEEPSEED_FAKE_NVML", ""), "replay this NVML capture instead of reading GPUs, for load tests (env DEEPSEED_FAKE_NVML)")
-		fakeGPUs      = fs.Int("fake-gpus", int(envInt("DEEPSEED_FAKE_GPUS", 0)), "with -fake-nvml, show this many GPUs (env DEEPSEED_FAKE_GPUS)")
-		logLevel      = fs.String("log-level", envStr("DEEPSEED_LOG_LEVEL", "info"), "debug, info, warn or error (env DEEPSEED_LOG_LEVEL)")
+		serverURL     = f.String("server", "DEEPSEED_SERVER_URL", "", "DeepSeed server base URL to forward to; empty: sample and serve /metrics only")
+		tokenFile     = f.String("token-file", "DEEPSEED_TOKEN_FILE", "", "file holding the ingest token sent as Authorization: Bearer; or set DEEPSEED_TOKEN")
+		hookListen    = f.String("hook-listen", "DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464", "hook receiver address, host:port or unix:/path")
+		metricsListen = f.String("metrics-listen", "DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400", "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it")
+		interval      = f.String("interval", "DEEPSEED_INTERVAL", "1s", "GPU and host sampling interval")
+		spoolDir      = f.String("spool-dir", "DEEPSEED_SPOOL_DIR", defaultSpoolDir(), "directory for batches waiting for the server, and the dead-letter file")
+		spoolMax      = f.String("spool-max-bytes", "DEEPSEED_SPOOL_MAX_BYTES", "1073741824", "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted")
+		hostName      = f.String("host-name", "DEEPSEED_HOST_NAME", "", "host name on records and metrics; default the system's")
+		dcgm          = f.Bool("dcgm-compat", "DEEPSEED_DCGM_COMPAT", true, "also export dcgm-exporter metric names and labels")
+		batchMax      = f.String("batch-max-records", "DEEPSEED_BATCH_MAX_RECORDS", "5000", "records per batch sent to the server")
+		batchAge      = f.String("batch-max-age", "DEEPSEED_BATCH_MAX_AGE", "1s", "longest a record waits before its batch is sent")
+		nvmlLib       = f.String("nvml-lib", "DEEPSEED_NVML_LIB", "", "path of libnvidia-ml; default the system's libnvidia-ml.so.1")
+		procRoot      = f.String("proc", "DEEPSEED_PROC", "/proc", "the host's /proc, e.g. /host/proc in a container")
+		capture       = f.String("capture", "DEEPSEED_CAPTURE", "", "write every NVML reading to this file in the test-fixture format")
+		noGPU         = f.Bool("no-gpu", "DEEPSEED_NO_GPU", false, "do not sample GPUs")
+		fakeGPU       = f.String("fake-nvml", "DEEPSEED_FAKE_NVML", "", "replay this NVML capture instead of reading GPUs, for load tests")
+		fakeGPUs      = f.String("fake-gpus", "DEEPSEED_FAKE_GPUS", "0", "with --fake-nvml, show this many GPUs")
+		logLevel      = f.String("log-level", "DEEPSEED_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	)
-	fs.Func("token", "not taken: a token on the command line is visible to every user in ps; set DEEPSEED_TOKEN or use -token-file", func(string) error {
+	f.Func("token", "not taken: a token on the command line is visible to every user in ps; set DEEPSEED_TOKEN or use --token-file", func(string) error {
 		return errors.New("a token on the command line is visible to every user of the machine (ps): set DEEPSEED_TOKEN or use --token-file")
 	})
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: deepseed collect [flags]
-
-Runs the node collector: samples every GPU through NVML and the host through
-/proc, receives the training hook's records on -hook-listen (POST
-/api/v1/ingest, as the server takes them), forwards everything to -server in
-batches, spools to -spool-dir while the server is away, and serves /metrics.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	f.setUsage("deepseed collect [flags]", `
+Run the node collector: sample every GPU through NVML and the host through
+/proc, receive the training hook's records on --hook-listen (POST
+/api/v1/ingest, as the server takes them), forward everything to --server
+in batches, spool to --spool-dir while the server is away, and serve
+/metrics.`, `
+The spool directory defaults to $XDG_STATE_HOME/deepseed/spool, else
+~/.local/state/deepseed/spool, so that any user can run the collector; as
+root it is /var/lib/deepseed/spool. The collector logs the directory it uses
+at start.`)
+	if err := f.parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("collect: unexpected arguments %q", fs.Args())
+	if f.fs.NArg() > 0 {
+		return fmt.Errorf("collect: unexpected arguments %q (see deepseed collect -h)", f.fs.Args())
+	}
+	var errs []error
+	dur := func(name, v string) time.Duration {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, &server.FieldError{Field: name, Value: v, Msg: "want a positive duration such as 1s"})
+		}
+		return d
+	}
+	num := func(name, v string, min int64) int64 {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < min {
+			errs = append(errs, &server.FieldError{Field: name, Value: v, Msg: fmt.Sprintf("want a whole number of at least %d", min)})
+		}
+		return n
+	}
+	every, maxAge := dur("interval", *interval), dur("batch-max-age", *batchAge)
+	maxBytes, maxRecords := num("spool-max-bytes", *spoolMax, 1), num("batch-max-records", *batchMax, 1)
+	nFake := num("fake-gpus", *fakeGPUs, 0)
+	if len(errs) > 0 {
+		return configError("collect", errs)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -105,17 +125,22 @@ Flags:
 		if err != nil {
 			return fmt.Errorf("collect: fake-nvml: %w", err)
 		}
-		lib = nvml.NewFake(cp, *fakeGPUs)
+		lib = nvml.NewFake(cp, int(nFake))
 	default:
 		lib = &nvml.Real{LibPath: *nvmlLib}
 	}
 	if *capture != "" && lib != nil {
 		lib = &nvml.Recorder{Inner: lib, Path: *capture, Source: "deepseed collect " + Version}
 	}
+	spool, err := filepath.Abs(*spoolDir)
+	if err != nil {
+		return fmt.Errorf("collect: spool-dir: %w", err)
+	}
+	log.Info("spool directory: batches wait here while the server is away", "dir", spool, "max_bytes", maxBytes)
 	col, err := collector.New(collector.Config{
-		Server: *server, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
-		Interval: *interval, SpoolDir: *spoolDir, SpoolMaxBytes: *spoolMax, HostName: *hostName,
-		DCGMCompat: *dcgm, BatchMaxRecords: *batchMax, BatchMaxAge: *batchAge, ProcRoot: *procRoot,
+		Server: *serverURL, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
+		Interval: every, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
+		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxAge: maxAge, ProcRoot: *procRoot,
 		NVML: lib, Logger: log,
 	})
 	if err != nil {
@@ -141,34 +166,4 @@ func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
 	go func() { <-ctx.Done(); srv.Close() }()
 	log.Info("profiler listening", "addr", ln.Addr().String())
 	return nil
-}
-
-func envStr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
-	}
-	return def
-}
-
-// The env helpers keep the default when a variable does not parse; the
-// flag's own parsing then reports a bad value given on the command line.
-func envInt(key string, def int64) int64 {
-	if v, err := strconv.ParseInt(os.Getenv(key), 10, 64); err == nil {
-		return v
-	}
-	return def
-}
-
-func envDur(key string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(key)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envBool(key string, def bool) bool {
-	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
-		return v
-	}
-	return def
 }

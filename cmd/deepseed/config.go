@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,29 +43,108 @@ func (f *envFlags) String(name, env, def, usage string) *string {
 	return f.fs.String(name, v, usage)
 }
 
+// Bool defines a boolean --name, defaulting to $env when it is set to a
+// boolean (1, true, 0, false …), else def.
+func (f *envFlags) Bool(name, env string, def bool, usage string) *bool {
+	v := def
+	if e, err := strconv.ParseBool(os.Getenv(env)); env != "" && err == nil {
+		v = e
+	}
+	shown := ""
+	if def {
+		shown = "true"
+	}
+	f.specs = append(f.specs, envFlag{name, env, shown, usage})
+	return f.fs.Bool(name, v, usage)
+}
+
+// Func defines --name handled by fn, with no environment variable.
+func (f *envFlags) Func(name, usage string, fn func(string) error) {
+	f.specs = append(f.specs, envFlag{name: name, usage: usage})
+	f.fs.Func(name, usage, fn)
+}
+
 // setUsage installs a usage text: synopsis, description, then every flag
 // with its environment variable and built-in default, then extra notes.
+// Every command prints its flags this one way: --name on its own line,
+// then what it does, then its variable and default.
 func (f *envFlags) setUsage(synopsis, description, notes string) {
 	f.fs.Usage = func() {
 		w := f.fs.Output()
 		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags (each defaults to its environment variable when set):\n", synopsis, strings.TrimSpace(description))
+		listed := map[string]bool{}
 		for _, s := range f.specs {
-			fmt.Fprintf(w, "  --%s\n      %s\n", s.name, s.usage)
-			var meta []string
-			if s.env != "" {
-				meta = append(meta, "env "+s.env)
-			}
-			if s.def != "" {
-				meta = append(meta, "default "+s.def)
-			}
-			if len(meta) > 0 {
-				fmt.Fprintf(w, "      (%s)\n", strings.Join(meta, ", "))
-			}
+			listed[s.name] = true
+			printFlag(w, s)
 		}
+		// A flag defined on fs directly is still shown, in the same form.
+		f.fs.VisitAll(func(fl *flag.Flag) {
+			if !listed[fl.Name] {
+				printFlag(w, envFlag{name: fl.Name, def: fl.DefValue, usage: fl.Usage})
+			}
+		})
 		if notes != "" {
 			fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(notes))
 		}
 	}
+}
+
+func printFlag(w io.Writer, s envFlag) {
+	fmt.Fprintf(w, "  --%s\n      %s\n", s.name, s.usage)
+	var meta []string
+	if s.env != "" {
+		meta = append(meta, "env "+s.env)
+	}
+	if s.def != "" && s.def != "false" {
+		meta = append(meta, "default "+s.def)
+	}
+	if len(meta) > 0 {
+		fmt.Fprintf(w, "      (%s)\n", strings.Join(meta, ", "))
+	}
+}
+
+// parse parses args and, for -h or --help, prints the usage to standard
+// output (help that was asked for is not an error) and returns
+// flag.ErrHelp. A bad flag is reported in one line that points to -h.
+func (f *envFlags) parse(args []string) error {
+	f.fs.SetOutput(io.Discard)
+	err := f.fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		f.fs.SetOutput(os.Stdout)
+		f.fs.Usage()
+		return err
+	case err != nil:
+		return fmt.Errorf("%s: %w (see %s -h)", strings.TrimPrefix(f.fs.Name(), "deepseed "), err, f.fs.Name())
+	}
+	return nil
+}
+
+// configError is the one-line error of a command whose flags are wrong:
+// "serve: bad configuration: invalid --role …; invalid --listen …".
+func configError(cmd string, errs []error) error {
+	msgs := make([]string, 0, len(errs))
+	for _, e := range errs {
+		msgs = append(msgs, e.Error())
+	}
+	return fmt.Errorf("%s: bad configuration: %s (see deepseed %s -h)", cmd, strings.Join(msgs, "; "), cmd)
+}
+
+// defaultSpoolDir is where the collector keeps its spool unless told:
+// /var/lib/deepseed/spool for root (a system service), else the user's
+// state directory, $XDG_STATE_HOME/deepseed/spool or
+// ~/.local/state/deepseed/spool, which a normal user can write.
+func defaultSpoolDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/deepseed/spool"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "deepseed", "spool")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "deepseed", "spool")
+	}
+	return "deepseed-spool"
 }
 
 // dbFlags are the flags of every command that opens the database.

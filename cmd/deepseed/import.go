@@ -23,8 +23,9 @@ type ImportCommand struct{}
 
 const importNotes = `
 Each FILE (- for standard input; gzip files are read as they are) is either
-the seed dashboard's export or NDJSON. NDJSON is what the hook writes in
-offline mode (one record a line) or the collector's dead-letter file (one
+the seed dashboard's export or NDJSON. NDJSON is what the hook writes when
+it cannot send (deepseed-runs/<run_id>.ndjson, one record a line; also in
+offline mode) or the collector's dead-letter file (one
 refused batch a line, whose records are sent again); its records go to
 POST /api/v1/ingest in batches of up to 2,000 records, with progress on
 standard error. The server stores a record it already has once, so a file
@@ -35,7 +36,9 @@ The export is the seed dashboard's training_metrics.json (meta, steps,
 evaluations, zero_memory). It becomes one finished run with its steps,
 per-layer times, evaluations and ZeRO memory breakdown. Without --run-id the
 run id is derived from the file's contents, so importing the same file twice
-stores nothing twice. The run id is printed on success.`
+stores nothing twice. Importing it again with another --project is refused,
+since that would move the run: without --project it stays where it is, and
+--run-id stores a second run. The run id is printed on success.`
 
 // Run implements command.
 func (c *ImportCommand) Run(ctx context.Context, args []string) error {
@@ -47,14 +50,14 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	runID := f.String("run-id", "", "", "run id (default: derived from the file's contents)")
 	timeout := f.String("timeout", "", "2m", "how long to keep trying, retries included")
 	f.setUsage("deepseed import [flags] FILE...", "Import a training_metrics.json export, or send NDJSON records (the hook's offline file, the collector's dead-letter file).", importNotes)
-	if err := f.fs.Parse(args); err != nil {
+	if err := f.parse(args); err != nil {
 		return err
 	}
 	// Accept flags after the file names too: deepseed import FILE --server URL.
 	var files []string
 	for rest := f.fs.Args(); len(rest) > 0; rest = f.fs.Args() {
 		files = append(files, rest[0])
-		if err := f.fs.Parse(rest[1:]); err != nil {
+		if err := f.parse(rest[1:]); err != nil {
 			return err
 		}
 	}
@@ -81,7 +84,12 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 		} else {
 			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), *token, file, body)
 		}
+		timedOut := ctx.Err() == nil && errors.Is(fctx.Err(), context.DeadlineExceeded)
 		cancel()
+		if err != nil && timedOut {
+			return fmt.Errorf("import: %s: timed out after %v waiting for the server at %s (raise --timeout; sending the file again is safe, what is stored is not stored twice)",
+				file, wait, base)
+		}
 		if err != nil {
 			return err
 		}

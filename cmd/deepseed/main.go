@@ -8,8 +8,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -36,19 +38,28 @@ var commands = []struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "deepseed:", err)
+	err := run(ctx, os.Args[1:])
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		// Help that was asked for has been printed.
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		// One line: what failed, in words, with what to do where known.
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+		fmt.Fprintln(os.Stderr, "deepseed:", msg)
 		os.Exit(1)
 	}
 }
 
+// errUsage means the command line named no command; the usage has been
+// printed to standard error.
+var errUsage = errors.New("usage")
+
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		usage()
-		return flag.ErrHelp
+		usage(os.Stderr)
+		return errUsage
 	}
 	name := args[0]
 	switch name {
@@ -56,20 +67,22 @@ func run(ctx context.Context, args []string) error {
 		if len(args) > 1 {
 			return run(ctx, []string{args[1], "-h"})
 		}
-		usage()
+		usage(os.Stdout)
 		return nil
+	case "--version", "-version", "-V":
+		// The same line as "deepseed version".
+		name = "version"
 	}
 	for _, c := range commands {
 		if c.name == name {
 			return c.new().Run(ctx, args[1:])
 		}
 	}
-	usage()
-	return fmt.Errorf("unknown command %q", name)
+	return fmt.Errorf("unknown command %q (deepseed help lists the commands)", name)
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `DeepSeed: training telemetry for PyTorch and DeepSpeed.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `DeepSeed: training telemetry for PyTorch and DeepSpeed.
 
 Usage:
   deepseed <command> [flags]
@@ -77,11 +90,12 @@ Usage:
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(os.Stderr, `
+	fmt.Fprint(w, `
 Run "deepseed help <command>" or "deepseed <command> -h" for its flags.
 Every flag can also be set by the environment variable shown in its help.
+"deepseed --version" and "deepseed version" print the version.
 
 Getting started:
   deepseed serve                 with PostgreSQL installed, starts a private
@@ -98,9 +112,13 @@ type VersionCommand struct{}
 
 // Run implements command.
 func (c *VersionCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("deepseed version", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
+	f := newEnvFlags("version")
+	f.setUsage("deepseed version (or deepseed --version)", "Print the version.", "")
+	if err := f.parse(args); err != nil {
 		return err
+	}
+	if f.fs.NArg() > 0 {
+		return errors.New("version: takes no arguments")
 	}
 	fmt.Println("deepseed", Version)
 	return nil

@@ -24,7 +24,7 @@ preloaded, the time-series tables also become hypertables with the
 compression given here; where it is not, the database stays plain
 PostgreSQL and the log says why (--timescale=require makes that an error).
 "deepseed serve" does the same at start, and applies --retention.`, "")
-	if err := f.fs.Parse(args); err != nil {
+	if err := f.parse(args); err != nil {
 		return err
 	}
 	if f.fs.NArg() > 0 {
@@ -33,7 +33,7 @@ PostgreSQL and the log says why (--timescale=require makes that an error).
 	}
 	dbc, errs := db.parse(os.Stderr)
 	if len(errs) > 0 {
-		return errors.Join(append([]error{errors.New("migrate: bad configuration")}, errs...)...)
+		return configError("migrate", errs)
 	}
 	st, closeDB, err := openDatabase(ctx, dbc)
 	if err != nil {
@@ -41,12 +41,15 @@ PostgreSQL and the log says why (--timescale=require makes that an error).
 	}
 	defer closeDB()
 	applied, err := st.Migrate(ctx)
+	if why := store.NeedsOperator(err); why != "" {
+		return fmt.Errorf("migrate: database: %s", why)
+	}
 	if err != nil {
-		return err
+		return err // "migrate: …"
 	}
 	dbMode, err := st.SetupMode(ctx, dbc.timescale, store.TimescaleOptions{CompressAfter: dbc.compressAfter})
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return err // "migrate: …"
 	}
 	mode := dbMode.String()
 	if dbMode.Why != "" {

@@ -24,8 +24,11 @@ Endpoints: /api/v1/... (ingest and query; see /api/v1/openapi.json),
 /healthz (process up), /readyz (database reachable and migrated),
 /metrics (Prometheus text format).
 
-At start the server applies pending migrations, retrying while the database
-is unreachable (it stays up, not ready, and recovers by itself), and uses
+At start the server applies pending migrations, retrying for as long as the
+database server is unreachable (it stays up, answers /readyz 503, logs the
+wait at the first failure and once a minute, and recovers by itself). A
+database that does not exist, or a refused user or password, cannot fix
+itself: serve says what to do and exits 1. It uses
 TimescaleDB when the extension is installed and preloaded; it logs which mode
 it runs in and, in plain PostgreSQL mode, why. With --retention it drops
 expired runs and samples hourly, in either mode.
@@ -45,7 +48,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"drop each run whose last write is older than this, whole, and GPU and host samples of no run older than this (e.g. 90d, 720h; see docs/retention.md); 0 keeps everything")
 	db := addDBFlags(f)
 	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
-	if err := f.fs.Parse(args); err != nil {
+	if err := f.parse(args); err != nil {
 		return err
 	}
 	if f.fs.NArg() > 0 {
@@ -75,7 +78,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	errs = append(errs, unreportedFieldErrors(cfg.Validate(), errs)...)
 	if len(errs) > 0 {
-		return errors.Join(append([]error{errors.New("serve: bad configuration")}, errs...)...)
+		return configError("serve", errs)
 	}
 
 	log := dbc.log

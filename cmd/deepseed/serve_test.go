@@ -26,12 +26,12 @@ func TestVersion(t *testing.T) {
 // Every flag's environment variable, and the token variables, are in the
 // help; "deepseed help CMD" and "deepseed CMD -h" say the same.
 func TestHelpNamesEveryEnvVar(t *testing.T) {
-	code, _, stderr := runBinary(t, nil, "help")
+	code, stdout, _ := runBinary(t, nil, "help")
 	if code != 0 {
 		t.Fatalf("deepseed help: exit %d", code)
 	}
 	for _, c := range commands {
-		if !strings.Contains(stderr, c.name) {
+		if !strings.Contains(stdout, c.name) {
 			t.Errorf("deepseed help does not list %s", c.name)
 		}
 	}
@@ -43,8 +43,8 @@ func TestHelpNamesEveryEnvVar(t *testing.T) {
 		"migrate": dbVars,
 	}
 	for cmd, vars := range want {
-		_, _, viaFlag := runBinary(t, nil, cmd, "-h")
-		_, _, viaHelp := runBinary(t, nil, "help", cmd)
+		_, viaFlag, _ := runBinary(t, nil, cmd, "-h")
+		_, viaHelp, _ := runBinary(t, nil, "help", cmd)
 		if viaFlag != viaHelp {
 			t.Errorf("deepseed %s -h and deepseed help %s differ", cmd, cmd)
 		}

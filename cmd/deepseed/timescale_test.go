@@ -42,6 +42,12 @@ func TestTimescaleRuleSameForServeAndMigrate(t *testing.T) {
 	if !strings.Contains(logs.String(), "shared_preload_libraries") {
 		t.Errorf("serve (auto) did not say how to enable TimescaleDB:\n%s", logs)
 	}
+	// Plain mode where TimescaleDB is not usable is a normal start: said
+	// once, at INFO, not as a failed setup.
+	if out := logs.String(); strings.Count(out, "database mode:") != 1 || !strings.Contains(out, `level=INFO msg="database mode: plain PostgreSQL`) ||
+		strings.Contains(out, "setup failed") || strings.Contains(out, "level=WARN msg=\"database") {
+		t.Errorf("serve (auto) on a database without a usable TimescaleDB: want one INFO line naming the mode:\n%s", out)
+	}
 
 	cmd, exited, logs = startServe(t, []string{"DEEPSEED_DATABASE_URL=" + url, "DEEPSEED_TIMESCALE=require"},
 		"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))

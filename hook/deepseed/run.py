@@ -210,18 +210,30 @@ class Run:
             return NullSender()
         file = file or os.environ.get("DEEPSEED_FILE")
         if mode == "offline" or file:
-            return FileSender(file or "deepseed-%s.ndjson" % self.run_id)
+            return FileSender(file or self._local_file())
         if compress is None:
             compress = os.environ.get("DEEPSEED_GZIP", "1").lower() not in ("0", "false", "no")
         server_url = server_url or os.environ.get("DEEPSEED_SERVER_URL")
+        server = None
         if server_url:
+            server = server_url
             url = ingest_url(server_url)
             token = token or os.environ.get("DEEPSEED_TOKEN")
         else:
             url = ingest_url(collector_url or os.environ.get("DEEPSEED_COLLECTOR_URL") or DEFAULT_COLLECTOR_URL)
             token = token or os.environ.get("DEEPSEED_COLLECTOR_TOKEN")
         return Sender(url, token=token, max_queue=max_queue, batch_size=batch_size, flush_interval=flush_interval,
-                      compress=compress)
+                      compress=compress, local_path=self._local_file(), server=server)
+
+    def _local_file(self):
+        """Where this process's records go when they cannot be sent (or
+        always, offline): DEEPSEED_OFFLINE_DIR (default ./deepseed-runs),
+        one file per run, one per rank when there are several, so that
+        ranks never write the same file. ``deepseed import`` sends it."""
+        d = os.environ.get("DEEPSEED_OFFLINE_DIR") or "deepseed-runs"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.run_id) or "run"
+        name = safe + (".rank%d" % self.rank if self.world_size > 1 else "") + ".ndjson"
+        return os.path.join(d, name)
 
     def _install_excepthook(self):
         prev = sys.excepthook
@@ -484,7 +496,8 @@ class Run:
     def summary(self):
         s = self._sender
         return {"steps": self.steps_logged, "duration_s": round(time.time() - self.started, 3),
-                "records_sent": s.sent, "records_dropped": s.dropped, "records_rejected": s.rejected}
+                "records_sent": s.sent, "records_dropped": s.dropped, "records_rejected": s.rejected,
+                "records_saved_locally": s.saved}
 
     def finish(self, status="finished", summary=None, timeout=None):
         """Ends the run: reads what the device still owes, sends the end

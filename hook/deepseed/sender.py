@@ -13,6 +13,7 @@ import gzip
 import http.client
 import json
 import logging
+import os
 import threading
 import time
 import urllib.parse
@@ -39,6 +40,64 @@ def _default(o):
         return str(o)
 
 
+def base_url(url: str) -> str:
+    """The collector or server base address of an ingest URL."""
+    return url[: -len(INGEST_PATH)] if url.endswith(INGEST_PATH) else url
+
+
+def import_hint(path, server=None, token=None) -> str:
+    """How to send a local NDJSON file later: to the server when known,
+    else to whichever the user names (a server, or a node's collector,
+    which takes the same records)."""
+    cmd = "deepseed import %s --server %s" % (path, base_url(server) if server else "SERVER_URL")
+    if token:
+        cmd = "DEEPSEED_TOKEN=... " + cmd
+    return cmd
+
+
+class _LocalFile:
+    """Appends records as NDJSON to a file created on first use. Shared by
+    the training thread (records evicted from a full queue) and the sender
+    thread, so it takes its own lock; writes are buffered, no fsync."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        self.written = 0
+        self.failed = None
+        self._f = None
+        self._lock = threading.Lock()
+
+    def write(self, records) -> int:
+        """Returns how many records were written (0 once the file failed)."""
+        if not records:
+            return 0
+        try:
+            data = encode(records).decode("utf-8")
+            with self._lock:
+                if self.failed is not None:
+                    return 0
+                if self._f is None:
+                    d = os.path.dirname(self.path)
+                    if d:
+                        os.makedirs(d, exist_ok=True)
+                    self._f = open(self.path, "a", encoding="utf-8")
+                self._f.write(data)
+                self.written += len(records)
+            return len(records)
+        except Exception as e:
+            with self._lock:
+                self.failed = e
+            return 0
+
+    def close(self):
+        with self._lock:
+            if self._f is not None and not self._f.closed:
+                try:
+                    self._f.close()
+                except Exception as e:  # pragma: no cover - disk full at close
+                    self.failed = e
+
+
 def encode(records) -> bytes:
     """NDJSON with NaN and Infinity written as Python writes them."""
     lines = [json.dumps(r, allow_nan=True, separators=(",", ":"), default=_default) for r in records]
@@ -58,10 +117,16 @@ class Sender:
             records are waiting.
         timeout: seconds for one HTTP request.
         compress: gzip the body.
+        local_path: where records that cannot be delivered go instead of
+            being dropped: those evicted from a full queue, and at close
+            those still waiting once nothing answers or the timeout is up.
+            None drops them (and counts them in :attr:`dropped`).
+        server: the server's address for the "send them later" hint, when
+            url is the server itself rather than a collector.
     """
 
     def __init__(self, url, token=None, max_queue=10000, batch_size=500, flush_interval=1.0,
-                 timeout=10.0, compress=True, max_backoff=30.0):
+                 timeout=10.0, compress=True, max_backoff=30.0, local_path=None, server=None):
         self.url = url
         self.token = token
         self.max_queue = max(1, int(max_queue))
@@ -79,12 +144,17 @@ class Sender:
         self._deadline = None  # monotonic time by which close() gives up
         self._idle = threading.Condition(self._lock)
         self._inflight = 0
+        self._batch = None  # the batch the sender thread is posting
+        self._unreachable = False  # the last attempt got no answer at all
+        self._local = _LocalFile(local_path) if local_path else None
+        self._server = server
 
         # Counters, readable by tests and by Run.summary().
         self.dropped = 0  # evicted from a full queue
         self.rejected = 0  # refused by the destination with a 4xx
         self.sent = 0
         self.failures = 0  # attempts that failed and were retried
+        self.saved = 0  # written to local_path instead
         self._warned = set()
 
         self._thread = threading.Thread(target=self._loop, name="deepseed-sender", daemon=True)
@@ -95,15 +165,17 @@ class Sender:
     def put(self, record) -> None:
         """Queues one record; never blocks on I/O, never raises."""
         try:
+            evicted = None
             with self._lock:
                 if self._closing and self._deadline is not None and time.monotonic() > self._deadline:
-                    self.dropped += 1
-                    return
-                if len(self._q) >= self.max_queue:
-                    self._q.popleft()
-                    self.dropped += 1
-                self._q.append(record)
+                    evicted = record
+                else:
+                    if len(self._q) >= self.max_queue:
+                        evicted = self._q.popleft()
+                    self._q.append(record)
                 n = len(self._q)
+            if evicted is not None:
+                self._keep_locally([evicted])
             if n >= self.batch_size:
                 self._wake.set()
         except Exception:  # pragma: no cover - defensive
@@ -126,18 +198,47 @@ class Sender:
     def close(self, timeout=5.0) -> bool:
         """Sends what is queued, waiting at most timeout seconds, then stops.
         Returns True when everything was handed over."""
+        timeout = max(0.0, timeout)
         with self._lock:
             self._closing = True
-            self._deadline = time.monotonic() + max(0.0, timeout)
+            self._deadline = time.monotonic() + timeout
+            # One more try at close, whatever the last attempt saw.
+            self._unreachable = False
         self._wake.set()
-        self._thread.join(max(0.0, timeout) + 0.5)
+        self._thread.join(timeout)
         with self._lock:
-            left = len(self._q) + self._inflight
-            self.dropped += len(self._q)
+            left = list(self._q)
             self._q.clear()
-        if left:
-            self._warn_once("close", "deepseed: gave up on %d records at exit after %.1fs", left, timeout)
-        return left == 0
+            if self._thread.is_alive() and self._batch:
+                # Still waiting on an answer: keep a copy. Should it get
+                # through after all, the server stores it once.
+                left = list(self._batch) + left
+        self._keep_locally(left)
+        if self._local is not None:
+            self._local.close()
+        if self.saved and self._local.failed is None:
+            log.warning("deepseed: %d records could not be sent to %s; they are in %s. "
+                        "Send them later with: %s", self.saved, base_url(self.url), self._local.path,
+                        import_hint(self._local.path, self._server, self.token))
+        elif left:
+            self._warn_once("close", "deepseed: gave up on %d records at exit after %.1fs", len(left), timeout)
+        return not left
+
+    def _keep_locally(self, records):
+        """Writes records that cannot be delivered to the local file, or
+        counts them dropped when there is none or it fails."""
+        n = self._local.write(records) if self._local is not None else 0
+        with self._lock:
+            self.saved += n
+            self.dropped += len(records) - n
+        if self._local is not None and self._local.failed is not None:
+            self._warn_once("local", "deepseed: cannot write %s (%s); records that cannot be sent are dropped",
+                            self._local.path, self._local.failed)
+
+    @property
+    def local_path(self):
+        """The file undeliverable records went to, or None if none did."""
+        return self._local.path if self._local is not None and self._local.written else None
 
     @property
     def pending(self) -> int:
@@ -152,7 +253,7 @@ class Sender:
             with self._lock:
                 closing = self._closing
                 empty = not self._q
-            if closing and (empty or self._past_deadline()):
+            if closing and (empty or self._past_deadline() or self._unreachable):
                 break
             if empty or (not closing and len(self._q) < self.batch_size):
                 self._wake.wait(self.flush_interval if not closing else 0.05)
@@ -165,10 +266,14 @@ class Sender:
                 if ok or not retry:
                     break
                 self.failures += 1
-                # Wait before retrying, but never past close()'s deadline.
-                self._sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
-                if self._closing and self._past_deadline():
+                # At close, nothing listening means nothing will: the
+                # records go to the local file now rather than at the
+                # deadline.
+                if not (self._closing and self._unreachable):
+                    # Wait before retrying, but never past close()'s deadline.
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, self.max_backoff)
+                if self._closing and (self._past_deadline() or self._unreachable):
                     # Give up: put the batch back so close() counts it.
                     with self._lock:
                         self._q.extendleft(reversed(batch))
@@ -181,6 +286,7 @@ class Sender:
                 backoff = 0.5
             with self._lock:
                 self._inflight = 0
+                self._batch = None
                 self._idle.notify_all()
         self._drop_conn()
         with self._lock:
@@ -208,27 +314,30 @@ class Sender:
             n = min(len(self._q), self.batch_size)
             batch = [self._q.popleft() for _ in range(n)]
             self._inflight = n
+            self._batch = batch
         return batch
 
     def _requeue_merge(self, batch):
         # The batch being retried counts against the queue bound, so a long
         # outage keeps memory bounded: keep the newest max_queue records.
+        evicted = []
         with self._lock:
             total = len(batch) + len(self._q)
             over = total - self.max_queue
             if over > 0:
                 cut = min(over, len(batch))
+                evicted = batch[:cut]
                 batch = batch[cut:]
-                self.dropped += cut
                 over -= cut
                 for _ in range(over):
-                    self._q.popleft()
-                    self.dropped += 1
+                    evicted.append(self._q.popleft())
             room = self.batch_size - len(batch)
             while room > 0 and self._q:
                 batch.append(self._q.popleft())
                 room -= 1
             self._inflight = len(batch)
+            self._batch = batch
+        self._keep_locally(evicted)
         return batch
 
     def _post(self, batch):
@@ -250,10 +359,13 @@ class Sender:
             timeout = max(0.05, min(timeout, self._deadline - time.monotonic()))
         try:
             code, detail = self._request(body, headers, timeout)
+            self._unreachable = False
         except Exception as e:  # connection refused, timeout, DNS, reset…
+            self._unreachable = True
             self._drop_conn()
-            self._warn_once("conn", "deepseed: cannot reach %s (%s); holding up to %d records and retrying",
-                            self.url, e, self.max_queue)
+            self._warn_once("conn", "deepseed: cannot reach %s (%s); holding up to %d records and retrying%s",
+                            self.url, e, self.max_queue,
+                            "; what cannot be sent goes to " + self._local.path if self._local is not None else "")
             return False, True
         if 200 <= code < 300:
             self.sent += len(batch)
@@ -325,7 +437,8 @@ class NullSender:
     """Used when sending is disabled: keeps nothing."""
 
     url = None
-    dropped = rejected = sent = failures = 0
+    local_path = None
+    dropped = rejected = sent = failures = saved = 0
     pending = 0
 
     def put(self, record):
@@ -340,32 +453,34 @@ class NullSender:
 
 class FileSender(NullSender):
     """Appends NDJSON to a local file, for offline runs; the file can be
-    posted later as is."""
+    sent later with ``deepseed import FILE``, which says so at close."""
 
     def __init__(self, path):
-        self.path = path
-        self._lock = threading.Lock()
-        self._f = open(path, "a", encoding="utf-8")
+        self._file = _LocalFile(path)
+        self.path = self._file.path
+
+    @property
+    def local_path(self):
+        return self.path if self._file.written else None
 
     def put(self, record):
-        try:
-            line = encode([record]).decode("utf-8")
-            with self._lock:
-                self._f.write(line)
-                self.sent += 1
-        except Exception:
-            pass
+        if self._file.write([record]):
+            self.sent += 1
+        else:
+            self.dropped += 1
 
     def flush(self, timeout=5.0):
-        with self._lock:
-            self._f.flush()
+        with self._file._lock:
+            if self._file._f is not None:
+                self._file._f.flush()
         return True
 
     def close(self, timeout=5.0):
-        with self._lock:
-            if not self._f.closed:
-                self._f.close()
-        return True
+        self._file.close()
+        if self._file.written:
+            log.warning("deepseed: offline: %d records are in %s. Send them with: %s",
+                        self._file.written, self.path, import_hint(self.path))
+        return self._file.failed is None
 
 
-__all__ = ["Sender", "NullSender", "FileSender", "encode", "ingest_url"]
+__all__ = ["Sender", "NullSender", "FileSender", "encode", "ingest_url", "import_hint"]

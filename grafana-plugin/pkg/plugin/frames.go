@@ -329,6 +329,10 @@ func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
 		// when x is time: the Heatmap panel draws x on a time axis only.
 		Custom: map[string]any{"pass": h.Pass, "rank": h.Rank, "bucket_steps": h.BucketSteps, "steps": slices.Clone(h.Steps)},
 	}
+	if h.Notice != "" {
+		// Shown on the panel instead of an empty chart without a word.
+		f.Meta.Notices = []data.Notice{{Severity: data.NoticeSeverityInfo, Text: h.Notice}}
+	}
 	return f
 }
 

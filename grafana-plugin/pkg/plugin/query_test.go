@@ -88,3 +88,19 @@ func TestGrafanaUnit(t *testing.T) {
 		t.Fatal("query type constants changed")
 	}
 }
+
+// A heatmap the server answers with a notice (no backward timings) shows
+// the notice on the panel.
+func TestHeatmapNoticeReachesThePanel(t *testing.T) {
+	f := heatmapFrame(api.PluginQuery{}, api.Heatmap{RunID: "r", Pass: "backward", Layers: []string{"a", "b"},
+		Values: [][]*api.Float{{}, {}}, Notice: "no backward timings: this run's layer records have none for rank 0"})
+	if f.Meta == nil || len(f.Meta.Notices) != 1 || !strings.HasPrefix(f.Meta.Notices[0].Text, "no backward timings") {
+		t.Fatalf("frame meta %+v, want the server's notice", f.Meta)
+	}
+	if n, _ := f.RowLen(); n != 0 {
+		t.Fatalf("frame has %d rows, want none", n)
+	}
+	if g := heatmapFrame(api.PluginQuery{}, api.Heatmap{Pass: "forward"}); len(g.Meta.Notices) != 0 {
+		t.Fatalf("notices %v without a notice from the server", g.Meta.Notices)
+	}
+}
