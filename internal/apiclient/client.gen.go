@@ -641,14 +641,17 @@ type GPUSeries struct {
 
 // Heatmap defines model for Heatmap.
 type Heatmap struct {
-	BucketSteps *int64       `json:"bucket_steps,omitempty"`
-	Layers      *[]string    `json:"layers,omitempty"`
-	Pass        *HeatmapPass `json:"pass,omitempty"`
-	Rank        *int         `json:"rank,omitempty"`
-	RunId       *string      `json:"run_id,omitempty"`
-	Steps       *[]int64     `json:"steps,omitempty"`
-	Times       *[]time.Time `json:"times,omitempty"`
-	Values      *[][]*Float  `json:"values,omitempty"`
+	BucketSteps *int64    `json:"bucket_steps,omitempty"`
+	Layers      *[]string `json:"layers,omitempty"`
+
+	// Notice Why there are no cells: no layer timings for the rank, or none for the pass (an import without backward times gives "no backward timings"). Absent when there are cells.
+	Notice *string      `json:"notice,omitempty"`
+	Pass   *HeatmapPass `json:"pass,omitempty"`
+	Rank   *int         `json:"rank,omitempty"`
+	RunId  *string      `json:"run_id,omitempty"`
+	Steps  *[]int64     `json:"steps,omitempty"`
+	Times  *[]time.Time `json:"times,omitempty"`
+	Values *[][]*Float  `json:"values,omitempty"`
 }
 
 // HeatmapPass defines model for Heatmap.Pass.
@@ -4307,6 +4310,8 @@ type ImportExportResponse struct {
 	JSON401 *Error
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -4333,6 +4338,11 @@ func (r ImportExportResponse) GetJSON401() *Error {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r ImportExportResponse) GetJSON403() *Error {
 	return r.JSON403
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ImportExportResponse) GetJSON409() *Error {
+	return r.JSON409
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
@@ -5623,6 +5633,13 @@ func ParseImportExportResponse(rsp *http.Response) (*ImportExportResponse, error
 			return nil, err
 		}
 		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Error
