@@ -69,11 +69,12 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	// wide as the span split into max_points.
 	span := last.Sub(*first)
 	bucket := time.Duration((int64(span)/maxPoints)/int64(time.Second)+1) * time.Second
+	series, err := h.store.GPUSeries(ctx, metrics, host, runID, *first, *last, bucket)
+	if err != nil {
+		return nil, err
+	}
 	for _, m := range metrics {
-		rows, err := h.store.GPUSeries(ctx, m, host, runID, *first, *last, bucket)
-		if err != nil {
-			return nil, err
-		}
+		rows := series[m]
 		var cur *api.GPUSeries
 		for _, r := range rows {
 			if gpu != nil && int64(r.GPU) != *gpu {

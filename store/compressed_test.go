@@ -231,3 +231,33 @@ func mustDecodeTB(t testing.TB, lines ...string) []api.Record {
 	}
 	return recs
 }
+
+// A database set up by an earlier version keeps a per-minute GPU
+// aggregate that nothing reads and its refresh job; setup drops both.
+func TestSetupTimescaleDropsTheGPUAggregate(t *testing.T) {
+	if !storetest.Mode(t).Timescale {
+		t.Skip("needs TimescaleDB: this machine's PostgreSQL has no timescaledb extension (the suite runs on plain PostgreSQL)")
+	}
+	ctx := context.Background()
+	s := storetest.NewStore(t)
+	for _, q := range []string{
+		`CREATE MATERIALIZED VIEW gpu_samples_1m WITH (timescaledb.continuous) AS
+			SELECT time_bucket('1 minute', time) AS bucket, host, gpu, avg(util_pct) AS util_pct_avg
+			FROM gpu_samples GROUP BY bucket, host, gpu WITH NO DATA`,
+		`SELECT add_continuous_aggregate_policy('gpu_samples_1m', start_offset => INTERVAL '1 day',
+			end_offset => INTERVAL '1 minute', schedule_interval => INTERVAL '1 minute')`,
+	} {
+		if _, err := s.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.SetupTimescale(ctx, store.TimescaleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM timescaledb_information.continuous_aggregates`); n != 0 {
+		t.Errorf("%d continuous aggregates after setup, want none", n)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM timescaledb_information.jobs WHERE proc_name = 'policy_refresh_continuous_aggregate'`); n != 0 {
+		t.Errorf("%d refresh jobs after setup, want none", n)
+	}
+}

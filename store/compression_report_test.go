@@ -33,6 +33,66 @@ func TestCompressionReport(t *testing.T) {
 	loadRealistic(t, s, anchor)
 	compressAll(t, s)
 	t.Log("\n" + compressionStats(t, s))
+	if os.Getenv("DEEPSEED_COMPRESSION_COLUMNS") != "" {
+		for _, h := range []string{"steps", "layer_times", "gpu_samples"} {
+			t.Log("\n" + columnBytes(t, s, h))
+		}
+	}
+}
+
+// columnBytes reports the compressed bytes per row of each column of
+// hypertable h, summed over its compressed chunks.
+func columnBytes(t *testing.T, s *store.Store, h string) string {
+	t.Helper()
+	ctx := context.Background()
+	var chunks []string
+	rows, err := s.Pool.Query(ctx, `SELECT format('%I.%I', cc.schema_name, cc.table_name)
+		FROM _timescaledb_catalog.chunk c JOIN _timescaledb_catalog.chunk cc ON cc.id = c.compressed_chunk_id
+		JOIN _timescaledb_catalog.hypertable ht ON ht.id = c.hypertable_id WHERE ht.table_name = $1`, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, n)
+	}
+	rows.Close()
+	var total int64
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM `+h).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	cols, err := s.Pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, chunks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for cols.Next() {
+		var n string
+		if err := cols.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	cols.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, compressed bytes per row by column:\n", h)
+	for _, col := range names {
+		var sum int64
+		for _, c := range chunks {
+			var n *int64
+			if err := s.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT sum(pg_column_size(%q)) FROM %s`, col, c)).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != nil {
+				sum += *n
+			}
+		}
+		fmt.Fprintf(&b, "  %-22s %6.2f\n", col, float64(sum)/float64(total))
+	}
+	return b.String()
 }
 
 // loadRealistic writes the demo, the seed export and a generated run.

@@ -700,7 +700,7 @@ func init() {
 	} {
 		gpuColumns[c] = [3]string{"avg(" + c + ")", "min(" + c + ")", "max(" + c + ")"}
 	}
-	gpuColumns["xid_last"] = [3]string{"(array_agg(xid_last ORDER BY time DESC))[1]", "min(xid_last)", "max(xid_last)"}
+	gpuColumns["xid_last"] = [3]string{"(array_agg(xid_last ORDER BY time DESC) FILTER (WHERE xid_last IS NOT NULL))[1]", "min(xid_last)", "max(xid_last)"}
 	gpuColumns["throttle_reasons"] = [3]string{"bit_or(throttle_reasons)::float8", "bit_and(throttle_reasons)::float8", "bit_or(throttle_reasons)::float8"}
 }
 
@@ -710,32 +710,82 @@ func IsGPUMetric(name string) bool { _, ok := gpuColumns[name]; return ok }
 // GPUMetrics returns the names IsGPUMetric accepts, sorted.
 func GPUMetrics() []string { return slices.Sorted(maps.Keys(gpuColumns)) }
 
-// GPUSeries returns one metric of the GPU samples matching host and runID
+// GPUSeries returns metrics of the GPU samples matching host and runID
 // (empty: any) in [from, to], summed up over buckets of bucket length as
-// gpuColumns says, ordered by host, gpu and time.
-func (s *Store) GPUSeries(ctx context.Context, metric, host, runID string, from, to time.Time, bucket time.Duration) ([]GPUSeriesRow, error) {
-	agg, ok := gpuColumns[metric]
-	if !ok {
-		return nil, fmt.Errorf("unknown gpu metric %q", metric)
+// gpuColumns says: for each metric, its rows ordered by host, gpu and
+// time, skipping buckets where the metric has no value. Every row of a
+// GPU names the UUID, model and run of its newest sample in the range.
+//
+// All metrics come from one pass over the samples: a day of 1 Hz samples
+// of 8 GPUs is 691,200 rows, and reading them once per metric, with the
+// identity of every bucket sorted out of arrays, took seconds.
+func (s *Store) GPUSeries(ctx context.Context, metrics []string, host, runID string, from, to time.Time, bucket time.Duration) (map[string][]GPUSeriesRow, error) {
+	metrics = slices.Compact(slices.Clone(metrics))
+	var cols strings.Builder
+	for _, m := range metrics {
+		agg, ok := gpuColumns[m]
+		if !ok {
+			return nil, fmt.Errorf("unknown gpu metric %q", m)
+		}
+		fmt.Fprintf(&cols, ", count(%s), %s, %s, %s", m, agg[0], agg[1], agg[2])
 	}
+	secs := max(1, int64(bucket/time.Second))
 	rows, err := s.Pool.Query(ctx, `
-		SELECT host, gpu, (array_agg(uuid ORDER BY time DESC))[1], (array_agg(name ORDER BY time DESC))[1],
-		       (array_agg(run_id ORDER BY time DESC))[1],
-		       to_timestamp(floor(extract(epoch FROM time) / $5) * $5) AS t,
-		       `+agg[0]+`, `+agg[1]+`, `+agg[2]+`
+		SELECT host, gpu, date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t`+cols.String()+`
 		FROM gpu_samples
-		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND `+metric+` IS NOT NULL
-		GROUP BY host, gpu, t ORDER BY host, gpu, t`, from, to, host, runID, bucket.Seconds())
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)
+		GROUP BY host, gpu, t ORDER BY host, gpu, t`, from, to, host, runID, secs)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu series: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GPUSeriesRow, error) {
-		var g GPUSeriesRow
-		err := r.Scan(&g.Host, &g.GPU, &g.UUID, &g.Name, &g.RunID, &g.Time, &g.Mean, &g.Min, &g.Max)
-		return g, err
+	out := map[string][]GPUSeriesRow{}
+	var h string
+	var gpu int
+	var t time.Time
+	counts := make([]int64, len(metrics))
+	vals := make([][3]*float64, len(metrics))
+	dst := []any{&h, &gpu, &t}
+	for i := range metrics {
+		dst = append(dst, &counts[i], &vals[i][0], &vals[i][1], &vals[i][2])
+	}
+	_, err = pgx.ForEachRow(rows, dst, func() error {
+		for i, m := range metrics {
+			if counts[i] == 0 || vals[i][0] == nil || vals[i][1] == nil || vals[i][2] == nil {
+				continue
+			}
+			out[m] = append(out[m], GPUSeriesRow{Host: h, GPU: gpu, Time: t, Mean: *vals[i][0], Min: *vals[i][1], Max: *vals[i][2]})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu series: %w", err)
+	}
+	// The identity of each GPU: its newest sample in the range, looked up
+	// in the last bucket only.
+	type key struct {
+		host string
+		gpu  int
+	}
+	ids := map[key][3]string{}
+	rows, err = s.Pool.Query(ctx, `
+		SELECT DISTINCT ON (host, gpu) host, gpu, uuid, name, run_id FROM gpu_samples
+		WHERE time >= greatest($1::timestamptz, $2::timestamptz - make_interval(secs => $5::float8)) AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)
+		ORDER BY host, gpu, time DESC`, from, to, host, runID, secs)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu identities: %w", err)
+	}
+	var uuid, name, run string
+	if _, err := pgx.ForEachRow(rows, []any{&h, &gpu, &uuid, &name, &run}, func() error {
+		ids[key{h, gpu}] = [3]string{uuid, name, run}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: gpu identities: %w", err)
+	}
+	for _, rs := range out {
+		for i := range rs {
+			id := ids[key{rs[i].Host, rs[i].GPU}]
+			rs[i].UUID, rs[i].Name, rs[i].RunID = id[0], id[1], id[2]
+		}
 	}
 	return out, nil
 }

@@ -132,14 +132,6 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 		}
 		res.HostSamples = tag.RowsAffected()
 	}
-	if ts["gpu_samples_1m"] {
-		// The per-minute GPU aggregate is by host and GPU, not by run.
-		var n int64
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM drop_chunks('gpu_samples_1m', older_than => $1::timestamptz)`, cutoff).Scan(&n); err != nil {
-			return res, fmt.Errorf("retention: drop gpu_samples_1m chunks: %w", err)
-		}
-		res.Chunks += n
-	}
 	if len(ts) > 0 {
 		n, err := dropEmptyChunks(ctx, conn, cutoff)
 		res.Chunks += n
