@@ -169,6 +169,7 @@ func (d *deadLetter) write(now time.Time, b *batch, se *sendError) error {
 	if err := os.MkdirAll(filepath.Dir(d.path), 0o750); err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
 	}
+	_, statErr := os.Stat(d.path)
 	f, err := os.OpenFile(d.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o640)
 	if err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
@@ -177,7 +178,24 @@ func (d *deadLetter) write(now time.Time, b *batch, se *sendError) error {
 		f.Close()
 		return fmt.Errorf("dead-letter: %w", err)
 	}
-	return f.Close()
+	// The records leave the spool once this returns: they must be on disk
+	// first, as the spool's own files are (and the file's name in its
+	// directory, the first time).
+	if !noSync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("dead-letter: sync: %w", err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	if os.IsNotExist(statErr) && !noSync {
+		if err := syncDir(filepath.Dir(d.path)); err != nil {
+			return fmt.Errorf("dead-letter: %w", err)
+		}
+	}
+	return nil
 }
 
 var errStopped = errors.New("collector stopped")
