@@ -261,3 +261,52 @@ func TestSetupTimescaleDropsTheGPUAggregate(t *testing.T) {
 		t.Errorf("%d refresh jobs after setup, want none", n)
 	}
 }
+
+// Setting up again with the same configuration leaves the compression
+// jobs as they are (replacing them at every start raced TimescaleDB's
+// scheduler); another compress-after replaces them.
+func TestSetupTimescaleKeepsUnchangedPolicies(t *testing.T) {
+	if !storetest.Mode(t).Timescale {
+		t.Skip("needs TimescaleDB: this machine's PostgreSQL has no timescaledb extension (the suite runs on plain PostgreSQL)")
+	}
+	ctx := context.Background()
+	s := storetest.NewStore(t)
+	jobs := func() map[string]string {
+		t.Helper()
+		rows, err := s.Pool.Query(ctx, `SELECT hypertable_name, job_id || ' ' || (config->>'compress_after')
+			FROM timescaledb_information.jobs WHERE proc_name = 'policy_compression'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		var h, v string
+		for rows.Next() {
+			if err := rows.Scan(&h, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[h] = v
+		}
+		return out
+	}
+	if _, _, err := s.SetupTimescale(ctx, store.TimescaleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := jobs()
+	if len(before) != 6 {
+		t.Fatalf("compression jobs: %v, want one per hypertable", before)
+	}
+	if _, _, err := s.SetupTimescale(ctx, store.TimescaleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if again := jobs(); !reflect.DeepEqual(again, before) {
+		t.Errorf("setup with the same configuration replaced the jobs:\n%v\n%v", before, again)
+	}
+	if _, _, err := s.SetupTimescale(ctx, store.TimescaleOptions{CompressAfter: 48 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for h, v := range jobs() {
+		if !strings.HasSuffix(v, " 2 days") && !strings.HasSuffix(v, " 172800 seconds") && !strings.HasSuffix(v, "48:00:00") {
+			t.Errorf("%s compression job after compress-after 48h: %s", h, v)
+		}
+	}
+}

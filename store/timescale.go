@@ -141,22 +141,40 @@ func setupHypertable(ctx context.Context, tx pgx.Tx, h hypertable, opt Timescale
 			return fmt.Errorf("enable compression: %w", err)
 		}
 	}
-	// add_*_policy(if_not_exists => true) keeps an existing policy even when
-	// its interval differs, so remove and add again to follow the
-	// configuration; the transaction makes the swap atomic.
-	if _, err := tx.Exec(ctx, `SELECT remove_compression_policy($1::regclass, if_exists => true)`, h.name); err != nil {
-		return fmt.Errorf("remove_compression_policy: %w", err)
+	// The compression policy is replaced only when its interval differs
+	// from the configuration: replacing it at every start churned the job
+	// table and took locks that TimescaleDB's scheduler takes in another
+	// order (a deadlock whenever the job was running). The transaction
+	// makes a swap atomic.
+	want := pgInterval(opt.CompressAfter)
+	var same bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM timescaledb_information.jobs
+		WHERE proc_name = 'policy_compression' AND hypertable_schema = current_schema() AND hypertable_name = $1
+		  AND (config->>'compress_after')::interval = $2::interval)`, h.name, want).Scan(&same); err != nil {
+		return fmt.Errorf("read compression policy: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT add_compression_policy($1::regclass, compress_after => $2::interval, if_not_exists => true)`,
-		h.name, pgInterval(opt.CompressAfter)); err != nil {
-		return fmt.Errorf("add_compression_policy: %w", err)
+	if !same {
+		if _, err := tx.Exec(ctx, `SELECT remove_compression_policy($1::regclass, if_exists => true)`, h.name); err != nil {
+			return fmt.Errorf("remove_compression_policy: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT add_compression_policy($1::regclass, compress_after => $2::interval, if_not_exists => true)`,
+			h.name, want); err != nil {
+			return fmt.Errorf("add_compression_policy: %w", err)
+		}
 	}
 	// Retention is the server's job (ApplyRetention), which drops whole
 	// runs by their last activity; a TimescaleDB policy dropping chunks by
 	// the data's own time would break that rule, so remove any that an
 	// earlier version set.
-	if _, err := tx.Exec(ctx, `SELECT remove_retention_policy($1::regclass, if_exists => true)`, h.name); err != nil {
-		return fmt.Errorf("remove_retention_policy: %w", err)
+	var retained bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM timescaledb_information.jobs
+		WHERE proc_name = 'policy_retention' AND hypertable_schema = current_schema() AND hypertable_name = $1)`, h.name).Scan(&retained); err != nil {
+		return fmt.Errorf("read retention policy: %w", err)
+	}
+	if retained {
+		if _, err := tx.Exec(ctx, `SELECT remove_retention_policy($1::regclass, if_exists => true)`, h.name); err != nil {
+			return fmt.Errorf("remove_retention_policy: %w", err)
+		}
 	}
 	return nil
 }
