@@ -1,0 +1,179 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EvalRow is one evaluation with the training loss at its step.
+type EvalRow struct {
+	Step      int64
+	Time      time.Time
+	Split     string
+	Loss      *float64
+	Accuracy  *float64
+	F1        *float64
+	Metrics   []byte
+	TrainLoss *float64
+}
+
+// Evals returns a run's evaluations in step order, each with the loss of
+// the lowest rank at its step or the last step before it.
+//
+// The training losses are read in one pass over the evaluations' steps
+// rather than one lookup per evaluation: on TimescaleDB each lookup would
+// decompress a batch of the compressed chunk again, and even on plain
+// PostgreSQL a thousand lookups cost a thousand index descents.
+func (s *Store) Evals(ctx context.Context, runID string) ([]EvalRow, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT step, time, split, loss, accuracy, f1, metrics
+		FROM evals WHERE run_id = $1 ORDER BY step, split, time`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: evals of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EvalRow, error) {
+		var e EvalRow
+		err := r.Scan(&e.Step, &e.Time, &e.Split, &e.Loss, &e.Accuracy, &e.F1, &e.Metrics)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: evals of %s: %w", runID, err)
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	if err := s.pairTrainLoss(ctx, runID, out); err != nil {
+		return nil, fmt.Errorf("store: evals of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// pairTrainLoss sets each evaluation's TrainLoss: the newest loss of the
+// run's lowest rank at the evaluation's step, or at the last step before
+// it that has one. evals are in step order.
+func (s *Store) pairTrainLoss(ctx context.Context, runID string, evals []EvalRow) error {
+	var rank int
+	err := s.Pool.QueryRow(ctx, `SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1`, runID).Scan(&rank)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("lowest rank: %w", err)
+	}
+	var steps []int64
+	for i, e := range evals {
+		if i == 0 || e.Step != evals[i-1].Step {
+			steps = append(steps, e.Step)
+		}
+	}
+	// The bounds are constants for TimescaleDB to skip compressed batches
+	// outside them.
+	rows, err := s.Pool.Query(ctx, `
+		SELECT DISTINCT ON (step) step, loss FROM steps
+		WHERE run_id = $1 AND rank = $2 AND step = ANY($3) AND step BETWEEN $4 AND $5 AND loss IS NOT NULL
+		ORDER BY step, time DESC`, runID, rank, steps, steps[0], steps[len(steps)-1])
+	if err != nil {
+		return fmt.Errorf("training loss: %w", err)
+	}
+	loss := map[int64]float64{}
+	var step int64
+	var v float64
+	if _, err := pgx.ForEachRow(rows, []any{&step, &v}, func() error {
+		loss[step] = v
+		return nil
+	}); err != nil {
+		return fmt.Errorf("training loss: %w", err)
+	}
+	// Evaluations between steps (or at a step without a loss) take the
+	// last loss before them, looked up one by one: there are few.
+	var missing []int64
+	for _, st := range steps {
+		if _, ok := loss[st]; !ok {
+			missing = append(missing, st)
+		}
+	}
+	if len(missing) > 0 {
+		rows, err := s.Pool.Query(ctx, `
+			SELECT m.step, (SELECT s.loss FROM steps s
+				WHERE s.run_id = $1 AND s.rank = $2 AND s.step <= m.step AND s.loss IS NOT NULL
+				ORDER BY s.step DESC, s.time DESC LIMIT 1)
+			FROM unnest($3::bigint[]) AS m(step)`, runID, rank, missing)
+		if err != nil {
+			return fmt.Errorf("training loss before evaluations: %w", err)
+		}
+		var before *float64
+		if _, err := pgx.ForEachRow(rows, []any{&step, &before}, func() error {
+			if before != nil {
+				loss[step] = *before
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("training loss before evaluations: %w", err)
+		}
+	}
+	for i := range evals {
+		if l, ok := loss[evals[i].Step]; ok {
+			evals[i].TrainLoss = &l
+		}
+	}
+	return nil
+}
+
+// EventRow is one event of a run.
+type EventRow struct {
+	RunID string
+	Time  time.Time
+	Step  int64 // -1 when absent
+	Rank  int   // -1 when absent
+	Type  string
+	Text  string
+}
+
+// Events returns the events of runID (empty: every run) in [from, to],
+// oldest first, at most limit of them.
+func (s *Store) Events(ctx context.Context, runID string, from, to time.Time, limit int) ([]EventRow, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT run_id, time, step, rank, type, text FROM events
+		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventRow, error) {
+		var e EventRow
+		err := r.Scan(&e.RunID, &e.Time, &e.Step, &e.Rank, &e.Type, &e.Text)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: events: %w", err)
+	}
+	return out, nil
+}
+
+// EvalEvents returns evaluations of runID (empty: every run) in [from, to]
+// as annotations need them.
+func (s *Store) EvalEvents(ctx context.Context, runID string, from, to time.Time, limit int) ([]EvalRow, []string, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT run_id, step, time, split, loss, accuracy, f1 FROM evals
+		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
+	}
+	defer rows.Close()
+	var out []EvalRow
+	var ids []string
+	for rows.Next() {
+		var e EvalRow
+		var id string
+		if err := rows.Scan(&id, &e.Step, &e.Time, &e.Split, &e.Loss, &e.Accuracy, &e.F1); err != nil {
+			return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
+		}
+		out = append(out, e)
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
+	}
+	return out, ids, nil
+}

@@ -1,0 +1,180 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// GPUSampleStats are figures of the GPU samples attributed to a run.
+type GPUSampleStats struct {
+	PeakMemBytes, MeanMemBytes, MeanUtil, TotalMemBytes *float64
+}
+
+// GPUSampleStats aggregates the GPU samples attributed to runID within
+// [from, to] (zero times: unbounded).
+func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.Time) (*GPUSampleStats, error) {
+	var g GPUSampleStats
+	err := s.Pool.QueryRow(ctx, `SELECT max(mem_used_bytes), avg(mem_used_bytes), avg(util_pct), max(mem_total_bytes)
+		FROM gpu_samples WHERE run_id = $1 AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time <= $3)`,
+		runID, nullTime(from), nullTime(to)).Scan(&g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu samples of %s: %w", runID, err)
+	}
+	return &g, nil
+}
+
+// HostProcessCPU returns the mean, over host samples in [from, to], of the
+// summed CPU percent of the run's training processes, or nil.
+func (s *Store) HostProcessCPU(ctx context.Context, runID string, from, to time.Time) (*float64, error) {
+	var v *float64
+	err := s.Pool.QueryRow(ctx, `
+		SELECT avg(c) FROM (
+			SELECT h.time, h.host, sum((p->>'cpu_pct')::float8) AS c
+			FROM host_samples h, jsonb_array_elements(CASE WHEN jsonb_typeof(h.processes) = 'array' THEN h.processes ELSE '[]' END) p
+			WHERE p->>'run_id' = $1 AND jsonb_typeof(p->'cpu_pct') = 'number'
+			  AND ($2::timestamptz IS NULL OR h.time >= $2) AND ($3::timestamptz IS NULL OR h.time <= $3)
+			GROUP BY 1, 2) x`, runID, nullTime(from), nullTime(to)).Scan(&v)
+	if err != nil {
+		return nil, fmt.Errorf("store: host processes of %s: %w", runID, err)
+	}
+	return v, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// GPUSeriesRow is one time bucket of one GPU metric.
+type GPUSeriesRow struct {
+	Host, UUID, Name, RunID string
+	GPU                     int
+	Time                    time.Time
+	Mean, Min, Max          float64
+}
+
+// gpuColumns are the numeric gpu_samples columns /gpus can chart, each
+// with how a time bucket sums up its samples (value, min, max). Gauges
+// and counters average; a bucket of a bit mask holds every bit any of its
+// samples set (min: the bits all of them set), since a mean of masks names
+// no reason; the last XID is the bucket's newest.
+var gpuColumns = map[string][3]string{}
+
+func init() {
+	for _, c := range []string{
+		"util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes",
+		"power_w", "energy_j", "temp_c", "mem_temp_c", "sm_clock_mhz", "mem_clock_mhz",
+		"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
+		"sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "gr_engine_active_pct",
+		"xid_total", "ecc_corrected_total", "ecc_uncorrected_total", "pcie_replay_total", "remapped_rows_total",
+	} {
+		gpuColumns[c] = [3]string{"avg(" + c + ")", "min(" + c + ")", "max(" + c + ")"}
+	}
+	gpuColumns["xid_last"] = [3]string{"(array_agg(xid_last ORDER BY time DESC) FILTER (WHERE xid_last IS NOT NULL))[1]", "min(xid_last)", "max(xid_last)"}
+	gpuColumns["throttle_reasons"] = [3]string{"bit_or(throttle_reasons)::float8", "bit_and(throttle_reasons)::float8", "bit_or(throttle_reasons)::float8"}
+}
+
+// IsGPUMetric reports whether name is a gpu_samples column /gpus serves.
+func IsGPUMetric(name string) bool { _, ok := gpuColumns[name]; return ok }
+
+// GPUMetrics returns the names IsGPUMetric accepts, sorted.
+func GPUMetrics() []string { return slices.Sorted(maps.Keys(gpuColumns)) }
+
+// GPUSeries returns metrics of the GPU samples matching host and runID
+// (empty: any) in [from, to], summed up over buckets of bucket length as
+// gpuColumns says: for each metric, its rows ordered by host, gpu and
+// time, skipping buckets where the metric has no value. Every row of a
+// GPU names the UUID, model and run of its newest sample in the range.
+//
+// All metrics come from one pass over the samples: a day of 1 Hz samples
+// of 8 GPUs is 691,200 rows, and reading them once per metric, with the
+// identity of every bucket sorted out of arrays, took seconds.
+func (s *Store) GPUSeries(ctx context.Context, metrics []string, host, runID string, from, to time.Time, bucket time.Duration) (map[string][]GPUSeriesRow, error) {
+	metrics = slices.Compact(slices.Clone(metrics))
+	var cols strings.Builder
+	for _, m := range metrics {
+		agg, ok := gpuColumns[m]
+		if !ok {
+			return nil, fmt.Errorf("unknown gpu metric %q", m)
+		}
+		fmt.Fprintf(&cols, ", count(%s), %s, %s, %s", m, agg[0], agg[1], agg[2])
+	}
+	secs := max(1, int64(bucket/time.Second))
+	rows, err := s.Pool.Query(ctx, `
+		SELECT host, gpu, date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t`+cols.String()+`
+		FROM gpu_samples
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)
+		GROUP BY host, gpu, t ORDER BY host, gpu, t`, from, to, host, runID, secs)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu series: %w", err)
+	}
+	out := map[string][]GPUSeriesRow{}
+	var h string
+	var gpu int
+	var t time.Time
+	counts := make([]int64, len(metrics))
+	vals := make([][3]*float64, len(metrics))
+	dst := []any{&h, &gpu, &t}
+	for i := range metrics {
+		dst = append(dst, &counts[i], &vals[i][0], &vals[i][1], &vals[i][2])
+	}
+	_, err = pgx.ForEachRow(rows, dst, func() error {
+		for i, m := range metrics {
+			if counts[i] == 0 || vals[i][0] == nil || vals[i][1] == nil || vals[i][2] == nil {
+				continue
+			}
+			out[m] = append(out[m], GPUSeriesRow{Host: h, GPU: gpu, Time: t, Mean: *vals[i][0], Min: *vals[i][1], Max: *vals[i][2]})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu series: %w", err)
+	}
+	// The identity of each GPU: its newest sample in the range, looked up
+	// in the last bucket only.
+	type key struct {
+		host string
+		gpu  int
+	}
+	ids := map[key][3]string{}
+	rows, err = s.Pool.Query(ctx, `
+		SELECT DISTINCT ON (host, gpu) host, gpu, uuid, name, run_id FROM gpu_samples
+		WHERE time >= greatest($1::timestamptz, $2::timestamptz - make_interval(secs => $5::float8)) AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)
+		ORDER BY host, gpu, time DESC`, from, to, host, runID, secs)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu identities: %w", err)
+	}
+	var uuid, name, run string
+	if _, err := pgx.ForEachRow(rows, []any{&h, &gpu, &uuid, &name, &run}, func() error {
+		ids[key{h, gpu}] = [3]string{uuid, name, run}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: gpu identities: %w", err)
+	}
+	for _, rs := range out {
+		for i := range rs {
+			id := ids[key{rs[i].Host, rs[i].GPU}]
+			rs[i].UUID, rs[i].Name, rs[i].RunID = id[0], id[1], id[2]
+		}
+	}
+	return out, nil
+}
+
+// GPUTimeSpan returns the first and last sample time matching host and
+// runID within [from, to].
+func (s *Store) GPUTimeSpan(ctx context.Context, host, runID string, from, to time.Time) (first, last *time.Time, err error) {
+	err = s.Pool.QueryRow(ctx, `SELECT min(time), max(time) FROM gpu_samples
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)`, from, to, host, runID).Scan(&first, &last)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: gpu time span: %w", err)
+	}
+	return first, last, nil
+}
