@@ -380,11 +380,26 @@ class Run:
                 if step is None:
                     step = self._next_step
                 self._next_step = step + 1
+                self._wall_step_ms(step, fields)
                 rec, tensors = self._step_record(step, fields)
                 self.steps_logged += 1
                 self._emit(rec, tensors)
         except Exception as e:
             self._warn_once("log_step", "deepseed: log_step: %s", e)
+
+    def _wall_step_ms(self, step, fields):
+        """Without watch(), a step's time is the wall clock since the
+        previous log_step, shared evenly over the steps between them (a
+        loop that logs every 10th step gets the mean of those 10). The
+        first call has nothing to measure from; a step_ms passed in wins."""
+        now = time.perf_counter()
+        last, self._last_step_time = self._last_step_time, (step, now)
+        if last is None or "step_ms" in fields:
+            return
+        last_step, last_t = last
+        if step <= last_step:
+            return
+        fields["step_ms"] = (now - last_t) * 1000.0 / (step - last_step)
 
     def _emit_watched_step(self, step, fields, tensors):
         """Called by the watcher with a finished step's measurements."""
@@ -494,10 +509,12 @@ class Run:
     # ---- end ------------------------------------------------------------------
 
     def summary(self):
+        """Counts so far. records_sent is what the server or collector has
+        acknowledged; records_pending what is still queued or in flight."""
         s = self._sender
         return {"steps": self.steps_logged, "duration_s": round(time.time() - self.started, 3),
-                "records_sent": s.sent, "records_dropped": s.dropped, "records_rejected": s.rejected,
-                "records_saved_locally": s.saved}
+                "records_sent": s.sent, "records_pending": s.pending, "records_dropped": s.dropped,
+                "records_rejected": s.rejected, "records_saved_locally": s.saved}
 
     def finish(self, status="finished", summary=None, timeout=None):
         """Ends the run: reads what the device still owes, sends the end
@@ -508,6 +525,8 @@ class Run:
                 return
             self.finished = True
             self.status = status
+        budget = max(0.0, self.flush_timeout if timeout is None else timeout)
+        flushed_at = None
         try:
             if self._watcher is not None:
                 try:
@@ -521,6 +540,11 @@ class Run:
             with self._lock:
                 self._poll(wait=True)
             if self.rank == 0 or status != "finished":
+                # Deliver everything before the end record so its counts are
+                # what arrived, not what had left when finish() began. Half
+                # the flush budget at most: the end record needs the rest.
+                flushed_at = time.monotonic()
+                self._sender.flush(budget / 2)
                 summ = self.summary()
                 if summary:
                     summ.update(summary)
@@ -529,7 +553,8 @@ class Run:
         except Exception as e:
             self._warn_once("finish", "deepseed: finish: %s", e)
         finally:
-            self._sender.close(self.flush_timeout if timeout is None else timeout)
+            spent = time.monotonic() - flushed_at if flushed_at is not None else 0.0
+            self._sender.close(max(0.0, budget - spent))
             try:
                 atexit.unregister(self._atexit)
             except Exception:
