@@ -80,6 +80,8 @@ type RunMeta struct {
 	OffloadParams  string                     `json:"offload_params,omitempty"`
 	Parallelism    string                     `json:"parallelism,omitempty"` // data, pipeline, fsdp, ddp, …
 	SeqLen         *int                       `json:"seq_len,omitempty"`
+	FlopsPerToken  *Float                     `json:"flops_per_token,omitempty"` // training FLOPs per token, model only
+	PeakTFLOPS     *Float                     `json:"peak_tflops,omitempty"`     // dense peak of one GPU at the run's precision
 	Epochs         *int                       `json:"epochs,omitempty"`
 	Framework      string                     `json:"framework,omitempty"` // deepspeed, torch, fsdp, lightning, hf
 	Command        string                     `json:"command,omitempty"`
@@ -117,6 +119,8 @@ type Step struct {
 	GPUMemPeakGB  *Float           `json:"gpu_mem_peak_gb,omitempty"`     // torch.cuda.max_memory_allocated
 	GPUMemResvGB  *Float           `json:"gpu_mem_reserved_gb,omitempty"` // torch.cuda.max_memory_reserved
 	CPUUtilPct    *Float           `json:"cpu_util_pct,omitempty"`
+	TFLOPS        *Float           `json:"tflops,omitempty"` // achieved model TFLOP/s of this rank's GPU
+	MFU           *Float           `json:"mfu,omitempty"`    // tflops over the GPU's dense peak, 0..1
 	Metrics       map[string]Float `json:"metrics,omitempty"`
 }
 

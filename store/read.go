@@ -157,6 +157,8 @@ type RunStats struct {
 	MeanGPUUtil   *float64
 	PeakGPUMemGB  *float64
 	MeanStepMS    *float64
+	MeanTFLOPS    *float64 // achieved model TFLOP/s per GPU
+	MeanMFU       *float64 // model FLOPs utilisation, 0..1
 	FinalLoss     *float64
 	UserMetrics   []string
 }
@@ -209,6 +211,8 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	st.MeanThroughpt = mean("throughput_sps")
 	st.MeanGPUUtil = mean("gpu_util_pct")
 	st.MeanStepMS = mean("step_ms")
+	st.MeanTFLOPS = mean("tflops")
+	st.MeanMFU = mean("mfu")
 	st.PeakGPUMemGB = m["gpu_mem_used_gb"].max
 	if p := m["gpu_mem_peak_gb"].max; p != nil && (st.PeakGPUMemGB == nil || *p > *st.PeakGPUMemGB) {
 		st.PeakGPUMemGB = p

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 
-from . import env
+from . import env, flops
 from .sender import FileSender, NullSender, Sender, ingest_url
 
 log = logging.getLogger("deepseed")
@@ -25,7 +25,7 @@ DEFAULT_COLLECTOR_URL = "http://127.0.0.1:9464"
 STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples", "tokens",
                "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
                "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb",
-               "cpu_util_pct")
+               "cpu_util_pct", "tflops", "mfu")
 INT_FIELDS = ("samples", "tokens")
 
 # CUDA events and the host clock resolve about half a microsecond, so four
@@ -127,7 +127,7 @@ class Run:
     def __init__(self, project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
                  collector_url=None, server_url=None, token=None, layer_every=10, meta=None, mode=None,
                  max_queue=10000, batch_size=500, flush_interval=1.0, flush_timeout=None, compress=None,
-                 file=None, handle_signals=True):
+                 file=None, handle_signals=True, flops_per_token=None, peak_tflops=None):
         self._lock = threading.RLock()
         self._warned = set()
         self.finished = False
@@ -159,6 +159,14 @@ class Run:
             self.meta.update(env.meta_from_ds_config(self.config, self.world_size))
         if meta:
             self.meta.update({k: v for k, v in meta.items() if v is not None})
+
+        # TFLOP/s and MFU (flops.py): overrides, else estimated from the
+        # watched model and the GPU; both land in meta.
+        self._flops_override = _positive(flops_per_token)
+        self._peak_override = _positive(peak_tflops)
+        self._flops_cfg = None
+        self._fpt = self._peak = None
+        self._refresh_flops()
 
         self._sender = self._make_sender(mode, collector_url, server_url, token, max_queue, batch_size,
                                          flush_interval, compress, file)
@@ -319,9 +327,30 @@ class Run:
         try:
             with self._lock:
                 self.meta.update({k: v for k, v in meta.items() if v is not None})
+                self._refresh_flops()
                 self._send_run_record()
         except Exception as e:
             self._warn_once("meta", "deepseed: update_meta: %s", e)
+
+    def _refresh_flops(self):
+        m = self.meta
+        self._fpt = self._flops_override or flops.flops_per_token(m.get("params"), self._flops_cfg, m.get("seq_len"))
+        self._peak = self._peak_override or flops.peak_tflops(m.get("gpu"), m.get("precision"))
+        if self._fpt:
+            m["flops_per_token"] = float(self._fpt)
+        if self._peak:
+            m["peak_tflops"] = float(self._peak)
+
+    def set_flops(self, flops_per_token=None, peak_tflops=None):
+        """Overrides the model FLOPs per token and the GPU's peak TFLOP/s
+        that TFLOP/s and MFU of each step are computed with."""
+        with self._lock:
+            if flops_per_token is not None:
+                self._flops_override = _positive(flops_per_token)
+            if peak_tflops is not None:
+                self._peak_override = _positive(peak_tflops)
+            self._refresh_flops()
+            self._send_run_record()
 
     def _emit(self, rec, tensors):
         """Sends rec now, or once its tensor values are on the host."""
@@ -351,6 +380,12 @@ class Run:
                 self._warn_once("lazy", "deepseed: could not read tensor values: %s", e)
         if rec.get("kind") == "step":
             _derive_throughput(rec)
+            if self._fpt and "tflops" not in rec:
+                tf, mfu = flops.achieved(self._fpt, rec.get("tokens"), rec.get("step_ms"), self._peak)
+                if tf is not None:
+                    rec["tflops"] = tf
+                    if mfu is not None and "mfu" not in rec:
+                        rec["mfu"] = mfu
         self._send(rec)
 
     def _step_record(self, step, fields):
@@ -474,7 +509,7 @@ class Run:
     # ---- torch ----------------------------------------------------------------
 
     def watch(self, model, optimizer=None, layers=None, layer_every=None, grad_norm="auto", batch_size=None,
-              tokens_per_sample=None, **kwargs):
+              tokens_per_sample=None, flops_per_token=None, peak_tflops=None, **kwargs):
         """Measures every training step of model (a torch module or a
         DeepSpeed engine): forward, backward and optimizer time with CUDA
         events read back once complete, data-loading time, throughput,
@@ -490,10 +525,18 @@ class Run:
             layer_every: profile layers every N steps (0: never).
             grad_norm: "auto" (use what the framework computed, else one
                 fused norm on the device), "fused", or "off".
+            flops_per_token: training FLOPs per token, instead of the
+                estimate from the model (see deepseed.flops).
+            peak_tflops: the GPU's peak TFLOP/s for MFU, instead of the
+                table's.
         """
         try:
             from .watch import Watcher
             with self._lock:
+                if flops_per_token is not None:
+                    self._flops_override = _positive(flops_per_token)
+                if peak_tflops is not None:
+                    self._peak_override = _positive(peak_tflops)
                 if self._watcher is not None:
                     self._watcher.close(wait=False)
                 self._watcher = Watcher(self, model, optimizer=optimizer, layers=layers,
@@ -578,6 +621,14 @@ class Run:
         else:
             self.finish("failed", summary={"error": ("%s: %s" % (tp.__name__, value))[:2000]})
         return False
+
+
+def _positive(v):
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 and v != float("inf") else None
 
 
 def _derive_throughput(rec):
