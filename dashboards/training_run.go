@@ -30,6 +30,8 @@ var summaryCards = []card{
 	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation of rank 0.", ""},
 	{"Peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank.", ""},
 	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step.", ""},
+	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time.", ""},
+	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision.", ""},
 	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", ""},
 	{"World size", "world_size", "none", 0, "Number of ranks.", ""},
 }
@@ -100,6 +102,11 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(runTimeSeries("Step time", "Step time of rank 0 and its parts: forward, backward, optimizer, communication and data loading.",
 		"ms", gridPos(12, y, 12, 9), stepSeries("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
 	y += 9
+	b = b.WithPanel(runTimeSeries("TFLOP/s and MFU",
+		"Model TFLOP/s achieved by the GPU of rank 0 (left) and its model FLOPs utilisation (right): the run's FLOPs per token (6 × parameters plus attention, or as set) × the step's tokens ÷ step time, over the GPU's dense peak at the run's precision.",
+		"suffix: TFLOP/s", gridPos(0, y, 24, 8), stepSeries("0", "tflops", "mfu")).Min(0).
+		OverrideByRegexp("/mfu/i", rightAxis("percentunit", prop("min", 0))))
+	y += 8
 
 	b = b.WithRow(row("Compute and memory", y))
 	y++

@@ -110,7 +110,7 @@ func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary
 		BestValAccuracy: fp(ev.BestAcc), FinalValAccuracy: fp(ev.FinalAcc), BestValF1: fp(ev.BestF1),
 		FinalValF1: fp(ev.FinalF1), FinalValLoss: fp(ev.FinalLoss),
 		MeanThroughputSPS: fp(st.MeanThroughpt), MeanGPUUtilPct: fp(st.MeanGPUUtil), PeakGPUMemGB: fp(st.PeakGPUMemGB),
-		MeanStepMS: fp(st.MeanStepMS), SkippedSteps: st.Skipped,
+		MeanStepMS: fp(st.MeanStepMS), MeanTFLOPS: fp(st.MeanTFLOPS), MeanMFU: fp(st.MeanMFU), SkippedSteps: st.Skipped,
 	}
 	if s.Tags == nil {
 		s.Tags = []string{}

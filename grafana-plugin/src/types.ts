@@ -105,6 +105,8 @@ export const STEP_METRICS = [
   'gpu_mem_peak_gb',
   'gpu_mem_reserved_gb',
   'cpu_util_pct',
+  'tflops',
+  'mfu',
   'skipped',
 ];
 

@@ -471,22 +471,28 @@ type CompareRow struct {
 	GpuMemMeanMb     *Float             `json:"gpu_mem_mean_mb,omitempty"`
 	GpuMemPeakMb     *Float             `json:"gpu_mem_peak_mb,omitempty"`
 	GpuUtilPct       *Float             `json:"gpu_util_pct,omitempty"`
-	MicroBatch       *int               `json:"micro_batch,omitempty"`
-	Model            *string            `json:"model,omitempty"`
-	Name             *string            `json:"name,omitempty"`
-	OffloadOptimizer *string            `json:"offload_optimizer,omitempty"`
-	OffloadParams    *string            `json:"offload_params,omitempty"`
-	Parallelism      *string            `json:"parallelism,omitempty"`
-	PipelineStages   *int               `json:"pipeline_stages,omitempty"`
-	Precision        *string            `json:"precision,omitempty"`
-	Project          *string            `json:"project,omitempty"`
-	RunId            *string            `json:"run_id,omitempty"`
-	SamplesPerS      *Float             `json:"samples_per_s,omitempty"`
-	Status           *string            `json:"status,omitempty"`
-	StepTimeS        *Float             `json:"step_time_s,omitempty"`
-	StepsPerS        *Float             `json:"steps_per_s,omitempty"`
-	WorldSize        *int               `json:"world_size,omitempty"`
-	ZeroStage        *int               `json:"zero_stage,omitempty"`
+
+	// Mfu steady-state mean model FLOPs utilisation, 0..1
+	Mfu              *Float  `json:"mfu,omitempty"`
+	MicroBatch       *int    `json:"micro_batch,omitempty"`
+	Model            *string `json:"model,omitempty"`
+	Name             *string `json:"name,omitempty"`
+	OffloadOptimizer *string `json:"offload_optimizer,omitempty"`
+	OffloadParams    *string `json:"offload_params,omitempty"`
+	Parallelism      *string `json:"parallelism,omitempty"`
+	PipelineStages   *int    `json:"pipeline_stages,omitempty"`
+	Precision        *string `json:"precision,omitempty"`
+	Project          *string `json:"project,omitempty"`
+	RunId            *string `json:"run_id,omitempty"`
+	SamplesPerS      *Float  `json:"samples_per_s,omitempty"`
+	Status           *string `json:"status,omitempty"`
+	StepTimeS        *Float  `json:"step_time_s,omitempty"`
+	StepsPerS        *Float  `json:"steps_per_s,omitempty"`
+
+	// Tflops steady-state mean achieved model TFLOP/s per GPU
+	Tflops    *Float `json:"tflops,omitempty"`
+	WorldSize *int   `json:"world_size,omitempty"`
+	ZeroStage *int   `json:"zero_stage,omitempty"`
 }
 
 // End defines model for End.
@@ -859,23 +865,29 @@ type RunDetail struct {
 	Command         *string `json:"command,omitempty"`
 
 	// Config any JSON value, as sent
-	Config            interface{} `json:"config,omitempty"`
-	DurationS         *Float      `json:"duration_s,omitempty"`
-	EffectiveBatch    *int        `json:"effective_batch,omitempty"`
-	EndedAt           *time.Time  `json:"ended_at,omitempty"`
-	FinalLoss         *Float      `json:"final_loss,omitempty"`
-	FinalValAccuracy  *Float      `json:"final_val_accuracy,omitempty"`
-	FinalValF1        *Float      `json:"final_val_f1,omitempty"`
-	FinalValLoss      *Float      `json:"final_val_loss,omitempty"`
-	GitCommit         *string     `json:"git_commit,omitempty"`
-	Gpu               *string     `json:"gpu,omitempty"`
-	GradAccum         *int        `json:"grad_accum,omitempty"`
-	Host              *string     `json:"host,omitempty"`
-	LastSeenAt        *time.Time  `json:"last_seen_at,omitempty"`
-	LastStep          *int64      `json:"last_step,omitempty"`
-	MeanGpuUtilPct    *Float      `json:"mean_gpu_util_pct,omitempty"`
-	MeanStepMs        *Float      `json:"mean_step_ms,omitempty"`
-	MeanThroughputSps *Float      `json:"mean_throughput_sps,omitempty"`
+	Config           interface{} `json:"config,omitempty"`
+	DurationS        *Float      `json:"duration_s,omitempty"`
+	EffectiveBatch   *int        `json:"effective_batch,omitempty"`
+	EndedAt          *time.Time  `json:"ended_at,omitempty"`
+	FinalLoss        *Float      `json:"final_loss,omitempty"`
+	FinalValAccuracy *Float      `json:"final_val_accuracy,omitempty"`
+	FinalValF1       *Float      `json:"final_val_f1,omitempty"`
+	FinalValLoss     *Float      `json:"final_val_loss,omitempty"`
+	GitCommit        *string     `json:"git_commit,omitempty"`
+	Gpu              *string     `json:"gpu,omitempty"`
+	GradAccum        *int        `json:"grad_accum,omitempty"`
+	Host             *string     `json:"host,omitempty"`
+	LastSeenAt       *time.Time  `json:"last_seen_at,omitempty"`
+	LastStep         *int64      `json:"last_step,omitempty"`
+	MeanGpuUtilPct   *Float      `json:"mean_gpu_util_pct,omitempty"`
+
+	// MeanMfu mean model FLOPs utilisation over the run, 0..1
+	MeanMfu    *Float `json:"mean_mfu,omitempty"`
+	MeanStepMs *Float `json:"mean_step_ms,omitempty"`
+
+	// MeanTflops mean achieved model TFLOP/s per GPU over the run
+	MeanTflops        *Float `json:"mean_tflops,omitempty"`
+	MeanThroughputSps *Float `json:"mean_throughput_sps,omitempty"`
 
 	// Meta any JSON value, as sent
 	Meta             interface{} `json:"meta,omitempty"`
@@ -919,21 +931,27 @@ type RunList struct {
 
 // RunMeta Model, hardware and parallel layout; keys beyond the known ones are kept.
 type RunMeta struct {
-	Command              *string                `json:"command,omitempty"`
-	EffectiveBatch       *int                   `json:"effective_batch,omitempty"`
-	Epochs               *int                   `json:"epochs,omitempty"`
-	Framework            *string                `json:"framework,omitempty"`
-	GitCommit            *string                `json:"git_commit,omitempty"`
-	Gpu                  *string                `json:"gpu,omitempty"`
-	GpuMemoryTotalGb     *Float                 `json:"gpu_memory_total_gb,omitempty"`
-	GradAccum            *int                   `json:"grad_accum,omitempty"`
-	Host                 *string                `json:"host,omitempty"`
-	MicroBatch           *int                   `json:"micro_batch,omitempty"`
-	Model                *string                `json:"model,omitempty"`
-	OffloadOptimizer     *string                `json:"offload_optimizer,omitempty"`
-	OffloadParams        *string                `json:"offload_params,omitempty"`
-	Parallelism          *string                `json:"parallelism,omitempty"`
-	Params               *int64                 `json:"params,omitempty"`
+	Command        *string `json:"command,omitempty"`
+	EffectiveBatch *int    `json:"effective_batch,omitempty"`
+	Epochs         *int    `json:"epochs,omitempty"`
+
+	// FlopsPerToken training FLOPs per token of the model (6 × parameters, plus attention terms), or as overridden
+	FlopsPerToken    *Float  `json:"flops_per_token,omitempty"`
+	Framework        *string `json:"framework,omitempty"`
+	GitCommit        *string `json:"git_commit,omitempty"`
+	Gpu              *string `json:"gpu,omitempty"`
+	GpuMemoryTotalGb *Float  `json:"gpu_memory_total_gb,omitempty"`
+	GradAccum        *int    `json:"grad_accum,omitempty"`
+	Host             *string `json:"host,omitempty"`
+	MicroBatch       *int    `json:"micro_batch,omitempty"`
+	Model            *string `json:"model,omitempty"`
+	OffloadOptimizer *string `json:"offload_optimizer,omitempty"`
+	OffloadParams    *string `json:"offload_params,omitempty"`
+	Parallelism      *string `json:"parallelism,omitempty"`
+	Params           *int64  `json:"params,omitempty"`
+
+	// PeakTflops dense peak TFLOP/s of one GPU at the run's precision, from the datasheet table or as overridden
+	PeakTflops           *Float                 `json:"peak_tflops,omitempty"`
 	PipelineStages       *int                   `json:"pipeline_stages,omitempty"`
 	Precision            *string                `json:"precision,omitempty"`
 	SeqLen               *int                   `json:"seq_len,omitempty"`
@@ -946,21 +964,27 @@ type RunMeta struct {
 
 // RunSummary defines model for RunSummary.
 type RunSummary struct {
-	BestValAccuracy   *Float     `json:"best_val_accuracy,omitempty"`
-	BestValF1         *Float     `json:"best_val_f1,omitempty"`
-	DurationS         *Float     `json:"duration_s,omitempty"`
-	EffectiveBatch    *int       `json:"effective_batch,omitempty"`
-	EndedAt           *time.Time `json:"ended_at,omitempty"`
-	FinalLoss         *Float     `json:"final_loss,omitempty"`
-	FinalValAccuracy  *Float     `json:"final_val_accuracy,omitempty"`
-	FinalValF1        *Float     `json:"final_val_f1,omitempty"`
-	FinalValLoss      *Float     `json:"final_val_loss,omitempty"`
-	Gpu               *string    `json:"gpu,omitempty"`
-	GradAccum         *int       `json:"grad_accum,omitempty"`
-	LastSeenAt        *time.Time `json:"last_seen_at,omitempty"`
-	LastStep          *int64     `json:"last_step,omitempty"`
-	MeanGpuUtilPct    *Float     `json:"mean_gpu_util_pct,omitempty"`
-	MeanStepMs        *Float     `json:"mean_step_ms,omitempty"`
+	BestValAccuracy  *Float     `json:"best_val_accuracy,omitempty"`
+	BestValF1        *Float     `json:"best_val_f1,omitempty"`
+	DurationS        *Float     `json:"duration_s,omitempty"`
+	EffectiveBatch   *int       `json:"effective_batch,omitempty"`
+	EndedAt          *time.Time `json:"ended_at,omitempty"`
+	FinalLoss        *Float     `json:"final_loss,omitempty"`
+	FinalValAccuracy *Float     `json:"final_val_accuracy,omitempty"`
+	FinalValF1       *Float     `json:"final_val_f1,omitempty"`
+	FinalValLoss     *Float     `json:"final_val_loss,omitempty"`
+	Gpu              *string    `json:"gpu,omitempty"`
+	GradAccum        *int       `json:"grad_accum,omitempty"`
+	LastSeenAt       *time.Time `json:"last_seen_at,omitempty"`
+	LastStep         *int64     `json:"last_step,omitempty"`
+	MeanGpuUtilPct   *Float     `json:"mean_gpu_util_pct,omitempty"`
+
+	// MeanMfu mean model FLOPs utilisation over the run, 0..1
+	MeanMfu    *Float `json:"mean_mfu,omitempty"`
+	MeanStepMs *Float `json:"mean_step_ms,omitempty"`
+
+	// MeanTflops mean achieved model TFLOP/s per GPU over the run
+	MeanTflops        *Float     `json:"mean_tflops,omitempty"`
 	MeanThroughputSps *Float     `json:"mean_throughput_sps,omitempty"`
 	MicroBatch        *int       `json:"micro_batch,omitempty"`
 	Model             *string    `json:"model,omitempty"`
@@ -1017,17 +1041,23 @@ type Step struct {
 	LossScale        *Float            `json:"loss_scale,omitempty"`
 	Lr               *Float            `json:"lr,omitempty"`
 	Metrics          *map[string]Float `json:"metrics,omitempty"`
-	OptimizerMs      *Float            `json:"optimizer_ms,omitempty"`
-	Rank             *int              `json:"rank,omitempty"`
-	RunId            string            `json:"run_id"`
-	Samples          *int64            `json:"samples,omitempty"`
-	Skipped          *bool             `json:"skipped,omitempty"`
-	Step             *int64            `json:"step"`
-	StepMs           *Float            `json:"step_ms,omitempty"`
-	ThroughputSps    *Float            `json:"throughput_sps,omitempty"`
-	ThroughputTps    *Float            `json:"throughput_tps,omitempty"`
-	Time             *Time             `json:"time,omitempty"`
-	Tokens           *int64            `json:"tokens,omitempty"`
+
+	// Mfu model FLOPs utilisation: tflops over the GPU's dense peak at the run's precision, 0..1
+	Mfu         *Float `json:"mfu,omitempty"`
+	OptimizerMs *Float `json:"optimizer_ms,omitempty"`
+	Rank        *int   `json:"rank,omitempty"`
+	RunId       string `json:"run_id"`
+	Samples     *int64 `json:"samples,omitempty"`
+	Skipped     *bool  `json:"skipped,omitempty"`
+	Step        *int64 `json:"step"`
+	StepMs      *Float `json:"step_ms,omitempty"`
+
+	// Tflops achieved model TFLOP/s of this rank's GPU: flops_per_token × tokens / step time
+	Tflops        *Float `json:"tflops,omitempty"`
+	ThroughputSps *Float `json:"throughput_sps,omitempty"`
+	ThroughputTps *Float `json:"throughput_tps,omitempty"`
+	Time          *Time  `json:"time,omitempty"`
+	Tokens        *int64 `json:"tokens,omitempty"`
 }
 
 // StepKind defines model for Step.Kind.
@@ -1396,6 +1426,14 @@ func (a *RunMeta) UnmarshalJSON(b []byte) error {
 		delete(object, "epochs")
 	}
 
+	if raw, found := object["flops_per_token"]; found {
+		err = json.Unmarshal(raw, &a.FlopsPerToken)
+		if err != nil {
+			return fmt.Errorf("error reading 'flops_per_token': %w", err)
+		}
+		delete(object, "flops_per_token")
+	}
+
 	if raw, found := object["framework"]; found {
 		err = json.Unmarshal(raw, &a.Framework)
 		if err != nil {
@@ -1490,6 +1528,14 @@ func (a *RunMeta) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("error reading 'params': %w", err)
 		}
 		delete(object, "params")
+	}
+
+	if raw, found := object["peak_tflops"]; found {
+		err = json.Unmarshal(raw, &a.PeakTflops)
+		if err != nil {
+			return fmt.Errorf("error reading 'peak_tflops': %w", err)
+		}
+		delete(object, "peak_tflops")
 	}
 
 	if raw, found := object["pipeline_stages"]; found {
@@ -1588,6 +1634,13 @@ func (a RunMeta) MarshalJSON() ([]byte, error) {
 		}
 	}
 
+	if a.FlopsPerToken != nil {
+		object["flops_per_token"], err = json.Marshal(a.FlopsPerToken)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'flops_per_token': %w", err)
+		}
+	}
+
 	if a.Framework != nil {
 		object["framework"], err = json.Marshal(a.Framework)
 		if err != nil {
@@ -1669,6 +1722,13 @@ func (a RunMeta) MarshalJSON() ([]byte, error) {
 		object["params"], err = json.Marshal(a.Params)
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'params': %w", err)
+		}
+	}
+
+	if a.PeakTflops != nil {
+		object["peak_tflops"], err = json.Marshal(a.PeakTflops)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'peak_tflops': %w", err)
 		}
 	}
 

@@ -108,6 +108,7 @@ func fixtureRecords() []map[string]any {
 					"skipped": step == 7 && i == 0, "samples": 16, "throughput_sps": 160 / run.speed,
 					"step_ms": stepMS, "forward_ms": 30 * run.speed, "backward_ms": 50 * run.speed, "optimizer_ms": 10 * run.speed,
 					"comm_ms": 5, "data_ms": 3, "gpu_util_pct": 80 + float64(rank), "gpu_mem_used_gb": 10 + float64(step)*0.1,
+					"tflops": 12 / run.speed, "mfu": 0.2 / run.speed,
 					"metrics": map[string]any{"tokens_seen": step * 1024},
 				})
 				if rank == 0 {
