@@ -92,6 +92,13 @@ type RunDetail struct {
 	Metrics   []string          `json:"metrics"` // user metric names, as metrics.NAME
 }
 
+// RunCodeResponse answers GET /api/v1/runs/{id}/code: the code that
+// produced the run, empty fields when none was sent.
+type RunCodeResponse struct {
+	RunID string `json:"run_id"`
+	RunCode
+}
+
 // SeriesResponse answers GET /api/v1/runs/{id}/series.
 type SeriesResponse struct {
 	RunID     string   `json:"run_id"`

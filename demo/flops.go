@@ -45,3 +45,27 @@ func withFlops(s *api.Step, m api.RunMeta) {
 		s.MFU = api.F(tf / float64(*m.PeakTFLOPS))
 	}
 }
+
+// code is the entry script and uncommitted diff the hook would send with
+// the run, as the Training run dashboard's code panel shows them.
+func (r *Run) code() *api.RunCode {
+	script := "deepspeed_bert_colab.py"
+	if r.kind != "bert" {
+		script = "train_pythia.py"
+	}
+	src := "import deepspeed, deepseed\n" +
+		"from transformers import AutoModelForSequenceClassification\n\n" +
+		"run = deepseed.init(project=\"demo\", config=\"ds_config.json\")\n" +
+		"model = AutoModelForSequenceClassification.from_pretrained(\"" + r.Meta.Model + "\")\n" +
+		"engine, opt, _, _ = deepspeed.initialize(model=model, config=\"ds_config.json\")\n" +
+		"run.watch(engine)\n" +
+		"for step, batch in enumerate(loader):\n" +
+		"    loss = engine(**batch).loss\n" +
+		"    engine.backward(loss)\n" +
+		"    engine.step()\n"
+	diff := "diff --git a/ds_config.json b/ds_config.json\n" +
+		"--- a/ds_config.json\n+++ b/ds_config.json\n@@ -3 +3 @@\n" +
+		"-  \"gradient_accumulation_steps\": 2,\n+  \"gradient_accumulation_steps\": 4,\n"
+	return &api.RunCode{EntryPath: script, Source: src, SourceBytes: int64(len(src)),
+		GitDiff: diff, GitDiffBytes: int64(len(diff))}
+}

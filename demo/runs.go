@@ -333,7 +333,7 @@ func (r *Run) runRecord() *api.Run {
 	params, _ := json.Marshal(r.Params)
 	m := r.Meta
 	return &api.Run{Kind: api.KindRun, RunID: r.ID, Project: Project, Name: r.Name, StartedAt: api.T(r.Start),
-		Config: cfg, Meta: &m, Params: params, Tags: []string{"simulated", "demo"}, SweepID: r.Sweep}
+		Config: cfg, Meta: &m, Params: params, Tags: []string{"simulated", "demo"}, SweepID: r.Sweep, Code: r.code()}
 }
 
 // jitter returns ±a, alternating with i, so that any long enough run of

@@ -70,6 +70,7 @@ func (h *Handler) Register(g *echo.Group) {
 	g.GET("/runs/:id/breakdown", h.wrap(h.breakdown))
 	g.GET("/runs/:id/memory", h.wrap(h.memory))
 	g.GET("/runs/:id/ranks", h.wrap(h.ranks))
+	g.GET("/runs/:id/code", h.wrap(h.code))
 	g.GET("/compare", h.wrap(h.compare))
 	g.GET("/gpus", h.wrap(h.gpus))
 	g.GET("/annotations", h.wrap(h.annotations))

@@ -124,6 +124,20 @@ func (s *Store) GetRun(ctx context.Context, runID string) (*RunRow, error) {
 	return r, nil
 }
 
+// RunCode returns the code sent with a run (the JSON of [api.RunCode]),
+// nil when none was, or ErrNotFound when there is no such run.
+func (s *Store) RunCode(ctx context.Context, runID string) (json.RawMessage, error) {
+	var code []byte
+	err := s.Pool.QueryRow(ctx, `SELECT code FROM runs WHERE run_id = $1`, runID).Scan(&code)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: code of run %s: %w", runID, err)
+	}
+	return code, nil
+}
+
 // RunRanks returns the ranks that recorded steps or layers, ascending. It
 // skips through the index instead of reading every row.
 func (s *Store) RunRanks(ctx context.Context, runID string) ([]int, error) {

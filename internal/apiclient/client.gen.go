@@ -840,6 +840,9 @@ type RecordError struct {
 
 // Run defines model for Run.
 type Run struct {
+	// Code sent once; a run record without it keeps what is stored
+	Code *RunCode `json:"code,omitempty"`
+
 	// Config any JSON value, as sent
 	Config interface{} `json:"config,omitempty"`
 	Kind   RunKind     `json:"kind"`
@@ -857,6 +860,55 @@ type Run struct {
 
 // RunKind defines model for Run.Kind.
 type RunKind string
+
+// RunCode defines model for RunCode.
+type RunCode struct {
+	// EntryPath path of the entry script
+	EntryPath *string `json:"entry_path,omitempty"`
+
+	// GitDiff git diff HEAD of the working tree, at most 512 KiB
+	GitDiff *string `json:"git_diff,omitempty"`
+
+	// GitDiffBytes the diff's full size in bytes
+	GitDiffBytes *int64 `json:"git_diff_bytes,omitempty"`
+
+	// GitDiffTruncated the diff was cut at 512 KiB
+	GitDiffTruncated *bool `json:"git_diff_truncated,omitempty"`
+
+	// Source the entry script's source, at most 512 KiB
+	Source *string `json:"source,omitempty"`
+
+	// SourceBytes the source's full size in bytes
+	SourceBytes *int64 `json:"source_bytes,omitempty"`
+
+	// SourceTruncated the source was cut at 512 KiB
+	SourceTruncated *bool `json:"source_truncated,omitempty"`
+}
+
+// RunCodeResponse defines model for RunCodeResponse.
+type RunCodeResponse struct {
+	// EntryPath path of the entry script
+	EntryPath *string `json:"entry_path,omitempty"`
+
+	// GitDiff git diff HEAD of the working tree, at most 512 KiB
+	GitDiff *string `json:"git_diff,omitempty"`
+
+	// GitDiffBytes the diff's full size in bytes
+	GitDiffBytes *int64 `json:"git_diff_bytes,omitempty"`
+
+	// GitDiffTruncated the diff was cut at 512 KiB
+	GitDiffTruncated *bool  `json:"git_diff_truncated,omitempty"`
+	RunId            string `json:"run_id"`
+
+	// Source the entry script's source, at most 512 KiB
+	Source *string `json:"source,omitempty"`
+
+	// SourceBytes the source's full size in bytes
+	SourceBytes *int64 `json:"source_bytes,omitempty"`
+
+	// SourceTruncated the source was cut at 512 KiB
+	SourceTruncated *bool `json:"source_truncated,omitempty"`
+}
 
 // RunDetail defines model for RunDetail.
 type RunDetail struct {
@@ -2446,6 +2498,13 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/runs/{id}/breakdown (the `GetRunBreakdown` operationId).
 	GetRunBreakdown(ctx context.Context, id string, params *GetRunBreakdownParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetRunCode The code that produced the run: entry script source and git diff
+	//
+	// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+	//
+	// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+	GetRunCode(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetRunEvals Evaluations with the training loss at their step
 	//
 	// Corresponds with GET /api/v1/runs/{id}/evals (the `GetRunEvals` operationId).
@@ -2660,6 +2719,23 @@ func (c *Client) GetRun(ctx context.Context, id string, reqEditors ...RequestEdi
 // Corresponds with GET /api/v1/runs/{id}/breakdown (the `GetRunBreakdown` operationId).
 func (c *Client) GetRunBreakdown(ctx context.Context, id string, params *GetRunBreakdownParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunBreakdownRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRunCode The code that produced the run: entry script source and git diff
+//
+// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+//
+// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+func (c *Client) GetRunCode(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRunCodeRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3509,6 +3585,40 @@ func NewGetRunBreakdownRequest(server string, id string, params *GetRunBreakdown
 	return req, nil
 }
 
+// NewGetRunCodeRequest constructs an http.Request for the GetRunCode method
+func NewGetRunCodeRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/runs/%s/code", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetRunEvalsRequest constructs an http.Request for the GetRunEvals method
 func NewGetRunEvalsRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -4099,6 +4209,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/runs/{id}/breakdown (the `GetRunBreakdown` operationId).
 	GetRunBreakdownWithResponse(ctx context.Context, id string, params *GetRunBreakdownParams, reqEditors ...RequestEditorFn) (*GetRunBreakdownResponse, error)
+
+	// GetRunCodeWithResponse The code that produced the run: entry script source and git diff
+	//
+	// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+	GetRunCodeWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetRunCodeResponse, error)
 
 	// GetRunEvalsWithResponse Evaluations with the training loss at their step
 	//
@@ -4775,6 +4894,68 @@ func (r GetRunBreakdownResponse) ContentType() string {
 	return ""
 }
 
+type GetRunCodeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunCodeResponse
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRunCodeResponse) GetJSON200() *RunCodeResponse {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetRunCodeResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetRunCodeResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetRunCodeResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRunCodeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRunCodeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRunCodeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRunCodeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetRunEvalsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5396,6 +5577,21 @@ func (c *ClientWithResponses) GetRunBreakdownWithResponse(ctx context.Context, i
 	return ParseGetRunBreakdownResponse(rsp)
 }
 
+// GetRunCodeWithResponse The code that produced the run: entry script source and git diff
+//
+// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+func (c *ClientWithResponses) GetRunCodeWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetRunCodeResponse, error) {
+	rsp, err := c.GetRunCode(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRunCodeResponse(rsp)
+}
+
 // GetRunEvalsWithResponse Evaluations with the training loss at their step
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5968,6 +6164,53 @@ func ParseGetRunBreakdownResponse(rsp *http.Response) (*GetRunBreakdownResponse,
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetRunCodeResponse parses an HTTP response from a GetRunCodeWithResponse call
+func ParseGetRunCodeResponse(rsp *http.Response) (*GetRunCodeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRunCodeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunCodeResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Error
