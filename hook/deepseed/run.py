@@ -178,7 +178,16 @@ class Run:
 
         self._send({"kind": "process", "run_id": self.run_id, "rank": self.rank, "local_rank": self.local_rank,
                     "pid": os.getpid(), "host": self.meta["host"]})
-        self._send_run_record()
+        # The code that produced the run goes with the first run record
+        # only; the server keeps it when later ones (meta updates) lack it.
+        code = None
+        if self.rank == 0 and os.environ.get("DEEPSEED_CAPTURE_CODE", "1").strip().lower() not in ("0", "false", "no",
+                                                                                                  "off"):
+            try:
+                code = env.capture_code()
+            except Exception as e:
+                self._warn_once("code", "deepseed: could not read the run's code: %s", e)
+        self._send_run_record(code=code)
 
         atexit.register(self._atexit)
         self._install_excepthook()
@@ -303,7 +312,7 @@ class Run:
     def _send(self, rec):
         self._sender.put(rec)
 
-    def _send_run_record(self):
+    def _send_run_record(self, code=None):
         if self.rank != 0:
             return
         meta = {k: v for k, v in self.meta.items() if v is not None and v != ""}
@@ -319,6 +328,8 @@ class Run:
             rec["tags"] = self.tags
         if self.sweep_id:
             rec["sweep_id"] = self.sweep_id
+        if code:
+            rec["code"] = code
         self._send(rec)
 
     def update_meta(self, **meta):
