@@ -161,6 +161,13 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(dataTable("Run details",
 		"The run's configuration as given (DeepSpeed config), hyper-parameters, command line, git commit, library versions and host: what the seed dashboard showed as its training notebook.",
 		gridPos(0, y, 24, 14), runQuery(api.QueryRunDetails)))
+	y += 14
+	b = b.WithPanel(dataTable("Code",
+		"The code that produced the run, one row per line: the entry script's source, then git diff HEAD (uncommitted changes to tracked files) of its checkout, each cut at 512 KiB with a last line saying so. Filter by File to see one. Empty when the run was started with DEEPSEED_CAPTURE_CODE=0, or imported.",
+		gridPos(0, y, 24, 16), runQuery(api.QueryRunCode)).
+		OverrideByName("File", []dashboard.DynamicConfigValue{prop("custom.width", 220)}).
+		OverrideByName("Line", []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
+		OverrideByName("Code", []dashboard.DynamicConfigValue{prop("custom.inspect", true)}))
 
 	d, err := b.Build()
 	if err != nil {

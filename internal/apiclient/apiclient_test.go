@@ -200,6 +200,9 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 	if code.JSON200.Source == nil || !strings.Contains(*code.JSON200.Source, "deepspeed.initialize") || code.JSON200.GitDiff == nil {
 		t.Errorf("getRunCode: no source or diff: %s", code.Body)
 	}
+	if missing, err := reader.GetRunCodeWithResponse(ctx, "no-such-run"); err != nil || missing.StatusCode() != http.StatusNotFound {
+		t.Errorf("getRunCode of an unknown run: %v, status %d, want 404", err, missing.StatusCode())
+	}
 	ranks, err := reader.GetRunRanksWithResponse(ctx, bert, &apiclient.GetRunRanksParams{})
 	call("getRunRanks", ranks, err)
 	if len(*ranks.JSON200.Ranks) == 0 {

@@ -93,6 +93,8 @@ func fixtureRecords() []map[string]any {
 				"precision": "fp16", "world_size": 2, "micro_batch": 4, "grad_accum": 4, "offload_optimizer": "cpu",
 				"command": "deepspeed train.py --deepspeed ds.json", "git_commit": "abc1234", "host": "node-a",
 				"versions": map[string]string{"torch": "2.3.0", "deepspeed": "0.14.2"}},
+			"code": map[string]any{"entry_path": "/work/train.py", "source": "import deepseed\nrun = deepseed.init()\n",
+				"source_bytes": 36, "git_diff": "-lr: 1\n+lr: 2\n", "git_diff_bytes": 900000, "git_diff_truncated": true},
 		})
 		for step := 1; step <= 20; step++ {
 			for rank := 0; rank < 2; rank++ {

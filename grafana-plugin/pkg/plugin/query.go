@@ -55,7 +55,7 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 		return q, &QueryError{Field: "queryType", Msg: fmt.Sprintf("unknown %q; want one of %s", q.QueryType, strings.Join(api.PluginQueryTypes, ", "))}
 	}
 	switch q.QueryType {
-	case api.QueryRunSummary, api.QueryRunDetails, api.QuerySeries, api.QueryHeatmap, api.QueryEvals,
+	case api.QueryRunSummary, api.QueryRunDetails, api.QueryRunCode, api.QuerySeries, api.QueryHeatmap, api.QueryEvals,
 		api.QueryBreakdown, api.QueryMemory, api.QueryRanks:
 		if strings.TrimSpace(q.RunID) == "" {
 			return q, &QueryError{Field: "runId", Msg: "a run is required for " + q.QueryType}
