@@ -598,7 +598,7 @@ class Run:
                 # what arrived, not what had left when finish() began. Half
                 # the flush budget at most: the end record needs the rest.
                 flushed_at = time.monotonic()
-                self._sender.flush(budget / 2)
+                getattr(self._sender, "drain", self._sender.flush)(budget / 2)
                 summ = self.summary()
                 if summary:
                     summ.update(summary)
