@@ -54,6 +54,17 @@ if [ "$only" = all ] || [ "$only" = chaos ]; then
 fi
 
 if [ "$only" = all ] || [ "$only" = hook ]; then
+  log "Python hook: pip install ./hook into a fresh venv with no package index reachable"
+  venv=$(mktemp -d)
+  python3 -m venv "$venv"
+  # No index and a proxy that refuses every connection: the install must
+  # come from the tree alone (the hook's own standard-library backend).
+  PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
+    http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
+    "$venv/bin/pip" install --no-index --quiet ./hook
+  (cd "$venv" && "$venv/bin/python" -c 'import deepseed, os, sys; p = deepseed.__file__; assert p.startswith(sys.prefix), p; print("installed", p)')
+  rm -rf "$venv"
+
   log "Python hook, against a real deepseed server"
   tmp=$(mktemp -d)
   go build -o "$tmp/deepseed" ./cmd/deepseed

@@ -242,6 +242,21 @@ func validate(rec Record) *RecordError {
 		v.object("config", r.Config)
 		v.object("params", r.Params)
 		v.id("sweep_id", r.SweepID, false)
+		if c := r.Code; c != nil {
+			v.text("code.entry_path", c.EntryPath)
+			if len(c.Source) > MaxCodeText {
+				v.fail("code.source", fmt.Sprintf("longer than %d bytes: cut it and set source_truncated", MaxCodeText))
+			}
+			if len(c.GitDiff) > MaxCodeText {
+				v.fail("code.git_diff", fmt.Sprintf("longer than %d bytes: cut it and set git_diff_truncated", MaxCodeText))
+			}
+			if strings.ContainsRune(c.Source, 0) || strings.ContainsRune(c.GitDiff, 0) {
+				v.fail("code", "holds a NUL character: send text")
+			}
+			if c.SourceBytes < 0 || c.GitDiffBytes < 0 {
+				v.fail("code", "byte counts must not be negative")
+			}
+		}
 		if len(r.Tags) > MaxTags {
 			v.fail("tags", fmt.Sprintf("more than %d tags", MaxTags))
 		}

@@ -646,6 +646,10 @@ func (d *fastDecoder) step(more bool) (Record, bool) {
 			fp = &s.GPUMemResvGB
 		case "cpu_util_pct":
 			fp = &s.CPUUtilPct
+		case "tflops":
+			fp = &s.TFLOPS
+		case "mfu":
+			fp = &s.MFU
 		default:
 			// "kind" again, unknown keys, keys in another case.
 			return Record{}, false

@@ -165,6 +165,8 @@ var fastSeeds = []string{
 	`{"kind":"step","run_id":"r","rank":3,"step":7,"time":"2025-01-01T00:00:00.5Z","loss":0.25,"lr":2e-05,"skipped":false,"samples":12,"tokens":-1,"metrics":{"a":1,"b":NaN,"a":2}}`,
 	`{"kind": "step", "run_id": "r", "rank": 0, "step": 1, "time": 1735689600.25, "loss": NaN, "grad_norm": Infinity, "lr": -Infinity}`,
 	`{"kind":"step","run_id":"r","step":1,"loss":"NaN","epoch":"-inf","comm_ms":"+Infinity","data_ms":1e999,"cpu_util_pct":-0.0}`,
+	`{"kind":"step","run_id":"r","step":1,"tokens":4096,"step_ms":80,"tflops":123.456,"mfu":0.4125}`,
+	`{"kind":"step","run_id":"r","step":1,"tflops":NaN,"mfu":"x"}`,
 	`{"kind":"step","run_id":"r","step":1,"loss":NaNx}`,
 	`{"kind":"step","run_id":"r","step":1,"loss":-NaN}`,
 	`{"kind":"step","run_id":"r","step":1,"loss":null}`,
@@ -295,4 +297,16 @@ func strconvFormat(r uint64) string {
 		s = "-" + s
 	}
 	return s
+}
+
+// TFLOP/s and MFU take the fast path and land in their fields.
+func TestFastDecoderReadsTFLOPSAndMFU(t *testing.T) {
+	var fd fastDecoder
+	rec, ok := fd.record([]byte(`{"kind":"step","run_id":"r","rank":1,"step":9,"tokens":4096,"step_ms":80,"tflops":123.456,"mfu":0.4125}`))
+	if !ok || rec.Step == nil {
+		t.Fatalf("fast path gave up: %+v", rec)
+	}
+	if rec.Step.TFLOPS == nil || *rec.Step.TFLOPS != 123.456 || rec.Step.MFU == nil || *rec.Step.MFU != 0.4125 {
+		t.Fatalf("tflops %v mfu %v", rec.Step.TFLOPS, rec.Step.MFU)
+	}
 }

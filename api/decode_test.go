@@ -209,3 +209,28 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 	})
 }
+
+// Code longer than the cap, or holding NUL, is refused with the field
+// named; code at the cap is accepted.
+func TestRunCodeLimits(t *testing.T) {
+	rec := func(code map[string]any) []byte {
+		b, _ := json.Marshal(map[string]any{"kind": "run", "run_id": "r", "code": code})
+		return b
+	}
+	atCap := strings.Repeat("x", api.MaxCodeText)
+	if _, err := api.DecodeBatch(rec(map[string]any{"source": atCap, "git_diff": atCap})); err != nil {
+		t.Fatalf("code at the cap: %v", err)
+	}
+	for field, code := range map[string]map[string]any{
+		"code.source":     {"source": atCap + "y"},
+		"code.git_diff":   {"git_diff": atCap + "y"},
+		"code":            {"source": "a\u0000b"},
+		"code.entry_path": {"entry_path": strings.Repeat("p", api.MaxTextLen+1)},
+	} {
+		_, err := api.DecodeBatch(rec(code))
+		var re *api.RecordError
+		if !errors.As(err, &re) || re.Field != field {
+			t.Errorf("%s: err = %v, want a record error on %s", field, err, field)
+		}
+	}
+}

@@ -48,6 +48,7 @@ const (
 	QueryRuns        = "runs"        // table of runs
 	QueryRunSummary  = "run_summary" // one-row frame of the summary cards
 	QueryRunDetails  = "run_details" // key/value table: config, params, command, commit, versions
+	QueryRunCode     = "run_code"    // the entry script and the git diff, one row per line
 	QuerySeries      = "series"      // time series (or step on x)
 	QueryHeatmap     = "heatmap"     // heatmap-rows frame
 	QueryEvals       = "evals"       // evaluation points
@@ -60,5 +61,5 @@ const (
 )
 
 // PluginQueryTypes lists every query type.
-var PluginQueryTypes = []string{QueryRuns, QueryRunSummary, QueryRunDetails, QuerySeries, QueryHeatmap, QueryEvals,
+var PluginQueryTypes = []string{QueryRuns, QueryRunSummary, QueryRunDetails, QueryRunCode, QuerySeries, QueryHeatmap, QueryEvals,
 	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations}

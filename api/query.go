@@ -70,6 +70,8 @@ type RunSummary struct {
 	MeanGPUUtilPct    *Float `json:"mean_gpu_util_pct"`
 	PeakGPUMemGB      *Float `json:"peak_gpu_mem_gb"`
 	MeanStepMS        *Float `json:"mean_step_ms"`
+	MeanTFLOPS        *Float `json:"mean_tflops"` // achieved model TFLOP/s per GPU
+	MeanMFU           *Float `json:"mean_mfu"`    // model FLOPs utilisation, 0..1
 	SkippedSteps      int64  `json:"skipped_steps"`
 }
 
@@ -88,6 +90,13 @@ type RunDetail struct {
 	Host      string            `json:"host"`
 	Ranks     []int             `json:"ranks"`
 	Metrics   []string          `json:"metrics"` // user metric names, as metrics.NAME
+}
+
+// RunCodeResponse answers GET /api/v1/runs/{id}/code: the code that
+// produced the run, empty fields when none was sent.
+type RunCodeResponse struct {
+	RunID string `json:"run_id"`
+	RunCode
 }
 
 // SeriesResponse answers GET /api/v1/runs/{id}/series.
@@ -241,6 +250,8 @@ type CompareRow struct {
 	StepTimeS    *Float `json:"step_time_s"`
 	StepsPerS    *Float `json:"steps_per_s"`
 	SamplesPerS  *Float `json:"samples_per_s"`
+	TFLOPS       *Float `json:"tflops"` // mean achieved model TFLOP/s per GPU
+	MFU          *Float `json:"mfu"`    // mean model FLOPs utilisation, 0..1
 	FinalLoss    *Float `json:"final_loss"`
 	BestEvalAcc  *Float `json:"best_eval_accuracy"`
 

@@ -36,12 +36,13 @@ var Kinds = []string{KindRun, KindStep, KindLayers, KindEval, KindGPU, KindHost,
 
 // Limits on record contents. A record past any of them is rejected.
 const (
-	MaxIDLen      = 256     // run_id, project, host, split, type, …
-	MaxTextLen    = 65536   // event text, names
-	MaxLayers     = 4096    // entries in a layers record
-	MaxMetrics    = 256     // entries in a metrics map
-	MaxTags       = 64      // tags on a run
-	MaxJSONObject = 1 << 20 // bytes of config, meta, params, summary
+	MaxIDLen      = 256       // run_id, project, host, split, type, …
+	MaxTextLen    = 65536     // event text, names
+	MaxLayers     = 4096      // entries in a layers record
+	MaxMetrics    = 256       // entries in a metrics map
+	MaxTags       = 64        // tags on a run
+	MaxJSONObject = 1 << 20   // bytes of config, meta, params, summary
+	MaxCodeText   = 512 << 10 // bytes of the entry script's source, and of the git diff
 	MaxRank       = 1 << 20
 	MaxStep       = 1 << 53
 )
@@ -59,6 +60,20 @@ type Run struct {
 	Params    json.RawMessage `json:"params,omitempty"` // hyper-parameters
 	Tags      []string        `json:"tags,omitempty"`
 	SweepID   string          `json:"sweep_id,omitempty"`
+	Code      *RunCode        `json:"code,omitempty"` // sent once; a run record without it keeps what is stored
+}
+
+// RunCode is the code that produced a run: the entry script's source and
+// the diff of uncommitted changes against meta.git_commit, each cut at
+// MaxCodeText bytes by the sender (Truncated, with the full size in Bytes).
+type RunCode struct {
+	EntryPath       string `json:"entry_path,omitempty"`
+	Source          string `json:"source,omitempty"`
+	SourceBytes     int64  `json:"source_bytes,omitempty"`
+	SourceTruncated bool   `json:"source_truncated,omitempty"`
+	GitDiff         string `json:"git_diff,omitempty"`
+	GitDiffBytes    int64  `json:"git_diff_bytes,omitempty"`
+	GitDiffTrunc    bool   `json:"git_diff_truncated,omitempty"`
 }
 
 // RunMeta describes the model, hardware and parallel layout of a run. The
@@ -80,6 +95,8 @@ type RunMeta struct {
 	OffloadParams  string                     `json:"offload_params,omitempty"`
 	Parallelism    string                     `json:"parallelism,omitempty"` // data, pipeline, fsdp, ddp, …
 	SeqLen         *int                       `json:"seq_len,omitempty"`
+	FlopsPerToken  *Float                     `json:"flops_per_token,omitempty"` // training FLOPs per token, model only
+	PeakTFLOPS     *Float                     `json:"peak_tflops,omitempty"`     // dense peak of one GPU at the run's precision
 	Epochs         *int                       `json:"epochs,omitempty"`
 	Framework      string                     `json:"framework,omitempty"` // deepspeed, torch, fsdp, lightning, hf
 	Command        string                     `json:"command,omitempty"`
@@ -117,6 +134,8 @@ type Step struct {
 	GPUMemPeakGB  *Float           `json:"gpu_mem_peak_gb,omitempty"`     // torch.cuda.max_memory_allocated
 	GPUMemResvGB  *Float           `json:"gpu_mem_reserved_gb,omitempty"` // torch.cuda.max_memory_reserved
 	CPUUtilPct    *Float           `json:"cpu_util_pct,omitempty"`
+	TFLOPS        *Float           `json:"tflops,omitempty"` // achieved model TFLOP/s of this rank's GPU
+	MFU           *Float           `json:"mfu,omitempty"`    // tflops over the GPU's dense peak, 0..1
 	Metrics       map[string]Float `json:"metrics,omitempty"`
 }
 

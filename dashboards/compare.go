@@ -21,6 +21,8 @@ var compareFigures = []figure{
 	{"Step time", "step_time_s", "Step time", "s"},
 	{"Speed", "steps_per_s", "Steps/s", "suffix: steps/s"},
 	{"Samples per second", "samples_per_s", "Samples/s", "suffix: samples/s"},
+	{"TFLOP/s per GPU", "tflops", "TFLOP/s per GPU", "suffix: TFLOP/s"},
+	{"MFU", "mfu", "MFU", "percentunit"},
 }
 
 func compareQuery(runIDs []string, sweep string) api.PluginQuery {
@@ -80,6 +82,10 @@ var compareTables = []compareTable{
 		{"Step time", "step_time_s", "Step time", "s"},
 		{"Speed", "steps_per_s", "Steps/s", "suffix: steps/s"},
 		{"Samples per second", "samples_per_s", "Samples/s", "suffix: samples/s"},
+	}, nil},
+	{"Model FLOPs", "Steady-state model TFLOP/s per GPU and MFU (over the GPU's dense peak); Δ against the baseline in percent.", []figure{
+		{"TFLOP/s per GPU", "tflops", "TFLOP/s per GPU", "suffix: TFLOP/s"},
+		{"MFU", "mfu", "MFU", "percentunit"},
 	}, nil},
 	{"Outcome", "Final training loss and best evaluation accuracy; Δ against the baseline in percent.", []figure{
 		{"Final loss", "final_loss", "Final loss", "none"},

@@ -30,6 +30,8 @@ var summaryCards = []card{
 	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation of rank 0.", ""},
 	{"Peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank.", ""},
 	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step.", ""},
+	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time.", ""},
+	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision.", ""},
 	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", ""},
 	{"World size", "world_size", "none", 0, "Number of ranks.", ""},
 }
@@ -100,6 +102,11 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(runTimeSeries("Step time", "Step time of rank 0 and its parts: forward, backward, optimizer, communication and data loading.",
 		"ms", gridPos(12, y, 12, 9), stepSeries("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
 	y += 9
+	b = b.WithPanel(runTimeSeries("TFLOP/s and MFU",
+		"Model TFLOP/s achieved by the GPU of rank 0 (left) and its model FLOPs utilisation (right): the run's FLOPs per token (6 × parameters plus attention, or as set) × the step's tokens ÷ step time, over the GPU's dense peak at the run's precision.",
+		"suffix: TFLOP/s", gridPos(0, y, 24, 8), stepSeries("0", "tflops", "mfu")).Min(0).
+		OverrideByRegexp("/mfu/i", rightAxis("percentunit", prop("min", 0))))
+	y += 8
 
 	b = b.WithRow(row("Compute and memory", y))
 	y++
@@ -154,6 +161,13 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(dataTable("Run details",
 		"The run's configuration as given (DeepSpeed config), hyper-parameters, command line, git commit, library versions and host: what the seed dashboard showed as its training notebook.",
 		gridPos(0, y, 24, 14), runQuery(api.QueryRunDetails)))
+	y += 14
+	b = b.WithPanel(dataTable("Code",
+		"The code that produced the run, one row per line: the entry script's source, then git diff HEAD (uncommitted changes to tracked files) of its checkout, each cut at 512 KiB with a last line saying so. Filter by File to see one. Empty when the run was started with DEEPSEED_CAPTURE_CODE=0, or imported.",
+		gridPos(0, y, 24, 16), runQuery(api.QueryRunCode)).
+		OverrideByName("File", []dashboard.DynamicConfigValue{prop("custom.width", 220)}).
+		OverrideByName("Line", []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
+		OverrideByName("Code", []dashboard.DynamicConfigValue{prop("custom.inspect", true)}))
 
 	d, err := b.Build()
 	if err != nil {

@@ -202,6 +202,7 @@ func pythiaRun(row TableRow, t Table, su pythiaSetup, start time.Time, seed uint
 	if nd.hopper {
 		m.Versions = map[string]string{"python": "3.11.9", "torch": "2.4.1", "deepspeed": "0.16.7", "cuda": "12.4"}
 	}
+	setFlops(&m, 512)
 	zero := map[string]any{"stage": su.stage}
 	if su.offload {
 		m.OffloadOptim, m.OffloadParams = "cpu", "cpu"
@@ -291,6 +292,7 @@ func bertRun(epoch time.Time) *Run {
 		GitCommit: "9e3b7d1", Host: "colab-t4",
 		Versions: map[string]string{"python": "3.10.12", "torch": "2.1.0+cu118", "deepspeed": "0.12.6", "transformers": "4.35.2", "cuda": "11.8"},
 	}
+	setFlops(&m, 256)
 	cfg := map[string]any{
 		"train_micro_batch_size_per_gpu": 4,
 		"gradient_accumulation_steps":    4,
@@ -331,7 +333,7 @@ func (r *Run) runRecord() *api.Run {
 	params, _ := json.Marshal(r.Params)
 	m := r.Meta
 	return &api.Run{Kind: api.KindRun, RunID: r.ID, Project: Project, Name: r.Name, StartedAt: api.T(r.Start),
-		Config: cfg, Meta: &m, Params: params, Tags: []string{"simulated", "demo"}, SweepID: r.Sweep}
+		Config: cfg, Meta: &m, Params: params, Tags: []string{"simulated", "demo"}, SweepID: r.Sweep, Code: r.code()}
 }
 
 // jitter returns ±a, alternating with i, so that any long enough run of
@@ -380,6 +382,7 @@ func (r *Run) pythiaRecords() []any {
 			if r.Meta.Precision == "fp16" {
 				s.LossScale = api.F(65536)
 			}
+			withFlops(s, r.Meta)
 			out = append(out, s, r.layers(rank, i, t, stepMS/(f.StepTimeS*1000), rng))
 		}
 		last = t
@@ -518,6 +521,7 @@ func (r *Run) bertRecords() []any {
 		// The step time of an optimizer step covers 4 micro-batches but
 		// only one optimizer update.
 		s.StepMS = api.F(4*(fwd+bwd+data+comm+2) + opt)
+		withFlops(s, r.Meta)
 		out = append(out, s, r.layers(0, i, t, warm, rng))
 		if i > 0 && i%1000 == 0 {
 			out = append(out, &api.Event{Kind: api.KindEvent, RunID: r.ID, Time: api.T(t.Add(2 * time.Second)), Step: api.Ptr(i),

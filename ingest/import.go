@@ -132,6 +132,7 @@ func ParseExport(body []byte, opt ImportOptions) ([]api.Record, error) {
 		StartedAt: api.T(start), Meta: meta, Tags: []string{"imported"}}}}
 
 	last := start
+	stepRecs := make([]*api.Step, len(ex.Steps))
 	for i, s := range ex.Steps {
 		where := fmt.Sprintf("steps[%d]", i)
 		t := times[i]
@@ -145,11 +146,13 @@ func ParseExport(body []byte, opt ImportOptions) ([]api.Record, error) {
 		if p.err != nil {
 			return nil, p.err
 		}
+		stepRecs[i] = st
 		recs = append(recs, api.Record{Step: st})
 		if layers != nil {
 			recs = append(recs, api.Record{Layers: layers})
 		}
 	}
+	deriveStepTimes(stepRecs, steps, times, meta)
 	for i, e := range ex.Evaluations {
 		where := fmt.Sprintf("evaluations[%d]", i)
 		n, ok := p.int(where, e, "step", "global_step")

@@ -244,3 +244,61 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// An export without step times gets them from its timestamps (the wall
+// clock between logged steps, per step) or, without timestamps, from the
+// sum of its phase times; throughput follows from samples, tokens or the
+// run's effective batch.
+func TestImportDerivesStepTimeAndThroughput(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	clock := `{"meta":{"model":"m","batch_sizes":{"micro":4,"grad_accum":4,"effective":16}},
+		"steps":[
+			{"step":0,"loss":1,"timestamp":1735725600.0},
+			{"step":5,"loss":1,"timestamp":1735725602.75,"tokens":8192},
+			{"step":10,"loss":1,"timestamp":1735725604.0,"samples":32},
+			{"step":15,"loss":1,"timestamp":1735725606.0,"step_ms":123,"throughput_sps":9}]}`
+	s.post(t, "/api/v1/import?run_id=clock", []byte(clock)).result(t)
+	phases := `{"meta":{"model":"m"},
+		"steps":[
+			{"step":0,"loss":1,"forward_ms":10,"backward_ms":20,"optimizer_ms":5,"data_ms":5,"comm_ms":50,"samples":8},
+			{"step":1,"loss":1}]}`
+	s.post(t, "/api/v1/import?run_id=phases", []byte(phases)).result(t)
+
+	got := map[string]string{}
+	rows, err := s.Store.Pool.Query(context.Background(), `SELECT run_id || ':' || step,
+		format('%s/%s/%s', coalesce(step_ms::text, '-'), coalesce(round(throughput_sps::numeric, 3)::text, '-'), coalesce(round(throughput_tps::numeric, 1)::text, '-'))
+		FROM steps ORDER BY run_id, step`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		got[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		// 2.75 s over the first five steps, used for step 0 too; then
+		// 1.25 s and 2 s over five.
+		"clock:0":  "550/29.091/-",
+		"clock:5":  "550/29.091/14894.5",
+		"clock:10": "250/128.000/-",
+		"clock:15": "123/9.000/-", // given: kept
+		// 10+20+5+5 ms; communication overlaps backward and is left out.
+		"phases:0": "40/200.000/-",
+		"phases:1": "-/-/-", // nothing to derive from
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s = %s, want %s", k, got[k], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("steps = %v", got)
+	}
+}

@@ -258,7 +258,7 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 
 // compareFigures names the figures of a compare row, as in delta_pct.
 var compareFigures = []string{"gpu_mem_peak_mb", "gpu_mem_mean_mb", "gpu_util_pct", "cpu_util_pct", "step_time_s",
-	"steps_per_s", "samples_per_s", "final_loss", "best_eval_accuracy"}
+	"steps_per_s", "samples_per_s", "tflops", "mfu", "final_loss", "best_eval_accuracy"}
 
 func figureOf(row *api.CompareRow, name string) *api.Float {
 	switch name {
@@ -276,6 +276,10 @@ func figureOf(row *api.CompareRow, name string) *api.Float {
 		return row.StepsPerS
 	case "samples_per_s":
 		return row.SamplesPerS
+	case "tflops":
+		return row.TFLOPS
+	case "mfu":
+		return row.MFU
 	case "final_loss":
 		return row.FinalLoss
 	case "best_eval_accuracy":
@@ -479,6 +483,9 @@ func (h *Handler) fillSteady(ctx context.Context, runID string, row *api.Compare
 		sps = &v
 	}
 	row.SamplesPerS = fp(sps)
+	// Per GPU: the mean over ranks, each rank's own GPU.
+	row.TFLOPS = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.TFLOPS }))
+	row.MFU = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.MFU }))
 }
 
 // fillFromSamples fills memory, GPU and CPU figures the steps lacked from

@@ -70,6 +70,7 @@ func (h *Handler) Register(g *echo.Group) {
 	g.GET("/runs/:id/breakdown", h.wrap(h.breakdown))
 	g.GET("/runs/:id/memory", h.wrap(h.memory))
 	g.GET("/runs/:id/ranks", h.wrap(h.ranks))
+	g.GET("/runs/:id/code", h.wrap(h.code))
 	g.GET("/compare", h.wrap(h.compare))
 	g.GET("/gpus", h.wrap(h.gpus))
 	g.GET("/annotations", h.wrap(h.annotations))
@@ -236,7 +237,7 @@ var metricUnits = map[string]string{
 	"step_ms": "ms", "forward_ms": "ms", "backward_ms": "ms", "optimizer_ms": "ms", "comm_ms": "ms", "data_ms": "ms",
 	"gpu_util_pct": "percent", "cpu_util_pct": "percent", "gpu_mem_used_gb": "GB", "gpu_mem_peak_gb": "GB",
 	"gpu_mem_reserved_gb": "GB", "throughput_sps": "samples/s", "throughput_tps": "tokens/s", "samples": "samples",
-	"tokens": "tokens", "epoch": "epoch",
+	"tokens": "tokens", "epoch": "epoch", "tflops": "TFLOP/s", "mfu": "ratio",
 }
 
 var gpuUnits = map[string]string{

@@ -3,6 +3,8 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/labstack/echo/v4"
 
@@ -110,7 +112,7 @@ func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary
 		BestValAccuracy: fp(ev.BestAcc), FinalValAccuracy: fp(ev.FinalAcc), BestValF1: fp(ev.BestF1),
 		FinalValF1: fp(ev.FinalF1), FinalValLoss: fp(ev.FinalLoss),
 		MeanThroughputSPS: fp(st.MeanThroughpt), MeanGPUUtilPct: fp(st.MeanGPUUtil), PeakGPUMemGB: fp(st.PeakGPUMemGB),
-		MeanStepMS: fp(st.MeanStepMS), SkippedSteps: st.Skipped,
+		MeanStepMS: fp(st.MeanStepMS), MeanTFLOPS: fp(st.MeanTFLOPS), MeanMFU: fp(st.MeanMFU), SkippedSteps: st.Skipped,
 	}
 	if s.Tags == nil {
 		s.Tags = []string{}
@@ -161,4 +163,27 @@ func precisionFromConfig(cfg json.RawMessage) string {
 		return "fp32"
 	}
 	return ""
+}
+
+// code answers GET /runs/{id}/code: the entry script's source and the git
+// diff of uncommitted changes sent with the run; an empty object when none
+// were (capture off, or an imported run).
+func (h *Handler) code(ctx context.Context, c echo.Context) (any, error) {
+	id := c.Param("id")
+	raw, err := h.store.RunCode(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &notFound{what: fmt.Sprintf("run %q", id)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := api.RunCodeResponse{RunID: id}
+	if len(raw) > 0 {
+		var rc api.RunCode
+		if err := json.Unmarshal(raw, &rc); err != nil {
+			return nil, fmt.Errorf("query: code of run %s: %w", id, err)
+		}
+		out.RunCode = rc
+	}
+	return out, nil
 }

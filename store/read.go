@@ -122,6 +122,20 @@ func (s *Store) GetRun(ctx context.Context, runID string) (*RunRow, error) {
 	return r, nil
 }
 
+// RunCode returns the code sent with a run (the JSON of [api.RunCode]),
+// nil when none was, or ErrNotFound when there is no such run.
+func (s *Store) RunCode(ctx context.Context, runID string) (json.RawMessage, error) {
+	var code []byte
+	err := s.Pool.QueryRow(ctx, `SELECT code FROM runs WHERE run_id = $1`, runID).Scan(&code)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: code of run %s: %w", runID, err)
+	}
+	return code, nil
+}
+
 // RunRanks returns the ranks that recorded steps or layers, ascending. It
 // skips through the index instead of reading every row.
 func (s *Store) RunRanks(ctx context.Context, runID string) ([]int, error) {
@@ -155,6 +169,8 @@ type RunStats struct {
 	MeanGPUUtil   *float64
 	PeakGPUMemGB  *float64
 	MeanStepMS    *float64
+	MeanTFLOPS    *float64 // achieved model TFLOP/s per GPU
+	MeanMFU       *float64 // model FLOPs utilisation, 0..1
 	FinalLoss     *float64
 	UserMetrics   []string
 }
@@ -207,6 +223,8 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	st.MeanThroughpt = mean("throughput_sps")
 	st.MeanGPUUtil = mean("gpu_util_pct")
 	st.MeanStepMS = mean("step_ms")
+	st.MeanTFLOPS = mean("tflops")
+	st.MeanMFU = mean("mfu")
 	st.PeakGPUMemGB = m["gpu_mem_used_gb"].max
 	if p := m["gpu_mem_peak_gb"].max; p != nil && (st.PeakGPUMemGB == nil || *p > *st.PeakGPUMemGB) {
 		st.PeakGPUMemGB = p
@@ -529,6 +547,7 @@ type SteadyRank struct {
 	MedianStepMS, P95StepMS                    *float64
 	GPUUtil, CPUUtil, GPUMemGB, PeakGPUMemGB   *float64
 	ThroughputSPS                              *float64
+	TFLOPS, MFU                                *float64
 	WaitMS                                     *float64
 }
 
@@ -541,7 +560,7 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 	rows, err := s.Pool.Query(ctx, `
 		WITH s AS (
 			SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
-			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, throughput_sps,
+			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, throughput_sps, tflops, mfu,
 			       greatest(gpu_mem_used_gb, gpu_mem_peak_gb) AS mem,
 			       coalesce(forward_ms + backward_ms + coalesce(optimizer_ms, 0), step_ms - coalesce(comm_ms, 0), step_ms) AS busy
 			FROM steps WHERE run_id = $1 AND step >= $2 AND ($3 < 0 OR rank = $3)
@@ -551,7 +570,7 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 		SELECT rank, count(*), min(step), max(step), min(time), max(time),
 		       avg(step_ms), avg(forward_ms), avg(backward_ms), avg(optimizer_ms), avg(comm_ms), avg(data_ms),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY step_ms),
-		       avg(gpu_util_pct), avg(cpu_util_pct), avg(gpu_mem_used_gb), max(mem), avg(throughput_sps), avg(wait)
+		       avg(gpu_util_pct), avg(cpu_util_pct), avg(gpu_mem_used_gb), max(mem), avg(throughput_sps), avg(tflops), avg(mfu), avg(wait)
 		FROM w GROUP BY rank ORDER BY rank`, runID, from, onlyRank)
 	if err != nil {
 		return nil, fmt.Errorf("store: steady state of %s: %w", runID, err)
@@ -560,7 +579,7 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 		var a SteadyRank
 		err := r.Scan(&a.Rank, &a.Rows, &a.FirstStep, &a.LastStep, &a.FirstTime, &a.LastTime,
 			&a.StepMS, &a.ForwardMS, &a.BackwardMS, &a.OptimizerMS, &a.CommMS, &a.DataMS,
-			&a.MedianStepMS, &a.P95StepMS, &a.GPUUtil, &a.CPUUtil, &a.GPUMemGB, &a.PeakGPUMemGB, &a.ThroughputSPS, &a.WaitMS)
+			&a.MedianStepMS, &a.P95StepMS, &a.GPUUtil, &a.CPUUtil, &a.GPUMemGB, &a.PeakGPUMemGB, &a.ThroughputSPS, &a.TFLOPS, &a.MFU, &a.WaitMS)
 		return a, err
 	})
 	if err != nil {

@@ -217,6 +217,7 @@ type runUpdate struct {
 	project, name, sweepID *string
 	startedAt              *time.Time
 	config, params, tags   *string
+	code                   *string
 	meta                   map[string]json.RawMessage
 }
 
@@ -317,6 +318,12 @@ func (b *batchPlan) run(r *api.Run) {
 	}
 	if js := rawObject(r.Params); js != nil {
 		u.params = js
+	}
+	if r.Code != nil {
+		if js, err := json.Marshal(r.Code); err == nil {
+			s := string(js)
+			u.code = &s
+		}
 	}
 	if r.Tags != nil {
 		js, _ := json.Marshal(r.Tags)

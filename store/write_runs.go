@@ -174,7 +174,7 @@ func (b *batchPlan) runUpdates(q *pgx.Batch) int {
 		var (
 			ids                                        []string
 			project, name, sweep, config, params, tags []*string
-			meta                                       []*string
+			meta, code                                 []*string
 			started                                    []*time.Time
 		)
 		for id, u := range b.runs {
@@ -185,6 +185,7 @@ func (b *batchPlan) runUpdates(q *pgx.Batch) int {
 			config = append(config, u.config)
 			params = append(params, u.params)
 			tags = append(tags, u.tags)
+			code = append(code, u.code)
 			started = append(started, u.startedAt)
 			var m *string
 			if u.meta != nil {
@@ -201,15 +202,16 @@ func (b *batchPlan) runUpdates(q *pgx.Batch) int {
 				started_at = COALESCE(u.started_at, r.started_at),
 				config     = COALESCE(u.config::jsonb, r.config),
 				params     = COALESCE(u.params::jsonb, r.params),
+				code       = COALESCE(u.code::jsonb, r.code),
 				meta       = r.meta || COALESCE(u.meta::jsonb, '{}'),
 				tags       = CASE WHEN u.tags IS NULL THEN r.tags
 				                  ELSE ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)) END,
 				updated_at = now()
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],
-			            $6::text[], $7::text[], $8::text[], $9::text[])
-			     AS u(run_id, project, name, sweep_id, started_at, config, params, meta, tags)
+			            $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+			     AS u(run_id, project, name, sweep_id, started_at, config, params, meta, tags, code)
 			WHERE r.run_id = u.run_id`,
-			ids, project, name, sweep, started, config, params, meta, tags)
+			ids, project, name, sweep, started, config, params, meta, tags, code)
 		n++
 	}
 	if len(b.ends) > 0 {

@@ -6,6 +6,7 @@ export type QueryType =
   | 'runs'
   | 'run_summary'
   | 'run_details'
+  | 'run_code'
   | 'series'
   | 'heatmap'
   | 'evals'
@@ -64,6 +65,7 @@ export const QUERY_TYPES: QueryTypeInfo[] = [
   { value: 'series', label: 'Series', description: 'Step metrics over time or steps (time series, trend)', needsRun: true },
   { value: 'run_summary', label: 'Run summary', description: 'One row of summary figures (stat panels)', needsRun: true },
   { value: 'run_details', label: 'Run details', description: 'Config, hyper-parameters, command, commit, versions', needsRun: true },
+  { value: 'run_code', label: 'Run code', description: 'Entry script and uncommitted git diff, one row per line', needsRun: true },
   { value: 'heatmap', label: 'Layer heatmap', description: 'Per-layer milliseconds, heatmap rows', needsRun: true },
   { value: 'evals', label: 'Evaluations', description: 'Evaluation points to overlay on the loss', needsRun: true },
   { value: 'breakdown', label: 'Compute breakdown', description: 'Steady-state step time by phase (pie)', needsRun: true },
@@ -105,6 +107,8 @@ export const STEP_METRICS = [
   'gpu_mem_peak_gb',
   'gpu_mem_reserved_gb',
   'cpu_util_pct',
+  'tflops',
+  'mfu',
   'skipped',
 ];
 

@@ -77,6 +77,67 @@ def git_commit(cwd=None):
     return ""
 
 
+CODE_MAX_BYTES = 512 * 1024
+
+
+def _cap_text(data, limit=CODE_MAX_BYTES):
+    """(text, truncated): data (bytes) as UTF-8 text of at most limit
+    bytes; a cut one ends with a note saying how much is shown. NUL, which
+    no JSON text column stores, is dropped."""
+    full = len(data)
+    data = data.replace(b"\x00", b"")
+    if len(data) <= limit:
+        return data.decode("utf-8", "replace"), False
+    note = "\n\n[deepseed: cut at %d of %d bytes]\n" % (limit, full)
+    keep = data[:limit - len(note.encode()) - 8]
+    text = keep.decode("utf-8", "ignore")  # a character split by the cut goes
+    while len(text.encode("utf-8")) + len(note) > limit:  # replacement chars can grow the text
+        text = text[:-64]
+    return text + note, True
+
+
+def entry_script():
+    """Path of the script this process runs, or None (interactive, -c)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path and sys.argv and sys.argv[0] not in ("", "-c", "-m"):
+        path = sys.argv[0]
+    if path and os.path.isfile(path):
+        return os.path.abspath(path)
+    return None
+
+
+def capture_code(limit=CODE_MAX_BYTES):
+    """The entry script's source and `git diff HEAD` of the checkout that
+    holds it (uncommitted changes, staged or not; untracked files are not
+    in it), each at most limit bytes. None when there is neither."""
+    code = {}
+    path = entry_script()
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(limit * 4 + 1)
+                size = os.fstat(f.fileno()).st_size
+            text, cut = _cap_text(data, limit)
+            code.update(entry_path=path, source=text, source_bytes=size)
+            if cut:
+                code["source_truncated"] = True
+        except OSError:
+            pass
+    cwd = os.path.dirname(path) if path else os.getcwd()
+    try:
+        out = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff"], cwd=cwd, capture_output=True,
+                             timeout=5)
+        if out.returncode == 0 and out.stdout:
+            text, cut = _cap_text(out.stdout, limit)
+            code.update(git_diff=text, git_diff_bytes=len(out.stdout))
+            if cut:
+                code["git_diff_truncated"] = True
+    except Exception:
+        pass
+    return code or None
+
+
 def _dist_version(name):
     try:
         from importlib import metadata

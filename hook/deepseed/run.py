@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 
-from . import env
+from . import env, flops
 from .sender import FileSender, NullSender, Sender, ingest_url
 
 log = logging.getLogger("deepseed")
@@ -25,7 +25,7 @@ DEFAULT_COLLECTOR_URL = "http://127.0.0.1:9464"
 STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples", "tokens",
                "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
                "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb",
-               "cpu_util_pct")
+               "cpu_util_pct", "tflops", "mfu")
 INT_FIELDS = ("samples", "tokens")
 
 # CUDA events and the host clock resolve about half a microsecond, so four
@@ -127,7 +127,7 @@ class Run:
     def __init__(self, project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
                  collector_url=None, server_url=None, token=None, layer_every=10, meta=None, mode=None,
                  max_queue=10000, batch_size=500, flush_interval=1.0, flush_timeout=None, compress=None,
-                 file=None, handle_signals=True):
+                 file=None, handle_signals=True, flops_per_token=None, peak_tflops=None):
         self._lock = threading.RLock()
         self._warned = set()
         self.finished = False
@@ -160,6 +160,14 @@ class Run:
         if meta:
             self.meta.update({k: v for k, v in meta.items() if v is not None})
 
+        # TFLOP/s and MFU (flops.py): overrides, else estimated from the
+        # watched model and the GPU; both land in meta.
+        self._flops_override = _positive(flops_per_token)
+        self._peak_override = _positive(peak_tflops)
+        self._flops_cfg = None
+        self._fpt = self._peak = None
+        self._refresh_flops()
+
         self._sender = self._make_sender(mode, collector_url, server_url, token, max_queue, batch_size,
                                          flush_interval, compress, file)
         self._pending = collections.deque()
@@ -170,7 +178,16 @@ class Run:
 
         self._send({"kind": "process", "run_id": self.run_id, "rank": self.rank, "local_rank": self.local_rank,
                     "pid": os.getpid(), "host": self.meta["host"]})
-        self._send_run_record()
+        # The code that produced the run goes with the first run record
+        # only; the server keeps it when later ones (meta updates) lack it.
+        code = None
+        if self.rank == 0 and os.environ.get("DEEPSEED_CAPTURE_CODE", "1").strip().lower() not in ("0", "false", "no",
+                                                                                                  "off"):
+            try:
+                code = env.capture_code()
+            except Exception as e:
+                self._warn_once("code", "deepseed: could not read the run's code: %s", e)
+        self._send_run_record(code=code)
 
         atexit.register(self._atexit)
         self._install_excepthook()
@@ -295,7 +312,7 @@ class Run:
     def _send(self, rec):
         self._sender.put(rec)
 
-    def _send_run_record(self):
+    def _send_run_record(self, code=None):
         if self.rank != 0:
             return
         meta = {k: v for k, v in self.meta.items() if v is not None and v != ""}
@@ -311,6 +328,8 @@ class Run:
             rec["tags"] = self.tags
         if self.sweep_id:
             rec["sweep_id"] = self.sweep_id
+        if code:
+            rec["code"] = code
         self._send(rec)
 
     def update_meta(self, **meta):
@@ -319,9 +338,30 @@ class Run:
         try:
             with self._lock:
                 self.meta.update({k: v for k, v in meta.items() if v is not None})
+                self._refresh_flops()
                 self._send_run_record()
         except Exception as e:
             self._warn_once("meta", "deepseed: update_meta: %s", e)
+
+    def _refresh_flops(self):
+        m = self.meta
+        self._fpt = self._flops_override or flops.flops_per_token(m.get("params"), self._flops_cfg, m.get("seq_len"))
+        self._peak = self._peak_override or flops.peak_tflops(m.get("gpu"), m.get("precision"))
+        if self._fpt:
+            m["flops_per_token"] = float(self._fpt)
+        if self._peak:
+            m["peak_tflops"] = float(self._peak)
+
+    def set_flops(self, flops_per_token=None, peak_tflops=None):
+        """Overrides the model FLOPs per token and the GPU's peak TFLOP/s
+        that TFLOP/s and MFU of each step are computed with."""
+        with self._lock:
+            if flops_per_token is not None:
+                self._flops_override = _positive(flops_per_token)
+            if peak_tflops is not None:
+                self._peak_override = _positive(peak_tflops)
+            self._refresh_flops()
+            self._send_run_record()
 
     def _emit(self, rec, tensors):
         """Sends rec now, or once its tensor values are on the host."""
@@ -351,6 +391,12 @@ class Run:
                 self._warn_once("lazy", "deepseed: could not read tensor values: %s", e)
         if rec.get("kind") == "step":
             _derive_throughput(rec)
+            if self._fpt and "tflops" not in rec:
+                tf, mfu = flops.achieved(self._fpt, rec.get("tokens"), rec.get("step_ms"), self._peak)
+                if tf is not None:
+                    rec["tflops"] = tf
+                    if mfu is not None and "mfu" not in rec:
+                        rec["mfu"] = mfu
         self._send(rec)
 
     def _step_record(self, step, fields):
@@ -380,11 +426,26 @@ class Run:
                 if step is None:
                     step = self._next_step
                 self._next_step = step + 1
+                self._wall_step_ms(step, fields)
                 rec, tensors = self._step_record(step, fields)
                 self.steps_logged += 1
                 self._emit(rec, tensors)
         except Exception as e:
             self._warn_once("log_step", "deepseed: log_step: %s", e)
+
+    def _wall_step_ms(self, step, fields):
+        """Without watch(), a step's time is the wall clock since the
+        previous log_step, shared evenly over the steps between them (a
+        loop that logs every 10th step gets the mean of those 10). The
+        first call has nothing to measure from; a step_ms passed in wins."""
+        now = time.perf_counter()
+        last, self._last_step_time = self._last_step_time, (step, now)
+        if last is None or "step_ms" in fields:
+            return
+        last_step, last_t = last
+        if step <= last_step:
+            return
+        fields["step_ms"] = (now - last_t) * 1000.0 / (step - last_step)
 
     def _emit_watched_step(self, step, fields, tensors):
         """Called by the watcher with a finished step's measurements."""
@@ -459,7 +520,7 @@ class Run:
     # ---- torch ----------------------------------------------------------------
 
     def watch(self, model, optimizer=None, layers=None, layer_every=None, grad_norm="auto", batch_size=None,
-              tokens_per_sample=None, **kwargs):
+              tokens_per_sample=None, flops_per_token=None, peak_tflops=None, **kwargs):
         """Measures every training step of model (a torch module or a
         DeepSpeed engine): forward, backward and optimizer time with CUDA
         events read back once complete, data-loading time, throughput,
@@ -475,10 +536,18 @@ class Run:
             layer_every: profile layers every N steps (0: never).
             grad_norm: "auto" (use what the framework computed, else one
                 fused norm on the device), "fused", or "off".
+            flops_per_token: training FLOPs per token, instead of the
+                estimate from the model (see deepseed.flops).
+            peak_tflops: the GPU's peak TFLOP/s for MFU, instead of the
+                table's.
         """
         try:
             from .watch import Watcher
             with self._lock:
+                if flops_per_token is not None:
+                    self._flops_override = _positive(flops_per_token)
+                if peak_tflops is not None:
+                    self._peak_override = _positive(peak_tflops)
                 if self._watcher is not None:
                     self._watcher.close(wait=False)
                 self._watcher = Watcher(self, model, optimizer=optimizer, layers=layers,
@@ -494,10 +563,12 @@ class Run:
     # ---- end ------------------------------------------------------------------
 
     def summary(self):
+        """Counts so far. records_sent is what the server or collector has
+        acknowledged; records_pending what is still queued or in flight."""
         s = self._sender
         return {"steps": self.steps_logged, "duration_s": round(time.time() - self.started, 3),
-                "records_sent": s.sent, "records_dropped": s.dropped, "records_rejected": s.rejected,
-                "records_saved_locally": s.saved}
+                "records_sent": s.sent, "records_pending": s.pending, "records_dropped": s.dropped,
+                "records_rejected": s.rejected, "records_saved_locally": s.saved}
 
     def finish(self, status="finished", summary=None, timeout=None):
         """Ends the run: reads what the device still owes, sends the end
@@ -508,6 +579,8 @@ class Run:
                 return
             self.finished = True
             self.status = status
+        budget = max(0.0, self.flush_timeout if timeout is None else timeout)
+        flushed_at = None
         try:
             if self._watcher is not None:
                 try:
@@ -521,6 +594,11 @@ class Run:
             with self._lock:
                 self._poll(wait=True)
             if self.rank == 0 or status != "finished":
+                # Deliver everything before the end record so its counts are
+                # what arrived, not what had left when finish() began. Half
+                # the flush budget at most: the end record needs the rest.
+                flushed_at = time.monotonic()
+                getattr(self._sender, "drain", self._sender.flush)(budget / 2)
                 summ = self.summary()
                 if summary:
                     summ.update(summary)
@@ -529,7 +607,8 @@ class Run:
         except Exception as e:
             self._warn_once("finish", "deepseed: finish: %s", e)
         finally:
-            self._sender.close(self.flush_timeout if timeout is None else timeout)
+            spent = time.monotonic() - flushed_at if flushed_at is not None else 0.0
+            self._sender.close(max(0.0, budget - spent))
             try:
                 atexit.unregister(self._atexit)
             except Exception:
@@ -553,6 +632,14 @@ class Run:
         else:
             self.finish("failed", summary={"error": ("%s: %s" % (tp.__name__, value))[:2000]})
         return False
+
+
+def _positive(v):
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 and v != float("inf") else None
 
 
 def _derive_throughput(rec):

@@ -366,6 +366,11 @@ class Watcher:
         except Exception:
             self.sharded_grads = False
         meta["versions"] = dict(m.get("versions") or {}, **_torch_versions())
+        # The config's layers and width give the attention FLOPs; the
+        # sequence length comes with the first batch (or tokens_per_sample).
+        run._flops_cfg = cfg
+        if self.tokens_per_sample and not m.get("seq_len"):
+            meta["seq_len"] = int(self.tokens_per_sample)
         run.update_meta(**meta)
         if run.meta.get("precision"):
             self._log_memory()

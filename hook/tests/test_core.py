@@ -138,6 +138,42 @@ class RecordsTest(unittest.TestCase):
         run.finish()
         self.assertEqual([r["step"] for r in self.cap.records("step")], [1, 10, 11])
 
+    def test_step_time_from_wall_clock_without_watch(self):
+        run = quiet_run(self.cap.url)
+        run.log_step(1, loss=1.0, samples=8, tokens=1024)
+        time.sleep(0.05)
+        run.log_step(2, loss=1.0, samples=8, tokens=1024)
+        time.sleep(0.09)
+        run.log_step(5, loss=1.0, samples=8)  # three steps in 90 ms: 30 ms each
+        run.log_step(6, loss=1.0, step_ms=7.0, samples=7)  # given: kept
+        run.finish()
+        steps = {r["step"]: r for r in self.cap.records("step")}
+        self.assertNotIn("step_ms", steps[1])
+        self.assertNotIn("throughput_sps", steps[1])
+        s2 = steps[2]
+        self.assertGreaterEqual(s2["step_ms"], 50.0)
+        self.assertLess(s2["step_ms"], 85.0)
+        self.assertAlmostEqual(s2["throughput_sps"], 8 * 1000.0 / s2["step_ms"], places=3)
+        self.assertAlmostEqual(s2["throughput_tps"], 1024 * 1000.0 / s2["step_ms"], places=1)
+        self.assertGreaterEqual(steps[5]["step_ms"], 30.0)
+        self.assertLess(steps[5]["step_ms"], 30.0 + 15.0)
+        self.assertEqual(steps[6]["step_ms"], 7.0)
+        self.assertAlmostEqual(steps[6]["throughput_sps"], 1000.0)
+
+    def test_end_summary_counts_what_was_delivered(self):
+        # A long flush interval: nothing leaves before finish(), so a count
+        # read before the queue drains would say 0.
+        run = quiet_run(self.cap.url, flush_interval=30, batch_size=10000)
+        for i in range(50):
+            run.log_step(i, loss=1.0)
+        run.finish()
+        recs = self.cap.records()
+        end = self.cap.records("end")[0]
+        before_end = len(recs) - 1
+        self.assertEqual(end["summary"]["records_sent"], before_end)
+        self.assertEqual(end["summary"]["records_pending"], 0)
+        self.assertEqual(run.sender.sent, len(recs))
+
     def test_context_manager_marks_failure(self):
         with self.assertRaises(ValueError):
             with quiet_run(self.cap.url) as run:

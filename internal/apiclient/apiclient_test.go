@@ -195,6 +195,14 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 	if memory.JSON200.Parts == nil || len(*memory.JSON200.Parts) == 0 {
 		t.Errorf("getRunMemory: no parts: %s", memory.Body)
 	}
+	code, err := reader.GetRunCodeWithResponse(ctx, bert)
+	call("getRunCode", code, err)
+	if code.JSON200.Source == nil || !strings.Contains(*code.JSON200.Source, "deepspeed.initialize") || code.JSON200.GitDiff == nil {
+		t.Errorf("getRunCode: no source or diff: %s", code.Body)
+	}
+	if missing, err := reader.GetRunCodeWithResponse(ctx, "no-such-run"); err != nil || missing.StatusCode() != http.StatusNotFound {
+		t.Errorf("getRunCode of an unknown run: %v, status %d, want 404", err, missing.StatusCode())
+	}
 	ranks, err := reader.GetRunRanksWithResponse(ctx, bert, &apiclient.GetRunRanksParams{})
 	call("getRunRanks", ranks, err)
 	if len(*ranks.JSON200.Ranks) == 0 {

@@ -471,22 +471,28 @@ type CompareRow struct {
 	GpuMemMeanMb     *Float             `json:"gpu_mem_mean_mb,omitempty"`
 	GpuMemPeakMb     *Float             `json:"gpu_mem_peak_mb,omitempty"`
 	GpuUtilPct       *Float             `json:"gpu_util_pct,omitempty"`
-	MicroBatch       *int               `json:"micro_batch,omitempty"`
-	Model            *string            `json:"model,omitempty"`
-	Name             *string            `json:"name,omitempty"`
-	OffloadOptimizer *string            `json:"offload_optimizer,omitempty"`
-	OffloadParams    *string            `json:"offload_params,omitempty"`
-	Parallelism      *string            `json:"parallelism,omitempty"`
-	PipelineStages   *int               `json:"pipeline_stages,omitempty"`
-	Precision        *string            `json:"precision,omitempty"`
-	Project          *string            `json:"project,omitempty"`
-	RunId            *string            `json:"run_id,omitempty"`
-	SamplesPerS      *Float             `json:"samples_per_s,omitempty"`
-	Status           *string            `json:"status,omitempty"`
-	StepTimeS        *Float             `json:"step_time_s,omitempty"`
-	StepsPerS        *Float             `json:"steps_per_s,omitempty"`
-	WorldSize        *int               `json:"world_size,omitempty"`
-	ZeroStage        *int               `json:"zero_stage,omitempty"`
+
+	// Mfu steady-state mean model FLOPs utilisation, 0..1
+	Mfu              *Float  `json:"mfu,omitempty"`
+	MicroBatch       *int    `json:"micro_batch,omitempty"`
+	Model            *string `json:"model,omitempty"`
+	Name             *string `json:"name,omitempty"`
+	OffloadOptimizer *string `json:"offload_optimizer,omitempty"`
+	OffloadParams    *string `json:"offload_params,omitempty"`
+	Parallelism      *string `json:"parallelism,omitempty"`
+	PipelineStages   *int    `json:"pipeline_stages,omitempty"`
+	Precision        *string `json:"precision,omitempty"`
+	Project          *string `json:"project,omitempty"`
+	RunId            *string `json:"run_id,omitempty"`
+	SamplesPerS      *Float  `json:"samples_per_s,omitempty"`
+	Status           *string `json:"status,omitempty"`
+	StepTimeS        *Float  `json:"step_time_s,omitempty"`
+	StepsPerS        *Float  `json:"steps_per_s,omitempty"`
+
+	// Tflops steady-state mean achieved model TFLOP/s per GPU
+	Tflops    *Float `json:"tflops,omitempty"`
+	WorldSize *int   `json:"world_size,omitempty"`
+	ZeroStage *int   `json:"zero_stage,omitempty"`
 }
 
 // End defines model for End.
@@ -834,6 +840,9 @@ type RecordError struct {
 
 // Run defines model for Run.
 type Run struct {
+	// Code sent once; a run record without it keeps what is stored
+	Code *RunCode `json:"code,omitempty"`
+
 	// Config any JSON value, as sent
 	Config interface{} `json:"config,omitempty"`
 	Kind   RunKind     `json:"kind"`
@@ -852,6 +861,55 @@ type Run struct {
 // RunKind defines model for Run.Kind.
 type RunKind string
 
+// RunCode defines model for RunCode.
+type RunCode struct {
+	// EntryPath path of the entry script
+	EntryPath *string `json:"entry_path,omitempty"`
+
+	// GitDiff git diff HEAD of the working tree, at most 512 KiB
+	GitDiff *string `json:"git_diff,omitempty"`
+
+	// GitDiffBytes the diff's full size in bytes
+	GitDiffBytes *int64 `json:"git_diff_bytes,omitempty"`
+
+	// GitDiffTruncated the diff was cut at 512 KiB
+	GitDiffTruncated *bool `json:"git_diff_truncated,omitempty"`
+
+	// Source the entry script's source, at most 512 KiB
+	Source *string `json:"source,omitempty"`
+
+	// SourceBytes the source's full size in bytes
+	SourceBytes *int64 `json:"source_bytes,omitempty"`
+
+	// SourceTruncated the source was cut at 512 KiB
+	SourceTruncated *bool `json:"source_truncated,omitempty"`
+}
+
+// RunCodeResponse defines model for RunCodeResponse.
+type RunCodeResponse struct {
+	// EntryPath path of the entry script
+	EntryPath *string `json:"entry_path,omitempty"`
+
+	// GitDiff git diff HEAD of the working tree, at most 512 KiB
+	GitDiff *string `json:"git_diff,omitempty"`
+
+	// GitDiffBytes the diff's full size in bytes
+	GitDiffBytes *int64 `json:"git_diff_bytes,omitempty"`
+
+	// GitDiffTruncated the diff was cut at 512 KiB
+	GitDiffTruncated *bool  `json:"git_diff_truncated,omitempty"`
+	RunId            string `json:"run_id"`
+
+	// Source the entry script's source, at most 512 KiB
+	Source *string `json:"source,omitempty"`
+
+	// SourceBytes the source's full size in bytes
+	SourceBytes *int64 `json:"source_bytes,omitempty"`
+
+	// SourceTruncated the source was cut at 512 KiB
+	SourceTruncated *bool `json:"source_truncated,omitempty"`
+}
+
 // RunDetail defines model for RunDetail.
 type RunDetail struct {
 	BestValAccuracy *Float  `json:"best_val_accuracy,omitempty"`
@@ -859,23 +917,29 @@ type RunDetail struct {
 	Command         *string `json:"command,omitempty"`
 
 	// Config any JSON value, as sent
-	Config            interface{} `json:"config,omitempty"`
-	DurationS         *Float      `json:"duration_s,omitempty"`
-	EffectiveBatch    *int        `json:"effective_batch,omitempty"`
-	EndedAt           *time.Time  `json:"ended_at,omitempty"`
-	FinalLoss         *Float      `json:"final_loss,omitempty"`
-	FinalValAccuracy  *Float      `json:"final_val_accuracy,omitempty"`
-	FinalValF1        *Float      `json:"final_val_f1,omitempty"`
-	FinalValLoss      *Float      `json:"final_val_loss,omitempty"`
-	GitCommit         *string     `json:"git_commit,omitempty"`
-	Gpu               *string     `json:"gpu,omitempty"`
-	GradAccum         *int        `json:"grad_accum,omitempty"`
-	Host              *string     `json:"host,omitempty"`
-	LastSeenAt        *time.Time  `json:"last_seen_at,omitempty"`
-	LastStep          *int64      `json:"last_step,omitempty"`
-	MeanGpuUtilPct    *Float      `json:"mean_gpu_util_pct,omitempty"`
-	MeanStepMs        *Float      `json:"mean_step_ms,omitempty"`
-	MeanThroughputSps *Float      `json:"mean_throughput_sps,omitempty"`
+	Config           interface{} `json:"config,omitempty"`
+	DurationS        *Float      `json:"duration_s,omitempty"`
+	EffectiveBatch   *int        `json:"effective_batch,omitempty"`
+	EndedAt          *time.Time  `json:"ended_at,omitempty"`
+	FinalLoss        *Float      `json:"final_loss,omitempty"`
+	FinalValAccuracy *Float      `json:"final_val_accuracy,omitempty"`
+	FinalValF1       *Float      `json:"final_val_f1,omitempty"`
+	FinalValLoss     *Float      `json:"final_val_loss,omitempty"`
+	GitCommit        *string     `json:"git_commit,omitempty"`
+	Gpu              *string     `json:"gpu,omitempty"`
+	GradAccum        *int        `json:"grad_accum,omitempty"`
+	Host             *string     `json:"host,omitempty"`
+	LastSeenAt       *time.Time  `json:"last_seen_at,omitempty"`
+	LastStep         *int64      `json:"last_step,omitempty"`
+	MeanGpuUtilPct   *Float      `json:"mean_gpu_util_pct,omitempty"`
+
+	// MeanMfu mean model FLOPs utilisation over the run, 0..1
+	MeanMfu    *Float `json:"mean_mfu,omitempty"`
+	MeanStepMs *Float `json:"mean_step_ms,omitempty"`
+
+	// MeanTflops mean achieved model TFLOP/s per GPU over the run
+	MeanTflops        *Float `json:"mean_tflops,omitempty"`
+	MeanThroughputSps *Float `json:"mean_throughput_sps,omitempty"`
 
 	// Meta any JSON value, as sent
 	Meta             interface{} `json:"meta,omitempty"`
@@ -919,21 +983,27 @@ type RunList struct {
 
 // RunMeta Model, hardware and parallel layout; keys beyond the known ones are kept.
 type RunMeta struct {
-	Command              *string                `json:"command,omitempty"`
-	EffectiveBatch       *int                   `json:"effective_batch,omitempty"`
-	Epochs               *int                   `json:"epochs,omitempty"`
-	Framework            *string                `json:"framework,omitempty"`
-	GitCommit            *string                `json:"git_commit,omitempty"`
-	Gpu                  *string                `json:"gpu,omitempty"`
-	GpuMemoryTotalGb     *Float                 `json:"gpu_memory_total_gb,omitempty"`
-	GradAccum            *int                   `json:"grad_accum,omitempty"`
-	Host                 *string                `json:"host,omitempty"`
-	MicroBatch           *int                   `json:"micro_batch,omitempty"`
-	Model                *string                `json:"model,omitempty"`
-	OffloadOptimizer     *string                `json:"offload_optimizer,omitempty"`
-	OffloadParams        *string                `json:"offload_params,omitempty"`
-	Parallelism          *string                `json:"parallelism,omitempty"`
-	Params               *int64                 `json:"params,omitempty"`
+	Command        *string `json:"command,omitempty"`
+	EffectiveBatch *int    `json:"effective_batch,omitempty"`
+	Epochs         *int    `json:"epochs,omitempty"`
+
+	// FlopsPerToken training FLOPs per token of the model (6 × parameters, plus attention terms), or as overridden
+	FlopsPerToken    *Float  `json:"flops_per_token,omitempty"`
+	Framework        *string `json:"framework,omitempty"`
+	GitCommit        *string `json:"git_commit,omitempty"`
+	Gpu              *string `json:"gpu,omitempty"`
+	GpuMemoryTotalGb *Float  `json:"gpu_memory_total_gb,omitempty"`
+	GradAccum        *int    `json:"grad_accum,omitempty"`
+	Host             *string `json:"host,omitempty"`
+	MicroBatch       *int    `json:"micro_batch,omitempty"`
+	Model            *string `json:"model,omitempty"`
+	OffloadOptimizer *string `json:"offload_optimizer,omitempty"`
+	OffloadParams    *string `json:"offload_params,omitempty"`
+	Parallelism      *string `json:"parallelism,omitempty"`
+	Params           *int64  `json:"params,omitempty"`
+
+	// PeakTflops dense peak TFLOP/s of one GPU at the run's precision, from the datasheet table or as overridden
+	PeakTflops           *Float                 `json:"peak_tflops,omitempty"`
 	PipelineStages       *int                   `json:"pipeline_stages,omitempty"`
 	Precision            *string                `json:"precision,omitempty"`
 	SeqLen               *int                   `json:"seq_len,omitempty"`
@@ -946,21 +1016,27 @@ type RunMeta struct {
 
 // RunSummary defines model for RunSummary.
 type RunSummary struct {
-	BestValAccuracy   *Float     `json:"best_val_accuracy,omitempty"`
-	BestValF1         *Float     `json:"best_val_f1,omitempty"`
-	DurationS         *Float     `json:"duration_s,omitempty"`
-	EffectiveBatch    *int       `json:"effective_batch,omitempty"`
-	EndedAt           *time.Time `json:"ended_at,omitempty"`
-	FinalLoss         *Float     `json:"final_loss,omitempty"`
-	FinalValAccuracy  *Float     `json:"final_val_accuracy,omitempty"`
-	FinalValF1        *Float     `json:"final_val_f1,omitempty"`
-	FinalValLoss      *Float     `json:"final_val_loss,omitempty"`
-	Gpu               *string    `json:"gpu,omitempty"`
-	GradAccum         *int       `json:"grad_accum,omitempty"`
-	LastSeenAt        *time.Time `json:"last_seen_at,omitempty"`
-	LastStep          *int64     `json:"last_step,omitempty"`
-	MeanGpuUtilPct    *Float     `json:"mean_gpu_util_pct,omitempty"`
-	MeanStepMs        *Float     `json:"mean_step_ms,omitempty"`
+	BestValAccuracy  *Float     `json:"best_val_accuracy,omitempty"`
+	BestValF1        *Float     `json:"best_val_f1,omitempty"`
+	DurationS        *Float     `json:"duration_s,omitempty"`
+	EffectiveBatch   *int       `json:"effective_batch,omitempty"`
+	EndedAt          *time.Time `json:"ended_at,omitempty"`
+	FinalLoss        *Float     `json:"final_loss,omitempty"`
+	FinalValAccuracy *Float     `json:"final_val_accuracy,omitempty"`
+	FinalValF1       *Float     `json:"final_val_f1,omitempty"`
+	FinalValLoss     *Float     `json:"final_val_loss,omitempty"`
+	Gpu              *string    `json:"gpu,omitempty"`
+	GradAccum        *int       `json:"grad_accum,omitempty"`
+	LastSeenAt       *time.Time `json:"last_seen_at,omitempty"`
+	LastStep         *int64     `json:"last_step,omitempty"`
+	MeanGpuUtilPct   *Float     `json:"mean_gpu_util_pct,omitempty"`
+
+	// MeanMfu mean model FLOPs utilisation over the run, 0..1
+	MeanMfu    *Float `json:"mean_mfu,omitempty"`
+	MeanStepMs *Float `json:"mean_step_ms,omitempty"`
+
+	// MeanTflops mean achieved model TFLOP/s per GPU over the run
+	MeanTflops        *Float     `json:"mean_tflops,omitempty"`
 	MeanThroughputSps *Float     `json:"mean_throughput_sps,omitempty"`
 	MicroBatch        *int       `json:"micro_batch,omitempty"`
 	Model             *string    `json:"model,omitempty"`
@@ -1017,17 +1093,23 @@ type Step struct {
 	LossScale        *Float            `json:"loss_scale,omitempty"`
 	Lr               *Float            `json:"lr,omitempty"`
 	Metrics          *map[string]Float `json:"metrics,omitempty"`
-	OptimizerMs      *Float            `json:"optimizer_ms,omitempty"`
-	Rank             *int              `json:"rank,omitempty"`
-	RunId            string            `json:"run_id"`
-	Samples          *int64            `json:"samples,omitempty"`
-	Skipped          *bool             `json:"skipped,omitempty"`
-	Step             *int64            `json:"step"`
-	StepMs           *Float            `json:"step_ms,omitempty"`
-	ThroughputSps    *Float            `json:"throughput_sps,omitempty"`
-	ThroughputTps    *Float            `json:"throughput_tps,omitempty"`
-	Time             *Time             `json:"time,omitempty"`
-	Tokens           *int64            `json:"tokens,omitempty"`
+
+	// Mfu model FLOPs utilisation: tflops over the GPU's dense peak at the run's precision, 0..1
+	Mfu         *Float `json:"mfu,omitempty"`
+	OptimizerMs *Float `json:"optimizer_ms,omitempty"`
+	Rank        *int   `json:"rank,omitempty"`
+	RunId       string `json:"run_id"`
+	Samples     *int64 `json:"samples,omitempty"`
+	Skipped     *bool  `json:"skipped,omitempty"`
+	Step        *int64 `json:"step"`
+	StepMs      *Float `json:"step_ms,omitempty"`
+
+	// Tflops achieved model TFLOP/s of this rank's GPU: flops_per_token × tokens / step time
+	Tflops        *Float `json:"tflops,omitempty"`
+	ThroughputSps *Float `json:"throughput_sps,omitempty"`
+	ThroughputTps *Float `json:"throughput_tps,omitempty"`
+	Time          *Time  `json:"time,omitempty"`
+	Tokens        *int64 `json:"tokens,omitempty"`
 }
 
 // StepKind defines model for Step.Kind.
@@ -1396,6 +1478,14 @@ func (a *RunMeta) UnmarshalJSON(b []byte) error {
 		delete(object, "epochs")
 	}
 
+	if raw, found := object["flops_per_token"]; found {
+		err = json.Unmarshal(raw, &a.FlopsPerToken)
+		if err != nil {
+			return fmt.Errorf("error reading 'flops_per_token': %w", err)
+		}
+		delete(object, "flops_per_token")
+	}
+
 	if raw, found := object["framework"]; found {
 		err = json.Unmarshal(raw, &a.Framework)
 		if err != nil {
@@ -1490,6 +1580,14 @@ func (a *RunMeta) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("error reading 'params': %w", err)
 		}
 		delete(object, "params")
+	}
+
+	if raw, found := object["peak_tflops"]; found {
+		err = json.Unmarshal(raw, &a.PeakTflops)
+		if err != nil {
+			return fmt.Errorf("error reading 'peak_tflops': %w", err)
+		}
+		delete(object, "peak_tflops")
 	}
 
 	if raw, found := object["pipeline_stages"]; found {
@@ -1588,6 +1686,13 @@ func (a RunMeta) MarshalJSON() ([]byte, error) {
 		}
 	}
 
+	if a.FlopsPerToken != nil {
+		object["flops_per_token"], err = json.Marshal(a.FlopsPerToken)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'flops_per_token': %w", err)
+		}
+	}
+
 	if a.Framework != nil {
 		object["framework"], err = json.Marshal(a.Framework)
 		if err != nil {
@@ -1669,6 +1774,13 @@ func (a RunMeta) MarshalJSON() ([]byte, error) {
 		object["params"], err = json.Marshal(a.Params)
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'params': %w", err)
+		}
+	}
+
+	if a.PeakTflops != nil {
+		object["peak_tflops"], err = json.Marshal(a.PeakTflops)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'peak_tflops': %w", err)
 		}
 	}
 
@@ -2386,6 +2498,13 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/runs/{id}/breakdown (the `GetRunBreakdown` operationId).
 	GetRunBreakdown(ctx context.Context, id string, params *GetRunBreakdownParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetRunCode The code that produced the run: entry script source and git diff
+	//
+	// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+	//
+	// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+	GetRunCode(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetRunEvals Evaluations with the training loss at their step
 	//
 	// Corresponds with GET /api/v1/runs/{id}/evals (the `GetRunEvals` operationId).
@@ -2600,6 +2719,23 @@ func (c *Client) GetRun(ctx context.Context, id string, reqEditors ...RequestEdi
 // Corresponds with GET /api/v1/runs/{id}/breakdown (the `GetRunBreakdown` operationId).
 func (c *Client) GetRunBreakdown(ctx context.Context, id string, params *GetRunBreakdownParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunBreakdownRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRunCode The code that produced the run: entry script source and git diff
+//
+// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+//
+// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+func (c *Client) GetRunCode(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRunCodeRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3449,6 +3585,40 @@ func NewGetRunBreakdownRequest(server string, id string, params *GetRunBreakdown
 	return req, nil
 }
 
+// NewGetRunCodeRequest constructs an http.Request for the GetRunCode method
+func NewGetRunCodeRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/runs/%s/code", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetRunEvalsRequest constructs an http.Request for the GetRunEvals method
 func NewGetRunEvalsRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -4039,6 +4209,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/runs/{id}/breakdown (the `GetRunBreakdown` operationId).
 	GetRunBreakdownWithResponse(ctx context.Context, id string, params *GetRunBreakdownParams, reqEditors ...RequestEditorFn) (*GetRunBreakdownResponse, error)
+
+	// GetRunCodeWithResponse The code that produced the run: entry script source and git diff
+	//
+	// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+	GetRunCodeWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetRunCodeResponse, error)
 
 	// GetRunEvalsWithResponse Evaluations with the training loss at their step
 	//
@@ -4715,6 +4894,68 @@ func (r GetRunBreakdownResponse) ContentType() string {
 	return ""
 }
 
+type GetRunCodeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunCodeResponse
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRunCodeResponse) GetJSON200() *RunCodeResponse {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetRunCodeResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetRunCodeResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetRunCodeResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRunCodeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRunCodeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRunCodeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRunCodeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetRunEvalsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5336,6 +5577,21 @@ func (c *ClientWithResponses) GetRunBreakdownWithResponse(ctx context.Context, i
 	return ParseGetRunBreakdownResponse(rsp)
 }
 
+// GetRunCodeWithResponse The code that produced the run: entry script source and git diff
+//
+// The entry script's source and the diff of uncommitted changes the hook sent with the run (each cut at 512 KiB, with *_truncated and the full size in *_bytes). Empty fields when none was sent: DEEPSEED_CAPTURE_CODE=0, or an imported run.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/runs/{id}/code (the `GetRunCode` operationId).
+func (c *ClientWithResponses) GetRunCodeWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetRunCodeResponse, error) {
+	rsp, err := c.GetRunCode(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRunCodeResponse(rsp)
+}
+
 // GetRunEvalsWithResponse Evaluations with the training loss at their step
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5908,6 +6164,53 @@ func ParseGetRunBreakdownResponse(rsp *http.Response) (*GetRunBreakdownResponse,
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetRunCodeResponse parses an HTTP response from a GetRunCodeWithResponse call
+func ParseGetRunCodeResponse(rsp *http.Response) (*GetRunCodeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRunCodeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunCodeResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Error

@@ -176,6 +176,13 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		}
 		return data.Frames{runsFrame("run_summary", []api.RunSummary{r.RunSummary})}, nil
 
+	case api.QueryRunCode:
+		var r api.RunCodeResponse
+		if err := d.client.get(ctx, runPath(q.RunID, "code"), nil, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{runCodeFrame(r)}, nil
+
 	case api.QuerySeries:
 		for _, m := range q.Metrics {
 			p.Add("metric", m)

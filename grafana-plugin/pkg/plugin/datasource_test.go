@@ -27,6 +27,7 @@ func TestQueryData(t *testing.T) {
 		{"runs", `{"queryType":"runs","project":"nlp"}`},
 		{"run_summary", `{"queryType":"run_summary","runId":"bert-z2"}`},
 		{"run_details", `{"queryType":"run_details","runId":"bert-z2"}`},
+		{"run_code", `{"queryType":"run_code","runId":"bert-z2"}`},
 		{"series_time", `{"queryType":"series","runId":"bert-z2","metrics":["loss","step_ms"]}`},
 		{"series_step_minmax", `{"queryType":"series","runId":"bert-z2","metrics":["step_ms"],"rank":"all","xAxis":"step","minMax":true}`},
 		{"series_user_metric", `{"queryType":"series","runId":"bert-z2","metrics":["metrics.tokens_seen"],"fromStep":5,"toStep":8}`},

@@ -144,6 +144,8 @@ func runsFrame(name string, runs []api.RunSummary) *data.Frame {
 		numCol(runs, "mean_gpu_util_pct", "percent", "Mean GPU util", func(r api.RunSummary) *float64 { return fp(r.MeanGPUUtilPct) }),
 		numCol(runs, "peak_gpu_mem_gb", "decgbytes", "Peak GPU memory", func(r api.RunSummary) *float64 { return fp(r.PeakGPUMemGB) }),
 		numCol(runs, "mean_step_ms", "ms", "Mean step time", func(r api.RunSummary) *float64 { return fp(r.MeanStepMS) }),
+		numCol(runs, "mean_tflops", "suffix: TFLOP/s", "Mean TFLOP/s per GPU", func(r api.RunSummary) *float64 { return fp(r.MeanTFLOPS) }),
+		numCol(runs, "mean_mfu", "percentunit", "Mean MFU", func(r api.RunSummary) *float64 { return fp(r.MeanMFU) }),
 		intCol(runs, "skipped_steps", "Skipped steps", func(r api.RunSummary) *int64 { return i64(r.SkippedSteps) }),
 	)
 }
@@ -451,6 +453,8 @@ var compareFigures = []struct {
 	{"step_time_s", "s", "Step time", func(r api.CompareRow) *api.Float { return r.StepTimeS }},
 	{"steps_per_s", "suffix: steps/s", "Steps/s", func(r api.CompareRow) *api.Float { return r.StepsPerS }},
 	{"samples_per_s", "suffix: samples/s", "Samples/s", func(r api.CompareRow) *api.Float { return r.SamplesPerS }},
+	{"tflops", "suffix: TFLOP/s", "TFLOP/s per GPU", func(r api.CompareRow) *api.Float { return r.TFLOPS }},
+	{"mfu", "percentunit", "MFU", func(r api.CompareRow) *api.Float { return r.MFU }},
 	{"final_loss", "none", "Final loss", func(r api.CompareRow) *api.Float { return r.FinalLoss }},
 	{"best_eval_accuracy", "percentunit", "Best eval accuracy", func(r api.CompareRow) *api.Float { return r.BestEvalAcc }},
 }

@@ -93,6 +93,8 @@ func fixtureRecords() []map[string]any {
 				"precision": "fp16", "world_size": 2, "micro_batch": 4, "grad_accum": 4, "offload_optimizer": "cpu",
 				"command": "deepspeed train.py --deepspeed ds.json", "git_commit": "abc1234", "host": "node-a",
 				"versions": map[string]string{"torch": "2.3.0", "deepspeed": "0.14.2"}},
+			"code": map[string]any{"entry_path": "/work/train.py", "source": "import deepseed\nrun = deepseed.init()\n",
+				"source_bytes": 36, "git_diff": "-lr: 1\n+lr: 2\n", "git_diff_bytes": 900000, "git_diff_truncated": true},
 		})
 		for step := 1; step <= 20; step++ {
 			for rank := 0; rank < 2; rank++ {
@@ -108,6 +110,7 @@ func fixtureRecords() []map[string]any {
 					"skipped": step == 7 && i == 0, "samples": 16, "throughput_sps": 160 / run.speed,
 					"step_ms": stepMS, "forward_ms": 30 * run.speed, "backward_ms": 50 * run.speed, "optimizer_ms": 10 * run.speed,
 					"comm_ms": 5, "data_ms": 3, "gpu_util_pct": 80 + float64(rank), "gpu_mem_used_gb": 10 + float64(step)*0.1,
+					"tflops": 12 / run.speed, "mfu": 0.2 / run.speed,
 					"metrics": map[string]any{"tokens_seen": step * 1024},
 				})
 				if rank == 0 {

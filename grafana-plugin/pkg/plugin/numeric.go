@@ -48,6 +48,8 @@ func summaryNumericFrame(r api.RunSummary) *data.Frame {
 		numericField("mean_gpu_util_pct", "percent", labels, fp(r.MeanGPUUtilPct)),
 		numericField("peak_gpu_mem_gb", "decgbytes", labels, fp(r.PeakGPUMemGB)),
 		numericField("mean_step_ms", "ms", labels, fp(r.MeanStepMS)),
+		numericField("mean_tflops", "suffix: TFLOP/s", labels, fp(r.MeanTFLOPS)),
+		numericField("mean_mfu", "percentunit", labels, fp(r.MeanMFU)),
 		numericField("skipped_steps", "none", labels, i64f(&r.SkippedSteps)),
 	})
 }

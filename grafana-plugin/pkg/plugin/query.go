@@ -28,7 +28,7 @@ func (e *QueryError) Error() string {
 var stepMetrics = []string{"loss", "lr", "grad_norm", "loss_scale", "epoch", "samples", "tokens",
 	"throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms",
 	"optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
-	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "skipped"}
+	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu", "skipped"}
 
 // hasVariable reports whether s still holds a Grafana template variable
 // ($run, ${run}, [[run]]). Provisioned dashboards store queries before
@@ -55,7 +55,7 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 		return q, &QueryError{Field: "queryType", Msg: fmt.Sprintf("unknown %q; want one of %s", q.QueryType, strings.Join(api.PluginQueryTypes, ", "))}
 	}
 	switch q.QueryType {
-	case api.QueryRunSummary, api.QueryRunDetails, api.QuerySeries, api.QueryHeatmap, api.QueryEvals,
+	case api.QueryRunSummary, api.QueryRunDetails, api.QueryRunCode, api.QuerySeries, api.QueryHeatmap, api.QueryEvals,
 		api.QueryBreakdown, api.QueryMemory, api.QueryRanks:
 		if strings.TrimSpace(q.RunID) == "" {
 			return q, &QueryError{Field: "runId", Msg: "a run is required for " + q.QueryType}
