@@ -34,13 +34,16 @@ type PluginQuery struct {
 
 	StragglerPct float64 `json:"stragglerPct,omitempty"` // ranks
 
-	// Format "numeric" answers run_summary and ranks as one numeric-wide
-	// frame (each figure a number field labelled run_id, and rank and host
-	// for ranks), which Grafana alert rules accept; "table" answers gpus
+	// Format "numeric" answers run_summary, ranks and alerts as one
+	// numeric-wide frame (each figure a number field labelled run_id, and
+	// rank and host for ranks, kind and subject for alerts), which Grafana
+	// alert rules accept; "table" answers gpus
 	// as one row per GPU; "" is each query's usual frames.
 	Format string `json:"format,omitempty"`
 
 	EventTypes []string `json:"eventTypes,omitempty"` // annotations: checkpoint, overflow, restart, eval, …; none: all
+
+	AlertKind string `json:"alertKind,omitempty"` // alerts: one kind (non_finite, idle_gpu, …); none: all
 }
 
 // Query types of [PluginQuery].
@@ -58,8 +61,9 @@ const (
 	QueryRanks       = "ranks"       // per-rank table
 	QueryGPUs        = "gpus"        // GPU telemetry per host and GPU
 	QueryAnnotations = "annotations" // run events
+	QueryAlerts      = "alerts"      // the server detectors' open alerts
 )
 
 // PluginQueryTypes lists every query type.
 var PluginQueryTypes = []string{QueryRuns, QueryRunSummary, QueryRunDetails, QueryRunCode, QuerySeries, QueryHeatmap, QueryEvals,
-	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations}
+	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations, QueryAlerts}

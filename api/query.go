@@ -90,6 +90,8 @@ type RunDetail struct {
 	Host      string            `json:"host"`
 	Ranks     []int             `json:"ranks"`
 	Metrics   []string          `json:"metrics"` // user metric names, as metrics.NAME
+	// OpenAlerts counts the run's alerts open now (GET /alerts lists them).
+	OpenAlerts int64 `json:"open_alerts"`
 }
 
 // RunCodeResponse answers GET /api/v1/runs/{id}/code: the code that

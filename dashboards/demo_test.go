@@ -33,7 +33,12 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 // reason; the test logs them instead of failing, and fails once one shows
 // data, so the list only shrinks. None is: the demo's hosts between them
 // carry every counter the dashboards chart.
-var knownBlank = map[string]string{}
+var knownBlank = map[string]string{
+	// The demo loads finished, healthy runs through the API without the
+	// detectors' evaluator: no alert is open. server/alerts_test.go proves
+	// alerts open and resolve.
+	"deepseed-ranks/Open alerts": "no open alert on the demo's finished runs",
+}
 
 // demoBERT is the demo's richest run: layers, evaluations, overflow
 // skips, checkpoints and GPU samples.

@@ -42,6 +42,13 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 		gridPos(0, y, 12, 9), stepSeries("all", "comm_ms")).Min(0))
 	b = b.WithPanel(runTimeSeries("Data loading time per rank", "", "ms",
 		gridPos(12, y, 12, 9), stepSeries("all", "data_ms")).Min(0))
+	y += 9
+
+	b = b.WithRow(row("Alerts", y))
+	y++
+	b = b.WithPanel(dataTable("Open alerts",
+		"The server's detectors' open alerts on this run: non-finite loss, overflow storm, loss spike, idle GPU, stalled run or rank, data stall, straggler.",
+		gridPos(0, y, 24, 7), runQuery(api.QueryAlerts)))
 
 	d, err := b.Build()
 	if err != nil {

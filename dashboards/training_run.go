@@ -178,14 +178,15 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 
 // runEvents are the run's events as annotations on every time chart, one
 // per event type so each has its own colour and its own toggle at the top
-// of the dashboard: checkpoints, fp16 overflow skips, evaluations and
-// restarts.
+// of the dashboard: checkpoints, fp16 overflow skips, evaluations,
+// restarts and the server detectors' alerts.
 func runEvents() []Annotation {
 	kinds := []struct{ name, eventType, colour string }{
 		{"Checkpoints", "checkpoint", "#73BF69"},  // green
 		{"Overflow skips", "overflow", "#F2495C"}, // red
 		{"Evaluations", "eval", "#5794F2"},        // blue
 		{"Restarts", "restart", "#FF9830"},        // orange
+		{"Alerts", "alert", "#B877D9"},            // purple
 	}
 	out := make([]Annotation, len(kinds))
 	for i, k := range kinds {

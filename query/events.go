@@ -18,6 +18,10 @@ import (
 // evals table rather than the events table.
 const evalType = "eval"
 
+// alertType is the annotation type of alerts the detectors opened, which
+// come from the alerts table.
+const alertType = "alert"
+
 // eventTypes reads the repeatable type parameter of /annotations: the
 // event types to keep (checkpoint, overflow, restart, eval, or any type a
 // training script recorded). None keeps every type.

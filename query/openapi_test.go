@@ -32,6 +32,7 @@ var handlerParams = map[string][]string{
 	"/compare":            {"run", "sweep", "project", "baseline"},
 	"/gpus":               {"host", "gpu", "run_id", "metric", "from", "to", "max_points"},
 	"/annotations":        {"run_id", "type", "from", "to"},
+	"/alerts":             {"project", "run_id", "state", "kind", "limit"},
 }
 
 func TestOpenAPIDescribesQueryParameters(t *testing.T) {

@@ -74,12 +74,14 @@ func (h *Handler) Register(g *echo.Group) {
 	g.GET("/compare", h.wrap(h.compare))
 	g.GET("/gpus", h.wrap(h.gpus))
 	g.GET("/annotations", h.wrap(h.annotations))
+	g.GET("/alerts", h.wrap(h.alerts))
 }
 
 // Routes lists the paths Register adds, for API documents and tests.
 var Routes = []string{
 	"/runs", "/runs/:id", "/runs/:id/series", "/runs/:id/heatmap", "/runs/:id/evals",
 	"/runs/:id/breakdown", "/runs/:id/memory", "/runs/:id/ranks", "/compare", "/gpus", "/annotations",
+	"/alerts",
 }
 
 // badParam is a 400 naming the query parameter at fault.

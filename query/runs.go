@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
@@ -66,6 +67,9 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 		Meta:       orEmpty(r.Meta), Config: orEmpty(r.Config), Params: orEmpty(r.Params), Summary: orEmpty(r.Summary),
 		Command: meta.Command, GitCommit: meta.GitCommit, Versions: meta.Versions, Host: meta.Host,
 		Ranks: ranks, Metrics: st.UserMetrics,
+	}
+	if d.OpenAlerts, err = alerts.OpenCount(ctx, h.store, r.RunID); err != nil {
+		return nil, err
 	}
 	if d.Versions == nil {
 		d.Versions = map[string]string{}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
@@ -139,7 +140,25 @@ func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) 
 		}
 		out.Annotations = append(out.Annotations, a)
 	}
-	// Evaluations live in their own table.
+	// Alerts and evaluations live in their own tables.
+	if len(types) == 0 || slices.Contains(types, alertType) {
+		als, err := alerts.Annotations(ctx, h.store, runID, from, to, maxAnnotations)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range als {
+			title := "alert: " + a.Kind
+			if a.Rank != nil {
+				title += fmt.Sprintf(" on rank %d", *a.Rank)
+			}
+			text := a.Text
+			if a.ResolvedAt != nil {
+				text += " (resolved " + a.ResolvedAt.UTC().Format(time.RFC3339) + ")"
+			}
+			out.Annotations = append(out.Annotations, api.Annotation{RunID: a.RunID, Time: a.At, Step: a.Step, Type: alertType,
+				Title: title, Text: text, Tags: []string{alertType, a.Kind, a.RunID}})
+		}
+	}
 	if len(types) > 0 && !slices.Contains(types, evalType) {
 		sortAnnotations(out.Annotations)
 		return out, nil

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/deepseed/deepseed/alerts"
 )
 
 // Roles a server can take. Ingest and query replicas can run apart; "all"
@@ -45,6 +47,12 @@ type Config struct {
 	CompressAfter time.Duration
 	// Timescale is store.TimescaleAuto or store.TimescaleRequire.
 	Timescale string
+	// AlertsEvery is how often the detectors run (package alerts); 0
+	// means every 5 seconds, a negative value turns them off.
+	AlertsEvery time.Duration
+	// Alerts holds the detectors' default thresholds; a run's meta
+	// overrides them (see alerts.Config).
+	Alerts alerts.Config
 }
 
 // DefaultConfig returns the defaults the serve command starts from.
@@ -57,6 +65,8 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 30 * time.Second,
 		CompressAfter:   7 * 24 * time.Hour,
 		Timescale:       "auto",
+		AlertsEvery:     5 * time.Second,
+		Alerts:          alerts.Defaults(),
 	}
 }
 

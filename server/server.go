@@ -22,6 +22,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
 	"github.com/deepseed/deepseed/query"
@@ -86,6 +87,7 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 	}
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
 		query.New(st, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct}).Register(g)
+		s.prom.reg.MustRegister(alerts.Collector{Store: st})
 	}
 	s.echo = e
 	return s
@@ -250,6 +252,17 @@ func (s *Server) Prepare(ctx context.Context) error {
 	// Query replicas keep the step and layer rollups fresh in the
 	// background, so that opening a long run's charts rarely waits for a
 	// cold build. Readers still refresh what is left before they read.
+	// The detectors run beside the refresher, never in the ingest path:
+	// one server at a time (an advisory lock elects it) reads each
+	// running run's newest rows every few seconds.
+	if s.cfg.Role != RoleIngest && s.cfg.AlertsEvery >= 0 {
+		jobs.Add(1)
+		go func() {
+			defer jobs.Done()
+			ev := &alerts.Evaluator{Store: s.store, Config: s.cfg.Alerts, Log: s.log}
+			ev.Run(ctx, s.cfg.AlertsEvery)
+		}()
+	}
 	if s.cfg.Role != RoleIngest {
 		query.RunRefresher(ctx, s.store, 5*time.Second, s.log) // it names its component
 	}

@@ -46,6 +46,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	shutdown := f.String("shutdown-timeout", "DEEPSEED_SHUTDOWN_TIMEOUT", def.ShutdownTimeout.String(), "how long in-flight requests may run after SIGTERM")
 	retention := f.String("retention", "DEEPSEED_RETENTION", "0",
 		"drop each run whose last write is older than this, whole, and GPU and host samples of no run older than this (e.g. 90d, 720h; see docs/retention.md); 0 keeps everything")
+	alertsEvery := f.String("alerts-every", "DEEPSEED_ALERTS_EVERY", def.AlertsEvery.String(),
+		"how often the detectors look at running runs for alerts (see docs/alerts.md); off turns them off")
 	db := addDBFlags(f)
 	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
 	if err := f.parse(args); err != nil {
@@ -72,6 +74,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	if cfg.StragglerPct, err = strconv.ParseFloat(*straggler, 64); err != nil {
 		errs = append(errs, &server.FieldError{Field: "straggler-pct", Value: *straggler, Msg: "want a number"})
+	}
+	if *alertsEvery == "off" {
+		cfg.AlertsEvery = -1
+	} else if cfg.AlertsEvery, err = server.ParseDuration(*alertsEvery); err != nil || cfg.AlertsEvery <= 0 {
+		errs = append(errs, &server.FieldError{Field: "alerts-every", Value: *alertsEvery, Msg: "want a duration above 0, or off"})
 	}
 	if cfg.ShutdownTimeout, err = server.ParseDuration(*shutdown); err != nil {
 		errs = append(errs, &server.FieldError{Field: "shutdown-timeout", Value: *shutdown, Msg: err.Error()})

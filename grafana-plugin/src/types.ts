@@ -15,7 +15,8 @@ export type QueryType =
   | 'compare'
   | 'ranks'
   | 'gpus'
-  | 'annotations';
+  | 'annotations'
+  | 'alerts';
 
 /** One panel query. Field names match api.PluginQuery in the Go backend. */
 export interface DeepSeedQuery extends DataQuery {
@@ -44,6 +45,8 @@ export interface DeepSeedQuery extends DataQuery {
   format?: 'numeric' | 'table';
   /** annotations: only these event types (checkpoint, overflow, restart, eval, …); none: all. */
   eventTypes?: string[];
+  /** alerts: only this kind (non_finite, overflow_storm, loss_spike, idle_gpu, stalled, rank_stopped, data_stall, straggler); none: all. */
+  alertKind?: string;
 }
 
 export const DEFAULT_QUERY: Partial<DeepSeedQuery> = {
@@ -75,6 +78,7 @@ export const QUERY_TYPES: QueryTypeInfo[] = [
   { value: 'runs', label: 'Runs', description: 'Runs of a project, sweep or tag (table)', needsRun: false },
   { value: 'gpus', label: 'GPU telemetry', description: 'Per host and GPU time series', needsRun: false },
   { value: 'annotations', label: 'Run events', description: 'Checkpoints, overflow skips, restarts, evaluations', needsRun: false },
+  { value: 'alerts', label: 'Alerts', description: "Open alerts of the server's detectors (table; numeric format for alert rules)", needsRun: false },
 ];
 
 /** Event types the training hook and the query service know; scripts may record others. */

@@ -224,6 +224,12 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 	if len(*ann.JSON200.Annotations) == 0 {
 		t.Errorf("listAnnotations: none for %s", bert)
 	}
+	open := apiclient.ListAlertsParamsStateOpen
+	als, err := reader.ListAlertsWithResponse(ctx, &apiclient.ListAlertsParams{RunId: &bert, State: &open})
+	call("listAlerts", als, err)
+	if als.JSON200.Alerts == nil {
+		t.Errorf("listAlerts: no alerts array for %s", bert)
+	}
 
 	for _, op := range getOperations(t) {
 		if !called[op] {

@@ -18,6 +18,60 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AlertKind.
+const (
+	AlertKindDataStall     AlertKind = "data_stall"
+	AlertKindIdleGpu       AlertKind = "idle_gpu"
+	AlertKindLossSpike     AlertKind = "loss_spike"
+	AlertKindNonFinite     AlertKind = "non_finite"
+	AlertKindOverflowStorm AlertKind = "overflow_storm"
+	AlertKindRankStopped   AlertKind = "rank_stopped"
+	AlertKindStalled       AlertKind = "stalled"
+	AlertKindStraggler     AlertKind = "straggler"
+)
+
+// Valid indicates whether the value is a known member of the AlertKind enum.
+func (e AlertKind) Valid() bool {
+	switch e {
+	case AlertKindDataStall:
+		return true
+	case AlertKindIdleGpu:
+		return true
+	case AlertKindLossSpike:
+		return true
+	case AlertKindNonFinite:
+		return true
+	case AlertKindOverflowStorm:
+		return true
+	case AlertKindRankStopped:
+		return true
+	case AlertKindStalled:
+		return true
+	case AlertKindStraggler:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AlertState.
+const (
+	AlertStateOpen     AlertState = "open"
+	AlertStateResolved AlertState = "resolved"
+)
+
+// Valid indicates whether the value is a known member of the AlertState enum.
+func (e AlertState) Valid() bool {
+	switch e {
+	case AlertStateOpen:
+		return true
+	case AlertStateResolved:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EndKind.
 const (
 	EndKindEnd EndKind = "end"
@@ -249,6 +303,60 @@ func (e StepKind) Valid() bool {
 	}
 }
 
+// Defines values for ListAlertsParamsState.
+const (
+	ListAlertsParamsStateOpen     ListAlertsParamsState = "open"
+	ListAlertsParamsStateResolved ListAlertsParamsState = "resolved"
+)
+
+// Valid indicates whether the value is a known member of the ListAlertsParamsState enum.
+func (e ListAlertsParamsState) Valid() bool {
+	switch e {
+	case ListAlertsParamsStateOpen:
+		return true
+	case ListAlertsParamsStateResolved:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListAlertsParamsKind.
+const (
+	ListAlertsParamsKindDataStall     ListAlertsParamsKind = "data_stall"
+	ListAlertsParamsKindIdleGpu       ListAlertsParamsKind = "idle_gpu"
+	ListAlertsParamsKindLossSpike     ListAlertsParamsKind = "loss_spike"
+	ListAlertsParamsKindNonFinite     ListAlertsParamsKind = "non_finite"
+	ListAlertsParamsKindOverflowStorm ListAlertsParamsKind = "overflow_storm"
+	ListAlertsParamsKindRankStopped   ListAlertsParamsKind = "rank_stopped"
+	ListAlertsParamsKindStalled       ListAlertsParamsKind = "stalled"
+	ListAlertsParamsKindStraggler     ListAlertsParamsKind = "straggler"
+)
+
+// Valid indicates whether the value is a known member of the ListAlertsParamsKind enum.
+func (e ListAlertsParamsKind) Valid() bool {
+	switch e {
+	case ListAlertsParamsKindDataStall:
+		return true
+	case ListAlertsParamsKindIdleGpu:
+		return true
+	case ListAlertsParamsKindLossSpike:
+		return true
+	case ListAlertsParamsKindNonFinite:
+		return true
+	case ListAlertsParamsKindOverflowStorm:
+		return true
+	case ListAlertsParamsKindRankStopped:
+		return true
+	case ListAlertsParamsKindStalled:
+		return true
+	case ListAlertsParamsKindStraggler:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetGpuSeriesParamsMetric.
 const (
 	EccCorrectedTotal   GetGpuSeriesParamsMetric = "ecc_corrected_total"
@@ -415,6 +523,39 @@ func (e GetRunHeatmapParamsPass) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// Alert One firing of a server detector on a run: open while its condition holds, resolved when it clears.
+type Alert struct {
+	// At time of the data that fired
+	At         time.Time  `json:"at"`
+	Id         int        `json:"id"`
+	Kind       AlertKind  `json:"kind"`
+	OpenedAt   time.Time  `json:"opened_at"`
+	Project    string     `json:"project"`
+	Rank       *int       `json:"rank"`
+	ResolvedAt *time.Time `json:"resolved_at"`
+	RunId      string     `json:"run_id"`
+	State      AlertState `json:"state"`
+	Step       *int       `json:"step"`
+
+	// Subject what in the run: empty for the whole run, 'rank 2', or 'host/gpu 3'
+	Subject   string `json:"subject"`
+	Text      string `json:"text"`
+	Threshold *Float `json:"threshold"`
+	Value     *Float `json:"value"`
+}
+
+// AlertKind defines model for Alert.Kind.
+type AlertKind string
+
+// AlertState defines model for Alert.State.
+type AlertState string
+
+// AlertList defines model for AlertList.
+type AlertList struct {
+	Alerts []Alert `json:"alerts"`
+	Limit  int     `json:"limit"`
 }
 
 // Annotation defines model for Annotation.
@@ -949,7 +1090,10 @@ type RunDetail struct {
 	Name             *string     `json:"name,omitempty"`
 	OffloadOptimizer *string     `json:"offload_optimizer,omitempty"`
 	OffloadParams    *string     `json:"offload_params,omitempty"`
-	ParamCount       *int64      `json:"param_count,omitempty"`
+
+	// OpenAlerts alerts of the run open now (GET /api/v1/alerts lists them)
+	OpenAlerts *int   `json:"open_alerts,omitempty"`
+	ParamCount *int64 `json:"param_count,omitempty"`
 
 	// Params any JSON value, as sent
 	Params         interface{} `json:"params,omitempty"`
@@ -1139,12 +1283,36 @@ type TimePoint struct {
 	Value *Float `json:"value,omitempty"`
 }
 
+// ListAlertsParams defines parameters for ListAlerts.
+type ListAlertsParams struct {
+	// Project only alerts of runs of this project
+	Project *string `form:"project,omitempty" json:"project,omitempty"`
+
+	// RunId only alerts of this run
+	RunId *string `form:"run_id,omitempty" json:"run_id,omitempty"`
+
+	// State open or resolved; none gives both
+	State *ListAlertsParamsState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Kind only alerts of this kind
+	Kind *ListAlertsParamsKind `form:"kind,omitempty" json:"kind,omitempty"`
+
+	// Limit most alerts returned, the newest opened first (1 to 1000)
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListAlertsParamsState defines parameters for ListAlerts.
+type ListAlertsParamsState string
+
+// ListAlertsParamsKind defines parameters for ListAlerts.
+type ListAlertsParamsKind string
+
 // ListAnnotationsParams defines parameters for ListAnnotations.
 type ListAnnotationsParams struct {
 	// RunId only events of this run
 	RunId *string `form:"run_id,omitempty" json:"run_id,omitempty"`
 
-	// Type only events of these types, repeatable or comma-separated: checkpoint, overflow, restart, eval (evaluations), or any type a training script recorded; none gives every type
+	// Type only events of these types, repeatable or comma-separated: checkpoint, overflow, restart, eval (evaluations), alert (the detectors' alerts), or any type a training script recorded; none gives every type
 	Type *[]string `form:"type,omitempty" json:"type,omitempty"`
 
 	// From start time (RFC 3339, Unix seconds or Unix milliseconds); default: the beginning
@@ -2429,6 +2597,11 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// ListAlerts Alerts opened by the server's detectors
+	//
+	// Corresponds with GET /api/v1/alerts (the `ListAlerts` operationId).
+	ListAlerts(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAnnotations Run events as annotations
 	//
 	// Corresponds with GET /api/v1/annotations (the `ListAnnotations` operationId).
@@ -2548,6 +2721,21 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListAlerts Alerts opened by the server's detectors
+//
+// Corresponds with GET /api/v1/alerts (the `ListAlerts` operationId).
+func (c *Client) ListAlerts(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAlertsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListAnnotations Run events as annotations
@@ -2868,6 +3056,108 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewListAlertsRequest constructs an http.Request for the ListAlerts method
+func NewListAlertsRequest(server string, params *ListAlertsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/alerts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Project != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "project", *params.Project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.RunId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "run_id", *params.RunId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Kind != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "kind", *params.Kind, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewListAnnotationsRequest constructs an http.Request for the ListAnnotations method
@@ -4127,6 +4417,13 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ListAlertsWithResponse Alerts opened by the server's detectors
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/alerts (the `ListAlerts` operationId).
+	ListAlertsWithResponse(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*ListAlertsResponse, error)
+
 	// ListAnnotationsWithResponse Run events as annotations
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4278,6 +4575,68 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+}
+
+type ListAlertsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AlertList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAlertsResponse) GetJSON200() *AlertList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAlertsResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAlertsResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListAlertsResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAlertsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAlertsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAlertsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAlertsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListAnnotationsResponse struct {
@@ -5428,6 +5787,19 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+// ListAlertsWithResponse Alerts opened by the server's detectors
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/alerts (the `ListAlerts` operationId).
+func (c *ClientWithResponses) ListAlertsWithResponse(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*ListAlertsResponse, error) {
+	rsp, err := c.ListAlerts(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAlertsResponse(rsp)
+}
+
 // ListAnnotationsWithResponse Run events as annotations
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5698,6 +6070,53 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 		return nil, err
 	}
 	return ParseGetReadinessResponse(rsp)
+}
+
+// ParseListAlertsResponse parses an HTTP response from a ListAlertsWithResponse call
+func ParseListAlertsResponse(rsp *http.Response) (*ListAlertsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAlertsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AlertList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseListAnnotationsResponse parses an HTTP response from a ListAnnotationsWithResponse call

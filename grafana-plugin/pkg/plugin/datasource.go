@@ -316,6 +316,23 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 			return nil, err
 		}
 		return data.Frames{annotationsFrame(r)}, nil
+
+	case api.QueryAlerts:
+		// Open alerts only: a rule fires while one is open and resolves
+		// when the server resolves it.
+		p.Set("state", "open")
+		p.Set("limit", "1000")
+		set("project", q.Project)
+		set("run_id", q.RunID)
+		set("kind", q.AlertKind)
+		var r api.AlertList
+		if err := d.client.get(ctx, "/api/v1/alerts", p, &r); err != nil {
+			return nil, err
+		}
+		if q.Format == FormatNumeric {
+			return data.Frames{alertsNumericFrame(r)}, nil
+		}
+		return data.Frames{alertsFrame(r)}, nil
 	}
 	return nil, &QueryError{Field: "queryType", Msg: "unknown " + q.QueryType}
 }

@@ -575,3 +575,18 @@ func annotationsFrame(r api.AnnotationsResponse) *data.Frame {
 		intCol(rows, "step", "", func(a api.Annotation) *int64 { return a.Step }),
 	)
 }
+
+// alertsFrame is the open alerts as a table, the newest opened first.
+func alertsFrame(r api.AlertList) *data.Frame {
+	rows := r.Alerts
+	return data.NewFrame("alerts",
+		timeCol(rows, "opened_at", "Opened", func(a api.Alert) *time.Time { return &a.OpenedAt }),
+		strCol(rows, "run_id", "Run", func(a api.Alert) string { return a.RunID }),
+		strCol(rows, "kind", "Kind", func(a api.Alert) string { return a.Kind }),
+		strCol(rows, "subject", "Where", func(a api.Alert) string { return a.Subject }),
+		intCol(rows, "step", "Step", func(a api.Alert) *int64 { return a.Step }),
+		numCol(rows, "value", "none", "Value", func(a api.Alert) *float64 { return fp(a.Value) }),
+		numCol(rows, "threshold", "none", "Threshold", func(a api.Alert) *float64 { return fp(a.Threshold) }),
+		strCol(rows, "text", "Alert", func(a api.Alert) string { return a.Text }),
+	)
+}

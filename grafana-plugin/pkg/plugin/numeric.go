@@ -76,3 +76,21 @@ func ranksNumericFrame(runID string, r api.RanksResponse) *data.Frame {
 	}
 	return numericFrame("ranks", fields)
 }
+
+// alertsNumericFrame is alerts for alert rules: one number field per open
+// alert, 1, labelled run_id, project, kind, subject and
+// rank. A Grafana rule on it fires once per open alert and resolves when
+// the server resolves the alert; no open alert is an empty frame, which a
+// rule reads as no data (provision it as OK).
+func alertsNumericFrame(r api.AlertList) *data.Frame {
+	fields := make([]*data.Field, 0, len(r.Alerts))
+	for _, a := range r.Alerts {
+		labels := data.Labels{"run_id": a.RunID, "project": a.Project, "kind": a.Kind, "subject": a.Subject}
+		if a.Rank != nil {
+			labels["rank"] = strconv.Itoa(*a.Rank)
+		}
+		v := 1.0 // the detector's own value may be NaN (a non-finite loss)
+		fields = append(fields, numericField("alert", "none", labels, &v))
+	}
+	return numericFrame("alerts", fields)
+}

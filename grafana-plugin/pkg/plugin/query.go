@@ -95,8 +95,8 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 	switch q.Format {
 	case "":
 	case FormatNumeric:
-		if q.QueryType != api.QueryRunSummary && q.QueryType != api.QueryRanks {
-			return q, &QueryError{Field: "format", Msg: "numeric is for run_summary and ranks"}
+		if q.QueryType != api.QueryRunSummary && q.QueryType != api.QueryRanks && q.QueryType != api.QueryAlerts {
+			return q, &QueryError{Field: "format", Msg: "numeric is for run_summary, ranks and alerts"}
 		}
 	case FormatTable:
 		if q.QueryType != api.QueryGPUs {

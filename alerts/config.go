@@ -1,0 +1,129 @@
+// Package alerts holds the server's detectors: rules over the rows a run
+// has already stored (steps, GPU samples) that open an alert when a
+// training run goes wrong — a non-finite loss, an overflow storm, a loss
+// spike, an idle GPU, a stalled run or rank, a starving input pipeline, a
+// straggling rank — keep it single while the condition holds and resolve
+// it when it clears.
+//
+// The detectors run in a background evaluator (Run), never in the ingest
+// path: every few seconds one server (an advisory lock elects it) reads
+// the newest rows of each running run, a bounded amount per run, and
+// reconciles the alerts table with what fires.
+package alerts
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// Config holds the detectors' thresholds. Defaults returns the
+// documented defaults; a run overrides any of them in its meta under the
+// "alerts" key, e.g. {"alerts": {"idle_util_pct": 5, "stall_min": "10m"}}.
+type Config struct {
+	// Window is how many of each rank's newest steps the step detectors
+	// read (non-finite, overflow storm, data stall, straggler).
+	Window int `json:"window"`
+	// NonFiniteSteps: a non-finite loss or grad norm in any rank's newest
+	// NonFiniteSteps steps keeps the alert open.
+	NonFiniteSteps int `json:"non_finite_steps"`
+	// SkippedPct: an overflow storm is more than SkippedPct % of the last
+	// Window steps skipped, or the loss scale at or below MinLossScale.
+	SkippedPct   float64 `json:"skipped_pct"`
+	MinLossScale float64 `json:"min_loss_scale"`
+	// SpikeZ: a loss spike is a newest loss whose robust z-score
+	// (0.6745 · (x − median) / MAD) over the SpikeWindow steps before it
+	// is above SpikeZ.
+	SpikeZ      float64 `json:"spike_z"`
+	SpikeWindow int     `json:"spike_window"`
+	// IdleUtilPct, IdleFor: an idle GPU is one attributed to a running run
+	// below IdleUtilPct % utilisation for IdleFor of sample time.
+	IdleUtilPct float64  `json:"idle_util_pct"`
+	IdleFor     Duration `json:"idle_for"`
+	// StallMin, StallSteps: a running run is stalled when no step came for
+	// max(StallMin, StallSteps × its median step time) of server time; a
+	// rank has stopped when its newest step is that much older than the
+	// run's newest.
+	StallMin   Duration `json:"stall_min"`
+	StallSteps float64  `json:"stall_steps"`
+	// DataSharePct: a data stall is a rank whose data_ms is above
+	// DataSharePct % of its step_ms, summed over the last Window steps.
+	DataSharePct float64 `json:"data_share_pct"`
+	// StragglerPct: a straggler is a rank whose median step time over the
+	// last Window steps is StragglerPct % above the median of all ranks.
+	StragglerPct float64 `json:"straggler_pct"`
+}
+
+// Defaults returns the documented defaults.
+func Defaults() Config {
+	return Config{
+		Window:         50,
+		NonFiniteSteps: 10,
+		SkippedPct:     20,
+		MinLossScale:   1,
+		SpikeZ:         8,
+		SpikeWindow:    100,
+		IdleUtilPct:    10,
+		IdleFor:        Duration(2 * time.Minute),
+		StallMin:       Duration(5 * time.Minute),
+		StallSteps:     10,
+		DataSharePct:   30,
+		StragglerPct:   10,
+	}
+}
+
+// withMeta returns c overridden by the "alerts" object of a run's meta;
+// a malformed override is ignored (the defaults stay), never an error.
+func (c Config) withMeta(meta []byte) Config {
+	if len(meta) == 0 {
+		return c
+	}
+	var m struct {
+		Alerts json.RawMessage `json:"alerts"`
+	}
+	if json.Unmarshal(meta, &m) != nil || len(m.Alerts) == 0 {
+		return c
+	}
+	o := c
+	if json.Unmarshal(m.Alerts, &o) != nil {
+		return c
+	}
+	if o.Window < 2 || o.Window > 1000 {
+		o.Window = c.Window
+	}
+	if o.SpikeWindow < 10 || o.SpikeWindow > 1000 {
+		o.SpikeWindow = c.SpikeWindow
+	}
+	if o.NonFiniteSteps < 1 {
+		o.NonFiniteSteps = c.NonFiniteSteps
+	}
+	return o
+}
+
+// Duration is a time.Duration that reads from JSON as "2m" or seconds.
+type Duration time.Duration
+
+// UnmarshalJSON accepts a Go duration string or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*d = Duration(time.Duration(f * float64(time.Second)))
+	return nil
+}
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func kindsList() []string { return api.AlertKinds }

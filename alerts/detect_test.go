@@ -1,0 +1,82 @@
+package alerts
+
+import (
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+func f(v float64) *float64 { return &v }
+
+// steps builds n steps of one rank, newest first, one a second up to end.
+func steps(rank, n int, end time.Time, stepMS, dataMS float64, loss func(step int) float64) []stepRow {
+	out := make([]stepRow, n)
+	for i := range n {
+		step := n - i
+		out[i] = stepRow{Rank: rank, Step: int64(step), Time: end.Add(-time.Duration(i) * time.Second),
+			Loss: f(loss(step)), StepMS: f(stepMS), DataMS: f(dataMS)}
+	}
+	return out
+}
+
+func kinds(fs []firing) map[string][]firing {
+	m := map[string][]firing{}
+	for _, x := range fs {
+		m[x.Kind] = append(m[x.Kind], x)
+	}
+	return m
+}
+
+func TestDetectSpikeStragglerDataStallRankStopped(t *testing.T) {
+	cfg := Defaults()
+	now := time.Now()
+	wavy := func(s int) float64 { return 2 + 0.01*float64(s%7) }
+	byRank := map[int][]stepRow{
+		0: steps(0, 60, now, 100, 5, wavy),
+		1: steps(1, 60, now, 100, 5, wavy),
+		2: steps(2, 60, now, 140, 60, wavy),                     // straggles, and starves on data
+		3: steps(3, 60, now.Add(-10*time.Minute), 100, 5, wavy), // stopped ten minutes ago
+	}
+	byRank[0][0].Loss = f(9) // spike on the newest step
+	got := kinds(detectSteps(cfg, byRank, true, now))
+	if s := got[api.AlertLossSpike]; len(s) != 1 || *s[0].Step != 60 {
+		t.Errorf("loss spike: %+v; want one at step 60", s)
+	}
+	if s := got[api.AlertStraggler]; len(s) != 1 || *s[0].Rank != 2 {
+		t.Errorf("straggler: %+v; want rank 2", s)
+	}
+	if s := got[api.AlertDataStall]; len(s) != 1 || *s[0].Rank != 2 {
+		t.Errorf("data stall: %+v; want rank 2", s)
+	}
+	if s := got[api.AlertRankStopped]; len(s) != 1 || *s[0].Rank != 3 {
+		t.Errorf("rank stopped: %+v; want rank 3", s)
+	}
+	if s := got[api.AlertStalled]; len(s) != 0 {
+		t.Errorf("stalled fired on a run that stepped just now: %+v", s)
+	}
+	// A finished run is never stalled and has no stopped rank.
+	got = kinds(detectSteps(cfg, byRank, false, now.Add(time.Hour)))
+	if len(got[api.AlertStalled])+len(got[api.AlertRankStopped]) != 0 {
+		t.Errorf("absence detectors fired on a finished run: %+v", got)
+	}
+	// Healthy ranks fire nothing.
+	calm := map[int][]stepRow{0: steps(0, 60, now, 100, 5, wavy), 1: steps(1, 60, now, 101, 5, wavy)}
+	if fs := detectSteps(cfg, calm, true, now); len(fs) != 0 {
+		t.Errorf("healthy run fired %+v", fs)
+	}
+}
+
+func TestConfigFromRunMeta(t *testing.T) {
+	def := Defaults()
+	c := def.withMeta([]byte(`{"model":"x","alerts":{"idle_util_pct":5,"idle_for":"10m","stall_min":600,"window":0}}`))
+	if c.IdleUtilPct != 5 || time.Duration(c.IdleFor) != 10*time.Minute || time.Duration(c.StallMin) != 10*time.Minute {
+		t.Errorf("overrides not applied: %+v", c)
+	}
+	if c.Window != def.Window || c.SkippedPct != def.SkippedPct {
+		t.Errorf("an out-of-range or absent field changed: %+v", c)
+	}
+	if c := def.withMeta([]byte(`{"alerts":{"idle_for":"soon"}}`)); c != def {
+		t.Errorf("a malformed override changed the defaults: %+v", c)
+	}
+}
