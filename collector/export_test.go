@@ -1,5 +1,11 @@
 package collector
 
+import (
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
+
 // SetNoSync turns the spool's syncs off until the returned function is
 // called, for the durability benchmark.
 func SetNoSync(v bool) (restore func()) {
@@ -10,3 +16,10 @@ func SetNoSync(v bool) (restore func()) {
 
 // SpoolWrites counts the batches written to c's spool since it started.
 func SpoolWrites(c *Collector) int64 { return c.spool.writes.Load() }
+
+// SampleDue samples what is due at now, as Run's loop does, and returns
+// when the next sample is due.
+func SampleDue(c *Collector, now time.Time) time.Time { return c.sampleDue(now) }
+
+// LastGPURecord is the latest record of GPU i.
+func LastGPURecord(c *Collector, i int) api.GPU { return c.gpu.dev[i].state.rec }

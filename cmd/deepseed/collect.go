@@ -31,6 +31,8 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		hookListen    = fs.String("hook-listen", envStr("DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464"), "hook receiver address, host:port or unix:/path (env DEEPSEED_HOOK_LISTEN)")
 		metricsListen = fs.String("metrics-listen", envStr("DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400"), "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it (env DEEPSEED_METRICS_LISTEN)")
 		interval      = fs.Duration("interval", envDur("DEEPSEED_INTERVAL", time.Second), "GPU and host sampling interval (env DEEPSEED_INTERVAL)")
+		fastInterval  = fs.Duration("fast-interval", envDur("DEEPSEED_FAST_INTERVAL", collector.DefaultFastInterval), "sampling interval of GPUs that a training process announced by the hook holds; 0 samples them at -interval like the others (env DEEPSEED_FAST_INTERVAL)")
+		counterIval   = fs.Duration("counter-interval", envDur("DEEPSEED_COUNTER_INTERVAL", collector.DefaultCounterInterval), "how often the costly GPU counters are read: energy, PCIe, NVLink, ECC, remapped rows (env DEEPSEED_COUNTER_INTERVAL)")
 		spoolDir      = fs.String("spool-dir", envStr("DEEPSEED_SPOOL_DIR", "/var/lib/deepseed/spool"), "directory for batches waiting for the server, and the dead-letter file (env DEEPSEED_SPOOL_DIR)")
 		spoolMax      = fs.Int64("spool-max-bytes", envInt("DEEPSEED_SPOOL_MAX_BYTES", 1<<30), "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted (env DEEPSEED_SPOOL_MAX_BYTES)")
 		hostName      = fs.String("host-name", envStr("DEEPSEED_HOST_NAME", ""), "host name on records and metrics; default the system's (env DEEPSEED_HOST_NAME)")
@@ -112,9 +114,12 @@ Flags:
 	if *capture != "" && lib != nil {
 		lib = &nvml.Recorder{Inner: lib, Path: *capture, Source: "deepseed collect " + Version}
 	}
+	if *fastInterval == 0 {
+		*fastInterval = -1 // off
+	}
 	col, err := collector.New(collector.Config{
 		Server: *server, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
-		Interval: *interval, SpoolDir: *spoolDir, SpoolMaxBytes: *spoolMax, HostName: *hostName,
+		Interval: *interval, FastInterval: *fastInterval, CounterInterval: *counterIval, SpoolDir: *spoolDir, SpoolMaxBytes: *spoolMax, HostName: *hostName,
 		DCGMCompat: *dcgm, BatchMaxRecords: *batchMax, BatchMaxAge: *batchAge, ProcRoot: *procRoot,
 		NVML: lib, Logger: log,
 	})
