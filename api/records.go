@@ -202,6 +202,7 @@ type GPU struct {
 	SMOccupancyPct    *Float       `json:"sm_occupancy_pct,omitempty"`     // GPM
 	TensorActivePct   *Float       `json:"tensor_active_pct,omitempty"`    // GPM
 	GrEngineActivePct *Float       `json:"gr_engine_active_pct,omitempty"` // GPM
+	SampleIntervalS   *Float       `json:"sample_interval_s,omitempty"`    // the collector's fast or base interval
 	Processes         []GPUProcess `json:"processes,omitempty"`
 }
 

@@ -1,6 +1,10 @@
 package collector
 
-import "time"
+import (
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
 
 // SetNoSync turns the spool's syncs off until the returned function is
 // called, for the durability benchmark.
@@ -20,3 +24,10 @@ func SetMinBackoff(d time.Duration) (restore func()) {
 	minBackoff = d
 	return func() { minBackoff = old }
 }
+
+// SampleDue samples what is due at now, as Run's loop does, and returns
+// when the next sample is due.
+func SampleDue(c *Collector, now time.Time) time.Time { return c.sampleDue(now) }
+
+// LastGPURecord is the latest record of GPU i.
+func LastGPURecord(c *Collector, i int) api.GPU { return c.gpu.dev[i].state.rec }

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -15,6 +16,8 @@ type gpuState struct {
 	r     nvml.Reading
 	rec   api.GPU
 	procs []gpuProc
+	// interval is the sampling interval the device is on, in seconds.
+	interval float64
 }
 
 type gpuProc struct {
@@ -23,60 +26,183 @@ type gpuProc struct {
 	who      *announced
 }
 
-// gpuSampler turns NVML readings into GPU records. It remembers the last
-// NVLink counters to turn them into rates.
+// gpuSampler turns NVML readings into GPU records, reading each group of
+// values at the rate it changes and costs:
+//
+//   - every sample (the base interval, or the fast one while a training
+//     process announced by the hook holds the GPU): utilisation, memory,
+//     power, temperatures and clocks — a few microseconds each;
+//   - every base tick: the compute processes (for attribution, and to
+//     notice a training process arriving or leaving) and XID events, and
+//     GPM on a GPU a training process holds (about 0.5 ms a read: GPM
+//     metrics are averages between two reads, here over a second);
+//   - every counter interval, staggered over the devices: energy, PCIe,
+//     NVLink, ECC, remapped rows and PCIe replays. On an H100 the energy
+//     counter alone costs 3 to 6 ms of CPU a read and PCIe throughput
+//     waits 20 ms per direction, more than everything else together. GPM
+//     of idle GPUs is read then too.
+//
+// Values not read at a sample keep their last reading.
 type gpuSampler struct {
 	lib  nvml.Iface
 	devs []nvml.DeviceInfo
-	prev map[int]nvlinkPrev
+	dev  []gpuDev
+	// base, fast and counter are the intervals; fast is 0 when adaptive
+	// sampling is off.
+	base, fast, counter time.Duration
+}
+
+// gpuDev is what the sampler keeps of one device between samples.
+type gpuDev struct {
+	have        bool
+	last        nvml.Reading
+	state       gpuState
+	fast        bool
+	nextFast    time.Time // next fast sample, while fast
+	nextCounter time.Time
+	nvPrev      nvlinkPrev
+	nvTx, nvRx  *api.Float // last NVLink rates, kept between counter reads
 }
 
 type nvlinkPrev struct {
 	tx, rx uint64
 	at     time.Time
+	ok     bool
 }
 
-func (g *gpuSampler) sample(now time.Time, host string, reg *registry) ([]gpuState, error) {
-	out := make([]gpuState, 0, len(g.devs))
-	var firstErr error
+func newGPUSampler(lib nvml.Iface, base, fast, counter time.Duration) gpuSampler {
+	devs := lib.Devices()
+	return gpuSampler{lib: lib, devs: devs, dev: make([]gpuDev, len(devs)), base: base, fast: fast, counter: counter}
+}
+
+// sample reads the devices due at now: every device on a base tick, the
+// fast ones between. It returns the latest state of every device read so
+// far and the records of the ones read now.
+func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *registry) (states []gpuState, fresh []int, firstErr error) {
 	for i, info := range g.devs {
-		r, err := g.lib.Read(i)
+		d := &g.dev[i]
+		due := baseTick || !d.have || (d.fast && !now.Before(d.nextFast))
+		if !due {
+			continue
+		}
+		want := nvml.FieldsTick
+		if baseTick || !d.have {
+			want |= nvml.FieldsProcs | nvml.FieldsXID
+		}
+		if baseTick && d.fast {
+			want |= nvml.FieldsGPM
+		}
+		if !d.have {
+			// Everything once, then the counters staggered over the
+			// devices so that their cost does not land on one tick.
+			want |= nvml.FieldsCounters | nvml.FieldsGPM
+			d.nextCounter = now.Add(g.counter + g.counter*time.Duration(i)/time.Duration(len(g.devs)))
+		} else if !now.Before(d.nextCounter) {
+			want |= nvml.FieldsCounters | nvml.FieldsGPM
+			d.nextCounter = d.nextCounter.Add(g.counter)
+			if !now.Before(d.nextCounter) {
+				d.nextCounter = now.Add(g.counter)
+			}
+		}
+		r, err := g.lib.Read(i, want)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
 			continue
 		}
-		st := gpuState{info: info, r: r}
-		st.rec = g.record(i, now, host, info, r)
-		for _, p := range r.Processes {
-			gp := gpuProc{pid: int64(p.PID)}
-			ap := api.GPUProcess{PID: int64(p.PID)}
-			if p.UsedMemBytes != nil {
-				gp.memBytes = ptrF(float64(*p.UsedMemBytes))
-				ap.MemBytes = api.F(float64(*p.UsedMemBytes))
+		d.last = d.last.With(r, want)
+		d.have = true
+		st := gpuState{info: info, r: d.last}
+		if want&nvml.FieldsProcs != 0 {
+			st.procs = g.procs(d.last.Processes, reg)
+			d.fast = g.fast > 0 && holdsAnnounced(st.procs)
+		} else {
+			// Between process reads the list stands; who a PID is may
+			// have changed (announced, or gone).
+			st.procs = slices.Clone(d.state.procs)
+			for k := range st.procs {
+				st.procs[k].who = nil
+				if a, ok := reg.lookup(st.procs[k].pid); ok {
+					st.procs[k].who = &a
+				}
 			}
-			if a, ok := reg.lookup(int64(p.PID)); ok {
-				gp.who = &a
-				ap.RunID, ap.Rank = a.RunID, api.Ptr(a.Rank)
+		}
+		st.interval = g.base.Seconds()
+		if d.fast {
+			st.interval = g.fast.Seconds()
+			d.nextFast = now.Add(g.fast)
+		}
+		st.rec = g.record(d, now, host, info, want)
+		st.rec.SampleIntervalS = api.F(st.interval)
+		for _, p := range st.procs {
+			ap := api.GPUProcess{PID: p.pid}
+			if p.memBytes != nil {
+				ap.MemBytes = api.F(*p.memBytes)
 			}
-			st.procs = append(st.procs, gp)
+			if p.who != nil {
+				ap.RunID, ap.Rank = p.who.RunID, api.Ptr(p.who.Rank)
+				// The GPU sample belongs to the lowest rank among its
+				// announced processes: one rank per GPU is the usual
+				// layout.
+				if st.rec.Rank == nil || p.who.Rank < *st.rec.Rank {
+					st.rec.RunID, st.rec.Rank = p.who.RunID, api.Ptr(p.who.Rank)
+				}
+			}
 			st.rec.Processes = append(st.rec.Processes, ap)
 		}
-		sort.Slice(st.procs, func(a, b int) bool { return st.procs[a].pid < st.procs[b].pid })
-		// The GPU sample belongs to the lowest rank among its announced
-		// processes: one rank per GPU is the usual layout.
-		for _, p := range st.procs {
-			if p.who != nil && (st.rec.Rank == nil || p.who.Rank < *st.rec.Rank) {
-				st.rec.RunID, st.rec.Rank = p.who.RunID, api.Ptr(p.who.Rank)
-			}
-		}
-		out = append(out, st)
+		d.state = st
+		fresh = append(fresh, i)
 	}
-	return out, firstErr
+	for i := range g.dev {
+		if g.dev[i].have {
+			states = append(states, g.dev[i].state)
+		}
+	}
+	return states, fresh, firstErr
 }
 
-func (g *gpuSampler) record(i int, now time.Time, host string, info nvml.DeviceInfo, r nvml.Reading) api.GPU {
+// nextFast is when the next fast sample is due, before the next base tick
+// at base; a fast sample that would fall within half a fast interval of
+// the base tick is left to it.
+func (g *gpuSampler) nextFast(base time.Time) time.Time {
+	next := base
+	for i := range g.dev {
+		d := &g.dev[i]
+		if d.fast && d.nextFast.Before(next) && base.Sub(d.nextFast) >= g.fast/2 {
+			next = d.nextFast
+		}
+	}
+	return next
+}
+
+func (g *gpuSampler) procs(ps []nvml.Process, reg *registry) []gpuProc {
+	out := make([]gpuProc, 0, len(ps))
+	for _, p := range ps {
+		gp := gpuProc{pid: int64(p.PID)}
+		if p.UsedMemBytes != nil {
+			gp.memBytes = ptrF(float64(*p.UsedMemBytes))
+		}
+		if a, ok := reg.lookup(int64(p.PID)); ok {
+			gp.who = &a
+		}
+		out = append(out, gp)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].pid < out[b].pid })
+	return out
+}
+
+func holdsAnnounced(ps []gpuProc) bool {
+	for _, p := range ps {
+		if p.who != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *gpuSampler) record(d *gpuDev, now time.Time, host string, info nvml.DeviceInfo, want nvml.Fields) api.GPU {
+	r := d.last
 	rec := api.GPU{Kind: api.KindGPU, Time: api.T(now), Host: host, GPU: api.Ptr(info.Index), UUID: info.UUID, Name: info.Name}
 	u32 := func(p *uint32, scale float64) *api.Float {
 		if p == nil {
@@ -125,16 +251,15 @@ func (g *gpuSampler) record(i int, now time.Time, host string, info nvml.DeviceI
 	rec.SMOccupancyPct = f64(r.GPMSMOccupancy)
 	rec.TensorActivePct = f64(r.GPMTensorPct)
 	rec.GrEngineActivePct = f64(r.GPMGraphicsPct)
-	if r.NVLinkTxKiB != nil && r.NVLinkRxKiB != nil {
-		if p, ok := g.prev[i]; ok && now.After(p.at) && *r.NVLinkTxKiB >= p.tx && *r.NVLinkRxKiB >= p.rx {
+	if want&nvml.FieldsNVLink != 0 && r.NVLinkTxKiB != nil && r.NVLinkRxKiB != nil {
+		p := d.nvPrev
+		if p.ok && now.After(p.at) && *r.NVLinkTxKiB >= p.tx && *r.NVLinkRxKiB >= p.rx {
 			secs := now.Sub(p.at).Seconds()
-			rec.NVLinkTxBps = api.F(float64(*r.NVLinkTxKiB-p.tx) * 1024 / secs)
-			rec.NVLinkRxBps = api.F(float64(*r.NVLinkRxKiB-p.rx) * 1024 / secs)
+			d.nvTx = api.F(float64(*r.NVLinkTxKiB-p.tx) * 1024 / secs)
+			d.nvRx = api.F(float64(*r.NVLinkRxKiB-p.rx) * 1024 / secs)
 		}
-		if g.prev == nil {
-			g.prev = map[int]nvlinkPrev{}
-		}
-		g.prev[i] = nvlinkPrev{tx: *r.NVLinkTxKiB, rx: *r.NVLinkRxKiB, at: now}
+		d.nvPrev = nvlinkPrev{tx: *r.NVLinkTxKiB, rx: *r.NVLinkRxKiB, at: now, ok: true}
 	}
+	rec.NVLinkTxBps, rec.NVLinkRxBps = d.nvTx, d.nvRx
 	return rec
 }

@@ -22,14 +22,30 @@ import (
 // to it, and forwards everything to a real ingest server and database. It
 // reports the collector process's CPU (percent of one core) and RSS.
 //
+// The fake GPUs replay testdata/capture-h100-costs.json, a capture taken
+// on an H100 with per-call costs recorded: each replayed NVML call spends
+// the CPU and wall time the real call took there, so the figure is what
+// the collector costs on real GPUs (collector/gpubench measures that on a
+// GPU machine).
+//
 //	go test ./collector -run '^$' -bench CollectorLoad -benchtime 1x
 //
 // DEEPSEED_BENCH_SECONDS sets the measured duration (default 30);
+// DEEPSEED_BENCH_GPUS the number of GPUs (default 8);
+// DEEPSEED_BENCH_INTERVAL the sampling interval (default 1s);
+// DEEPSEED_BENCH_HOOK_RECORDS the hook records a second (default 1000; 0
+// for none, as collector/gpubench measures);
 // DEEPSEED_BENCH_BIN runs a prebuilt binary instead of building one.
 func BenchmarkCollectorLoad(b *testing.B) {
 	secs := 30
 	if v, err := strconv.Atoi(os.Getenv("DEEPSEED_BENCH_SECONDS")); err == nil && v > 0 {
 		secs = v
+	}
+	gpus := envOr("DEEPSEED_BENCH_GPUS", "8")
+	interval := envOr("DEEPSEED_BENCH_INTERVAL", "1s")
+	hookRate := 1000
+	if v, err := strconv.Atoi(os.Getenv("DEEPSEED_BENCH_HOOK_RECORDS")); err == nil && v >= 0 {
+		hookRate = v
 	}
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "deepseed")
@@ -40,9 +56,9 @@ func BenchmarkCollectorLoad(b *testing.B) {
 	srv := newIngestServer(b, st).addr
 	hookAddr := freeAddr(b)
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(envOr("DEEPSEED_BENCH_BIN", bin), "collect", "--fake-nvml", "testdata/capture-h100.json", "--fake-gpus", "8",
+		cmd := exec.Command(envOr("DEEPSEED_BENCH_BIN", bin), "collect", "--fake-nvml", "testdata/capture-h100-costs.json", "--fake-gpus", gpus,
 			"--server", "http://"+srv, "--hook-listen", hookAddr, "--metrics-listen", "",
-			"--spool-dir", filepath.Join(dir, "spool"), "--interval", "1s", "--host-name", "bench", "--log-level", "warn")
+			"--spool-dir", filepath.Join(dir, "spool"), "--interval", interval, "--host-name", "bench", "--log-level", "warn")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
@@ -60,12 +76,15 @@ func BenchmarkCollectorLoad(b *testing.B) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		// Ten posts of 100 records each second, as a hook flushing every
-		// 100 ms would send them.
+		// Ten posts of hookRate/10 records each second, as a hook flushing
+		// every 100 ms would send them.
 		step := 0
 		post := func() {
+			if hookRate == 0 {
+				return
+			}
 			var body bytes.Buffer
-			for k := 0; k < 100; k++ {
+			for k := 0; k < hookRate/10; k++ {
 				fmt.Fprintf(&body, `{"kind":"step","run_id":"bench","rank":%d,"step":%d,"time":%d.5,"loss":%g,"lr":0.0003,"grad_norm":1.25,"loss_scale":65536,"samples":%d,"step_ms":412.5,"forward_ms":120.1,"backward_ms":250.3,"optimizer_ms":30.2,"comm_ms":11.9,"throughput_sps":77.6,"gpu_util_pct":97,"gpu_mem_used_gb":61.2}`+"\n",
 					k%8, step, 1795328221+step, 2.5/float64(step+1), 32*step)
 				if k%8 == 7 {
@@ -104,7 +123,7 @@ func BenchmarkCollectorLoad(b *testing.B) {
 		b.ReportMetric(float64(step*8)/wall, "hook-records/s")
 		var rows int
 		st.Pool.QueryRow(b.Context(), `SELECT count(*) FROM steps WHERE run_id = 'bench'`).Scan(&rows)
-		b.Logf("%ds: collector cpu %.2f%% of one core, rss %.1f MiB (peak %.1f), %d step rows stored", secs, cpuPct, rss/(1<<20), hwm/(1<<20), rows)
+		b.Logf("%ds, %s GPUs at %s: collector cpu %.2f%% of one core, rss %.1f MiB (peak %.1f), %d step rows stored", secs, gpus, interval, cpuPct, rss/(1<<20), hwm/(1<<20), rows)
 	}
 }
 
@@ -117,7 +136,26 @@ func freeAddr(tb testing.TB) string {
 	return ln.Addr().String()
 }
 
+// procCPU is the CPU time pid has used, in seconds: the sum of its
+// threads' schedstat run times (nanoseconds), which resolves the fraction
+// of a percent a collector costs where utime+stime's 10 ms ticks do not;
+// utime+stime where schedstat is missing.
 func procCPU(pid int) (float64, error) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var ns float64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			v, _ := strconv.ParseFloat(f[0], 64)
+			ns += v
+		}
+	}
+	if ns > 0 {
+		return ns / 1e9, nil
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err

@@ -194,6 +194,7 @@ var gpuFamilies = []family{
 	{"deepseed_gpu_tensor_active_ratio", "GPM: fraction of cycles any tensor pipe was active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMTensorPct, 0.01) }},
 	{"deepseed_gpu_graphics_active_ratio", "GPM: fraction of time the graphics/compute engine was active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMGraphicsPct, 0.01) }},
 	{"deepseed_gpu_dram_active_ratio", "GPM: device memory bandwidth used, as a fraction of the peak.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMDRAMBWPct, 0.01) }},
+	{"deepseed_gpu_sample_interval_seconds", "The interval the GPU is sampled at: the fast one while an announced training process holds it.", "gauge", func(s *gpuState) *float64 { return &s.interval }},
 }
 
 func (c *Collector) gpuLabels(s *gpuState) string {

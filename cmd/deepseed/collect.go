@@ -32,6 +32,8 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		hookListen    = f.String("hook-listen", "DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464", "hook receiver address, host:port or unix:/path")
 		metricsListen = f.String("metrics-listen", "DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400", "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it")
 		interval      = f.String("interval", "DEEPSEED_INTERVAL", "1s", "GPU and host sampling interval")
+		fastInterval  = f.String("fast-interval", "DEEPSEED_FAST_INTERVAL", collector.DefaultFastInterval.String(), "sampling interval of GPUs that a training process announced by the hook holds; 0 samples them at --interval like the others")
+		counterIval   = f.String("counter-interval", "DEEPSEED_COUNTER_INTERVAL", collector.DefaultCounterInterval.String(), "how often the costly GPU counters are read: energy, PCIe, NVLink, ECC, remapped rows")
 		spoolDir      = f.String("spool-dir", "DEEPSEED_SPOOL_DIR", defaultSpoolDir(), "directory for batches waiting for the server, and the dead-letter file")
 		spoolMax      = f.String("spool-max-bytes", "DEEPSEED_SPOOL_MAX_BYTES", "1073741824", "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted")
 		hostName      = f.String("host-name", "DEEPSEED_HOST_NAME", "", "host name on records and metrics; default the system's")
@@ -81,6 +83,16 @@ at start.`)
 		return n
 	}
 	every, maxAge := dur("interval", *interval), dur("batch-max-age", *batchAge)
+	counters := dur("counter-interval", *counterIval)
+	// The fast interval may be 0: held GPUs are then sampled like the
+	// others (the collector takes a negative interval as off).
+	fast, err := time.ParseDuration(*fastInterval)
+	if err != nil || fast < 0 {
+		errs = append(errs, &server.FieldError{Field: "fast-interval", Value: *fastInterval, Msg: "want a duration such as 100ms, or 0 for off"})
+	}
+	if fast == 0 {
+		fast = -1
+	}
 	maxBytes, maxRecords := num("spool-max-bytes", *spoolMax, 1), num("batch-max-records", *batchMax, 1)
 	nFake := num("fake-gpus", *fakeGPUs, 0)
 	if len(errs) > 0 {
@@ -139,7 +151,7 @@ at start.`)
 	log.Info("spool directory: batches wait here while the server is away", "dir", spool, "max_bytes", maxBytes)
 	col, err := collector.New(collector.Config{
 		Server: *serverURL, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
-		Interval: every, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
+		Interval: every, FastInterval: fast, CounterInterval: counters, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
 		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxAge: maxAge, ProcRoot: *procRoot,
 		NVML: lib, Logger: log,
 	})

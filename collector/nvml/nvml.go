@@ -30,10 +30,53 @@ type Iface interface {
 	// Devices lists the devices found by Init, in sampling order. MIG
 	// instances of a GPU in MIG mode are listed after their parent.
 	Devices() []DeviceInfo
-	// Read takes one reading of the device at position i of Devices.
-	// Values a device does not support are nil.
-	Read(i int) (Reading, error)
+	// Read takes one reading of the device at position i of Devices,
+	// of the fields in want. Values not asked for, and values the device
+	// does not support, are nil.
+	Read(i int, want Fields) (Reading, error)
 }
+
+// Fields selects the groups of values a Read reads. The collector reads
+// each group at the rate its values change: the cheap, quickly changing
+// ones every tick, counters and health fields every few seconds.
+type Fields uint32
+
+const (
+	// FieldsUtil: GPU and memory utilisation.
+	FieldsUtil Fields = 1 << iota
+	// FieldsMemory: device memory total, used, free, reserved.
+	FieldsMemory
+	// FieldsPower: power draw, GPU and memory temperature.
+	FieldsPower
+	// FieldsClocks: SM and memory clocks and the clocks-event reasons.
+	FieldsClocks
+	// FieldsGPM: GPM metrics over the interval since the last GPM read.
+	FieldsGPM
+	// FieldsEnergy: the energy counter. On Hopper it costs milliseconds
+	// of CPU a read, a thousand times what the power draw costs.
+	FieldsEnergy
+	// FieldsPCIe: PCIe throughput; NVML measures it over 20 ms, and the
+	// call waits that long.
+	FieldsPCIe
+	// FieldsNVLink: NVLink data counters.
+	FieldsNVLink
+	// FieldsHealth: ECC errors, remapped rows, PCIe replays.
+	FieldsHealth
+	// FieldsXID: XID error events that arrived since the last read.
+	FieldsXID
+	// FieldsProcs: the compute processes and their device memory.
+	FieldsProcs
+
+	// FieldsTick are the cheap, quickly changing values read every sample.
+	// GPM is not among them: a GPM sample and its metrics cost about
+	// 0.5 ms of CPU on an H100, and the metrics are averages over the time
+	// between two samples anyway.
+	FieldsTick = FieldsUtil | FieldsMemory | FieldsPower | FieldsClocks
+	// FieldsCounters are the costly or slowly changing ones.
+	FieldsCounters = FieldsEnergy | FieldsPCIe | FieldsNVLink | FieldsHealth
+	// FieldsAll is every group.
+	FieldsAll = FieldsTick | FieldsCounters | FieldsXID | FieldsProcs
+)
 
 // DeviceInfo is what does not change while the collector runs.
 type DeviceInfo struct {
@@ -109,6 +152,9 @@ type Capture struct {
 	Source  string       `json:"source,omitempty"` // driver and tool versions
 	Devices []DeviceInfo `json:"devices"`
 	Samples [][]Reading  `json:"samples"`
+	// Costs is what each NVML call cost on the machine the capture was
+	// taken on, by call name; [Fake] replays it.
+	Costs map[string]*CallCost `json:"costs,omitempty"`
 }
 
 // LoadCapture reads a capture file.
@@ -133,3 +179,45 @@ func LoadCapture(path string) (Capture, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// With returns r with the groups in f taken from fresh: the collector
+// keeps the last value of the groups it reads less often.
+func (r Reading) With(fresh Reading, f Fields) Reading {
+	r.TimeUnixMilli = fresh.TimeUnixMilli
+	if f&FieldsUtil != 0 {
+		r.UtilGPUPct, r.UtilMemPct = fresh.UtilGPUPct, fresh.UtilMemPct
+	}
+	if f&FieldsMemory != 0 {
+		r.MemTotalBytes, r.MemUsedBytes, r.MemFreeBytes, r.MemReservedBytes = fresh.MemTotalBytes, fresh.MemUsedBytes, fresh.MemFreeBytes, fresh.MemReservedBytes
+	}
+	if f&FieldsPower != 0 {
+		r.PowerMilliW, r.TempC, r.MemTempC = fresh.PowerMilliW, fresh.TempC, fresh.MemTempC
+	}
+	if f&FieldsEnergy != 0 {
+		r.EnergyMilliJ = fresh.EnergyMilliJ
+	}
+	if f&FieldsClocks != 0 {
+		r.SMClockMHz, r.MemClockMHz, r.ClocksEventMask = fresh.SMClockMHz, fresh.MemClockMHz, fresh.ClocksEventMask
+	}
+	if f&FieldsGPM != 0 {
+		r.GPMSMActivePct, r.GPMSMOccupancy, r.GPMTensorPct, r.GPMGraphicsPct = fresh.GPMSMActivePct, fresh.GPMSMOccupancy, fresh.GPMTensorPct, fresh.GPMGraphicsPct
+		r.GPMDRAMBWPct = fresh.GPMDRAMBWPct
+	}
+	if f&FieldsPCIe != 0 {
+		r.PCIeTxKBps, r.PCIeRxKBps = fresh.PCIeTxKBps, fresh.PCIeRxKBps
+	}
+	if f&FieldsNVLink != 0 {
+		r.NVLinkTxKiB, r.NVLinkRxKiB = fresh.NVLinkTxKiB, fresh.NVLinkRxKiB
+	}
+	if f&FieldsHealth != 0 {
+		r.PCIeReplays, r.ECCCorrected, r.ECCUncorrected = fresh.PCIeReplays, fresh.ECCCorrected, fresh.ECCUncorrected
+		r.RemappedCorr, r.RemappedUncorr, r.RemapPending = fresh.RemappedCorr, fresh.RemappedUncorr, fresh.RemapPending
+	}
+	if f&FieldsXID != 0 {
+		r.XIDLast, r.XIDCount = fresh.XIDLast, fresh.XIDCount
+	}
+	if f&FieldsProcs != 0 {
+		r.Processes = fresh.Processes
+	}
+	return r
+}

@@ -3,6 +3,7 @@ package nvml
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ type Real struct {
 	devs   []*realDev
 	events gonvml.EventSet
 	Driver string
+	costs  costBook
 }
 
 var _ Iface = (*Real)(nil)
@@ -34,6 +36,10 @@ type realDev struct {
 	gpmValid bool
 	xidLast  uint64
 	xidCount uint64
+	// unsupported holds the calls the device refused as not supported.
+	unsupported callSet
+	// fv is room for field-value requests, so reads do not allocate it.
+	fv [2*gonvml.NVLINK_MAX_LINKS + 2]gonvml.FieldValue
 }
 
 // ErrNoLibrary is returned by Init when libnvidia-ml cannot be opened.
@@ -98,11 +104,16 @@ func (r *Real) Init() error {
 
 func (r *Real) initGPM(d *realDev) {
 	sup, ret := d.h.GpmQueryDeviceSupport()
-	if ret != gonvml.SUCCESS {
+	// go-nvml sends the support query a struct version that NVML (whose
+	// header defines it as plain 1) refuses as mismatched; then a GPM
+	// sample taken once says whether the device has GPM.
+	probe := ret == gonvml.ERROR_ARGUMENT_VERSION_MISMATCH
+	switch {
+	case probe:
+	case ret != gonvml.SUCCESS:
 		d.info.GPMNote = "GPM query: " + r.lib.ErrorString(ret)
 		return
-	}
-	if sup.IsSupportedDevice == 0 {
+	case sup.IsSupportedDevice == 0:
 		d.info.GPMNote = "GPM not supported by this device"
 		return
 	}
@@ -110,6 +121,14 @@ func (r *Real) initGPM(d *realDev) {
 	b, ret2 := r.lib.GpmSampleAlloc()
 	if ret1 != gonvml.SUCCESS || ret2 != gonvml.SUCCESS {
 		return
+	}
+	if probe {
+		if ret := d.h.GpmSampleGet(a); ret != gonvml.SUCCESS {
+			d.info.GPMNote = "GPM sample: " + r.lib.ErrorString(ret)
+			a.Free()
+			b.Free()
+			return
+		}
 	}
 	d.gpmPrev, d.gpmCur = a, b
 	d.info.GPM = true
@@ -173,108 +192,203 @@ func (r *Real) Devices() []DeviceInfo {
 	return out
 }
 
+// RecordCosts implements CostRecorder.
+func (r *Real) RecordCosts() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.costs.on = true
+}
+
+// Costs implements CostRecorder.
+func (r *Real) Costs() map[string]*CallCost {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.costs.copy()
+	for _, d := range r.devs {
+		for c := call(0); c < numCalls; c++ {
+			if d.unsupported.has(c) {
+				if cc := out[callNames[c]]; cc != nil {
+					cc.Unsupported = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// do makes one NVML call unless the device answered it as unsupported
+// before, times it when recording costs, and remembers a refusal that will
+// not change while the driver is loaded.
+func (r *Real) do(d *realDev, c call, f func() gonvml.Return) bool {
+	if d.unsupported.has(c) {
+		return false
+	}
+	m := r.costs.mark()
+	ret := f()
+	r.costs.note(callNames[c], m)
+	switch ret {
+	case gonvml.SUCCESS:
+		return true
+	case gonvml.ERROR_NOT_SUPPORTED, gonvml.ERROR_FUNCTION_NOT_FOUND, gonvml.ERROR_NO_PERMISSION:
+		d.unsupported.add(c)
+	}
+	return false
+}
+
 // Read implements Iface.
-func (r *Real) Read(i int) (Reading, error) {
+func (r *Real) Read(i int, want Fields) (Reading, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if i < 0 || i >= len(r.devs) {
 		return Reading{}, fmt.Errorf("nvml: no device %d", i)
 	}
-	r.drainEvents()
+	if r.costs.on {
+		// Thread CPU time is only comparable on one thread.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	d := r.devs[i]
 	h := d.h
 	rd := Reading{TimeUnixMilli: time.Now().UnixMilli()}
-	ok := func(ret gonvml.Return) bool { return ret == gonvml.SUCCESS }
+	var ret gonvml.Return
+	phys := d.info.MIG == nil
 
-	if u, ret := h.GetUtilizationRates(); ok(ret) {
-		rd.UtilGPUPct, rd.UtilMemPct = ptr(u.Gpu), ptr(u.Memory)
+	if want&FieldsUtil != 0 {
+		var u gonvml.Utilization
+		if r.do(d, callUtil, func() gonvml.Return { u, ret = h.GetUtilizationRates(); return ret }) {
+			rd.UtilGPUPct, rd.UtilMemPct = ptr(u.Gpu), ptr(u.Memory)
+		}
 	}
-	if m, ret := h.GetMemoryInfo_v2(); ok(ret) {
-		rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes, rd.MemReservedBytes = ptr(m.Total), ptr(m.Used), ptr(m.Free), ptr(m.Reserved)
-	} else if m, ret := h.GetMemoryInfo(); ok(ret) {
-		rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes = ptr(m.Total), ptr(m.Used), ptr(m.Free)
+	if want&FieldsMemory != 0 {
+		var m2 gonvml.Memory_v2
+		var m gonvml.Memory
+		if r.do(d, callMemoryV2, func() gonvml.Return { m2, ret = h.GetMemoryInfo_v2(); return ret }) {
+			rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes, rd.MemReservedBytes = ptr(m2.Total), ptr(m2.Used), ptr(m2.Free), ptr(m2.Reserved)
+		} else if r.do(d, callMemory, func() gonvml.Return { m, ret = h.GetMemoryInfo(); return ret }) {
+			rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes = ptr(m.Total), ptr(m.Used), ptr(m.Free)
+		}
 	}
-	if d.info.MIG == nil {
-		if v, ret := h.GetPowerUsage(); ok(ret) {
-			rd.PowerMilliW = ptr(v)
+	if phys && want&FieldsEnergy != 0 {
+		var v64 uint64
+		if r.do(d, callEnergy, func() gonvml.Return { v64, ret = h.GetTotalEnergyConsumption(); return ret }) {
+			rd.EnergyMilliJ = ptr(v64)
 		}
-		if v, ret := h.GetTotalEnergyConsumption(); ok(ret) {
-			rd.EnergyMilliJ = ptr(v)
+	}
+	if phys && want&FieldsPower != 0 {
+		var v32 uint32
+		if r.do(d, callPower, func() gonvml.Return { v32, ret = h.GetPowerUsage(); return ret }) {
+			rd.PowerMilliW = ptr(v32)
 		}
-		if v, ret := h.GetTemperature(gonvml.TEMPERATURE_GPU); ok(ret) {
-			rd.TempC = ptr(v)
+		if r.do(d, callTemp, func() gonvml.Return { v32, ret = h.GetTemperature(gonvml.TEMPERATURE_GPU); return ret }) {
+			rd.TempC = ptr(v32)
 		}
-		fv := []gonvml.FieldValue{{FieldId: gonvml.FI_DEV_MEMORY_TEMP}}
-		if ok(h.GetFieldValues(fv)) && fv[0].NvmlReturn == uint32(gonvml.SUCCESS) {
-			if v := fieldUint(fv[0]); v > 0 {
+		fv := &d.fv[0]
+		*fv = gonvml.FieldValue{FieldId: gonvml.FI_DEV_MEMORY_TEMP}
+		if r.do(d, callMemTemp, func() gonvml.Return { return fieldRet(h.GetFieldValues(d.fv[:1]), fv) }) {
+			if v := fieldUint(*fv); v > 0 {
 				rd.MemTempC = ptr(uint32(v))
 			}
 		}
-		if v, ret := h.GetClockInfo(gonvml.CLOCK_SM); ok(ret) {
-			rd.SMClockMHz = ptr(v)
+	}
+	if phys && want&FieldsClocks != 0 {
+		var v32 uint32
+		var v64 uint64
+		if r.do(d, callClockSM, func() gonvml.Return { v32, ret = h.GetClockInfo(gonvml.CLOCK_SM); return ret }) {
+			rd.SMClockMHz = ptr(v32)
 		}
-		if v, ret := h.GetClockInfo(gonvml.CLOCK_MEM); ok(ret) {
-			rd.MemClockMHz = ptr(v)
+		if r.do(d, callClockMem, func() gonvml.Return { v32, ret = h.GetClockInfo(gonvml.CLOCK_MEM); return ret }) {
+			rd.MemClockMHz = ptr(v32)
 		}
-		if v, ret := h.GetPcieThroughput(gonvml.PCIE_UTIL_TX_BYTES); ok(ret) {
-			rd.PCIeTxKBps = ptr(v)
+		if r.do(d, callClocksEvent, func() gonvml.Return { v64, ret = h.GetCurrentClocksEventReasons(); return ret }) {
+			rd.ClocksEventMask = ptr(v64)
 		}
-		if v, ret := h.GetPcieThroughput(gonvml.PCIE_UTIL_RX_BYTES); ok(ret) {
-			rd.PCIeRxKBps = ptr(v)
-		}
-		if v, ret := h.GetPcieReplayCounter(); ok(ret) {
-			rd.PCIeReplays = ptr(uint64(v))
-		}
-		if len(d.links) > 0 {
-			fv := make([]gonvml.FieldValue, 0, 2*len(d.links))
-			for _, l := range d.links {
-				fv = append(fv, gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: uint32(l)},
-					gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: uint32(l)})
-			}
-			if ok(h.GetFieldValues(fv)) {
-				var tx, rx uint64
-				for k, f := range fv {
-					if f.NvmlReturn != uint32(gonvml.SUCCESS) {
-						continue
-					}
-					if k%2 == 0 {
-						tx += fieldUint(f)
-					} else {
-						rx += fieldUint(f)
-					}
-				}
-				rd.NVLinkTxKiB, rd.NVLinkRxKiB = ptr(tx), ptr(rx)
-			}
-		}
-		if v, ret := h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_CORRECTED, gonvml.AGGREGATE_ECC); ok(ret) {
-			rd.ECCCorrected = ptr(v)
-		}
-		if v, ret := h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_UNCORRECTED, gonvml.AGGREGATE_ECC); ok(ret) {
-			rd.ECCUncorrected = ptr(v)
-		}
-		if c, u, pending, _, ret := h.GetRemappedRows(); ok(ret) {
-			rd.RemappedCorr, rd.RemappedUncorr, rd.RemapPending = ptr(uint64(c)), ptr(uint64(u)), ptr(pending)
-		}
-		if v, ret := h.GetCurrentClocksEventReasons(); ok(ret) {
-			rd.ClocksEventMask = ptr(v)
-		}
-		if r.events != nil {
-			rd.XIDCount, rd.XIDLast = ptr(d.xidCount), ptr(d.xidLast)
-		}
+	}
+	if phys && want&FieldsGPM != 0 {
 		r.readGPM(d, &rd)
 	}
-	if ps, ret := h.GetComputeRunningProcesses(); ok(ret) {
-		for _, p := range ps {
-			pr := Process{PID: p.Pid}
-			// NVML reports an unknown amount (no permission, Windows WDDM)
-			// as all ones.
-			if p.UsedGpuMemory != ^uint64(0) {
-				pr.UsedMemBytes = ptr(p.UsedGpuMemory)
+	if phys && want&FieldsPCIe != 0 {
+		var v32 uint32
+		if r.do(d, callPCIeTx, func() gonvml.Return { v32, ret = h.GetPcieThroughput(gonvml.PCIE_UTIL_TX_BYTES); return ret }) {
+			rd.PCIeTxKBps = ptr(v32)
+		}
+		if r.do(d, callPCIeRx, func() gonvml.Return { v32, ret = h.GetPcieThroughput(gonvml.PCIE_UTIL_RX_BYTES); return ret }) {
+			rd.PCIeRxKBps = ptr(v32)
+		}
+	}
+	if phys && want&FieldsNVLink != 0 && len(d.links) > 0 {
+		fv := d.fv[:2*len(d.links)]
+		for k, l := range d.links {
+			fv[2*k] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: uint32(l)}
+			fv[2*k+1] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: uint32(l)}
+		}
+		if r.do(d, callNVLink, func() gonvml.Return { return h.GetFieldValues(fv) }) {
+			var tx, rx uint64
+			for k, f := range fv {
+				if f.NvmlReturn != uint32(gonvml.SUCCESS) {
+					continue
+				}
+				if k%2 == 0 {
+					tx += fieldUint(f)
+				} else {
+					rx += fieldUint(f)
+				}
 			}
-			rd.Processes = append(rd.Processes, pr)
+			rd.NVLinkTxKiB, rd.NVLinkRxKiB = ptr(tx), ptr(rx)
+		}
+	}
+	if phys && want&FieldsHealth != 0 {
+		var n int
+		var v64 uint64
+		if r.do(d, callPCIeReplay, func() gonvml.Return { n, ret = h.GetPcieReplayCounter(); return ret }) {
+			rd.PCIeReplays = ptr(uint64(n))
+		}
+		if r.do(d, callECCCorrected, func() gonvml.Return {
+			v64, ret = h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_CORRECTED, gonvml.AGGREGATE_ECC)
+			return ret
+		}) {
+			rd.ECCCorrected = ptr(v64)
+		}
+		if r.do(d, callECCUncorrected, func() gonvml.Return {
+			v64, ret = h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_UNCORRECTED, gonvml.AGGREGATE_ECC)
+			return ret
+		}) {
+			rd.ECCUncorrected = ptr(v64)
+		}
+		var c, u int
+		var pending bool
+		if r.do(d, callRemapped, func() gonvml.Return { c, u, pending, _, ret = h.GetRemappedRows(); return ret }) {
+			rd.RemappedCorr, rd.RemappedUncorr, rd.RemapPending = ptr(uint64(c)), ptr(uint64(u)), ptr(pending)
+		}
+	}
+	if phys && want&FieldsXID != 0 && r.events != nil {
+		r.drainEvents()
+		rd.XIDCount, rd.XIDLast = ptr(d.xidCount), ptr(d.xidLast)
+	}
+	if want&FieldsProcs != 0 {
+		var ps []gonvml.ProcessInfo
+		if r.do(d, callProcs, func() gonvml.Return { ps, ret = h.GetComputeRunningProcesses(); return ret }) {
+			rd.Processes = make([]Process, 0, len(ps))
+			for _, p := range ps {
+				pr := Process{PID: p.Pid}
+				// NVML reports an unknown amount (no permission, Windows
+				// WDDM) as all ones.
+				if p.UsedGpuMemory != ^uint64(0) {
+					pr.UsedMemBytes = ptr(p.UsedGpuMemory)
+				}
+				rd.Processes = append(rd.Processes, pr)
+			}
 		}
 	}
 	return rd, nil
+}
+
+// fieldRet folds the per-field answer of a one-field GetFieldValues into
+// the call's.
+func fieldRet(ret gonvml.Return, fv *gonvml.FieldValue) gonvml.Return {
+	if ret != gonvml.SUCCESS {
+		return ret
+	}
+	return gonvml.Return(fv.NvmlReturn)
 }
 
 // readGPM takes a GPM sample and, from the second one on, computes the
@@ -283,7 +397,7 @@ func (r *Real) readGPM(d *realDev, rd *Reading) {
 	if !d.info.GPM {
 		return
 	}
-	if ret := d.h.GpmSampleGet(d.gpmCur); ret != gonvml.SUCCESS {
+	if !r.do(d, callGPMSample, func() gonvml.Return { return d.h.GpmSampleGet(d.gpmCur) }) {
 		d.gpmValid = false
 		return
 	}
@@ -293,7 +407,7 @@ func (r *Real) readGPM(d *realDev, rd *Reading) {
 		for k, id := range ids {
 			mg.Metrics[k].MetricId = uint32(id)
 		}
-		if ret := r.lib.GpmMetricsGet(mg); ret == gonvml.SUCCESS {
+		if r.do(d, callGPMMetrics, func() gonvml.Return { return r.lib.GpmMetricsGet(mg) }) {
 			out := []**float64{&rd.GPMSMActivePct, &rd.GPMSMOccupancy, &rd.GPMTensorPct, &rd.GPMGraphicsPct, &rd.GPMDRAMBWPct}
 			for k := range ids {
 				if mg.Metrics[k].NvmlReturn == uint32(gonvml.SUCCESS) {
@@ -306,14 +420,18 @@ func (r *Real) readGPM(d *realDev, rd *Reading) {
 	d.gpmValid = true
 }
 
-// drainEvents collects the XID events that arrived since the last read,
-// without waiting.
+// drainEvents collects the XID events of every device that arrived since
+// the last drain, without waiting.
 func (r *Real) drainEvents() {
 	if r.events == nil {
 		return
 	}
 	for k := 0; k < 64; k++ {
-		ev, ret := r.events.Wait(0)
+		var ev gonvml.EventData
+		var ret gonvml.Return
+		m := r.costs.mark()
+		ev, ret = r.events.Wait(0)
+		r.costs.note(callNames[callEvents], m)
 		if ret != gonvml.SUCCESS {
 			return
 		}

@@ -745,17 +745,20 @@ type GPU struct {
 	Rank                *int          `json:"rank,omitempty"`
 	RemappedRowsTotal   *Float        `json:"remapped_rows_total,omitempty"`
 	RunId               *string       `json:"run_id,omitempty"`
-	SmActivePct         *Float        `json:"sm_active_pct,omitempty"`
-	SmClockMhz          *Float        `json:"sm_clock_mhz,omitempty"`
-	SmOccupancyPct      *Float        `json:"sm_occupancy_pct,omitempty"`
-	TempC               *Float        `json:"temp_c,omitempty"`
-	TensorActivePct     *Float        `json:"tensor_active_pct,omitempty"`
-	ThrottleReasons     *int64        `json:"throttle_reasons,omitempty"`
-	Time                *Time         `json:"time"`
-	UtilPct             *Float        `json:"util_pct,omitempty"`
-	Uuid                *string       `json:"uuid,omitempty"`
-	XidLast             *Float        `json:"xid_last,omitempty"`
-	XidTotal            *Float        `json:"xid_total,omitempty"`
+
+	// SampleIntervalS the sampling interval this GPU was on when the sample was taken: the collector's fast interval while a training process announced by the hook holds the GPU, its base interval otherwise
+	SampleIntervalS *Float  `json:"sample_interval_s,omitempty"`
+	SmActivePct     *Float  `json:"sm_active_pct,omitempty"`
+	SmClockMhz      *Float  `json:"sm_clock_mhz,omitempty"`
+	SmOccupancyPct  *Float  `json:"sm_occupancy_pct,omitempty"`
+	TempC           *Float  `json:"temp_c,omitempty"`
+	TensorActivePct *Float  `json:"tensor_active_pct,omitempty"`
+	ThrottleReasons *int64  `json:"throttle_reasons,omitempty"`
+	Time            *Time   `json:"time"`
+	UtilPct         *Float  `json:"util_pct,omitempty"`
+	Uuid            *string `json:"uuid,omitempty"`
+	XidLast         *Float  `json:"xid_last,omitempty"`
+	XidTotal        *Float  `json:"xid_total,omitempty"`
 }
 
 // GPUKind defines model for GPU.Kind.

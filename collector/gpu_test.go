@@ -1,0 +1,190 @@
+package collector_test
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/collector"
+	"github.com/deepseed/deepseed/collector/nvml"
+)
+
+// twoGPUCapture is tick 30 of the H100 capture, where PID 422 holds the
+// GPU, shown as two GPUs of which only the first has the process: 100
+// ticks without the process, then 300 with it, positioned at the first of
+// those. It carries the call costs of the capture taken with timing on
+// (not spent: the tests count calls).
+func twoGPUCapture(t *testing.T) *nvml.Fake {
+	t.Helper()
+	cp := mustCapture(t)
+	costs, err := nvml.LoadCapture("testdata/capture-h100-costs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := cp.Devices[0]
+	second.Index, second.Minor, second.UUID = 1, 1, second.UUID+"-1"
+	cp.Devices = append(cp.Devices, second)
+	held := cp.Samples[30][0]
+	idle := held
+	idle.Processes = nil
+	cp.Samples = nil
+	for k := 0; k < 400; k++ {
+		if k < 100 {
+			cp.Samples = append(cp.Samples, []nvml.Reading{idle, idle})
+		} else {
+			cp.Samples = append(cp.Samples, []nvml.Reading{held, idle})
+		}
+	}
+	cp.Costs = costs.Costs
+	f := nvml.NewFake(cp, 0)
+	f.NoCosts = true
+	f.Seek(100)
+	return f
+}
+
+func announce(t *testing.T, c *collector.Collector, pid int) {
+	t.Helper()
+	body := `{"kind":"process","run_id":"fast","rank":0,"local_rank":0,"pid":` + strconv.Itoa(pid) + `}`
+	if code, msg := post(t, c, "POST", "/api/v1/ingest", "", body); code != 200 {
+		t.Fatalf("announce: %d %s", code, msg)
+	}
+}
+
+// TestAdaptiveSampling: the GPU that an announced training process holds
+// is sampled at the fast interval, the other at the base one; records and
+// /metrics say which; the process list is read once per base tick only,
+// and the costly counters once per counter interval, staggered.
+func TestAdaptiveSampling(t *testing.T) {
+	fake := twoGPUCapture(t)
+	t0 := time.Date(2026, 11, 22, 6, 17, 1, 0, time.UTC)
+	now := t0
+	c, err := collector.New(collector.Config{
+		SpoolDir: t.TempDir(), HostName: "n", ProcRoot: "testdata/proc", NVML: fake,
+		Interval: time.Second, FastInterval: 100 * time.Millisecond, CounterInterval: 10 * time.Second,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	announce(t, c, 422)
+	end := t0.Add(25 * time.Second)
+	wakes := 0
+	for now.Before(end) {
+		next := collector.SampleDue(c, now)
+		if !next.After(now) {
+			t.Fatalf("next sample %v is not after now %v", next, now)
+		}
+		now = next
+		wakes++
+	}
+	// 25 s: GPU 0 turns fast at its first process read (t0) and stays.
+	util0, util1 := fake.Calls(0)["utilization"], fake.Calls(1)["utilization"]
+	if util0 < 240 || util0 > 251 {
+		t.Errorf("held GPU read %d times in 25 s, want about 250 (100 ms)", util0)
+	}
+	if util1 != 25 {
+		t.Errorf("idle GPU read %d times in 25 s, want 25 (1 s)", util1)
+	}
+	if wakes > util0+1 {
+		t.Errorf("%d wake-ups for %d fast samples: the loop wakes when nothing is due", wakes, util0)
+	}
+	for i := 0; i < 2; i++ {
+		calls := fake.Calls(i)
+		if n := calls["compute_processes"]; n != 25 {
+			t.Errorf("GPU %d: processes read %d times, want once a base tick (25)", i, n)
+		}
+		// Counters at t0 and then every 10 s, the second GPU's half an
+		// interval later: t0, 10 s, 20 s and t0, 15 s.
+		want := map[int]int{0: 3, 1: 2}[i]
+		if n := calls["total_energy"]; n != want {
+			t.Errorf("GPU %d: energy read %d times in 25 s, want %d", i, n, want)
+		}
+		if n := calls["pcie_throughput_tx"]; n != want {
+			t.Errorf("GPU %d: PCIe throughput read %d times, want %d", i, n, want)
+		}
+		if n := calls["ecc_corrected"]; n != want {
+			t.Errorf("GPU %d: ECC read %d times, want %d", i, n, want)
+		}
+	}
+	r0, r1 := collector.LastGPURecord(c, 0), collector.LastGPURecord(c, 1)
+	if r0.SampleIntervalS == nil || float64(*r0.SampleIntervalS) != 0.1 || r0.RunID != "fast" {
+		t.Errorf("held GPU's record: interval %v run %q, want 0.1 and fast", r0.SampleIntervalS, r0.RunID)
+	}
+	if r1.SampleIntervalS == nil || float64(*r1.SampleIntervalS) != 1 || r1.RunID != "" {
+		t.Errorf("idle GPU's record: interval %v run %q, want 1 and none", r1.SampleIntervalS, r1.RunID)
+	}
+	// Counters read long ago still stand in every record.
+	if r0.EnergyJ == nil || r0.ECCCorrected == nil || r0.PCIeTxBps == nil {
+		t.Errorf("held GPU's record lost its counters between reads: %+v", r0)
+	}
+	if v := metric(c, `deepseed_gpu_sample_interval_seconds{host="n",gpu="0",uuid="`+r0.UUID+`"}`); v != "0.1" {
+		t.Errorf("/metrics: held GPU's interval %q, want 0.1", v)
+	}
+	if v := metric(c, `deepseed_gpu_sample_interval_seconds{host="n",gpu="1",uuid="`+r1.UUID+`"}`); v != "1" {
+		t.Errorf("/metrics: idle GPU's interval %q, want 1", v)
+	}
+}
+
+// TestAdaptiveSamplingOff: with the fast interval off, a held GPU is
+// sampled at the base interval like any other.
+func TestAdaptiveSamplingOff(t *testing.T) {
+	fake := twoGPUCapture(t)
+	now := time.Date(2026, 11, 22, 6, 17, 1, 0, time.UTC)
+	c, err := collector.New(collector.Config{
+		SpoolDir: t.TempDir(), HostName: "n", ProcRoot: "testdata/proc", NVML: fake,
+		Interval: time.Second, FastInterval: -1, Now: func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	announce(t, c, 422)
+	for k := 0; k < 5; k++ {
+		next := collector.SampleDue(c, now)
+		if got := next.Sub(now); got != time.Second {
+			t.Fatalf("next sample in %v, want 1s", got)
+		}
+		now = next
+	}
+	if n := fake.Calls(0)["utilization"]; n != 5 {
+		t.Errorf("held GPU read %d times in 5 ticks, want 5", n)
+	}
+}
+
+// TestAdaptiveSamplingRun runs the collector's own loop on the wall clock:
+// a GPU that a training process holds gets samples at the fast interval,
+// and once the process leaves the GPU, at the base one again.
+func TestAdaptiveSamplingRun(t *testing.T) {
+	fake := twoGPUCapture(t)
+	c, err := collector.New(collector.Config{
+		SpoolDir: t.TempDir(), HostName: "n", ProcRoot: "testdata/proc", NVML: fake, HookListen: "127.0.0.1:0",
+		Interval: 200 * time.Millisecond, FastInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	announce(t, c, 422)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	time.Sleep(time.Second)
+	held, idle := fake.Calls(0)["utilization"], fake.Calls(1)["utilization"]
+	// Back to the ticks without the process: the GPU returns to the base
+	// interval at its next process read.
+	fake.Seek(0)
+	time.Sleep(400 * time.Millisecond)
+	before := fake.Calls(0)["utilization"]
+	time.Sleep(time.Second)
+	after := fake.Calls(0)["utilization"] - before
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if held < 25 || idle > 7 {
+		t.Errorf("in 1 s at 20 ms / 200 ms: held GPU read %d times (want about 50), idle one %d (want about 5)", held, idle)
+	}
+	if after > 7 {
+		t.Errorf("after the process left, the GPU was read %d times in 1 s, want about 5", after)
+	}
+}
