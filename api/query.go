@@ -245,22 +245,62 @@ type CompareRow struct {
 	MicroBatch     *int   `json:"micro_batch"`
 	WorldSize      *int   `json:"world_size"`
 
+	// GPU memory as NVML counts it (the allocator's pool plus the CUDA
+	// context): the peak and the mean over the steady state, in MB.
 	GPUMemPeakMB *Float `json:"gpu_mem_peak_mb"`
 	GPUMemMeanMB *Float `json:"gpu_mem_mean_mb"`
-	GPUUtilPct   *Float `json:"gpu_util_pct"`
-	CPUUtilPct   *Float `json:"cpu_util_pct"`
-	StepTimeS    *Float `json:"step_time_s"`
-	StepsPerS    *Float `json:"steps_per_s"`
-	SamplesPerS  *Float `json:"samples_per_s"`
-	TFLOPS       *Float `json:"tflops"` // mean achieved model TFLOP/s per GPU
-	MFU          *Float `json:"mfu"`    // mean model FLOPs utilisation, 0..1
-	FinalLoss    *Float `json:"final_loss"`
-	BestEvalAcc  *Float `json:"best_eval_accuracy"`
+	// GPUMemAllocPeakMB is the torch allocator's peak (max_memory_allocated)
+	// the hook measured, over every rank: the tensors alone.
+	GPUMemAllocPeakMB *Float `json:"gpu_mem_alloc_peak_mb"`
+	GPUUtilPct        *Float `json:"gpu_util_pct"`
+	// CPUUtilPct is the host's CPU utilisation (all of its CPUs, 0..100)
+	// on the nodes the run's ranks ran on, not the processes' CPU.
+	CPUUtilPct  *Float `json:"cpu_util_pct"`
+	StepTimeS   *Float `json:"step_time_s"`
+	StepsPerS   *Float `json:"steps_per_s"`
+	SamplesPerS *Float `json:"samples_per_s"`
+	TFLOPS      *Float `json:"tflops"` // mean achieved model TFLOP/s per GPU
+	MFU         *Float `json:"mfu"`    // mean model FLOPs utilisation, 0..1
+	FinalLoss   *Float `json:"final_loss"`
+	BestEvalAcc *Float `json:"best_eval_accuracy"`
+
+	// Sources names, for each figure that has a value, where it came from
+	// (one of the Source* constants), keyed by the figure's JSON name.
+	Sources map[string]string `json:"sources"`
+	// Note says, in words, which figures fell back to readings outside
+	// the steady state or to the hook's own; empty when none did.
+	Note string `json:"note,omitempty"`
 
 	// Delta holds, when a baseline is named, each figure's relative change
 	// against the baseline in percent, keyed by the figure's JSON name.
 	DeltaPct map[string]*Float `json:"delta_pct,omitempty"`
 }
+
+// Where a compare figure came from ([CompareRow.Sources]).
+const (
+	// SourceSteps: the step records of the steady state.
+	SourceSteps = "steps"
+	// SourceGPUSamples: the collector's GPU samples attributed to the run
+	// within the steady state.
+	SourceGPUSamples = "gpu_samples"
+	// SourceGPUSamplesRun: GPU samples attributed to the run outside the
+	// steady state (none fell inside it).
+	SourceGPUSamplesRun = "gpu_samples_run"
+	// SourceHostSamples: the host samples of the run's nodes within the
+	// steady state.
+	SourceHostSamples = "host_samples"
+	// SourceHostSamplesNear: host samples of the run's nodes just outside
+	// the steady state (within [CompareNearWindow]).
+	SourceHostSamplesNear = "host_samples_near"
+	// SourceHookReserved and SourceHookAllocated: the hook's allocator
+	// peaks (reserved, allocated) standing in for NVML's memory in use.
+	SourceHookReserved  = "hook_reserved_peak"
+	SourceHookAllocated = "hook_allocated_peak"
+)
+
+// CompareNearWindow is how far outside the steady state host samples
+// still count for a run none of whose samples fell inside it.
+const CompareNearWindow = 10 * time.Second
 
 // GPUResponse answers GET /api/v1/gpus.
 type GPUResponse struct {

@@ -116,7 +116,7 @@ func TestDemoReproducesReportTables(t *testing.T) {
 					continue // the report gives an estimated time instead
 				}
 				if f.got == nil || !roundsTo(float64(*f.got), f.want, decimals(f.want)) {
-					t.Errorf("table %d %s %s = %v, want %v", tb.Number, want.Label, f.name, f.got, f.want)
+					t.Errorf("table %d %s %s = %v, want %v", tb.Number, want.Label, f.name, ptrStr(f.got), f.want)
 				}
 			}
 		}
@@ -243,4 +243,11 @@ func TestDemoReproducesReportTables(t *testing.T) {
 	if res3.Duplicates < res3.Records*9/10 {
 		t.Errorf("forced reload in the same hour: %+v", res3)
 	}
+}
+
+func ptrStr(v *api.Float) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprint(float64(*v))
 }

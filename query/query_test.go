@@ -358,7 +358,8 @@ func TestCompareRowOfKnownRun(t *testing.T) {
 		tm := api.T(t0.Add(time.Duration(i*10) * time.Second))
 		recs = append(recs, api.Record{GPU: &api.GPU{Kind: "gpu", Time: tm, Host: "n1", GPU: api.Ptr(0), RunID: "c2",
 			UtilPct: api.F(90), MemUsedBytes: api.F(5e9 + float64(i)*1e8)}})
-		recs = append(recs, api.Record{Host: &api.Host{Kind: "host", Time: tm, Host: "n1",
+		// The host's CPU, not its processes' (30+25 %), is the CPU column.
+		recs = append(recs, api.Record{Host: &api.Host{Kind: "host", Time: tm, Host: "n1", CPUUtilPct: api.F(float64(40 + 2*i)),
 			Processes: []api.HostProcess{{PID: 1, RunID: "c2", CPUPct: api.F(30)}, {PID: 2, RunID: "c2", CPUPct: api.F(25)}}}})
 	}
 	recs = append(recs, api.Record{Eval: &api.Eval{Kind: "eval", RunID: "c1", Step: api.Ptr(int64(50)), Time: api.T(t0), Accuracy: api.F(0.8)}},
@@ -393,7 +394,25 @@ func TestCompareRowOfKnownRun(t *testing.T) {
 	check("c2 gpu_util_pct", b.GPUUtilPct, 90)
 	check("c2 gpu_mem_mean_mb", b.GPUMemMeanMB, 5450)
 	check("c2 gpu_mem_peak_mb", b.GPUMemPeakMB, 5900)
-	check("c2 cpu_util_pct", b.CPUUtilPct, 55)
+	// The host samples inside c2's steady state (its steps are one second
+	// apart from t0), averaged here.
+	var bd api.Breakdown
+	e.get("/runs/c2/breakdown", 200, &bd)
+	c2From, c2To := time.Duration(bd.FromStep)*time.Second, time.Duration(bd.ToStep)*time.Second
+	hostMean, n := 0.0, 0
+	for i := 0; i < 10; i++ {
+		if at := time.Duration(i*10) * time.Second; at >= c2From && at <= c2To {
+			hostMean += float64(40 + 2*i)
+			n++
+		}
+	}
+	check("c2 cpu_util_pct", b.CPUUtilPct, hostMean/float64(n))
+	if b.Sources["cpu_util_pct"] != api.SourceHostSamples || b.Sources["gpu_util_pct"] != api.SourceGPUSamples || b.Note != "" {
+		t.Errorf("c2 sources %v, note %q", b.Sources, b.Note)
+	}
+	if r.Sources["cpu_util_pct"] != api.SourceSteps || r.Sources["gpu_mem_mean_mb"] != api.SourceSteps || !strings.Contains(r.Note, "cpu_util_pct the steps carried") {
+		t.Errorf("c1 sources %v, note %q", r.Sources, r.Note)
+	}
 	check("c2 step_time_s", b.StepTimeS, 1)
 	check("delta step_time_s", r.DeltaPct["step_time_s"], -55)
 	check("delta gpu_util_pct", r.DeltaPct["gpu_util_pct"], (75.0-90)/90*100)

@@ -546,6 +546,10 @@ type SteadyRank struct {
 	CommMS, DataMS                             *float64
 	MedianStepMS, P95StepMS                    *float64
 	GPUUtil, CPUUtil, GPUMemGB, PeakGPUMemGB   *float64
+	// MaxGPUMemUsedGB is the highest gpu_mem_used_gb (a sender's NVML
+	// reading); AllocPeakGB and ReservedPeakGB the highest allocator
+	// peaks (gpu_mem_peak_gb, gpu_mem_reserved_gb) the hook measured.
+	MaxGPUMemUsedGB, AllocPeakGB, ReservedPeakGB *float64
 	ThroughputSPS                              *float64
 	TFLOPS, MFU                                *float64
 	WaitMS                                     *float64
@@ -560,7 +564,7 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 	rows, err := s.Pool.Query(ctx, `
 		WITH s AS (
 			SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
-			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, throughput_sps, tflops, mfu,
+			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, gpu_mem_peak_gb, gpu_mem_reserved_gb, throughput_sps, tflops, mfu,
 			       greatest(gpu_mem_used_gb, gpu_mem_peak_gb) AS mem,
 			       coalesce(forward_ms + backward_ms + coalesce(optimizer_ms, 0), step_ms - coalesce(comm_ms, 0), step_ms) AS busy
 			FROM steps WHERE run_id = $1 AND step >= $2 AND ($3 < 0 OR rank = $3)
@@ -570,7 +574,8 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 		SELECT rank, count(*), min(step), max(step), min(time), max(time),
 		       avg(step_ms), avg(forward_ms), avg(backward_ms), avg(optimizer_ms), avg(comm_ms), avg(data_ms),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY step_ms),
-		       avg(gpu_util_pct), avg(cpu_util_pct), avg(gpu_mem_used_gb), max(mem), avg(throughput_sps), avg(tflops), avg(mfu), avg(wait)
+		       avg(gpu_util_pct), avg(cpu_util_pct), avg(gpu_mem_used_gb), max(mem), avg(throughput_sps), avg(tflops), avg(mfu), avg(wait),
+		       max(gpu_mem_used_gb), max(gpu_mem_peak_gb), max(gpu_mem_reserved_gb)
 		FROM w GROUP BY rank ORDER BY rank`, runID, from, onlyRank)
 	if err != nil {
 		return nil, fmt.Errorf("store: steady state of %s: %w", runID, err)
@@ -579,7 +584,8 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 		var a SteadyRank
 		err := r.Scan(&a.Rank, &a.Rows, &a.FirstStep, &a.LastStep, &a.FirstTime, &a.LastTime,
 			&a.StepMS, &a.ForwardMS, &a.BackwardMS, &a.OptimizerMS, &a.CommMS, &a.DataMS,
-			&a.MedianStepMS, &a.P95StepMS, &a.GPUUtil, &a.CPUUtil, &a.GPUMemGB, &a.PeakGPUMemGB, &a.ThroughputSPS, &a.TFLOPS, &a.MFU, &a.WaitMS)
+			&a.MedianStepMS, &a.P95StepMS, &a.GPUUtil, &a.CPUUtil, &a.GPUMemGB, &a.PeakGPUMemGB, &a.ThroughputSPS, &a.TFLOPS, &a.MFU, &a.WaitMS,
+			&a.MaxGPUMemUsedGB, &a.AllocPeakGB, &a.ReservedPeakGB)
 		return a, err
 	})
 	if err != nil {

@@ -14,15 +14,19 @@ import (
 // GPUSampleStats are figures of the GPU samples attributed to a run.
 type GPUSampleStats struct {
 	PeakMemBytes, MeanMemBytes, MeanUtil, TotalMemBytes *float64
+	// Samples counts the samples aggregated; UtilSamples those with a
+	// utilisation.
+	Samples, UtilSamples int64
 }
 
 // GPUSampleStats aggregates the GPU samples attributed to runID within
 // [from, to] (zero times: unbounded).
 func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.Time) (*GPUSampleStats, error) {
 	var g GPUSampleStats
-	err := s.Pool.QueryRow(ctx, `SELECT max(mem_used_bytes), avg(mem_used_bytes), avg(util_pct), max(mem_total_bytes)
+	err := s.Pool.QueryRow(ctx, `SELECT max(mem_used_bytes), avg(mem_used_bytes), avg(util_pct), max(mem_total_bytes),
+		count(mem_used_bytes), count(util_pct)
 		FROM gpu_samples WHERE run_id = $1 AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time <= $3)`,
-		runID, nullTime(from), nullTime(to)).Scan(&g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes)
+		runID, nullTime(from), nullTime(to)).Scan(&g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes, &g.Samples, &g.UtilSamples)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu samples of %s: %w", runID, err)
 	}
@@ -44,6 +48,52 @@ func (s *Store) HostProcessCPU(ctx context.Context, runID string, from, to time.
 		return nil, fmt.Errorf("store: host processes of %s: %w", runID, err)
 	}
 	return v, nil
+}
+
+// RunHosts returns the hosts a run's processes ran on, sorted: those of
+// the GPU samples attributed to it and those whose host samples list one
+// of its processes.
+func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT host FROM gpu_samples WHERE run_id = $1
+		UNION
+		SELECT h.host FROM host_samples h
+		WHERE jsonb_typeof(h.processes) = 'array' AND h.processes @> jsonb_build_array(jsonb_build_object('run_id', $1::text))
+		ORDER BY 1`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
+	}
+	hosts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
+	}
+	return hosts, nil
+}
+
+// HostCPUStats is the whole-host CPU use of some hosts over a time range.
+type HostCPUStats struct {
+	// MeanPct is the mean over the hosts of each host's mean CPU
+	// utilisation (0..100, all of its CPUs), or nil without samples.
+	MeanPct *float64
+	Samples int64
+}
+
+// HostCPU averages the CPU utilisation of the host samples of hosts in
+// [from, to]: each host's samples are averaged, then the hosts.
+func (s *Store) HostCPU(ctx context.Context, hosts []string, from, to time.Time) (*HostCPUStats, error) {
+	var h HostCPUStats
+	if len(hosts) == 0 {
+		return &h, nil
+	}
+	err := s.Pool.QueryRow(ctx, `
+		SELECT avg(c), coalesce(sum(n), 0)::bigint FROM (
+			SELECT avg(cpu_util_pct) AS c, count(cpu_util_pct) AS n FROM host_samples
+			WHERE host = ANY($1) AND time >= $2 AND time <= $3 AND cpu_util_pct IS NOT NULL
+			GROUP BY host) x`, hosts, from, to).Scan(&h.MeanPct, &h.Samples)
+	if err != nil {
+		return nil, fmt.Errorf("store: host cpu of %v: %w", hosts, err)
+	}
+	return &h, nil
 }
 
 func nullTime(t time.Time) *time.Time {

@@ -72,6 +72,39 @@ func (e AlertState) Valid() bool {
 	}
 }
 
+// Defines values for CompareRowSources.
+const (
+	GpuSamples        CompareRowSources = "gpu_samples"
+	GpuSamplesRun     CompareRowSources = "gpu_samples_run"
+	HookAllocatedPeak CompareRowSources = "hook_allocated_peak"
+	HookReservedPeak  CompareRowSources = "hook_reserved_peak"
+	HostSamples       CompareRowSources = "host_samples"
+	HostSamplesNear   CompareRowSources = "host_samples_near"
+	Steps             CompareRowSources = "steps"
+)
+
+// Valid indicates whether the value is a known member of the CompareRowSources enum.
+func (e CompareRowSources) Valid() bool {
+	switch e {
+	case GpuSamples:
+		return true
+	case GpuSamplesRun:
+		return true
+	case HookAllocatedPeak:
+		return true
+	case HookReservedPeak:
+		return true
+	case HostSamples:
+		return true
+	case HostSamplesNear:
+		return true
+	case Steps:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EndKind.
 const (
 	EndKindEnd EndKind = "end"
@@ -605,19 +638,33 @@ type CompareResponse struct {
 
 // CompareRow defines model for CompareRow.
 type CompareRow struct {
-	BestEvalAccuracy *Float             `json:"best_eval_accuracy,omitempty"`
-	CpuUtilPct       *Float             `json:"cpu_util_pct,omitempty"`
-	DeltaPct         *map[string]*Float `json:"delta_pct,omitempty"`
-	FinalLoss        *Float             `json:"final_loss,omitempty"`
-	GpuMemMeanMb     *Float             `json:"gpu_mem_mean_mb,omitempty"`
-	GpuMemPeakMb     *Float             `json:"gpu_mem_peak_mb,omitempty"`
-	GpuUtilPct       *Float             `json:"gpu_util_pct,omitempty"`
+	BestEvalAccuracy *Float `json:"best_eval_accuracy,omitempty"`
+
+	// CpuUtilPct the host's CPU utilisation (all of its CPUs, 0..100) on the nodes the run's ranks ran on, mean of each node's host samples over the steady state, averaged over nodes
+	CpuUtilPct *Float             `json:"cpu_util_pct,omitempty"`
+	DeltaPct   *map[string]*Float `json:"delta_pct,omitempty"`
+	FinalLoss  *Float             `json:"final_loss,omitempty"`
+
+	// GpuMemAllocPeakMb highest torch allocator peak (max_memory_allocated) the hook measured on any rank over the steady state, in MB: the tensors alone
+	GpuMemAllocPeakMb *Float `json:"gpu_mem_alloc_peak_mb,omitempty"`
+
+	// GpuMemMeanMb GPU memory in use as NVML counts it, mean over the steady state, in MB
+	GpuMemMeanMb *Float `json:"gpu_mem_mean_mb,omitempty"`
+
+	// GpuMemPeakMb GPU memory in use as NVML counts it (allocator pool plus CUDA context), highest over the steady state, in MB
+	GpuMemPeakMb *Float `json:"gpu_mem_peak_mb,omitempty"`
+
+	// GpuUtilPct GPU utilisation as NVML reports it, mean over the steady state
+	GpuUtilPct *Float `json:"gpu_util_pct,omitempty"`
 
 	// Mfu steady-state mean model FLOPs utilisation, 0..1
-	Mfu              *Float  `json:"mfu,omitempty"`
-	MicroBatch       *int    `json:"micro_batch,omitempty"`
-	Model            *string `json:"model,omitempty"`
-	Name             *string `json:"name,omitempty"`
+	Mfu        *Float  `json:"mfu,omitempty"`
+	MicroBatch *int    `json:"micro_batch,omitempty"`
+	Model      *string `json:"model,omitempty"`
+	Name       *string `json:"name,omitempty"`
+
+	// Note which figures fell back to readings outside the steady state or to the hook's own, in words; absent when none did
+	Note             *string `json:"note,omitempty"`
 	OffloadOptimizer *string `json:"offload_optimizer,omitempty"`
 	OffloadParams    *string `json:"offload_params,omitempty"`
 	Parallelism      *string `json:"parallelism,omitempty"`
@@ -626,15 +673,21 @@ type CompareRow struct {
 	Project          *string `json:"project,omitempty"`
 	RunId            *string `json:"run_id,omitempty"`
 	SamplesPerS      *Float  `json:"samples_per_s,omitempty"`
-	Status           *string `json:"status,omitempty"`
-	StepTimeS        *Float  `json:"step_time_s,omitempty"`
-	StepsPerS        *Float  `json:"steps_per_s,omitempty"`
+
+	// Sources for each figure with a value, where it came from: steps (the steady step records), gpu_samples / host_samples (collector samples inside the steady state), gpu_samples_run (the run's GPU samples outside it), host_samples_near (host samples within 10 s of it), hook_reserved_peak / hook_allocated_peak (the hook's allocator peaks standing in for NVML's memory)
+	Sources   *map[string]CompareRowSources `json:"sources,omitempty"`
+	Status    *string                       `json:"status,omitempty"`
+	StepTimeS *Float                        `json:"step_time_s,omitempty"`
+	StepsPerS *Float                        `json:"steps_per_s,omitempty"`
 
 	// Tflops steady-state mean achieved model TFLOP/s per GPU
 	Tflops    *Float `json:"tflops,omitempty"`
 	WorldSize *int   `json:"world_size,omitempty"`
 	ZeroStage *int   `json:"zero_stage,omitempty"`
 }
+
+// CompareRowSources defines model for CompareRow.Sources.
+type CompareRowSources string
 
 // End defines model for End.
 type End struct {
