@@ -17,7 +17,7 @@ type figure struct{ title, field, display, unit string }
 var compareFigures = []figure{
 	{"GPU memory peak", "gpu_mem_peak_mb", "GPU mem peak", "decmbytes"},
 	{"GPU utilisation", "gpu_util_pct", "GPU util", "percent"},
-	{"CPU utilisation", "cpu_util_pct", "CPU util", "percent"},
+	{"CPU utilisation (host)", "cpu_util_pct", "CPU util", "percent"},
 	{"Step time", "step_time_s", "Step time", "s"},
 	{"Speed", "steps_per_s", "Steps/s", "suffix: steps/s"},
 	{"Samples per second", "samples_per_s", "Samples/s", "suffix: samples/s"},
@@ -67,30 +67,31 @@ type compareTable struct {
 	title, description string
 	figures            []figure
 	config             []string // display names of configuration columns
+	after              []string // display names of columns after the figures
 }
 
 var compareTables = []compareTable{
 	{"Configuration", "What differs between the runs: ZeRO stage, precision, parallelism, offload, batch and ranks.", nil,
-		[]string{"Status", "Model", "ZeRO stage", "Precision", "Parallelism", "Pipeline stages", "Optimizer offload", "Parameter offload", "Micro batch", "World size"}},
-	{"Memory and utilisation", "Steady-state GPU memory and utilisation; Δ is the change against the baseline run in percent.", []figure{
-		{"GPU memory peak", "gpu_mem_peak_mb", "GPU mem peak", "decmbytes"},
+		[]string{"Status", "Model", "ZeRO stage", "Precision", "Parallelism", "Pipeline stages", "Optimizer offload", "Parameter offload", "Micro batch", "World size"}, nil},
+	{"Memory and utilisation", "The experiment report's columns over the steady state: GPU memory in use as NVML counts it (mean; its peak is in the bar chart below) with the torch allocator's peak beside it, GPU utilisation, and the host's CPU utilisation on the run's nodes (all of its CPUs, 0–100 %); Δ is the change against the baseline run in percent. Note: where a run too short for any sample in its steady state took the nearest readings (the run's samples outside it, host samples within 10 s, the hook's allocator peak), and which.", []figure{
 		{"GPU memory mean", "gpu_mem_mean_mb", "GPU mem mean", "decmbytes"},
+		{"Allocator peak", "gpu_mem_alloc_peak_mb", "Allocator peak", "decmbytes"},
 		{"GPU utilisation", "gpu_util_pct", "GPU util", "percent"},
-		{"CPU utilisation", "cpu_util_pct", "CPU util", "percent"},
-	}, nil},
+		{"CPU utilisation (host)", "cpu_util_pct", "CPU util", "percent"},
+	}, nil, []string{"Note"}},
 	{"Speed", "Steady-state step time and throughput; Δ against the baseline in percent.", []figure{
 		{"Step time", "step_time_s", "Step time", "s"},
 		{"Speed", "steps_per_s", "Steps/s", "suffix: steps/s"},
 		{"Samples per second", "samples_per_s", "Samples/s", "suffix: samples/s"},
-	}, nil},
+	}, nil, nil},
 	{"Model FLOPs", "Steady-state model TFLOP/s per GPU and MFU (over the GPU's dense peak); Δ against the baseline in percent.", []figure{
 		{"TFLOP/s per GPU", "tflops", "TFLOP/s per GPU", "suffix: TFLOP/s"},
 		{"MFU", "mfu", "MFU", "percentunit"},
-	}, nil},
+	}, nil, nil},
 	{"Outcome", "Final training loss and best evaluation accuracy; Δ against the baseline in percent.", []figure{
 		{"Final loss", "final_loss", "Final loss", "none"},
 		{"Best eval accuracy", "best_eval_accuracy", "Best eval accuracy", "percentunit"},
-	}, nil},
+	}, nil, nil},
 }
 
 // focusedTable keeps the run name and t's columns, each figure followed
@@ -106,6 +107,10 @@ func focusedTable(t compareTable, pos dashboard.GridPos, q api.PluginQuery) *tab
 		names = append(names, f.field, f.display, "delta_pct."+f.field, "Δ "+f.display)
 		order[f.display] = len(order)
 		order["Δ "+f.display] = len(order)
+	}
+	for _, c := range t.after {
+		names = append(names, c)
+		order[c] = len(order)
 	}
 	p := dataTable(t.title, t.description, pos, q).
 		WithTransformation(dashboard.DataTransformerConfig{
@@ -131,7 +136,7 @@ func focusedTable(t compareTable, pos dashboard.GridPos, q api.PluginQuery) *tab
 }
 
 // lowerIsBetter lists the figures whose decrease is a gain.
-var lowerIsBetter = map[string]bool{"gpu_mem_peak_mb": true, "gpu_mem_mean_mb": true, "step_time_s": true, "final_loss": true}
+var lowerIsBetter = map[string]bool{"gpu_mem_peak_mb": true, "gpu_mem_mean_mb": true, "gpu_mem_alloc_peak_mb": true, "step_time_s": true, "final_loss": true}
 
 // deltaThresholds colours a Δ % green for a gain and red for a loss.
 func deltaThresholds(field string) map[string]any {

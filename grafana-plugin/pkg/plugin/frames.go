@@ -448,6 +448,7 @@ var compareFigures = []struct {
 }{
 	{"gpu_mem_peak_mb", "decmbytes", "GPU mem peak", func(r api.CompareRow) *api.Float { return r.GPUMemPeakMB }},
 	{"gpu_mem_mean_mb", "decmbytes", "GPU mem mean", func(r api.CompareRow) *api.Float { return r.GPUMemMeanMB }},
+	{"gpu_mem_alloc_peak_mb", "decmbytes", "Allocator peak", func(r api.CompareRow) *api.Float { return r.GPUMemAllocPeakMB }},
 	{"gpu_util_pct", "percent", "GPU util", func(r api.CompareRow) *api.Float { return r.GPUUtilPct }},
 	{"cpu_util_pct", "percent", "CPU util", func(r api.CompareRow) *api.Float { return r.CPUUtilPct }},
 	{"step_time_s", "s", "Step time", func(r api.CompareRow) *api.Float { return r.StepTimeS }},
@@ -481,6 +482,7 @@ func compareFrame(c api.CompareResponse) *data.Frame {
 	for _, fig := range compareFigures {
 		fields = append(fields, numCol(rows, fig.key, fig.unit, fig.display, func(r api.CompareRow) *float64 { return fp(fig.get(r)) }))
 	}
+	fields = append(fields, strCol(rows, "note", "Note", func(r api.CompareRow) string { return r.Note }))
 	if c.Baseline != "" {
 		for _, fig := range compareFigures {
 			fields = append(fields, numCol(rows, "delta_pct."+fig.key, "percent", "Δ "+fig.display, func(r api.CompareRow) *float64 {
