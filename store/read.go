@@ -550,9 +550,9 @@ type SteadyRank struct {
 	// reading); AllocPeakGB and ReservedPeakGB the highest allocator
 	// peaks (gpu_mem_peak_gb, gpu_mem_reserved_gb) the hook measured.
 	MaxGPUMemUsedGB, AllocPeakGB, ReservedPeakGB *float64
-	ThroughputSPS                              *float64
-	TFLOPS, MFU                                *float64
-	WaitMS                                     *float64
+	ThroughputSPS                                *float64
+	TFLOPS, MFU                                  *float64
+	WaitMS                                       *float64
 }
 
 // SteadyByRank aggregates every rank's steps with step >= from (and
