@@ -278,6 +278,9 @@ func validate(rec Record) *RecordError {
 			if m.Params != nil && *m.Params < 0 {
 				v.fail("meta.params", "negative")
 			}
+			if m.TotalSteps != nil && (*m.TotalSteps < 0 || *m.TotalSteps > MaxStep) {
+				v.fail("meta.total_steps", fmt.Sprintf("want 0 to %d", int64(MaxStep)))
+			}
 			v.text("meta.command", m.Command)
 			v.id("meta.model", m.Model, false)
 			v.id("meta.precision", m.Precision, false)
@@ -539,7 +542,7 @@ var runMetaKnown = map[string]bool{}
 func init() {
 	for _, k := range []string{"model", "params", "gpu", "gpu_memory_total_gb", "zero_stage", "precision", "world_size",
 		"micro_batch", "grad_accum", "effective_batch", "pipeline_stages", "tensor_parallel", "offload_optimizer",
-		"offload_params", "parallelism", "seq_len", "epochs", "framework", "command", "git_commit", "host", "versions"} {
+		"offload_params", "parallelism", "seq_len", "epochs", "total_steps", "framework", "command", "git_commit", "host", "versions"} {
 		runMetaKnown[k] = true
 	}
 }

@@ -61,6 +61,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"float for string", `{"kind":"step","run_id":5,"step":1}`, 1, 0, "run_id", "want string"},
 		{"string for float", `{"kind":"step","run_id":"r","step":1,"grad_norm":"big"}`, 1, 0, "grad_norm", "want a number"},
 		{"nested meta", `{"kind":"run","run_id":"r","meta":{"zero_stage":"two"}}`, 1, 0, "meta.zero_stage", ""},
+		{"negative total steps", `{"kind":"run","run_id":"r","meta":{"total_steps":-1}}`, 1, 0, "meta.total_steps", "want 0"},
 		{"bad time", `{"kind":"step","run_id":"r","step":1,"time":"yesterday"}`, 1, 0, "time", "RFC 3339"},
 		{"negative rank", `{"kind":"step","run_id":"r","rank":-3,"step":1}`, 1, 0, "rank", "got -3"},
 		{"step too large", `{"kind":"step","run_id":"r","step":9007199254740993}`, 1, 0, "step", "want 0"},

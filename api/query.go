@@ -73,6 +73,15 @@ type RunSummary struct {
 	MeanTFLOPS        *Float `json:"mean_tflops"` // achieved model TFLOP/s per GPU
 	MeanMFU           *Float `json:"mean_mfu"`    // model FLOPs utilisation, 0..1
 	SkippedSteps      int64  `json:"skipped_steps"`
+
+	// TotalSteps is the steps the run will take, from its meta, when known.
+	TotalSteps *int64 `json:"total_steps"`
+	// ETASeconds estimates, for a running run whose total steps are known,
+	// the time left to finish: the steps left (total_steps - last_step)
+	// times the steady-state mean step time of its first rank. ETAAt is
+	// that time after the run's last record.
+	ETASeconds *Float     `json:"eta_s"`
+	ETAAt      *time.Time `json:"eta_at"`
 }
 
 // RunDetail answers GET /api/v1/runs/{id}: the summary plus the seed's

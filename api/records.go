@@ -79,31 +79,36 @@ type RunCode struct {
 // RunMeta describes the model, hardware and parallel layout of a run. The
 // known fields are typed; anything else a sender adds is kept in Extra.
 type RunMeta struct {
-	Model          string                     `json:"model,omitempty"`
-	Params         *int64                     `json:"params,omitempty"` // parameter count
-	GPU            string                     `json:"gpu,omitempty"`
-	GPUMemTotalGB  *Float                     `json:"gpu_memory_total_gb,omitempty"`
-	ZeroStage      *int                       `json:"zero_stage,omitempty"`
-	Precision      string                     `json:"precision,omitempty"` // fp32, fp16, bf16
-	WorldSize      *int                       `json:"world_size,omitempty"`
-	MicroBatch     *int                       `json:"micro_batch,omitempty"`
-	GradAccum      *int                       `json:"grad_accum,omitempty"`
-	EffectiveBatch *int                       `json:"effective_batch,omitempty"`
-	PipelineStages *int                       `json:"pipeline_stages,omitempty"`
-	TensorParallel *int                       `json:"tensor_parallel,omitempty"`
-	OffloadOptim   string                     `json:"offload_optimizer,omitempty"` // "", none, cpu, nvme
-	OffloadParams  string                     `json:"offload_params,omitempty"`
-	Parallelism    string                     `json:"parallelism,omitempty"` // data, pipeline, fsdp, ddp, …
-	SeqLen         *int                       `json:"seq_len,omitempty"`
-	FlopsPerToken  *Float                     `json:"flops_per_token,omitempty"` // training FLOPs per token, model only
-	PeakTFLOPS     *Float                     `json:"peak_tflops,omitempty"`     // dense peak of one GPU at the run's precision
-	Epochs         *int                       `json:"epochs,omitempty"`
-	Framework      string                     `json:"framework,omitempty"` // deepspeed, torch, fsdp, lightning, hf
-	Command        string                     `json:"command,omitempty"`
-	GitCommit      string                     `json:"git_commit,omitempty"`
-	Host           string                     `json:"host,omitempty"`
-	Versions       map[string]string          `json:"versions,omitempty"` // python, torch, cuda, deepspeed, …
-	Extra          map[string]json.RawMessage `json:"-"`
+	Model          string `json:"model,omitempty"`
+	Params         *int64 `json:"params,omitempty"` // parameter count
+	GPU            string `json:"gpu,omitempty"`
+	GPUMemTotalGB  *Float `json:"gpu_memory_total_gb,omitempty"`
+	ZeroStage      *int   `json:"zero_stage,omitempty"`
+	Precision      string `json:"precision,omitempty"` // fp32, fp16, bf16
+	WorldSize      *int   `json:"world_size,omitempty"`
+	MicroBatch     *int   `json:"micro_batch,omitempty"`
+	GradAccum      *int   `json:"grad_accum,omitempty"`
+	EffectiveBatch *int   `json:"effective_batch,omitempty"`
+	PipelineStages *int   `json:"pipeline_stages,omitempty"`
+	TensorParallel *int   `json:"tensor_parallel,omitempty"`
+	OffloadOptim   string `json:"offload_optimizer,omitempty"` // "", none, cpu, nvme
+	OffloadParams  string `json:"offload_params,omitempty"`
+	Parallelism    string `json:"parallelism,omitempty"` // data, pipeline, fsdp, ddp, …
+	SeqLen         *int   `json:"seq_len,omitempty"`
+	FlopsPerToken  *Float `json:"flops_per_token,omitempty"` // training FLOPs per token, model only
+	PeakTFLOPS     *Float `json:"peak_tflops,omitempty"`     // dense peak of one GPU at the run's precision
+	Epochs         *int   `json:"epochs,omitempty"`
+	// TotalSteps is the number of optimizer steps the run will take, when
+	// the training script or framework knows it (DeepSpeed's scheduler
+	// total_num_steps, the Trainer's max_steps, ...): a running run's
+	// estimated time to finish counts the steps left to it.
+	TotalSteps *int64                     `json:"total_steps,omitempty"`
+	Framework  string                     `json:"framework,omitempty"` // deepspeed, torch, fsdp, lightning, hf
+	Command    string                     `json:"command,omitempty"`
+	GitCommit  string                     `json:"git_commit,omitempty"`
+	Host       string                     `json:"host,omitempty"`
+	Versions   map[string]string          `json:"versions,omitempty"` // python, torch, cuda, deepspeed, …
+	Extra      map[string]json.RawMessage `json:"-"`
 }
 
 // Step is one optimizer (or micro-) step of one rank.

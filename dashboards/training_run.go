@@ -34,6 +34,7 @@ var summaryCards = []card{
 	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision.", ""},
 	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", ""},
 	{"World size", "world_size", "none", 0, "Number of ranks.", ""},
+	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Empty when the run has finished or its total steps are unknown.", ""},
 }
 
 func trainingRun() (dashboard.Dashboard, []Annotation, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -145,7 +146,60 @@ func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary
 	if r.StartedAt != nil && end != nil {
 		s.DurationS = fv(end.Sub(*r.StartedAt).Seconds())
 	}
+	s.TotalSteps = m.TotalSteps
+	if err := h.estimateFinish(ctx, r, s); err != nil {
+		return nil, nil, err
+	}
 	return s, st, nil
+}
+
+// estimateFinish sets the time a running run with known total steps has
+// left: the steps left times the steady-state mean step time of its first
+// rank (the wall-clock time per step over the steady steps when they
+// carry no step time), counted from the run's last record.
+func (h *Handler) estimateFinish(ctx context.Context, r *store.RunRow, s *api.RunSummary) error {
+	if r.Status != api.StatusRunning || s.TotalSteps == nil || s.LastStep == nil {
+		return nil
+	}
+	left := max(*s.TotalSteps-*s.LastStep, 0)
+	var stepS *float64
+	if left > 0 {
+		ranks, err := h.store.RunRanks(ctx, r.RunID)
+		if err != nil || len(ranks) == 0 {
+			return err
+		}
+		from, err := h.steadyFrom(ctx, r.RunID, ranks[0])
+		if err != nil {
+			return err
+		}
+		agg, err := h.store.SteadyByRank(ctx, r.RunID, from, ranks[0])
+		if err != nil {
+			return err
+		}
+		if len(agg) == 0 {
+			return nil
+		}
+		a := agg[0]
+		switch d := a.LastTime.Sub(a.FirstTime).Seconds(); {
+		case a.StepMS != nil && finite(*a.StepMS) && *a.StepMS > 0:
+			v := *a.StepMS / 1000
+			stepS = &v
+		case a.LastStep > a.FirstStep && d > 0:
+			v := d / float64(a.LastStep-a.FirstStep)
+			stepS = &v
+		default:
+			return nil
+		}
+	} else {
+		stepS = new(float64)
+	}
+	eta := float64(left) * *stepS
+	s.ETASeconds = fv(eta)
+	if at := r.LastSeenAt; at != nil {
+		t := at.Add(time.Duration(eta * float64(time.Second))).UTC()
+		s.ETAAt = &t
+	}
+	return nil
 }
 
 // precisionFromConfig reads fp16/bf16 "enabled" from a DeepSpeed config.

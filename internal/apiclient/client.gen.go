@@ -1114,21 +1114,27 @@ type RunDetail struct {
 	Command         *string `json:"command,omitempty"`
 
 	// Config any JSON value, as sent
-	Config           interface{} `json:"config,omitempty"`
-	DurationS        *Float      `json:"duration_s,omitempty"`
-	EffectiveBatch   *int        `json:"effective_batch,omitempty"`
-	EndedAt          *time.Time  `json:"ended_at,omitempty"`
-	FinalLoss        *Float      `json:"final_loss,omitempty"`
-	FinalValAccuracy *Float      `json:"final_val_accuracy,omitempty"`
-	FinalValF1       *Float      `json:"final_val_f1,omitempty"`
-	FinalValLoss     *Float      `json:"final_val_loss,omitempty"`
-	GitCommit        *string     `json:"git_commit,omitempty"`
-	Gpu              *string     `json:"gpu,omitempty"`
-	GradAccum        *int        `json:"grad_accum,omitempty"`
-	Host             *string     `json:"host,omitempty"`
-	LastSeenAt       *time.Time  `json:"last_seen_at,omitempty"`
-	LastStep         *int64      `json:"last_step,omitempty"`
-	MeanGpuUtilPct   *Float      `json:"mean_gpu_util_pct,omitempty"`
+	Config         interface{} `json:"config,omitempty"`
+	DurationS      *Float      `json:"duration_s,omitempty"`
+	EffectiveBatch *int        `json:"effective_batch,omitempty"`
+	EndedAt        *time.Time  `json:"ended_at,omitempty"`
+
+	// EtaAt when the run is estimated to finish: eta_s after its last record
+	EtaAt *time.Time `json:"eta_at,omitempty"`
+
+	// EtaS estimated seconds left to finish a running run whose total steps are known: (total_steps - last_step) times the steady-state mean step time of its first rank; null otherwise
+	EtaS             *Float     `json:"eta_s,omitempty"`
+	FinalLoss        *Float     `json:"final_loss,omitempty"`
+	FinalValAccuracy *Float     `json:"final_val_accuracy,omitempty"`
+	FinalValF1       *Float     `json:"final_val_f1,omitempty"`
+	FinalValLoss     *Float     `json:"final_val_loss,omitempty"`
+	GitCommit        *string    `json:"git_commit,omitempty"`
+	Gpu              *string    `json:"gpu,omitempty"`
+	GradAccum        *int       `json:"grad_accum,omitempty"`
+	Host             *string    `json:"host,omitempty"`
+	LastSeenAt       *time.Time `json:"last_seen_at,omitempty"`
+	LastStep         *int64     `json:"last_step,omitempty"`
+	MeanGpuUtilPct   *Float     `json:"mean_gpu_util_pct,omitempty"`
 
 	// MeanMfu mean model FLOPs utilisation over the run, 0..1
 	MeanMfu    *Float `json:"mean_mfu,omitempty"`
@@ -1165,12 +1171,15 @@ type RunDetail struct {
 	Steps          *int64      `json:"steps,omitempty"`
 
 	// Summary any JSON value, as sent
-	Summary   interface{}        `json:"summary,omitempty"`
-	SweepId   *string            `json:"sweep_id,omitempty"`
-	Tags      *[]string          `json:"tags,omitempty"`
-	Versions  *map[string]string `json:"versions,omitempty"`
-	WorldSize *int               `json:"world_size,omitempty"`
-	ZeroStage *int               `json:"zero_stage,omitempty"`
+	Summary interface{} `json:"summary,omitempty"`
+	SweepId *string     `json:"sweep_id,omitempty"`
+	Tags    *[]string   `json:"tags,omitempty"`
+
+	// TotalSteps the optimizer steps the run will take, from its meta, when known
+	TotalSteps *int               `json:"total_steps,omitempty"`
+	Versions   *map[string]string `json:"versions,omitempty"`
+	WorldSize  *int               `json:"world_size,omitempty"`
+	ZeroStage  *int               `json:"zero_stage,omitempty"`
 }
 
 // RunList defines model for RunList.
@@ -1203,11 +1212,14 @@ type RunMeta struct {
 	Params           *int64  `json:"params,omitempty"`
 
 	// PeakTflops dense peak TFLOP/s of one GPU at the run's precision, from the datasheet table or as overridden
-	PeakTflops           *Float                 `json:"peak_tflops,omitempty"`
-	PipelineStages       *int                   `json:"pipeline_stages,omitempty"`
-	Precision            *string                `json:"precision,omitempty"`
-	SeqLen               *int                   `json:"seq_len,omitempty"`
-	TensorParallel       *int                   `json:"tensor_parallel,omitempty"`
+	PeakTflops     *Float  `json:"peak_tflops,omitempty"`
+	PipelineStages *int    `json:"pipeline_stages,omitempty"`
+	Precision      *string `json:"precision,omitempty"`
+	SeqLen         *int    `json:"seq_len,omitempty"`
+	TensorParallel *int    `json:"tensor_parallel,omitempty"`
+
+	// TotalSteps optimizer steps the run will take, when known (DeepSpeed's scheduler total_num_steps, the Trainer's max_steps, Lightning's max_steps or estimated stepping batches, or total_steps= in deepseed.init); gives a running run its estimated time to finish
+	TotalSteps           *int                   `json:"total_steps,omitempty"`
 	Versions             *map[string]string     `json:"versions,omitempty"`
 	WorldSize            *int                   `json:"world_size,omitempty"`
 	ZeroStage            *int                   `json:"zero_stage,omitempty"`
@@ -1216,11 +1228,17 @@ type RunMeta struct {
 
 // RunSummary defines model for RunSummary.
 type RunSummary struct {
-	BestValAccuracy  *Float     `json:"best_val_accuracy,omitempty"`
-	BestValF1        *Float     `json:"best_val_f1,omitempty"`
-	DurationS        *Float     `json:"duration_s,omitempty"`
-	EffectiveBatch   *int       `json:"effective_batch,omitempty"`
-	EndedAt          *time.Time `json:"ended_at,omitempty"`
+	BestValAccuracy *Float     `json:"best_val_accuracy,omitempty"`
+	BestValF1       *Float     `json:"best_val_f1,omitempty"`
+	DurationS       *Float     `json:"duration_s,omitempty"`
+	EffectiveBatch  *int       `json:"effective_batch,omitempty"`
+	EndedAt         *time.Time `json:"ended_at,omitempty"`
+
+	// EtaAt when the run is estimated to finish: eta_s after its last record
+	EtaAt *time.Time `json:"eta_at,omitempty"`
+
+	// EtaS estimated seconds left to finish a running run whose total steps are known: (total_steps - last_step) times the steady-state mean step time of its first rank; null otherwise
+	EtaS             *Float     `json:"eta_s,omitempty"`
 	FinalLoss        *Float     `json:"final_loss,omitempty"`
 	FinalValAccuracy *Float     `json:"final_val_accuracy,omitempty"`
 	FinalValF1       *Float     `json:"final_val_f1,omitempty"`
@@ -1255,8 +1273,11 @@ type RunSummary struct {
 	Steps             *int64     `json:"steps,omitempty"`
 	SweepId           *string    `json:"sweep_id,omitempty"`
 	Tags              *[]string  `json:"tags,omitempty"`
-	WorldSize         *int       `json:"world_size,omitempty"`
-	ZeroStage         *int       `json:"zero_stage,omitempty"`
+
+	// TotalSteps the optimizer steps the run will take, from its meta, when known
+	TotalSteps *int `json:"total_steps,omitempty"`
+	WorldSize  *int `json:"world_size,omitempty"`
+	ZeroStage  *int `json:"zero_stage,omitempty"`
 }
 
 // Series defines model for Series.
@@ -1846,6 +1867,14 @@ func (a *RunMeta) UnmarshalJSON(b []byte) error {
 		delete(object, "tensor_parallel")
 	}
 
+	if raw, found := object["total_steps"]; found {
+		err = json.Unmarshal(raw, &a.TotalSteps)
+		if err != nil {
+			return fmt.Errorf("error reading 'total_steps': %w", err)
+		}
+		delete(object, "total_steps")
+	}
+
 	if raw, found := object["versions"]; found {
 		err = json.Unmarshal(raw, &a.Versions)
 		if err != nil {
@@ -2033,6 +2062,13 @@ func (a RunMeta) MarshalJSON() ([]byte, error) {
 		object["tensor_parallel"], err = json.Marshal(a.TensorParallel)
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'tensor_parallel': %w", err)
+		}
+	}
+
+	if a.TotalSteps != nil {
+		object["total_steps"], err = json.Marshal(a.TotalSteps)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'total_steps': %w", err)
 		}
 	}
 

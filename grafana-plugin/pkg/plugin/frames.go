@@ -147,6 +147,9 @@ func runsFrame(name string, runs []api.RunSummary) *data.Frame {
 		numCol(runs, "mean_tflops", "suffix: TFLOP/s", "Mean TFLOP/s per GPU", func(r api.RunSummary) *float64 { return fp(r.MeanTFLOPS) }),
 		numCol(runs, "mean_mfu", "percentunit", "Mean MFU", func(r api.RunSummary) *float64 { return fp(r.MeanMFU) }),
 		intCol(runs, "skipped_steps", "Skipped steps", func(r api.RunSummary) *int64 { return i64(r.SkippedSteps) }),
+		intCol(runs, "total_steps", "Total steps", func(r api.RunSummary) *int64 { return r.TotalSteps }),
+		numCol(runs, "eta_s", "s", "Est. time to finish", func(r api.RunSummary) *float64 { return fp(r.ETASeconds) }),
+		timeCol(runs, "eta_at", "Est. finish", func(r api.RunSummary) *time.Time { return r.ETAAt }),
 	)
 }
 

@@ -51,6 +51,7 @@ func summaryNumericFrame(r api.RunSummary) *data.Frame {
 		numericField("mean_tflops", "suffix: TFLOP/s", labels, fp(r.MeanTFLOPS)),
 		numericField("mean_mfu", "percentunit", labels, fp(r.MeanMFU)),
 		numericField("skipped_steps", "none", labels, i64f(&r.SkippedSteps)),
+		numericField("eta_s", "s", labels, fp(r.ETASeconds)),
 	})
 }
 
