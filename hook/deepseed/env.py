@@ -5,6 +5,7 @@ and the run layout described by a DeepSpeed config."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import shlex
@@ -257,9 +258,28 @@ def meta_from_ds_config(cfg, world_size=None):
     pipe = cfg.get("pipeline")
     if isinstance(pipe, dict) and _int(pipe.get("stages")):
         m["pipeline_stages"] = _int(pipe.get("stages"))
+    sched = cfg.get("scheduler")
+    params = sched.get("params") if isinstance(sched, dict) else None
+    total = total_steps(params.get("total_num_steps")) if isinstance(params, dict) else None
+    if total is not None:
+        m["total_steps"] = total
     if m:
         m["framework"] = "deepspeed"
     return m
+
+
+def total_steps(v):
+    """A run's total optimizer steps as a positive int, or None for
+    anything else (unknown: -1, 0, infinity, a string like "auto")."""
+    if isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(f) or f < 1 or f > 2 ** 53 or f != int(f):
+        return None
+    return int(f)
 
 
 def looks_like_ds_config(cfg):

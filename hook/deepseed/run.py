@@ -127,7 +127,7 @@ class Run:
     def __init__(self, project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
                  collector_url=None, server_url=None, token=None, layer_every=10, meta=None, mode=None,
                  max_queue=10000, batch_size=500, flush_interval=1.0, flush_timeout=None, compress=None,
-                 file=None, handle_signals=True, flops_per_token=None, peak_tflops=None):
+                 file=None, handle_signals=True, flops_per_token=None, peak_tflops=None, total_steps=None):
         self._lock = threading.RLock()
         self._warned = set()
         self.finished = False
@@ -159,6 +159,12 @@ class Run:
             self.meta.update(env.meta_from_ds_config(self.config, self.world_size))
         if meta:
             self.meta.update({k: v for k, v in meta.items() if v is not None})
+        # The steps the run will take: the server estimates a running run's
+        # time to finish from them. Integrations fill it in from the
+        # framework (scheduler total_num_steps, max_steps) unless given here.
+        self._total_steps_given = env.total_steps(total_steps) is not None
+        if self._total_steps_given:
+            self.meta["total_steps"] = env.total_steps(total_steps)
 
         # TFLOP/s and MFU (flops.py): overrides, else estimated from the
         # watched model and the GPU; both land in meta.
@@ -342,6 +348,16 @@ class Run:
                 self._send_run_record()
         except Exception as e:
             self._warn_once("meta", "deepseed: update_meta: %s", e)
+
+    def set_total_steps(self, total_steps):
+        """Records how many optimizer steps the run will take (the server
+        then estimates a running run's time to finish). Integrations call
+        it with what the framework knows; a value given to init() wins."""
+        n = env.total_steps(total_steps)
+        if n is None or (self._total_steps_given and self.meta.get("total_steps")):
+            return
+        if self.meta.get("total_steps") != n:
+            self.update_meta(total_steps=n)
 
     def _refresh_flops(self):
         m = self.meta

@@ -515,6 +515,52 @@ class Watcher:
         except Exception as e:
             self.run._warn_once("optpost", "deepseed: optimizer hook: %s", e)
 
+    # ---- pipeline engine: one train_batch() is one step ---------------------
+
+    def _batch_pre(self):
+        """train_batch() begins: a step opens (the forwards of its
+        micro-batches join it)."""
+        try:
+            if self.cur is not None:
+                self._close(self.pool.record())
+            self._open()
+        except Exception as e:
+            self.run._warn_once("batchpre", "deepseed: train_batch hook: %s", e)
+
+    def _batch_post(self, loss):
+        """train_batch() returned loss (None when it raised): the step
+        closes with the engine's loss, lr, loss scale and overflow."""
+        try:
+            cur = self.cur
+            if cur is None:
+                return
+            self._end_open_backward(cur)
+            if cur.opt is not None and cur.opt[1] is None:
+                cur.opt[1] = self.pool.record()
+            if isinstance(loss, torch.Tensor) and "loss" not in cur.ukeys:
+                # The batch's mean loss, the same on every stage: the
+                # stage's own forward outputs are activations, not losses.
+                cur.losses = [loss.detach()]
+            if self.adapter is not None:
+                self.adapter.after_step(cur)
+            self._close(self.pool.record())
+        except Exception as e:
+            self.run._warn_once("batchpost", "deepseed: train_batch hook: %s", e)
+
+    def _opt_mark(self, start):
+        """The optimizer step inside train_batch() begins or ends."""
+        cur = self.cur
+        if cur is None:
+            return
+        try:
+            if start:
+                self._end_open_backward(cur)
+                cur.opt = [self.pool.record(), None]
+            elif cur.opt is not None:
+                cur.opt[1] = self.pool.record()
+        except Exception as e:
+            self.run._warn_once("optmark", "deepseed: optimizer hook: %s", e)
+
     # ---- steps ----------------------------------------------------------------
 
     def _open(self):

@@ -1,13 +1,26 @@
 """DeepSpeed engine support: the engine's config gives ZeRO stage,
 precision, offload, micro batch, gradient accumulation and world size; its
 optimizer gives the loss scale and overflow-skipped steps; its global grad
-norm is reused rather than recomputed.
+norm is reused rather than recomputed; its LR scheduler's total_num_steps
+gives the run's total steps.
 
 Usage::
 
     engine, opt, _, _ = deepspeed.initialize(model=model, config=ds_config, ...)
     run = deepseed.init(project="imdb", config=ds_config)
     run.watch(engine)
+
+A pipeline-parallel engine (``PipelineEngine``, built from a
+``PipelineModule``) trains only through ``engine.train_batch()``, which runs
+the forward and backward of every micro-batch of this rank's stage and the
+optimizer step. Each call is one step: its time from one call's start to
+the next's, the stage's forward and backward time summed over the
+micro-batches (hooks on the stage's module), the optimizer's time, the
+loss train_batch returns (the batch's mean, broadcast to every stage), lr,
+loss scale, and with ``wall_clock_breakdown`` the pipeline's send and
+receive time as communication. Meta says ``parallelism: pipeline`` and the
+stage count; every step record of a rank carries its stage as
+``metrics.pipeline_stage``.
 """
 
 from __future__ import annotations
@@ -24,8 +37,14 @@ class EngineAdapter:
         self.module = engine.module
         self.watcher = None
         self._orig_step = None
+        self._wrapped = []  # (object, attribute) pairs patched on attach
         self._skipped = self._skipped_steps()
-        self._comm_prev = None
+        self._comm_prev = {}
+        self.pipeline = is_pipeline_engine(engine)
+        self.stage = None
+        if self.pipeline:
+            st = getattr(engine, "stage_id", None)
+            self.stage = st if isinstance(st, int) and not isinstance(st, bool) else None
 
     def meta(self):
         e = self.engine
@@ -58,10 +77,25 @@ class EngineAdapter:
             if dev is not None:
                 m["offload_params"] = str(getattr(dev, "value", dev))
         stages = getattr(e, "num_stages", None)
-        if isinstance(stages, int) and stages > 1:
+        if isinstance(stages, int) and not isinstance(stages, bool) and (stages > 1 or self.pipeline):
             m["pipeline_stages"] = stages
             m["parallelism"] = "pipeline"
+            # Every stage holds its own part of the model: data-parallel
+            # ranks are the world over the stages.
+            dp = getattr(e, "dp_world_size", None)
+            if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0:
+                m["data_parallel_size"] = dp
         return m
+
+    def total_steps(self):
+        """The scheduler's total_num_steps (WarmupDecayLR,
+        WarmupCosineLR), when the engine has such a scheduler."""
+        sched = getattr(self.engine, "lr_scheduler", None)
+        for name in ("total_num_steps", "total_steps"):
+            v = getattr(sched, name, None)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return v
+        return None
 
     def _call(self, name):
         fn = getattr(self.engine, name, None)
@@ -77,6 +111,13 @@ class EngineAdapter:
 
     def attach(self, watcher):
         self.watcher = watcher
+        try:
+            watcher.run.set_total_steps(self.total_steps())
+        except Exception:
+            pass
+        if self.pipeline:
+            self._attach_pipeline(watcher)
+            return
         engine = self.engine
         orig = engine.step
         self._orig_step = orig
@@ -96,7 +137,52 @@ class EngineAdapter:
 
         engine.step = step
 
+    def _attach_pipeline(self, watcher):
+        """Wraps train_batch (one step each) and the optimizer's step (its
+        time); PipelineEngine.step() itself refuses to run."""
+        engine = self.engine
+        orig = engine.train_batch
+
+        def train_batch(*args, **kwargs):
+            watcher._batch_pre()
+            out = None
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                watcher._batch_post(out)
+            return out
+
+        self._patch(engine, "train_batch", orig, train_batch)
+        opt = getattr(engine, "optimizer", None)
+        ostep = getattr(opt, "step", None)
+        if callable(ostep):
+            def step(*args, **kwargs):
+                watcher._opt_mark(True)
+                try:
+                    return ostep(*args, **kwargs)
+                finally:
+                    watcher._opt_mark(False)
+
+            self._patch(opt, "step", ostep, step)
+
+    def _patch(self, obj, name, orig, fn):
+        try:
+            own = name in getattr(obj, "__dict__", {})
+            setattr(obj, name, fn)
+            self._wrapped.append((obj, name, orig, own))
+        except Exception:
+            pass
+
     def detach(self):
+        for obj, name, orig, own in reversed(self._wrapped):
+            try:
+                if own:
+                    setattr(obj, name, orig)
+                else:
+                    delattr(obj, name)  # back to the class's method
+            except Exception:
+                pass
+        self._wrapped = []
         if self._orig_step is not None:
             try:
                 del self.engine.step  # back to the class's method
@@ -132,25 +218,52 @@ class EngineAdapter:
         elif getattr(e, "global_steps", None) is not None:
             slot.extra["skipped"] = False
         self._skipped = skipped
+        if self.stage is not None:
+            slot.extra["pipeline_stage"] = self.stage
         self._read_timers(slot)
 
     def _read_timers(self, slot):
         # With wall_clock_breakdown the engine already synchronizes around
         # its timers; reading their totals adds no stall. Totals are
-        # differenced so the engine's own printing keeps working.
+        # differenced so the engine's own printing keeps working; a timer
+        # the engine reset in between (when it printed) gives no value for
+        # that step.
         if not self._call("wall_clock_breakdown"):
             return
         timers = getattr(self.engine, "timers", None)
         if timers is None:
             return
-        try:
-            t = timers("bwd_allreduce")
-            total = t.elapsed(reset=False)
-            if self._comm_prev is not None and total >= self._comm_prev:
-                slot.extra["comm_ms"] = total - self._comm_prev
-            self._comm_prev = total
-        except Exception:
-            pass
+        names = PIPE_COMM_TIMERS if self.pipeline else ("bwd_allreduce",)
+        comm, seen, whole = 0.0, False, True
+        for name in names:
+            try:
+                total = float(timers(name).elapsed(reset=False))
+            except Exception:
+                continue
+            prev = self._comm_prev.get(name)
+            self._comm_prev[name] = total
+            if prev is None or total < prev:
+                whole = False  # the first reading, or the engine reset its timers
+                continue
+            comm += total - prev
+            seen = True
+        if seen and whole:
+            slot.extra["comm_ms"] = comm
+
+
+# The pipeline engine's point-to-point timers (DeepSpeed's
+# runtime/pipe/engine.py): activations sent and received forward,
+# gradients backward.
+PIPE_COMM_TIMERS = ("pipe_send_output", "pipe_send_grad", "pipe_recv_input", "pipe_recv_grad")
+
+
+def is_pipeline_engine(engine):
+    """A DeepSpeed PipelineEngine, or an object shaped like one: it trains
+    through train_batch() and knows its stage."""
+    if any(c.__name__ == "PipelineEngine" for c in type(engine).__mro__):
+        return True
+    return callable(getattr(engine, "train_batch", None)) and hasattr(engine, "stage_id") and \
+        hasattr(engine, "num_stages")
 
 
 def watch(run, engine, **kwargs):

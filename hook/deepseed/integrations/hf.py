@@ -49,6 +49,12 @@ class DeepSeedCallback(TrainerCallback):
                         world_size=args.world_size,
                         effective_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps
                         * args.world_size)
+        # The Trainer has worked out max_steps (from epochs when not given)
+        # before training begins.
+        total = getattr(state, "max_steps", None)
+        if not isinstance(total, int) or total <= 0:
+            total = getattr(args, "max_steps", None)
+        run.set_total_steps(total)
         if self.watch and model is not None:
             kw = {}
             if self.layer_every is not None:

@@ -51,12 +51,19 @@ class DeepSeedCallback(Callback):
                 meta.update(meta_from_ds_config(cfg, getattr(trainer, "world_size", 1)))
             meta["framework"] = "lightning"
         run.update_meta(**meta)
+        _set_total_steps(run, trainer)
         if self.watch:
             opts = getattr(trainer, "optimizers", None) or [None]
             kw = {}
             if self.layer_every is not None:
                 kw["layer_every"] = self.layer_every
             run.watch(pl_module, optimizer=opts[0], **kw)
+
+    def on_train_start(self, trainer, pl_module):
+        # estimated_stepping_batches needs the train dataloader, which the
+        # fit loop has set up by now.
+        if self.run is not None:
+            _set_total_steps(self.run, trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.run is None:
@@ -93,3 +100,15 @@ class DeepSeedCallback(Callback):
     def on_exception(self, trainer, pl_module, exception):
         if self.run is not None and self._owns_run:
             self.run.finish("failed", summary={"error": ("%s: %s" % (type(exception).__name__, exception))[:2000]})
+
+
+def _set_total_steps(run, trainer):
+    """The optimizer steps of the fit: max_steps when set (-1 is unset),
+    else Lightning's estimate from epochs, batches and accumulation."""
+    total = getattr(trainer, "max_steps", None)
+    if not isinstance(total, int) or total <= 0:
+        try:
+            total = trainer.estimated_stepping_batches
+        except Exception:
+            total = None
+    run.set_total_steps(total)
