@@ -33,23 +33,6 @@ func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.
 	return &g, nil
 }
 
-// HostProcessCPU returns the mean, over host samples in [from, to], of the
-// summed CPU percent of the run's training processes, or nil.
-func (s *Store) HostProcessCPU(ctx context.Context, runID string, from, to time.Time) (*float64, error) {
-	var v *float64
-	err := s.Pool.QueryRow(ctx, `
-		SELECT avg(c) FROM (
-			SELECT h.time, h.host, sum((p->>'cpu_pct')::float8) AS c
-			FROM host_samples h, jsonb_array_elements(CASE WHEN jsonb_typeof(h.processes) = 'array' THEN h.processes ELSE '[]' END) p
-			WHERE p->>'run_id' = $1 AND jsonb_typeof(p->'cpu_pct') = 'number'
-			  AND ($2::timestamptz IS NULL OR h.time >= $2) AND ($3::timestamptz IS NULL OR h.time <= $3)
-			GROUP BY 1, 2) x`, runID, nullTime(from), nullTime(to)).Scan(&v)
-	if err != nil {
-		return nil, fmt.Errorf("store: host processes of %s: %w", runID, err)
-	}
-	return v, nil
-}
-
 // RunHosts returns the hosts a run's processes ran on, sorted: those of
 // the GPU samples attributed to it and those whose host samples list one
 // of its processes.
