@@ -343,7 +343,7 @@ func (h *Handler) fillMeasured(ctx context.Context, runID string, m api.RunMeta,
 // run's nodes (see fillMeasured).
 func (h *Handler) fillHostCPU(ctx context.Context, runID string, m api.RunMeta, row *api.CompareRow, agg []store.SteadyRank,
 	from, to time.Time, notes *[]string) error {
-	hosts, err := h.store.RunHosts(ctx, runID)
+	hosts, err := h.store.RunHosts(ctx, runID, from.Add(-api.CompareNearWindow), to.Add(api.CompareNearWindow))
 	if err != nil {
 		return err
 	}

@@ -95,17 +95,23 @@ func TestCompareShortRunKeepsFigures(t *testing.T) {
 // the host samples inside the steady state only, on the run's node.
 func TestCompareWithoutGPUSamples(t *testing.T) {
 	e := newEnv(t)
-	recs := []api.Record{runRec("nogpu", &api.RunMeta{Host: "m1"})}
+	// nogpu's node is known from its process in m1's host samples,
+	// metahost's from its meta only.
+	recs := []api.Record{runRec("nogpu", nil), runRec("metahost", &api.RunMeta{Host: "m2"})}
 	for i := int64(0); i < 60; i++ {
-		recs = append(recs, stepRec("nogpu", 0, i, func(s *api.Step) {
-			s.StepMS = api.F(1000)
-			s.GPUMemPeakGB = api.F(3 + float64(i%3)*0.1)
-			s.GPUMemResvGB = api.F(4.5)
-		}))
+		for _, id := range []string{"nogpu", "metahost"} {
+			recs = append(recs, stepRec(id, 0, i, func(s *api.Step) {
+				s.StepMS = api.F(1000)
+				s.GPUMemPeakGB = api.F(3 + float64(i%3)*0.1)
+				s.GPUMemResvGB = api.F(4.5)
+			}))
+		}
 	}
 	var inside []float64
 	for i := -5; i < 70; i += 5 {
-		recs = append(recs, hostRec("m1", t0.Add(time.Duration(i)*time.Second), float64(20+i)), hostRec("m2", t0.Add(time.Duration(i)*time.Second), 90))
+		h := hostRec("m1", t0.Add(time.Duration(i)*time.Second), float64(20+i))
+		h.Host.Processes = []api.HostProcess{{PID: 7, RunID: "nogpu", CPUPct: api.F(100)}}
+		recs = append(recs, h, hostRec("m2", t0.Add(time.Duration(i)*time.Second), 90))
 	}
 	e.write(recs...)
 	var bd api.Breakdown
@@ -130,5 +136,9 @@ func TestCompareWithoutGPUSamples(t *testing.T) {
 	}
 	if len(inside) == 0 || r.CPUUtilPct == nil || !near(float64(*r.CPUUtilPct), mean(inside...)) || r.Sources["cpu_util_pct"] != api.SourceHostSamples {
 		t.Errorf("cpu %v from %q, want %v of host samples", r.CPUUtilPct, r.Sources["cpu_util_pct"], mean(inside...))
+	}
+	e.get("/compare?run=metahost", 200, &res)
+	if c := res.Rows[0].CPUUtilPct; c == nil || float64(*c) != 90 {
+		t.Errorf("metahost cpu %v, want its meta host's 90", c)
 	}
 }

@@ -34,15 +34,17 @@ func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.
 }
 
 // RunHosts returns the hosts a run's processes ran on, sorted: those of
-// the GPU samples attributed to it and those whose host samples list one
-// of its processes.
-func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
+// the GPU samples attributed to it and those whose host samples in
+// [from, to] list one of its processes (host samples have no run index:
+// the time range bounds the scan).
+func (s *Store) RunHosts(ctx context.Context, runID string, from, to time.Time) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT host FROM gpu_samples WHERE run_id = $1
 		UNION
 		SELECT h.host FROM host_samples h
-		WHERE jsonb_typeof(h.processes) = 'array' AND h.processes @> jsonb_build_array(jsonb_build_object('run_id', $1::text))
-		ORDER BY 1`, runID)
+		WHERE h.time >= $2 AND h.time <= $3 AND jsonb_typeof(h.processes) = 'array'
+		  AND h.processes @> jsonb_build_array(jsonb_build_object('run_id', $1::text))
+		ORDER BY 1`, runID, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
 	}
