@@ -233,7 +233,7 @@ func quotaCheck(project string) func(ctx context.Context, tx pgx.Tx) error {
 			return err
 		}
 		if q := u[project]; q.Exceeded {
-			return status(http.StatusConflict, "quota exceeded: %.1f of %g GPU-hours used", q.UsedGPUHours, *q.GPUHours)
+			return status(http.StatusConflict, "quota exceeded: %s of %g GPU-hours used", hours(q.UsedGPUHours), *q.GPUHours)
 		}
 		return nil
 	}
@@ -336,4 +336,13 @@ func (h *Handler) cancel(ctx context.Context, c echo.Context) (int, any, error) 
 	}
 	h.log.Info("job cancel requested", "job", id, "state", j.State)
 	return http.StatusOK, j, nil
+}
+
+// hours writes GPU-hours with one decimal, or three significant digits
+// below 1 so that a small quota's usage is not shown as 0.0.
+func hours(h float64) string {
+	if h >= 1 {
+		return strconv.FormatFloat(h, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(h, 'g', 3, 64)
 }
