@@ -33,13 +33,16 @@ type env struct {
 }
 
 // start serves a real server with one token of each scope.
-func start(t *testing.T) *env {
+func start(t testing.TB) *env { t.Helper(); return startWith(t, 3*time.Second) }
+
+// startWith serves a server whose agents' jobs are lost after timeout.
+func startWith(t testing.TB, timeout time.Duration) *env {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestTok}, []string{readTok}
 	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{agentTok}
-	cfg.JobHeartbeatTimeout = 3 * time.Second
+	cfg.JobHeartbeatTimeout = timeout
 	cfg.AlertsEvery = -1
 	st := storetest.NewStore(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
