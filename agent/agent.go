@@ -216,11 +216,11 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 func (a *Agent) cancel(ctx context.Context, id int64, drop bool) {
 	a.mu.Lock()
 	j := a.held[id]
-	if j == nil || (j.Cancelling && !drop) {
+	if j == nil || j.dropping || (j.Cancelling && !drop) {
 		a.mu.Unlock()
 		return
 	}
-	j.Cancelling = true
+	j.Cancelling, j.dropping = true, drop
 	h := j.Handle
 	a.mu.Unlock()
 	a.save()
@@ -266,9 +266,14 @@ func (a *Agent) poll(ctx context.Context) {
 		var se *StatusError
 		switch {
 		case errors.As(err, &se) && (se.Code == http.StatusConflict || se.Code == http.StatusNotFound):
-			// The server has ended it already (lost while we were away):
-			// it is no longer ours to report.
-			a.log.Warn("the server refused our report; forgetting the job", "job", id, "state", st.State, "answer", se.Msg)
+			// The server has ended it already (lost while we were away,
+			// perhaps retried elsewhere): it is no longer ours. One still
+			// running is stopped.
+			a.log.Warn("the server refused our report; the job is no longer ours", "job", id, "state", st.State, "answer", se.Msg)
+			if !st.Ended() {
+				a.cancel(ctx, id, true)
+				continue
+			}
 		case err != nil:
 			a.log.Warn("report failed; retrying", "job", id, "state", st.State, "err", err)
 			continue

@@ -26,8 +26,9 @@ type heldJob struct {
 	// Cancelling is set once a cancel has been forwarded.
 	Cancelling bool `json:"cancelling,omitempty"`
 
-	tail   string    // the output tail last reported
-	tailAt time.Time // when
+	dropping bool      // being stopped because the server no longer counts it ours
+	tail     string    // the output tail last reported
+	tailAt   time.Time // when
 }
 
 type stateDoc struct {
