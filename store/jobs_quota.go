@@ -217,7 +217,7 @@ func (s *Store) RunMetrics(ctx context.Context, runIDs []string, metric string) 
 				END AS value
 			FROM evals WHERE run_id = ANY($1))
 		SELECT run_id, (array_agg(value ORDER BY step DESC, time DESC))[1], min(value), max(value)
-		FROM v WHERE value IS NOT NULL AND value = value GROUP BY run_id`, runIDs, metric)
+		FROM v WHERE value IS NOT NULL AND value <> 'NaN'::float8 GROUP BY run_id`, runIDs, metric)
 	if err != nil {
 		return nil, fmt.Errorf("store: metric %s of runs: %w", metric, err)
 	}

@@ -89,6 +89,18 @@ func (a apiFlags) call(ctx context.Context, method, path string, in, out any) er
 	return nil
 }
 
+// groupHelp prints a command group's usage and the flags every one of
+// its subcommands takes.
+func groupHelp(usage, tokenHelp string) {
+	fmt.Println(usage)
+	f := newEnvFlags("help")
+	addAPIFlags(f, tokenHelp)
+	fmt.Println("\nFlags of every subcommand (each defaults to its environment variable when set):")
+	for _, s := range f.specs {
+		printFlag(os.Stdout, s)
+	}
+}
+
 // paramFlags collects repeated --param name=value flags.
 type paramFlags map[string]string
 
@@ -123,7 +135,7 @@ token with submit scope. Run "deepseed job <sub> -h" for its flags.`
 // Run implements command.
 func (c *JobCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Println(jobUsage)
+		groupHelp(jobUsage, "token (submit scope to submit and cancel)")
 		if len(args) == 0 {
 			return errors.New("job: name a subcommand: submit, list, show or cancel")
 		}

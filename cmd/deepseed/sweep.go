@@ -32,7 +32,7 @@ from at random, N times. Run "deepseed sweep <sub> -h" for its flags.`
 // Run implements command.
 func (c *SweepCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Println(sweepUsage)
+		groupHelp(sweepUsage, "token (submit scope to create)")
 		if len(args) == 0 {
 			return errors.New("sweep: name a subcommand: create or show")
 		}
@@ -172,7 +172,7 @@ none of its queued jobs; running jobs are not stopped.`
 // Run implements command.
 func (c *QuotaCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Println(quotaUsage)
+		groupHelp(quotaUsage, "token (submit scope to set)")
 		if len(args) == 0 {
 			return errors.New("quota: name a subcommand: set or show")
 		}
