@@ -542,7 +542,7 @@ var runMetaKnown = map[string]bool{}
 func init() {
 	for _, k := range []string{"model", "params", "gpu", "gpu_memory_total_gb", "zero_stage", "precision", "world_size",
 		"micro_batch", "grad_accum", "effective_batch", "pipeline_stages", "tensor_parallel", "offload_optimizer",
-		"offload_params", "parallelism", "seq_len", "epochs", "total_steps", "framework", "command", "git_commit", "host", "versions"} {
+		"offload_params", "parallelism", "seq_len", "epochs", "total_steps", "framework", "command", "git_commit", "job_id", "host", "versions"} {
 		runMetaKnown[k] = true
 	}
 }

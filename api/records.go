@@ -106,6 +106,7 @@ type RunMeta struct {
 	Framework  string                     `json:"framework,omitempty"` // deepspeed, torch, fsdp, lightning, hf
 	Command    string                     `json:"command,omitempty"`
 	GitCommit  string                     `json:"git_commit,omitempty"`
+	JobID      string                     `json:"job_id,omitempty"` // the job that started the run (DEEPSEED_JOB_ID)
 	Host       string                     `json:"host,omitempty"`
 	Versions   map[string]string          `json:"versions,omitempty"` // python, torch, cuda, deepspeed, …
 	Extra      map[string]json.RawMessage `json:"-"`

@@ -32,6 +32,15 @@ type Config struct {
 	// neither set the API is open.
 	IngestTokens []string
 	ReadTokens   []string
+	// SubmitTokens may queue and cancel jobs and set quotas; AgentTokens
+	// may claim jobs and report on them (package jobs). Both may read.
+	// The job routes that start processes need them even when the API is
+	// otherwise open.
+	SubmitTokens []string
+	AgentTokens  []string
+	// JobHeartbeatTimeout is the silence of an agent after which its
+	// jobs are lost (and retried when they have retries left).
+	JobHeartbeatTimeout time.Duration
 	// StragglerPct is the default straggler margin of GET /runs/{id}/ranks.
 	StragglerPct float64
 	// ShutdownTimeout bounds how long in-flight requests may take to
@@ -67,6 +76,8 @@ func DefaultConfig() Config {
 		Timescale:       "auto",
 		AlertsEvery:     5 * time.Second,
 		Alerts:          alerts.Defaults(),
+
+		JobHeartbeatTimeout: 60 * time.Second,
 	}
 }
 
@@ -116,6 +127,9 @@ func (c Config) Validate() error {
 	if c.Retention > 0 && c.Retention < time.Hour {
 		bad("retention", FormatDuration(c.Retention), "must be 0 (keep) or at least 1h")
 	}
+	if c.JobHeartbeatTimeout < time.Second {
+		bad("job-heartbeat-timeout", c.JobHeartbeatTimeout.String(), "must be at least 1s")
+	}
 	switch c.Timescale {
 	case "", "auto", "require":
 	default:
@@ -125,7 +139,9 @@ func (c Config) Validate() error {
 }
 
 // Open reports whether no token is configured, so the API needs none.
-func (c Config) Open() bool { return len(c.IngestTokens) == 0 && len(c.ReadTokens) == 0 }
+func (c Config) Open() bool {
+	return len(c.IngestTokens) == 0 && len(c.ReadTokens) == 0 && len(c.SubmitTokens) == 0 && len(c.AgentTokens) == 0
+}
 
 // SplitTokens splits a comma-separated token list, dropping blanks.
 func SplitTokens(s string) []string {

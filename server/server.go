@@ -25,6 +25,7 @@ import (
 	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/jobs"
 	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store"
 )
@@ -40,6 +41,7 @@ type Server struct {
 	echo  *echo.Echo
 	auth  *authenticator
 	prom  *serverMetrics
+	jobs  *jobs.Handler // nil on ingest replicas
 
 	// prepared is set once migrations have been applied by this process.
 	prepared atomic.Bool
@@ -56,6 +58,8 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, store: st, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens), prom: newServerMetrics(st)}
+	s.auth.add(ScopeSubmit, cfg.SubmitTokens)
+	s.auth.add(ScopeAgent, cfg.AgentTokens)
 	s.mode.Store("")
 	s.notReady.Store("")
 	if cfg.Open() {
@@ -88,6 +92,8 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
 		query.New(st, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct}).Register(g)
 		s.prom.reg.MustRegister(alerts.Collector{Store: st})
+		s.jobs = jobs.New(st, jobs.Options{Logger: log.With("component", "jobs"), HeartbeatTimeout: cfg.JobHeartbeatTimeout})
+		s.jobs.Register(g)
 	}
 	s.echo = e
 	return s
@@ -241,11 +247,11 @@ func (s *Server) Prepare(ctx context.Context) error {
 			"retention", FormatDuration(s.cfg.Retention), "why", mode.Why)
 	}
 
-	var jobs sync.WaitGroup
+	var bg sync.WaitGroup
 	if s.cfg.Retention > 0 {
-		jobs.Add(1)
+		bg.Add(1)
 		go func() {
-			defer jobs.Done()
+			defer bg.Done()
 			s.runRetention(ctx)
 		}()
 	}
@@ -256,17 +262,26 @@ func (s *Server) Prepare(ctx context.Context) error {
 	// one server at a time (an advisory lock elects it) reads each
 	// running run's newest rows every few seconds.
 	if s.cfg.Role != RoleIngest && s.cfg.AlertsEvery >= 0 {
-		jobs.Add(1)
+		bg.Add(1)
 		go func() {
-			defer jobs.Done()
+			defer bg.Done()
 			ev := &alerts.Evaluator{Store: s.store, Config: s.cfg.Alerts, Log: s.log}
 			ev.Run(ctx, s.cfg.AlertsEvery)
+		}()
+	}
+	// Jobs whose agent went silent are marked lost (and retried) by every
+	// query replica; a job is marked once whoever gets there first.
+	if s.jobs != nil {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			s.jobs.Reap(ctx)
 		}()
 	}
 	if s.cfg.Role != RoleIngest {
 		query.RunRefresher(ctx, s.store, 5*time.Second, s.log) // it names its component
 	}
-	jobs.Wait()
+	bg.Wait()
 	return nil
 }
 

@@ -32,6 +32,10 @@ var commands = []struct {
 	{"import", "import a training_metrics.json export, or send NDJSON records (offline or dead-letter files)", func() command { return &ImportCommand{} }},
 	{"demo", "write realistic simulated runs through the ingest API", func() command { return &DemoCommand{} }},
 	{"bench", "load tools: bench ingest posts realistic batches and reports records/s", func() command { return &BenchCommand{} }},
+	{"agent", "run queued jobs on this node's GPUs (local processes, or Slurm)", func() command { return &AgentCommand{} }},
+	{"job", "submit, list, show and cancel jobs", func() command { return &JobCommand{} }},
+	{"sweep", "queue a parameter sweep and rank its trials", func() command { return &SweepCommand{} }},
+	{"quota", "set and show GPU-hour quotas of projects", func() command { return &QuotaCommand{} }},
 	{"version", "print the version", func() command { return &VersionCommand{} }},
 }
 

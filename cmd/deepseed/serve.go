@@ -17,7 +17,12 @@ const serveNotes = `
 Tokens come from the environment only, never from flags (flags show in ps):
   DEEPSEED_INGEST_TOKENS  comma-separated tokens that may write (POST) and read
   DEEPSEED_READ_TOKENS    comma-separated tokens that may only read (GET)
-With neither set the API is open to anyone and a warning is logged at start.
+  DEEPSEED_SUBMIT_TOKENS  comma-separated tokens that may queue and cancel jobs
+                          and sweeps and set GPU quotas (and read)
+  DEEPSEED_AGENT_TOKENS   comma-separated tokens of the agents on GPU nodes:
+                          they claim jobs and report on them (and read)
+With none set the API is open to anyone and a warning is logged at start; the
+job routes that start processes still need a submit or agent token.
 Clients send "Authorization: Bearer <token>".
 
 Endpoints: /api/v1/... (ingest and query; see /api/v1/openapi.json),
@@ -48,6 +53,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"drop each run whose last write is older than this, whole, and GPU and host samples of no run older than this (e.g. 90d, 720h; see docs/retention.md); 0 keeps everything")
 	alertsEvery := f.String("alerts-every", "DEEPSEED_ALERTS_EVERY", def.AlertsEvery.String(),
 		"how often the detectors look at running runs for alerts (see docs/alerts.md); off turns them off")
+	jobTimeout := f.String("job-heartbeat-timeout", "DEEPSEED_JOB_HEARTBEAT_TIMEOUT", def.JobHeartbeatTimeout.String(),
+		"silence of an agent after which its running jobs are marked lost, and retried when they have retries left (see docs/jobs.md)")
 	db := addDBFlags(f)
 	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
 	if err := f.parse(args); err != nil {
@@ -64,6 +71,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	cfg.Role = *role
 	cfg.IngestTokens = server.SplitTokens(os.Getenv("DEEPSEED_INGEST_TOKENS"))
 	cfg.ReadTokens = server.SplitTokens(os.Getenv("DEEPSEED_READ_TOKENS"))
+	cfg.SubmitTokens = server.SplitTokens(os.Getenv("DEEPSEED_SUBMIT_TOKENS"))
+	cfg.AgentTokens = server.SplitTokens(os.Getenv("DEEPSEED_AGENT_TOKENS"))
 	cfg.CompressAfter, cfg.Timescale = dbc.compressAfter, dbc.timescale
 	var err error
 	if cfg.Retention, err = server.ParseDuration(*retention); err != nil {
@@ -79,6 +88,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		cfg.AlertsEvery = -1
 	} else if cfg.AlertsEvery, err = server.ParseDuration(*alertsEvery); err != nil || cfg.AlertsEvery <= 0 {
 		errs = append(errs, &server.FieldError{Field: "alerts-every", Value: *alertsEvery, Msg: "want a duration above 0, or off"})
+	}
+	if cfg.JobHeartbeatTimeout, err = server.ParseDuration(*jobTimeout); err != nil {
+		errs = append(errs, &server.FieldError{Field: "job-heartbeat-timeout", Value: *jobTimeout, Msg: err.Error()})
 	}
 	if cfg.ShutdownTimeout, err = server.ParseDuration(*shutdown); err != nil {
 		errs = append(errs, &server.FieldError{Field: "shutdown-timeout", Value: *shutdown, Msg: err.Error()})

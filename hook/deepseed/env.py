@@ -330,3 +330,25 @@ def predict_memory(params, zero_stage=0, precision="fp32", world_size=1, offload
         "optimizer_device": odev,
         "parameters_device": pdev,
     }
+
+
+def job_ids():
+    """The job a DeepSeed agent started this process for (DEEPSEED_JOB_ID),
+    as meta: the server links the run to its job. The sweep
+    (DEEPSEED_SWEEP_ID) and run id (DEEPSEED_RUN_ID) are read with the
+    run's other fields."""
+    v = (os.environ.get("DEEPSEED_JOB_ID") or "").strip()
+    return {"job_id": v} if v else {}
+
+
+def job_params():
+    """A job's parameters as the agent gives them (DEEPSEED_PARAMS, a JSON
+    object), or None."""
+    raw = os.environ.get("DEEPSEED_PARAMS")
+    if not raw:
+        return None
+    try:
+        v = json.loads(raw)
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None

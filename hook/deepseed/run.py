@@ -144,6 +144,8 @@ class Run:
         self.run_id = str(run_id or os.environ.get("DEEPSEED_RUN_ID") or self._shared_run_id())
         self.config = env.load_config(config)
         self.params = dict(params) if isinstance(params, dict) else (env.load_config(params) if params else None)
+        if self.params is None:
+            self.params = env.job_params()
         self.tags = [str(t) for t in (tags or [])]
 
         self.meta = {
@@ -152,6 +154,8 @@ class Run:
             "host": env.host(),
             "versions": env.versions(),
         }
+        job = env.job_ids()
+        self.meta.update(job)
         commit = env.git_commit()
         if commit:
             self.meta["git_commit"] = commit

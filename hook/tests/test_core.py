@@ -438,6 +438,49 @@ class EnvTest(unittest.TestCase):
                     os.environ[k] = v
 
 
+class JobEnvTest(unittest.TestCase):
+    """A process a DeepSeed agent started names its job, sweep and run
+    through the environment; the run record carries them."""
+
+    VARS = ("DEEPSEED_JOB_ID", "DEEPSEED_SWEEP_ID", "DEEPSEED_RUN_ID", "DEEPSEED_PARAMS")
+
+    def setUp(self):
+        self.cap = Capture()
+        self.keep = {k: os.environ.get(k) for k in self.VARS}
+
+    def tearDown(self):
+        self.cap.close()
+        for k, v in self.keep.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def test_job_ids_and_params_from_environment(self):
+        os.environ.update(DEEPSEED_JOB_ID="42", DEEPSEED_SWEEP_ID="sw-abc", DEEPSEED_RUN_ID="job-42",
+                          DEEPSEED_PARAMS='{"lr": "2e-5", "batch": "16"}')
+        run = quiet_run(self.cap.url)
+        run.finish()
+        rec = self.cap.records("run")[0]
+        self.assertEqual(rec["run_id"], "job-42")
+        self.assertEqual(rec["sweep_id"], "sw-abc")
+        self.assertEqual(rec["meta"]["job_id"], "42")
+        self.assertNotIn("sweep_id", rec["meta"])
+        self.assertEqual(rec["params"], {"lr": "2e-5", "batch": "16"})
+        if os.path.exists(RECORDS_GO):
+            self.assertIn("job_id", go_json_fields()["RunMeta"])
+
+    def test_no_job_environment_no_job_meta(self):
+        for k in self.VARS:
+            os.environ.pop(k, None)
+        os.environ["DEEPSEED_PARAMS"] = "not json"
+        run = quiet_run(self.cap.url)
+        run.finish()
+        rec = self.cap.records("run")[0]
+        self.assertNotIn("job_id", rec["meta"])
+        self.assertNotIn("params", rec)
+
+
 @unittest.skipUnless(os.environ.get("DEEPSEED_TEST_SERVER_URL"), "DEEPSEED_TEST_SERVER_URL not set")
 class RealServerTest(unittest.TestCase):
     def test_run_reads_back(self):

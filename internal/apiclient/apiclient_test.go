@@ -54,7 +54,11 @@ func TestClientIsGenerated(t *testing.T) {
 const (
 	ingestToken = "ingest-token-0123456789"
 	readToken   = "read-token-0123456789"
+	submitToken = "submit-token-0123456789"
+	agentToken  = "agent-token-0123456789"
 )
+
+func ptr[T any](v T) *T { return &v }
 
 // response is what every generated response type has.
 type response interface{ StatusCode() int }
@@ -68,6 +72,7 @@ type response interface{ StatusCode() int }
 func TestEveryGETThroughTheClient(t *testing.T) {
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestToken}, []string{readToken}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitToken}, []string{agentToken}
 	cfg.ShutdownTimeout = 30 * time.Second
 	srv := server.New(cfg, storetest.NewStore(t), nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -95,6 +100,7 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 		return c
 	}
 	writer, reader := client(ingestToken), client(readToken)
+	submitter, agentC := client(submitToken), client(agentToken)
 
 	called := map[string]bool{}
 	// call checks one operation's answer: 2xx, and for JSON answers a
@@ -229,6 +235,52 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 	call("listAlerts", als, err)
 	if als.JSON200.Alerts == nil {
 		t.Errorf("listAlerts: no alerts array for %s", bert)
+	}
+
+	// A job agent with two GPUs, a sweep of two trials, one claimed.
+	hb, err := agentC.AgentHeartbeatWithResponse(ctx, "node1", apiclient.AgentHeartbeat{Executor: "local", Gpus: []int64{0, 1}, Running: []int64{}})
+	if err != nil || hb.StatusCode() != http.StatusOK {
+		t.Fatalf("agentHeartbeat: %v %s", err, hb.Body)
+	}
+	sw, err := submitter.CreateSweepWithResponse(ctx, apiclient.SweepCreate{Project: "imdb", Argv: []string{"python", "train.py", "--lr", "{lr}"},
+		Params: map[string]string{"lr": "1e-5,2e-5"}})
+	if err != nil || sw.JSON201 == nil || len(sw.JSON201.Trials) != 2 {
+		t.Fatalf("createSweep: %v %s", err, sw.Body)
+	}
+	cl, err := agentC.ClaimJobWithResponse(ctx, "node1", apiclient.AgentClaim{FreeGpus: []int64{0, 1}, Executor: ptr("local")})
+	if err != nil || cl.JSON200 == nil || cl.JSON200.Job == nil {
+		t.Fatalf("claimJob: %v %s", err, cl.Body)
+	}
+	jobs, err := reader.ListJobsWithResponse(ctx, &apiclient.ListJobsParams{Project: ptr("imdb")})
+	call("listJobs", jobs, err)
+	if jobs.JSON200.Counts.Total != 2 || jobs.JSON200.Counts.Running != 1 {
+		t.Errorf("listJobs: counts %+v, want 2 jobs, 1 running", jobs.JSON200.Counts)
+	}
+	job, err := reader.GetJobWithResponse(ctx, cl.JSON200.Job.Id)
+	call("getJob", job, err)
+	if job.JSON200.State != apiclient.JobStateRunning || len(*job.JSON200.GpuIds) != 1 {
+		t.Errorf("getJob: %+v, want running on one GPU", job.JSON200)
+	}
+	swg, err := reader.GetSweepWithResponse(ctx, sw.JSON201.Id, &apiclient.GetSweepParams{Metric: ptr("val_accuracy")})
+	call("getSweep", swg, err)
+	if len(swg.JSON200.Trials) != 2 {
+		t.Errorf("getSweep: %d trials, want 2", len(swg.JSON200.Trials))
+	}
+	ag, err := reader.ListAgentsWithResponse(ctx)
+	call("listAgents", ag, err)
+	if len(ag.JSON200.Agents) != 1 || !ag.JSON200.Agents[0].Alive {
+		t.Errorf("listAgents: %+v, want node1 alive", ag.JSON200.Agents)
+	}
+	limit := 30.0
+	if res, err := submitter.SetQuotaWithResponse(ctx, "imdb", apiclient.QuotaSet{GpuHours: &limit}); err != nil || res.StatusCode() != http.StatusOK {
+		t.Fatalf("setQuota: %v %s", err, res.Body)
+	}
+	qs, err := reader.ListQuotasWithResponse(ctx)
+	call("listQuotas", qs, err)
+	q, err := reader.GetQuotaWithResponse(ctx, "imdb")
+	call("getQuota", q, err)
+	if len(qs.JSON200.Quotas) != 1 || q.JSON200.GpuHours == nil || *q.JSON200.GpuHours != 30 || q.JSON200.Exceeded {
+		t.Errorf("quotas: %+v and %+v, want imdb at 30 GPU-hours, not exceeded", qs.JSON200.Quotas, q.JSON200)
 	}
 
 	for _, op := range getOperations(t) {

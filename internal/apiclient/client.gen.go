@@ -240,6 +240,66 @@ func (e HostKind) Valid() bool {
 	}
 }
 
+// Defines values for JobState.
+const (
+	JobStateCancelled JobState = "cancelled"
+	JobStateFailed    JobState = "failed"
+	JobStateFinished  JobState = "finished"
+	JobStateLost      JobState = "lost"
+	JobStateQueued    JobState = "queued"
+	JobStateRunning   JobState = "running"
+)
+
+// Valid indicates whether the value is a known member of the JobState enum.
+func (e JobState) Valid() bool {
+	switch e {
+	case JobStateCancelled:
+		return true
+	case JobStateFailed:
+		return true
+	case JobStateFinished:
+		return true
+	case JobStateLost:
+		return true
+	case JobStateQueued:
+		return true
+	case JobStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for JobReportState.
+const (
+	JobReportStateCancelled JobReportState = "cancelled"
+	JobReportStateFailed    JobReportState = "failed"
+	JobReportStateFinished  JobReportState = "finished"
+	JobReportStateLost      JobReportState = "lost"
+	JobReportStateQueued    JobReportState = "queued"
+	JobReportStateRunning   JobReportState = "running"
+)
+
+// Valid indicates whether the value is a known member of the JobReportState enum.
+func (e JobReportState) Valid() bool {
+	switch e {
+	case JobReportStateCancelled:
+		return true
+	case JobReportStateFailed:
+		return true
+	case JobReportStateFinished:
+		return true
+	case JobReportStateLost:
+		return true
+	case JobReportStateQueued:
+		return true
+	case JobReportStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LayersKind.
 const (
 	LayersKindLayers LayersKind = "layers"
@@ -330,6 +390,24 @@ const (
 func (e StepKind) Valid() bool {
 	switch e {
 	case StepKindStep:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SweepCreateGoal.
+const (
+	SweepCreateGoalMax SweepCreateGoal = "max"
+	SweepCreateGoalMin SweepCreateGoal = "min"
+)
+
+// Valid indicates whether the value is a known member of the SweepCreateGoal enum.
+func (e SweepCreateGoal) Valid() bool {
+	switch e {
+	case SweepCreateGoalMax:
+		return true
+	case SweepCreateGoalMin:
 		return true
 	default:
 		return false
@@ -516,6 +594,36 @@ func (e IngestRecordsParamsContentEncoding) Valid() bool {
 	}
 }
 
+// Defines values for ListJobsParamsState.
+const (
+	ListJobsParamsStateCancelled ListJobsParamsState = "cancelled"
+	ListJobsParamsStateFailed    ListJobsParamsState = "failed"
+	ListJobsParamsStateFinished  ListJobsParamsState = "finished"
+	ListJobsParamsStateLost      ListJobsParamsState = "lost"
+	ListJobsParamsStateQueued    ListJobsParamsState = "queued"
+	ListJobsParamsStateRunning   ListJobsParamsState = "running"
+)
+
+// Valid indicates whether the value is a known member of the ListJobsParamsState enum.
+func (e ListJobsParamsState) Valid() bool {
+	switch e {
+	case ListJobsParamsStateCancelled:
+		return true
+	case ListJobsParamsStateFailed:
+		return true
+	case ListJobsParamsStateFinished:
+		return true
+	case ListJobsParamsStateLost:
+		return true
+	case ListJobsParamsStateQueued:
+		return true
+	case ListJobsParamsStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListRunsParamsStatus.
 const (
 	ListRunsParamsStatusFailed   ListRunsParamsStatus = "failed"
@@ -556,6 +664,73 @@ func (e GetRunHeatmapParamsPass) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// Defines values for GetSweepParamsGoal.
+const (
+	GetSweepParamsGoalMax GetSweepParamsGoal = "max"
+	GetSweepParamsGoalMin GetSweepParamsGoal = "min"
+)
+
+// Valid indicates whether the value is a known member of the GetSweepParamsGoal enum.
+func (e GetSweepParamsGoal) Valid() bool {
+	switch e {
+	case GetSweepParamsGoalMax:
+		return true
+	case GetSweepParamsGoalMin:
+		return true
+	default:
+		return false
+	}
+}
+
+// Agent An agent as its last heartbeat described it.
+type Agent struct {
+	Alive         bool      `json:"alive"`
+	Executor      string    `json:"executor"`
+	Gpus          []int64   `json:"gpus"`
+	Host          string    `json:"host"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	Name          string    `json:"name"`
+	Projects      []string  `json:"projects"`
+	Running       int64     `json:"running"`
+	Version       *string   `json:"version,omitempty"`
+}
+
+// AgentClaim The agent's free GPUs.
+type AgentClaim struct {
+	Executor *string   `json:"executor,omitempty"`
+	FreeGpus []int64   `json:"free_gpus"`
+	Projects *[]string `json:"projects,omitempty"`
+}
+
+// AgentClaimReply The claimed job, or null, and its environment.
+type AgentClaimReply struct {
+	Env *[]string `json:"env,omitempty"`
+	Job *Job      `json:"job"`
+}
+
+// AgentHeartbeat An agent's heartbeat.
+type AgentHeartbeat struct {
+	Executor string    `json:"executor"`
+	Gpus     []int64   `json:"gpus"`
+	Host     *string   `json:"host,omitempty"`
+	Projects *[]string `json:"projects,omitempty"`
+	Running  []int64   `json:"running"`
+	Version  *string   `json:"version,omitempty"`
+}
+
+// AgentHeartbeatReply Jobs to cancel, jobs no longer the agent's (stop them), and the heartbeat timing.
+type AgentHeartbeatReply struct {
+	Cancel           []int64 `json:"cancel"`
+	Drop             []int64 `json:"drop"`
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+	TimeoutSeconds   float64 `json:"timeout_seconds"`
+}
+
+// AgentList Agents.
+type AgentList struct {
+	Agents []Agent `json:"agents"`
 }
 
 // Alert One firing of a server detector on a run: open while its condition holds, resolved when it clears.
@@ -901,6 +1076,100 @@ type IngestResult struct {
 	RunIds     *[]string       `json:"run_ids,omitempty"`
 }
 
+// Job One attempt of a command run by an agent.
+type Job struct {
+	Agent           *string    `json:"agent,omitempty"`
+	Argv            []string   `json:"argv"`
+	Attempt         int64      `json:"attempt"`
+	CancelRequested *bool      `json:"cancel_requested,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+	Detail          *string    `json:"detail,omitempty"`
+	EndedAt         *time.Time `json:"ended_at,omitempty"`
+
+	// Executor local or slurm
+	Executor *string `json:"executor,omitempty"`
+	ExitCode *int64  `json:"exit_code,omitempty"`
+
+	// ExternalId pid, or Slurm job id
+	ExternalId *string `json:"external_id,omitempty"`
+
+	// GpuHours runtime × GPUs held
+	GpuHours float64 `json:"gpu_hours"`
+
+	// GpuIds GPUs held on the agent's node
+	GpuIds *[]int64 `json:"gpu_ids,omitempty"`
+
+	// Gpus GPUs asked for
+	Gpus        int64      `json:"gpus"`
+	HeartbeatAt *time.Time `json:"heartbeat_at,omitempty"`
+	Id          int64      `json:"id"`
+
+	// OutputTail last bytes of stdout and stderr together
+	OutputTail *string `json:"output_tail,omitempty"`
+
+	// Params parameters: substituted into {name} items of argv and set as DEEPSEED_PARAM_<NAME>
+	Params  *map[string]string `json:"params,omitempty"`
+	Project string             `json:"project"`
+
+	// Retries retries left when this attempt is lost
+	Retries int64  `json:"retries"`
+	RetryOf *int64 `json:"retry_of,omitempty"`
+
+	// RunId the run the job started, once it has sent one
+	RunId          *string    `json:"run_id,omitempty"`
+	RuntimeSeconds float64    `json:"runtime_seconds"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	State          JobState   `json:"state"`
+	SweepId        *string    `json:"sweep_id,omitempty"`
+}
+
+// JobState defines model for Job.State.
+type JobState string
+
+// JobCounts Jobs by state: active is queued plus running, failed counts lost too.
+type JobCounts struct {
+	Active    int64 `json:"active"`
+	Cancelled int64 `json:"cancelled"`
+	Done      int64 `json:"done"`
+	Failed    int64 `json:"failed"`
+	Lost      int64 `json:"lost"`
+	Queued    int64 `json:"queued"`
+	Running   int64 `json:"running"`
+	Total     int64 `json:"total"`
+}
+
+// JobList Jobs newest first and the counts of all that match.
+type JobList struct {
+	// Counts Jobs by state: active is queued plus running, failed counts lost too.
+	Counts JobCounts `json:"counts"`
+	Jobs   []Job     `json:"jobs"`
+	Limit  int64     `json:"limit"`
+}
+
+// JobReport What the agent's executor knows of a job it holds.
+type JobReport struct {
+	Detail     *string        `json:"detail,omitempty"`
+	ExitCode   *int64         `json:"exit_code,omitempty"`
+	ExternalId *string        `json:"external_id,omitempty"`
+	OutputTail *string        `json:"output_tail,omitempty"`
+	State      JobReportState `json:"state"`
+}
+
+// JobReportState defines model for JobReport.State.
+type JobReportState string
+
+// JobSubmit A job to queue.
+type JobSubmit struct {
+	// Argv the command, never run through a shell
+	Argv []string `json:"argv"`
+
+	// Gpus GPUs it needs; 0 means 1
+	Gpus    *int64             `json:"gpus,omitempty"`
+	Params  *map[string]string `json:"params,omitempty"`
+	Project string             `json:"project"`
+	Retries *int64             `json:"retries,omitempty"`
+}
+
 // Layers defines model for Layers.
 type Layers struct {
 	BackwardMs *[]Float   `json:"backward_ms,omitempty"`
@@ -980,6 +1249,28 @@ type Process struct {
 
 // ProcessKind defines model for Process.Kind.
 type ProcessKind string
+
+// Quota A project's GPU-hour limit and usage.
+type Quota struct {
+	Exceeded bool `json:"exceeded"`
+
+	// GpuHours the limit; null when none
+	GpuHours     *float64 `json:"gpu_hours"`
+	JobGpuHours  float64  `json:"job_gpu_hours"`
+	Project      string   `json:"project"`
+	RunGpuHours  float64  `json:"run_gpu_hours"`
+	UsedGpuHours float64  `json:"used_gpu_hours"`
+}
+
+// QuotaList Every project that has a quota.
+type QuotaList struct {
+	Quotas []Quota `json:"quotas"`
+}
+
+// QuotaSet A GPU-hour limit; null removes it.
+type QuotaSet struct {
+	GpuHours *float64 `json:"gpu_hours"`
+}
 
 // RankStat defines model for RankStat.
 type RankStat struct {
@@ -1204,6 +1495,9 @@ type RunMeta struct {
 	GpuMemoryTotalGb *Float  `json:"gpu_memory_total_gb,omitempty"`
 	GradAccum        *int    `json:"grad_accum,omitempty"`
 	Host             *string `json:"host,omitempty"`
+
+	// JobId the job that started the run (DEEPSEED_JOB_ID)
+	JobId            *string `json:"job_id,omitempty"`
 	MicroBatch       *int    `json:"micro_batch,omitempty"`
 	Model            *string `json:"model,omitempty"`
 	OffloadOptimizer *string `json:"offload_optimizer,omitempty"`
@@ -1336,6 +1630,38 @@ type Step struct {
 // StepKind defines model for Step.Kind.
 type StepKind string
 
+// Sweep A sweep and its trials, best first by metric.
+type Sweep struct {
+	Argv []string `json:"argv"`
+
+	// Counts Jobs by state: active is queued plus running, failed counts lost too.
+	Counts    JobCounts         `json:"counts"`
+	CreatedAt time.Time         `json:"created_at"`
+	Goal      *string           `json:"goal,omitempty"`
+	Gpus      int64             `json:"gpus"`
+	Id        string            `json:"id"`
+	Metric    *string           `json:"metric,omitempty"`
+	Params    map[string]string `json:"params"`
+	Project   string            `json:"project"`
+	Trials    []Trial           `json:"trials"`
+}
+
+// SweepCreate A parameter sweep: comma-separated values sweep (grid), single values stay fixed; with trials, ranges min:max, log:min:max and int:min:max are sampled.
+type SweepCreate struct {
+	Argv    []string          `json:"argv"`
+	Goal    *SweepCreateGoal  `json:"goal,omitempty"`
+	Gpus    *int64            `json:"gpus,omitempty"`
+	Metric  *string           `json:"metric,omitempty"`
+	Params  map[string]string `json:"params"`
+	Project string            `json:"project"`
+	Retries *int64            `json:"retries,omitempty"`
+	Seed    *int64            `json:"seed,omitempty"`
+	Trials  *int64            `json:"trials,omitempty"`
+}
+
+// SweepCreateGoal defines model for SweepCreate.Goal.
+type SweepCreateGoal string
+
 // Time RFC 3339 time or Unix seconds (integer or fractional).
 type Time struct {
 	union json.RawMessage
@@ -1358,6 +1684,18 @@ type TimePoint struct {
 
 	// Value A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	Value *Float `json:"value,omitempty"`
+}
+
+// Trial One job of a sweep beside its eval metric.
+type Trial struct {
+	Best  *float64 `json:"best,omitempty"`
+	Final *float64 `json:"final,omitempty"`
+
+	// Job One attempt of a command run by an agent.
+	Job Job `json:"job"`
+
+	// Rank 1 is best; 0 without a value
+	Rank *int64 `json:"rank,omitempty"`
 }
 
 // ListAlertsParams defines parameters for ListAlerts.
@@ -1468,6 +1806,27 @@ type IngestRecordsParams struct {
 // IngestRecordsParamsContentEncoding defines parameters for IngestRecords.
 type IngestRecordsParamsContentEncoding string
 
+// ListJobsParams defines parameters for ListJobs.
+type ListJobsParams struct {
+	// Project only this project
+	Project *string `form:"project,omitempty" json:"project,omitempty"`
+
+	// Sweep only this sweep
+	Sweep *string `form:"sweep,omitempty" json:"sweep,omitempty"`
+
+	// State only this state
+	State *ListJobsParamsState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Agent only jobs of this agent
+	Agent *string `form:"agent,omitempty" json:"agent,omitempty"`
+
+	// Limit most jobs (1 to 1000)
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListJobsParamsState defines parameters for ListJobs.
+type ListJobsParamsState string
+
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
 	// Project only runs of this project
@@ -1555,11 +1914,41 @@ type GetRunSeriesParams struct {
 	MaxPoints *int `form:"max_points,omitempty" json:"max_points,omitempty"`
 }
 
+// GetSweepParams defines parameters for GetSweep.
+type GetSweepParams struct {
+	// Metric eval metric: <split>_<name> such as val_accuracy, or a metrics key
+	Metric *string `form:"metric,omitempty" json:"metric,omitempty"`
+
+	// Goal min or max
+	Goal *GetSweepParamsGoal `form:"goal,omitempty" json:"goal,omitempty"`
+}
+
+// GetSweepParamsGoal defines parameters for GetSweep.
+type GetSweepParamsGoal string
+
+// ClaimJobJSONRequestBody defines body for ClaimJob for application/json ContentType.
+type ClaimJobJSONRequestBody = AgentClaim
+
+// AgentHeartbeatJSONRequestBody defines body for AgentHeartbeat for application/json ContentType.
+type AgentHeartbeatJSONRequestBody = AgentHeartbeat
+
+// ReportJobJSONRequestBody defines body for ReportJob for application/json ContentType.
+type ReportJobJSONRequestBody = JobReport
+
 // ImportExportJSONRequestBody defines body for ImportExport for application/json ContentType.
 type ImportExportJSONRequestBody = ImportDocument
 
 // IngestRecordsJSONRequestBody defines body for IngestRecords for application/json ContentType.
 type IngestRecordsJSONRequestBody = IngestRecordsJSONBody
+
+// SubmitJobJSONRequestBody defines body for SubmitJob for application/json ContentType.
+type SubmitJobJSONRequestBody = JobSubmit
+
+// SetQuotaJSONRequestBody defines body for SetQuota for application/json ContentType.
+type SetQuotaJSONRequestBody = QuotaSet
+
+// CreateSweepJSONRequestBody defines body for CreateSweep for application/json ContentType.
+type CreateSweepJSONRequestBody = SweepCreate
 
 // Getter for additional properties for ImportDocument. Returns the specified
 // element and whether it was found
@@ -1779,6 +2168,14 @@ func (a *RunMeta) UnmarshalJSON(b []byte) error {
 		delete(object, "host")
 	}
 
+	if raw, found := object["job_id"]; found {
+		err = json.Unmarshal(raw, &a.JobId)
+		if err != nil {
+			return fmt.Errorf("error reading 'job_id': %w", err)
+		}
+		delete(object, "job_id")
+	}
+
 	if raw, found := object["micro_batch"]; found {
 		err = json.Unmarshal(raw, &a.MicroBatch)
 		if err != nil {
@@ -1985,6 +2382,13 @@ func (a RunMeta) MarshalJSON() ([]byte, error) {
 		object["host"], err = json.Marshal(a.Host)
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'host': %w", err)
+		}
+	}
+
+	if a.JobId != nil {
+		object["job_id"], err = json.Marshal(a.JobId)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'job_id': %w", err)
 		}
 	}
 
@@ -2689,6 +3093,57 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// ListAgents Agents and their last heartbeat
+	//
+	// Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
+	ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ClaimJobWithBody Claim the oldest queued job that fits the free GPUs
+	//
+	// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+	ClaimJobWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ClaimJob Claim the oldest queued job that fits the free GPUs
+	//
+	// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+	ClaimJob(ctx context.Context, name string, body ClaimJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AgentHeartbeatWithBody An agent's heartbeat
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+	AgentHeartbeatWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AgentHeartbeat An agent's heartbeat
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+	AgentHeartbeat(ctx context.Context, name string, body AgentHeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReportJobWithBody Report on a job the agent holds
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+	ReportJobWithBody(ctx context.Context, name string, id int64, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReportJob Report on a job the agent holds
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+	ReportJob(ctx context.Context, name string, id int64, body ReportJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAlerts Alerts opened by the server's detectors
 	//
 	// Corresponds with GET /api/v1/alerts (the `ListAlerts` operationId).
@@ -2743,10 +3198,69 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/ingest (the `IngestRecords` operationId).
 	IngestRecords(ctx context.Context, params *IngestRecordsParams, body IngestRecordsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListJobs Jobs, newest first, with counters
+	//
+	// Corresponds with GET /api/v1/jobs (the `ListJobs` operationId).
+	ListJobs(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SubmitJobWithBody Queue a job
+	//
+	// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+	SubmitJobWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SubmitJob Queue a job
+	//
+	// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+	SubmitJob(ctx context.Context, body SubmitJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetJob One job
+	//
+	// Corresponds with GET /api/v1/jobs/{id} (the `GetJob` operationId).
+	GetJob(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelJob Cancel a job
+	//
+	// A queued job is cancelled at once; a running one is stopped by its agent (SIGTERM, then SIGKILL after a grace period, or scancel).
+	//
+	// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
+	CancelJob(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetOpenApiDocument This document
 	//
 	// Corresponds with GET /api/v1/openapi.json (the `GetOpenApiDocument` operationId).
 	GetOpenApiDocument(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListQuotas Every quota with its usage
+	//
+	// Corresponds with GET /api/v1/quotas (the `ListQuotas` operationId).
+	ListQuotas(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetQuota One project's quota and usage
+	//
+	// Corresponds with GET /api/v1/quotas/{project} (the `GetQuota` operationId).
+	GetQuota(ctx context.Context, project string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetQuotaWithBody Set or remove a project's GPU-hour quota
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+	SetQuotaWithBody(ctx context.Context, project string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetQuota Set or remove a project's GPU-hour quota
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+	SetQuota(ctx context.Context, project string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRuns List runs, newest first
 	//
@@ -2797,6 +3311,29 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/runs/{id}/series (the `GetRunSeries` operationId).
 	GetRunSeries(ctx context.Context, id string, params *GetRunSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CreateSweepWithBody Queue a parameter sweep
+	//
+	// A grid of more than 1000 trials is refused with 400.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+	CreateSweepWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSweep Queue a parameter sweep
+	//
+	// A grid of more than 1000 trials is refused with 400.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+	CreateSweep(ctx context.Context, body CreateSweepJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSweep A sweep's trials, ranked by an eval metric
+	//
+	// Corresponds with GET /api/v1/sweeps/{id} (the `GetSweep` operationId).
+	GetSweep(ctx context.Context, id string, params *GetSweepParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetHealth Liveness: the process is up
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
@@ -2813,6 +3350,127 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListAgents Agents and their last heartbeat
+//
+// Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
+func (c *Client) ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ClaimJobWithBody Claim the oldest queued job that fits the free GPUs
+//
+// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+func (c *Client) ClaimJobWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClaimJobRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ClaimJob Claim the oldest queued job that fits the free GPUs
+//
+// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+func (c *Client) ClaimJob(ctx context.Context, name string, body ClaimJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClaimJobRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AgentHeartbeatWithBody An agent's heartbeat
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+func (c *Client) AgentHeartbeatWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAgentHeartbeatRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AgentHeartbeat An agent's heartbeat
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+func (c *Client) AgentHeartbeat(ctx context.Context, name string, body AgentHeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAgentHeartbeatRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReportJobWithBody Report on a job the agent holds
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+func (c *Client) ReportJobWithBody(ctx context.Context, name string, id int64, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportJobRequestWithBody(c.Server, name, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReportJob Report on a job the agent holds
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+func (c *Client) ReportJob(ctx context.Context, name string, id int64, body ReportJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportJobRequest(c.Server, name, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListAlerts Alerts opened by the server's detectors
@@ -2949,11 +3607,160 @@ func (c *Client) IngestRecords(ctx context.Context, params *IngestRecordsParams,
 	return c.Client.Do(req)
 }
 
+// ListJobs Jobs, newest first, with counters
+//
+// Corresponds with GET /api/v1/jobs (the `ListJobs` operationId).
+func (c *Client) ListJobs(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListJobsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SubmitJobWithBody Queue a job
+//
+// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+func (c *Client) SubmitJobWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSubmitJobRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SubmitJob Queue a job
+//
+// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+func (c *Client) SubmitJob(ctx context.Context, body SubmitJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSubmitJobRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetJob One job
+//
+// Corresponds with GET /api/v1/jobs/{id} (the `GetJob` operationId).
+func (c *Client) GetJob(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetJobRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelJob Cancel a job
+//
+// A queued job is cancelled at once; a running one is stopped by its agent (SIGTERM, then SIGKILL after a grace period, or scancel).
+//
+// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
+func (c *Client) CancelJob(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelJobRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetOpenApiDocument This document
 //
 // Corresponds with GET /api/v1/openapi.json (the `GetOpenApiDocument` operationId).
 func (c *Client) GetOpenApiDocument(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetOpenApiDocumentRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListQuotas Every quota with its usage
+//
+// Corresponds with GET /api/v1/quotas (the `ListQuotas` operationId).
+func (c *Client) ListQuotas(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListQuotasRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetQuota One project's quota and usage
+//
+// Corresponds with GET /api/v1/quotas/{project} (the `GetQuota` operationId).
+func (c *Client) GetQuota(ctx context.Context, project string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetQuotaRequest(c.Server, project)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetQuotaWithBody Set or remove a project's GPU-hour quota
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+func (c *Client) SetQuotaWithBody(ctx context.Context, project string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetQuotaRequestWithBody(c.Server, project, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetQuota Set or remove a project's GPU-hour quota
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+func (c *Client) SetQuota(ctx context.Context, project string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetQuotaRequest(c.Server, project, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3103,6 +3910,59 @@ func (c *Client) GetRunSeries(ctx context.Context, id string, params *GetRunSeri
 	return c.Client.Do(req)
 }
 
+// CreateSweepWithBody Queue a parameter sweep
+//
+// A grid of more than 1000 trials is refused with 400.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+func (c *Client) CreateSweepWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSweepRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSweep Queue a parameter sweep
+//
+// A grid of more than 1000 trials is refused with 400.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+func (c *Client) CreateSweep(ctx context.Context, body CreateSweepJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSweepRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSweep A sweep's trials, ranked by an eval metric
+//
+// Corresponds with GET /api/v1/sweeps/{id} (the `GetSweep` operationId).
+func (c *Client) GetSweep(ctx context.Context, id string, params *GetSweepParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSweepRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetHealth Liveness: the process is up
 //
 // Corresponds with GET /healthz (the `GetHealth` operationId).
@@ -3148,6 +4008,181 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewListAgentsRequest constructs an http.Request for the ListAgents method
+func NewListAgentsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewClaimJobRequest calls the generic ClaimJob builder with application/json body
+func NewClaimJobRequest(server string, name string, body ClaimJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewClaimJobRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewClaimJobRequestWithBody constructs an http.Request for the ClaimJob method, with any body, and a specified content type
+func NewClaimJobRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/claim", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewAgentHeartbeatRequest calls the generic AgentHeartbeat builder with application/json body
+func NewAgentHeartbeatRequest(server string, name string, body AgentHeartbeatJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAgentHeartbeatRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewAgentHeartbeatRequestWithBody constructs an http.Request for the AgentHeartbeat method, with any body, and a specified content type
+func NewAgentHeartbeatRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/heartbeat", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReportJobRequest calls the generic ReportJob builder with application/json body
+func NewReportJobRequest(server string, name string, id int64, body ReportJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReportJobRequestWithBody(server, name, id, "application/json", bodyReader)
+}
+
+// NewReportJobRequestWithBody constructs an http.Request for the ReportJob method, with any body, and a specified content type
+func NewReportJobRequestWithBody(server string, name string, id int64, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/jobs/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
 }
 
 // NewListAlertsRequest constructs an http.Request for the ListAlerts method
@@ -3719,6 +4754,216 @@ func NewIngestRecordsRequestWithBody(server string, params *IngestRecordsParams,
 	return req, nil
 }
 
+// NewListJobsRequest constructs an http.Request for the ListJobs method
+func NewListJobsRequest(server string, params *ListJobsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/jobs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Project != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "project", *params.Project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Sweep != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "sweep", *params.Sweep, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Agent != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "agent", *params.Agent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSubmitJobRequest calls the generic SubmitJob builder with application/json body
+func NewSubmitJobRequest(server string, body SubmitJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSubmitJobRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewSubmitJobRequestWithBody constructs an http.Request for the SubmitJob method, with any body, and a specified content type
+func NewSubmitJobRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/jobs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetJobRequest constructs an http.Request for the GetJob method
+func NewGetJobRequest(server string, id int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/jobs/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCancelJobRequest constructs an http.Request for the CancelJob method
+func NewCancelJobRequest(server string, id int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/jobs/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetOpenApiDocumentRequest constructs an http.Request for the GetOpenApiDocument method
 func NewGetOpenApiDocumentRequest(server string) (*http.Request, error) {
 	var err error
@@ -3742,6 +4987,114 @@ func NewGetOpenApiDocumentRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListQuotasRequest constructs an http.Request for the ListQuotas method
+func NewListQuotasRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/quotas")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetQuotaRequest constructs an http.Request for the GetQuota method
+func NewGetQuotaRequest(server string, project string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/quotas/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetQuotaRequest calls the generic SetQuota builder with application/json body
+func NewSetQuotaRequest(server string, project string, body SetQuotaJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetQuotaRequestWithBody(server, project, "application/json", bodyReader)
+}
+
+// NewSetQuotaRequestWithBody constructs an http.Request for the SetQuota method, with any body, and a specified content type
+func NewSetQuotaRequestWithBody(server string, project string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/quotas/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -4384,6 +5737,119 @@ func NewGetRunSeriesRequest(server string, id string, params *GetRunSeriesParams
 	return req, nil
 }
 
+// NewCreateSweepRequest calls the generic CreateSweep builder with application/json body
+func NewCreateSweepRequest(server string, body CreateSweepJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateSweepRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateSweepRequestWithBody constructs an http.Request for the CreateSweep method, with any body, and a specified content type
+func NewCreateSweepRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sweeps")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetSweepRequest constructs an http.Request for the GetSweep method
+func NewGetSweepRequest(server string, id string, params *GetSweepParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sweeps/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Metric != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "metric", *params.Metric, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Goal != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "goal", *params.Goal, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
 func NewGetHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -4509,6 +5975,59 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ListAgentsWithResponse Agents and their last heartbeat
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
+	ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
+
+	// ClaimJobWithBodyWithResponse Claim the oldest queued job that fits the free GPUs
+	//
+	// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+	ClaimJobWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimJobResponse, error)
+
+	// ClaimJobWithResponse Claim the oldest queued job that fits the free GPUs
+	//
+	// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+	ClaimJobWithResponse(ctx context.Context, name string, body ClaimJobJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimJobResponse, error)
+
+	// AgentHeartbeatWithBodyWithResponse An agent's heartbeat
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+	AgentHeartbeatWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AgentHeartbeatResponse, error)
+
+	// AgentHeartbeatWithResponse An agent's heartbeat
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+	AgentHeartbeatWithResponse(ctx context.Context, name string, body AgentHeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*AgentHeartbeatResponse, error)
+
+	// ReportJobWithBodyWithResponse Report on a job the agent holds
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+	ReportJobWithBodyWithResponse(ctx context.Context, name string, id int64, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportJobResponse, error)
+
+	// ReportJobWithResponse Report on a job the agent holds
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+	ReportJobWithResponse(ctx context.Context, name string, id int64, body ReportJobJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportJobResponse, error)
+
 	// ListAlertsWithResponse Alerts opened by the server's detectors
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4571,12 +6090,81 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/ingest (the `IngestRecords` operationId).
 	IngestRecordsWithResponse(ctx context.Context, params *IngestRecordsParams, body IngestRecordsJSONRequestBody, reqEditors ...RequestEditorFn) (*IngestRecordsResponse, error)
 
+	// ListJobsWithResponse Jobs, newest first, with counters
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/jobs (the `ListJobs` operationId).
+	ListJobsWithResponse(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*ListJobsResponse, error)
+
+	// SubmitJobWithBodyWithResponse Queue a job
+	//
+	// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+	SubmitJobWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SubmitJobResponse, error)
+
+	// SubmitJobWithResponse Queue a job
+	//
+	// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+	SubmitJobWithResponse(ctx context.Context, body SubmitJobJSONRequestBody, reqEditors ...RequestEditorFn) (*SubmitJobResponse, error)
+
+	// GetJobWithResponse One job
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/jobs/{id} (the `GetJob` operationId).
+	GetJobWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetJobResponse, error)
+
+	// CancelJobWithResponse Cancel a job
+	//
+	// A queued job is cancelled at once; a running one is stopped by its agent (SIGTERM, then SIGKILL after a grace period, or scancel).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
+	CancelJobWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*CancelJobResponse, error)
+
 	// GetOpenApiDocumentWithResponse This document
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/openapi.json (the `GetOpenApiDocument` operationId).
 	GetOpenApiDocumentWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenApiDocumentResponse, error)
+
+	// ListQuotasWithResponse Every quota with its usage
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/quotas (the `ListQuotas` operationId).
+	ListQuotasWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListQuotasResponse, error)
+
+	// GetQuotaWithResponse One project's quota and usage
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/quotas/{project} (the `GetQuota` operationId).
+	GetQuotaWithResponse(ctx context.Context, project string, reqEditors ...RequestEditorFn) (*GetQuotaResponse, error)
+
+	// SetQuotaWithBodyWithResponse Set or remove a project's GPU-hour quota
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+	SetQuotaWithBodyWithResponse(ctx context.Context, project string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetQuotaResponse, error)
+
+	// SetQuotaWithResponse Set or remove a project's GPU-hour quota
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+	SetQuotaWithResponse(ctx context.Context, project string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*SetQuotaResponse, error)
 
 	// ListRunsWithResponse List runs, newest first
 	//
@@ -4645,6 +6233,31 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/runs/{id}/series (the `GetRunSeries` operationId).
 	GetRunSeriesWithResponse(ctx context.Context, id string, params *GetRunSeriesParams, reqEditors ...RequestEditorFn) (*GetRunSeriesResponse, error)
 
+	// CreateSweepWithBodyWithResponse Queue a parameter sweep
+	//
+	// A grid of more than 1000 trials is refused with 400.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+	CreateSweepWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSweepResponse, error)
+
+	// CreateSweepWithResponse Queue a parameter sweep
+	//
+	// A grid of more than 1000 trials is refused with 400.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+	CreateSweepWithResponse(ctx context.Context, body CreateSweepJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSweepResponse, error)
+
+	// GetSweepWithResponse A sweep's trials, ranked by an eval metric
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/sweeps/{id} (the `GetSweep` operationId).
+	GetSweepWithResponse(ctx context.Context, id string, params *GetSweepParams, reqEditors ...RequestEditorFn) (*GetSweepResponse, error)
+
 	// GetHealthWithResponse Liveness: the process is up
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4667,6 +6280,289 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+}
+
+type ListAgentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentsResponse) GetJSON200() *AgentList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAgentsResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAgentsResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListAgentsResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ClaimJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentClaimReply
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ClaimJobResponse) GetJSON200() *AgentClaimReply {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ClaimJobResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ClaimJobResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ClaimJobResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ClaimJobResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ClaimJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClaimJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClaimJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClaimJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AgentHeartbeatResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentHeartbeatReply
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AgentHeartbeatResponse) GetJSON200() *AgentHeartbeatReply {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r AgentHeartbeatResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r AgentHeartbeatResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r AgentHeartbeatResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r AgentHeartbeatResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AgentHeartbeatResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AgentHeartbeatResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AgentHeartbeatResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AgentHeartbeatResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReportJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Job
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReportJobResponse) GetJSON200() *Job {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReportJobResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReportJobResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReportJobResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ReportJobResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ReportJobResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReportJobResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReportJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReportJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReportJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReportJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListAlertsResponse struct {
@@ -5104,6 +7000,303 @@ func (r IngestRecordsResponse) ContentType() string {
 	return ""
 }
 
+type ListJobsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JobList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListJobsResponse) GetJSON200() *JobList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListJobsResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListJobsResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListJobsResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListJobsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListJobsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListJobsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListJobsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SubmitJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Job
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r SubmitJobResponse) GetJSON201() *Job {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r SubmitJobResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r SubmitJobResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r SubmitJobResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r SubmitJobResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r SubmitJobResponse) GetJSON422() *Error {
+	return r.JSON422
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SubmitJobResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SubmitJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SubmitJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SubmitJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SubmitJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Job
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetJobResponse) GetJSON200() *Job {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetJobResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetJobResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetJobResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetJobResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Job
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelJobResponse) GetJSON200() *Job {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CancelJobResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CancelJobResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CancelJobResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CancelJobResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CancelJobResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CancelJobResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetOpenApiDocumentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5139,6 +7332,213 @@ func (r GetOpenApiDocumentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetOpenApiDocumentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListQuotasResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *QuotaList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListQuotasResponse) GetJSON200() *QuotaList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListQuotasResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListQuotasResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListQuotasResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListQuotasResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListQuotasResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListQuotasResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListQuotasResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetQuotaResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Quota
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetQuotaResponse) GetJSON200() *Quota {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetQuotaResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetQuotaResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetQuotaResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetQuotaResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetQuotaResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetQuotaResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetQuotaResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetQuotaResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetQuotaResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Quota
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetQuotaResponse) GetJSON200() *Quota {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r SetQuotaResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r SetQuotaResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r SetQuotaResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r SetQuotaResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SetQuotaResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SetQuotaResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetQuotaResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetQuotaResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetQuotaResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5752,6 +8152,158 @@ func (r GetRunSeriesResponse) ContentType() string {
 	return ""
 }
 
+type CreateSweepResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Sweep
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateSweepResponse) GetJSON201() *Sweep {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateSweepResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateSweepResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateSweepResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateSweepResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreateSweepResponse) GetJSON422() *Error {
+	return r.JSON422
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateSweepResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateSweepResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateSweepResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateSweepResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateSweepResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSweepResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Sweep
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSweepResponse) GetJSON200() *Sweep {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetSweepResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetSweepResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetSweepResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetSweepResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSweepResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSweepResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSweepResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSweepResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5879,6 +8431,101 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+// ListAgentsWithResponse Agents and their last heartbeat
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
+func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error) {
+	rsp, err := c.ListAgents(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentsResponse(rsp)
+}
+
+// ClaimJobWithBodyWithResponse Claim the oldest queued job that fits the free GPUs
+//
+// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+func (c *ClientWithResponses) ClaimJobWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimJobResponse, error) {
+	rsp, err := c.ClaimJobWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClaimJobResponse(rsp)
+}
+
+// ClaimJobWithResponse Claim the oldest queued job that fits the free GPUs
+//
+// Skips jobs of projects over quota; agents never wait on each other (FOR UPDATE SKIP LOCKED).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{name}/claim (the `ClaimJob` operationId).
+func (c *ClientWithResponses) ClaimJobWithResponse(ctx context.Context, name string, body ClaimJobJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimJobResponse, error) {
+	rsp, err := c.ClaimJob(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClaimJobResponse(rsp)
+}
+
+// AgentHeartbeatWithBodyWithResponse An agent's heartbeat
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+func (c *ClientWithResponses) AgentHeartbeatWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AgentHeartbeatResponse, error) {
+	rsp, err := c.AgentHeartbeatWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAgentHeartbeatResponse(rsp)
+}
+
+// AgentHeartbeatWithResponse An agent's heartbeat
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{name}/heartbeat (the `AgentHeartbeat` operationId).
+func (c *ClientWithResponses) AgentHeartbeatWithResponse(ctx context.Context, name string, body AgentHeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*AgentHeartbeatResponse, error) {
+	rsp, err := c.AgentHeartbeat(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAgentHeartbeatResponse(rsp)
+}
+
+// ReportJobWithBodyWithResponse Report on a job the agent holds
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+func (c *ClientWithResponses) ReportJobWithBodyWithResponse(ctx context.Context, name string, id int64, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportJobResponse, error) {
+	rsp, err := c.ReportJobWithBody(ctx, name, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReportJobResponse(rsp)
+}
+
+// ReportJobWithResponse Report on a job the agent holds
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{name}/jobs/{id} (the `ReportJob` operationId).
+func (c *ClientWithResponses) ReportJobWithResponse(ctx context.Context, name string, id int64, body ReportJobJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportJobResponse, error) {
+	rsp, err := c.ReportJob(ctx, name, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReportJobResponse(rsp)
+}
+
 // ListAlertsWithResponse Alerts opened by the server's detectors
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5989,6 +8636,77 @@ func (c *ClientWithResponses) IngestRecordsWithResponse(ctx context.Context, par
 	return ParseIngestRecordsResponse(rsp)
 }
 
+// ListJobsWithResponse Jobs, newest first, with counters
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/jobs (the `ListJobs` operationId).
+func (c *ClientWithResponses) ListJobsWithResponse(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*ListJobsResponse, error) {
+	rsp, err := c.ListJobs(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListJobsResponse(rsp)
+}
+
+// SubmitJobWithBodyWithResponse Queue a job
+//
+// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+func (c *ClientWithResponses) SubmitJobWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SubmitJobResponse, error) {
+	rsp, err := c.SubmitJobWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSubmitJobResponse(rsp)
+}
+
+// SubmitJobWithResponse Queue a job
+//
+// Needs a token with submit scope. Parameters are substituted into {name} items of argv, never through a shell.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/jobs (the `SubmitJob` operationId).
+func (c *ClientWithResponses) SubmitJobWithResponse(ctx context.Context, body SubmitJobJSONRequestBody, reqEditors ...RequestEditorFn) (*SubmitJobResponse, error) {
+	rsp, err := c.SubmitJob(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSubmitJobResponse(rsp)
+}
+
+// GetJobWithResponse One job
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/jobs/{id} (the `GetJob` operationId).
+func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetJobResponse, error) {
+	rsp, err := c.GetJob(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetJobResponse(rsp)
+}
+
+// CancelJobWithResponse Cancel a job
+//
+// A queued job is cancelled at once; a running one is stopped by its agent (SIGTERM, then SIGKILL after a grace period, or scancel).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
+func (c *ClientWithResponses) CancelJobWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*CancelJobResponse, error) {
+	rsp, err := c.CancelJob(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelJobResponse(rsp)
+}
+
 // GetOpenApiDocumentWithResponse This document
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6000,6 +8718,58 @@ func (c *ClientWithResponses) GetOpenApiDocumentWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseGetOpenApiDocumentResponse(rsp)
+}
+
+// ListQuotasWithResponse Every quota with its usage
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/quotas (the `ListQuotas` operationId).
+func (c *ClientWithResponses) ListQuotasWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListQuotasResponse, error) {
+	rsp, err := c.ListQuotas(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListQuotasResponse(rsp)
+}
+
+// GetQuotaWithResponse One project's quota and usage
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/quotas/{project} (the `GetQuota` operationId).
+func (c *ClientWithResponses) GetQuotaWithResponse(ctx context.Context, project string, reqEditors ...RequestEditorFn) (*GetQuotaResponse, error) {
+	rsp, err := c.GetQuota(ctx, project, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetQuotaResponse(rsp)
+}
+
+// SetQuotaWithBodyWithResponse Set or remove a project's GPU-hour quota
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+func (c *ClientWithResponses) SetQuotaWithBodyWithResponse(ctx context.Context, project string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetQuotaResponse, error) {
+	rsp, err := c.SetQuotaWithBody(ctx, project, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetQuotaResponse(rsp)
+}
+
+// SetQuotaWithResponse Set or remove a project's GPU-hour quota
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/quotas/{project} (the `SetQuota` operationId).
+func (c *ClientWithResponses) SetQuotaWithResponse(ctx context.Context, project string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*SetQuotaResponse, error) {
+	rsp, err := c.SetQuota(ctx, project, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetQuotaResponse(rsp)
 }
 
 // ListRunsWithResponse List runs, newest first
@@ -6123,6 +8893,49 @@ func (c *ClientWithResponses) GetRunSeriesWithResponse(ctx context.Context, id s
 	return ParseGetRunSeriesResponse(rsp)
 }
 
+// CreateSweepWithBodyWithResponse Queue a parameter sweep
+//
+// A grid of more than 1000 trials is refused with 400.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+func (c *ClientWithResponses) CreateSweepWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSweepResponse, error) {
+	rsp, err := c.CreateSweepWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSweepResponse(rsp)
+}
+
+// CreateSweepWithResponse Queue a parameter sweep
+//
+// A grid of more than 1000 trials is refused with 400.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/sweeps (the `CreateSweep` operationId).
+func (c *ClientWithResponses) CreateSweepWithResponse(ctx context.Context, body CreateSweepJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSweepResponse, error) {
+	rsp, err := c.CreateSweep(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSweepResponse(rsp)
+}
+
+// GetSweepWithResponse A sweep's trials, ranked by an eval metric
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/sweeps/{id} (the `GetSweep` operationId).
+func (c *ClientWithResponses) GetSweepWithResponse(ctx context.Context, id string, params *GetSweepParams, reqEditors ...RequestEditorFn) (*GetSweepResponse, error) {
+	rsp, err := c.GetSweep(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSweepResponse(rsp)
+}
+
 // GetHealthWithResponse Liveness: the process is up
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6162,6 +8975,229 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 		return nil, err
 	}
 	return ParseGetReadinessResponse(rsp)
+}
+
+// ParseListAgentsResponse parses an HTTP response from a ListAgentsWithResponse call
+func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseClaimJobResponse parses an HTTP response from a ClaimJobWithResponse call
+func ParseClaimJobResponse(rsp *http.Response) (*ClaimJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClaimJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentClaimReply
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAgentHeartbeatResponse parses an HTTP response from a AgentHeartbeatWithResponse call
+func ParseAgentHeartbeatResponse(rsp *http.Response) (*AgentHeartbeatResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AgentHeartbeatResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentHeartbeatReply
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReportJobResponse parses an HTTP response from a ReportJobWithResponse call
+func ParseReportJobResponse(rsp *http.Response) (*ReportJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReportJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseListAlertsResponse parses an HTTP response from a ListAlertsWithResponse call
@@ -6521,6 +9557,243 @@ func ParseIngestRecordsResponse(rsp *http.Response) (*IngestRecordsResponse, err
 	return response, nil
 }
 
+// ParseListJobsResponse parses an HTTP response from a ListJobsWithResponse call
+func ParseListJobsResponse(rsp *http.Response) (*ListJobsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListJobsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JobList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSubmitJobResponse parses an HTTP response from a SubmitJobWithResponse call
+func ParseSubmitJobResponse(rsp *http.Response) (*SubmitJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SubmitJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetJobResponse parses an HTTP response from a GetJobWithResponse call
+func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelJobResponse parses an HTTP response from a CancelJobWithResponse call
+func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetOpenApiDocumentResponse parses an HTTP response from a GetOpenApiDocumentWithResponse call
 func ParseGetOpenApiDocumentResponse(rsp *http.Response) (*GetOpenApiDocumentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6541,6 +9814,168 @@ func ParseGetOpenApiDocumentResponse(rsp *http.Response) (*GetOpenApiDocumentRes
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListQuotasResponse parses an HTTP response from a ListQuotasWithResponse call
+func ParseListQuotasResponse(rsp *http.Response) (*ListQuotasResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListQuotasResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest QuotaList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetQuotaResponse parses an HTTP response from a GetQuotaWithResponse call
+func ParseGetQuotaResponse(rsp *http.Response) (*GetQuotaResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetQuotaResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Quota
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetQuotaResponse parses an HTTP response from a SetQuotaWithResponse call
+func ParseSetQuotaResponse(rsp *http.Response) (*SetQuotaResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetQuotaResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Quota
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -6981,6 +10416,128 @@ func ParseGetRunSeriesResponse(rsp *http.Response) (*GetRunSeriesResponse, error
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest SeriesResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateSweepResponse parses an HTTP response from a CreateSweepWithResponse call
+func ParseCreateSweepResponse(rsp *http.Response) (*CreateSweepResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateSweepResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Sweep
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSweepResponse parses an HTTP response from a GetSweepWithResponse call
+func ParseGetSweepResponse(rsp *http.Response) (*GetSweepResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSweepResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Sweep
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,214 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/agent"
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
+)
+
+const childEnv = "DEEPSEED_AGENT_TEST_CHILD"
+
+// TestMain runs an agent instead of the tests when started as a child
+// by a test that kills it.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(runChild())
+	}
+	os.Exit(storetest.Main(m))
+}
+
+func runChild() int {
+	dir := os.Getenv("AGENT_STATE_DIR")
+	ex, err := agent.NewLocal(filepath.Join(dir, "output"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	a, err := agent.New(agent.Config{Server: os.Getenv("AGENT_SERVER"), Token: agentTok, Name: os.Getenv("AGENT_NAME"),
+		GPUs: []int{0, 1}, Executor: ex, StateDir: dir, Every: 200 * time.Millisecond, Grace: time.Second,
+		Log: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := a.Run(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+const (
+	ingestTok = "ingest-0123456789"
+	readTok   = "read-0123456789"
+	submitTok = "submit-0123456789"
+	agentTok  = "agent-0123456789"
+)
+
+type env struct {
+	url string
+	st  *store.Store
+}
+
+func start(t *testing.T, timeout time.Duration) *env {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatalf("the agent's tests run real Python jobs: %v", err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.IngestTokens, cfg.ReadTokens = []string{ingestTok}, []string{readTok}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{agentTok}
+	cfg.JobHeartbeatTimeout = timeout
+	cfg.AlertsEvery = -1
+	st := storetest.NewStore(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.New(cfg, st, nil).Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	e := &env{url: "http://" + l.Addr().String(), st: st}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if res, err := http.Get(e.url + "/readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server never ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	hook, err := filepath.Abs("../hook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The jobs inherit the agent's environment: the hook sends their runs
+	// straight to the server.
+	t.Setenv("HOOK_DIR", hook)
+	t.Setenv("DEEPSEED_SERVER_URL", e.url)
+	t.Setenv("DEEPSEED_TOKEN", ingestTok)
+	t.Setenv("DEEPSEED_CAPTURE_CODE", "0")
+	return e
+}
+
+func (e *env) call(t *testing.T, method, path, token string, in, out any) int {
+	t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = strings.NewReader(string(b))
+	}
+	req, _ := http.NewRequest(method, e.url+path, body)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if out != nil && res.StatusCode/100 == 2 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+	} else if res.StatusCode/100 != 2 {
+		t.Logf("%s %s: %d %s", method, path, res.StatusCode, b)
+	}
+	return res.StatusCode
+}
+
+func (e *env) submit(t *testing.T, in api.JobSubmit) api.Job {
+	t.Helper()
+	var j api.Job
+	if code := e.call(t, "POST", "/api/v1/jobs", submitTok, in, &j); code != 201 {
+		t.Fatalf("submit: %d", code)
+	}
+	return j
+}
+
+func (e *env) job(t *testing.T, id int64) api.Job {
+	t.Helper()
+	var j api.Job
+	if code := e.call(t, "GET", "/api/v1/jobs/"+strconv.FormatInt(id, 10), readTok, nil, &j); code != 200 {
+		t.Fatalf("get job %d: %d", id, code)
+	}
+	return j
+}
+
+// waitJob waits until the job satisfies ok.
+func (e *env) waitJob(t *testing.T, id int64, what string, ok func(api.Job) bool) api.Job {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		j := e.job(t, id)
+		if ok(j) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d never %s: %+v", id, what, j)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func state(s string) func(api.Job) bool { return func(j api.Job) bool { return j.State == s } }
+
+func linked(s string) func(api.Job) bool {
+	return func(j api.Job) bool { return j.State == s && j.RunID != "" }
+}
+
+// runAgent runs an agent in this process until the test ends.
+func runAgent(t *testing.T, e *env, name string, gpus []int) {
+	t.Helper()
+	dir := t.TempDir()
+	ex, err := agent.NewLocal(filepath.Join(dir, "output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Server: e.url, Token: agentTok, Name: name, GPUs: gpus, Executor: ex, StateDir: dir,
+		Every: 200 * time.Millisecond, Grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func script(t *testing.T) string {
+	p, err := filepath.Abs("testdata/job.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// killGroup ends a job process the test left behind.
+func killGroup(ext string) {
+	if pid, err := strconv.Atoi(ext); err == nil && pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+}

@@ -1,0 +1,317 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Local runs each job as a process of this node: its own process group
+// (so a cancel reaches every process it started), CUDA_VISIBLE_DEVICES
+// set to the GPUs held for it, stdout and stderr together in a file
+// under Dir whose tail the server is sent. The process outlives the
+// agent: after a restart, Poll re-adopts it by pid and start time.
+type Local struct {
+	// Dir holds the jobs' output files.
+	Dir string
+	// TailBytes bounds the output tail reported; 0 means 8 KiB.
+	TailBytes int
+	// MaxLogBytes bounds an output file: past it the file is cut back to
+	// its tail; 0 means 64 MiB.
+	MaxLogBytes int64
+
+	mu        sync.Mutex
+	children  map[string]*child // by pid, the processes this agent started
+	cancelled map[string]bool   // by pid
+}
+
+var _ Executor = (*Local)(nil)
+
+type child struct {
+	done chan struct{}
+	exit int // valid once done is closed
+}
+
+// NewLocal returns a local executor keeping output files in dir.
+func NewLocal(dir string) (*Local, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("local executor: output dir: %w", err)
+	}
+	return &Local{Dir: dir}, nil
+}
+
+// Name implements Executor.
+func (l *Local) Name() string { return "local" }
+
+// Start implements Executor: it starts argv (looked up in PATH, never
+// through a shell) with the agent's environment, spec.Env and
+// CUDA_VISIBLE_DEVICES.
+func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
+	if len(spec.Argv) == 0 {
+		return Handle{}, errors.New("local: empty command")
+	}
+	out := filepath.Join(l.Dir, "job-"+spec.JobID+".log")
+	f, err := os.OpenFile(out, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return Handle{}, fmt.Errorf("local: output file: %w", err)
+	}
+	defer f.Close()
+	// Not CommandContext: the job must outlive the agent's context.
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Dir
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = f, f
+	ids := make([]string, len(spec.GPUIDs))
+	for i, g := range spec.GPUIDs {
+		ids[i] = strconv.Itoa(g)
+	}
+	cmd.Env = append(append(os.Environ(), spec.Env...), "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(f, "deepseed agent: could not start %q: %v\n", spec.Argv[0], err)
+		return Handle{}, fmt.Errorf("local: start %s: %w", spec.Argv[0], err)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	started, err := procStart(cmd.Process.Pid)
+	if err != nil {
+		started = time.Now() // the process may already have ended
+	}
+	c := &child{done: make(chan struct{})}
+	l.mu.Lock()
+	if l.children == nil {
+		l.children = map[string]*child{}
+	}
+	l.children[pid] = c
+	l.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		c.exit = exitCode(cmd.ProcessState, err)
+		close(c.done)
+	}()
+	return Handle{Executor: "local", ExternalID: pid, StartedAt: started, OutputPath: out}, nil
+}
+
+// exitCode is the process's exit status, or 128 + the signal that ended
+// it, as a shell would show it.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// Poll implements Executor. A process this agent started ends with its
+// exit status: finished for 0, cancelled when a Cancel stopped it, failed
+// otherwise. A process re-adopted after a restart is found by pid and
+// start time; its exit status cannot be read (it is not this agent's
+// child), so once it is gone it is reported lost with the reason.
+func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
+	st := Status{OutputTail: l.tail(h.OutputPath)}
+	l.mu.Lock()
+	c := l.children[h.ExternalID]
+	cancelled := l.cancelled[h.ExternalID]
+	l.mu.Unlock()
+	if c != nil {
+		select {
+		case <-c.done:
+			code := c.exit
+			st.ExitCode = &code
+			switch {
+			case cancelled:
+				st.State = StateCancelled
+			case code == 0:
+				st.State = StateFinished
+			default:
+				st.State = StateFailed
+				st.Detail = fmt.Sprintf("exit status %d", code)
+			}
+			l.mu.Lock()
+			delete(l.children, h.ExternalID)
+			delete(l.cancelled, h.ExternalID)
+			l.mu.Unlock()
+		default:
+			st.State = StateRunning
+		}
+		return st, nil
+	}
+	if l.alive(h) {
+		st.State = StateRunning
+		return st, nil
+	}
+	if cancelled {
+		st.State = StateCancelled
+		return st, nil
+	}
+	st.State = StateLost
+	st.Detail = "the process ended while the agent was not its parent (the agent restarted): its exit status is unknown"
+	return st, nil
+}
+
+// alive reports whether the handle's process still runs: its pid exists
+// and started when the handle says, so a reused pid is not taken for it.
+func (l *Local) alive(h Handle) bool {
+	pid, err := strconv.Atoi(h.ExternalID)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	started, err := procStart(pid)
+	if err != nil {
+		return false
+	}
+	if d := started.Sub(h.StartedAt); d < -2*time.Second || d > 2*time.Second {
+		return false
+	}
+	// A zombie has ended.
+	b, err := os.ReadFile("/proc/" + h.ExternalID + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && len(s) > i+2 && s[i+2] == 'Z' {
+		return false
+	}
+	return true
+}
+
+// Cancel implements Executor: SIGTERM to the job's process group, then
+// SIGKILL once grace has passed with it still running.
+func (l *Local) Cancel(ctx context.Context, h Handle, grace time.Duration) error {
+	pid, err := strconv.Atoi(h.ExternalID)
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("local: cancel: %q is not a pid", h.ExternalID)
+	}
+	if !l.alive(h) {
+		return nil
+	}
+	l.mu.Lock()
+	if l.cancelled == nil {
+		l.cancelled = map[string]bool{}
+	}
+	l.cancelled[h.ExternalID] = true
+	c := l.children[h.ExternalID]
+	l.mu.Unlock()
+	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("local: SIGTERM to job process group %d: %w", pid, err)
+	}
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c != nil {
+			select {
+			case <-c.done:
+				return nil
+			default:
+			}
+		} else if !l.alive(h) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("local: SIGKILL to job process group %d: %w", pid, err)
+			}
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// tail returns the last TailBytes of the output file, cutting the file
+// back to its tail when it has grown past MaxLogBytes (the job writes
+// with O_APPEND, so its next write lands after the kept tail).
+func (l *Local) tail(path string) string {
+	if path == "" {
+		return ""
+	}
+	n := int64(l.TailBytes)
+	if n <= 0 {
+		n = 8 << 10
+	}
+	limit := l.MaxLogBytes
+	if limit <= 0 {
+		limit = 64 << 20
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	size := fi.Size()
+	off := max(size-n, 0)
+	b := make([]byte, size-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	if size > limit {
+		if err := f.Truncate(0); err == nil {
+			_, _ = f.WriteAt(b, 0)
+		}
+	}
+	return strings.ToValidUTF8(string(b), "?")
+}
+
+// procStart returns when process pid started, from /proc/<pid>/stat
+// (field 22, clock ticks since boot) and the boot time in /proc/stat.
+func procStart(pid int) (time.Time, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	fields := strings.Fields(s[i+1:])
+	// fields[0] is field 3 (state); starttime is field 22.
+	if len(fields) < 20 {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	ticks, err := strconv.ParseInt(fields[19], 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	boot, err := bootTime()
+	if err != nil {
+		return time.Time{}, err
+	}
+	const hz = 100 // USER_HZ, fixed at 100 on Linux
+	return boot.Add(time.Duration(ticks) * time.Second / hz), nil
+}
+
+func bootTime() (time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("/proc/stat btime: %w", err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("/proc/stat: no btime")
+}

@@ -1,0 +1,242 @@
+package agent_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// Real commands through an agent: a hooked Python job that exits 0
+// finishes with exit code 0, its output tail and its run linked; one that
+// exits 1 fails with exit code 1; one that sleeps is cancelled (SIGTERM,
+// then SIGKILL) and frees its GPU.
+func TestAgentRunsRealCommands(t *testing.T) {
+	e := start(t, 5*time.Second)
+	runAgent(t, e, "node1", []int{0, 1})
+	waitAgent(t, e, "node1")
+	py := script(t)
+	ok := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "ok"}, Params: map[string]string{"lr": "2e-5"}})
+	fail := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "{mode}"}, Params: map[string]string{"mode": "fail"}})
+
+	j := e.waitJob(t, ok.ID, "finished with its run", linked("finished"))
+	if j.ExitCode == nil || *j.ExitCode != 0 || !strings.Contains(j.OutputTail, "lr=2e-5") || len(j.GPUIDs) != 1 {
+		t.Errorf("finished job: %+v", j)
+	}
+	if j.RunID != "job-"+strconv.FormatInt(j.ID, 10) || j.StartedAt == nil || j.EndedAt == nil || j.Agent != "node1" {
+		t.Errorf("finished job: run %q, agent %q, times %v %v", j.RunID, j.Agent, j.StartedAt, j.EndedAt)
+	}
+	var meta, params string
+	if err := e.st.Pool.QueryRow(context.Background(), `SELECT meta->>'job_id', params::text FROM runs WHERE run_id = $1`, j.RunID).Scan(&meta, &params); err != nil {
+		t.Fatal(err)
+	}
+	if meta != strconv.FormatInt(j.ID, 10) || !strings.Contains(params, `"lr": "2e-5"`) {
+		t.Errorf("the run names job %q with params %s", meta, params)
+	}
+	j = e.waitJob(t, fail.ID, "failed", state("failed"))
+	if j.ExitCode == nil || *j.ExitCode != 1 || !strings.Contains(j.OutputTail, "failing on purpose") || j.Argv[2] != "fail" {
+		t.Errorf("failed job: %+v", j)
+	}
+
+	sleep := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "sleep"}})
+	j = e.waitJob(t, sleep.ID, "running with its output", func(j api.Job) bool { return j.State == "running" && j.ExternalID != "" && j.RunID != "" })
+	pid, _ := strconv.Atoi(j.ExternalID)
+	var c api.Job
+	if code := e.call(t, "POST", "/api/v1/jobs/"+strconv.FormatInt(j.ID, 10)+"/cancel", submitTok, nil, &c); code != 200 || !c.CancelRequested {
+		t.Fatalf("cancel: %d %+v", code, c)
+	}
+	j = e.waitJob(t, sleep.ID, "cancelled", state("cancelled"))
+	if j.EndedAt == nil || !gone(pid) {
+		t.Errorf("cancelled job: %+v; process %d gone: %v", j, pid, gone(pid))
+	}
+}
+
+func waitAgent(t *testing.T, e *env, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var l api.AgentList
+		e.call(t, "GET", "/api/v1/agents", readTok, nil, &l)
+		for _, a := range l.Agents {
+			if a.Name == name && a.Alive {
+				return
+			}
+		}
+	}
+	t.Fatalf("agent %s never sent a heartbeat", name)
+}
+
+// A sweep of 3 x 2 trials on an agent with 2 GPUs runs two at a time,
+// never two on one GPU (each job takes a lock file per GPU it is given),
+// and every trial finishes with its run linked and its metric ranked.
+func TestSweepOnTwoFakeGPUs(t *testing.T) {
+	e := start(t, 5*time.Second)
+	t.Setenv("LOCK_DIR", t.TempDir())
+	runAgent(t, e, "node1", []int{0, 1})
+	waitAgent(t, e, "node1")
+	var sw api.Sweep
+	in := api.SweepCreate{Project: "imdb", Argv: []string{"python3", script(t), "sweep", "--lr", "{lr}", "--batch", "{batch}"},
+		Params: map[string]string{"lr": "1, 2, 5", "batch": "8,16", "epochs": "3"}, Metric: "val_accuracy", Goal: "max"}
+	if code := e.call(t, "POST", "/api/v1/sweeps", submitTok, in, &sw); code != 201 || len(sw.Trials) != 6 {
+		t.Fatalf("create sweep: %d, %d trials", code, len(sw.Trials))
+	}
+	most := 0
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var l api.JobList
+		e.call(t, "GET", "/api/v1/jobs?sweep="+sw.ID, readTok, nil, &l)
+		most = max(most, l.Counts.Running)
+		if l.Counts.Running > 2 {
+			t.Fatalf("%d jobs running on 2 GPUs", l.Counts.Running)
+		}
+		if l.Counts.Done+l.Counts.Failed == 6 {
+			if l.Counts.Done != 6 {
+				for _, j := range l.Jobs {
+					t.Logf("job %d %s: %s %s", j.ID, j.State, j.Detail, j.OutputTail)
+				}
+				t.Fatalf("counts %+v: want all 6 finished", l.Counts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sweep not done: %+v", l.Counts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if most != 2 {
+		t.Errorf("at most %d jobs ran at once, want 2", most)
+	}
+	// The runs may still be sending their last records.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		e.call(t, "GET", "/api/v1/sweeps/"+sw.ID, readTok, nil, &sw)
+		if sw.Trials[len(sw.Trials)-1].Rank == 6 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for i, tr := range sw.Trials {
+		if tr.Job.RunID == "" || tr.Rank != i+1 || tr.Best == nil || tr.Final == nil {
+			t.Fatalf("trial %d: %+v", i, tr)
+		}
+		lr, _ := strconv.ParseFloat(tr.Job.Params["lr"], 64)
+		b, _ := strconv.ParseFloat(tr.Job.Params["batch"], 64)
+		if *tr.Best != lr*b || tr.Job.Params["epochs"] != "3" || tr.Job.Argv[4] != tr.Job.Params["lr"] {
+			t.Errorf("trial %d: best %v, params %v, argv %v", i, *tr.Best, tr.Job.Params, tr.Job.Argv)
+		}
+		if i > 0 && *tr.Best > *sw.Trials[i-1].Best {
+			t.Errorf("trial %d ranks below a worse one", i)
+		}
+	}
+	if *sw.Trials[0].Best != 80 {
+		t.Errorf("best trial %v, want lr=5 batch=16 (80)", *sw.Trials[0].Best)
+	}
+}
+
+// child starts an agent as its own process, so that it can be killed
+// with SIGKILL.
+func child(t *testing.T, e *env, name, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "AGENT_SERVER="+e.url, "AGENT_NAME="+name, "AGENT_STATE_DIR="+dir)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+func kill9(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// An agent killed with SIGKILL mid-job stops heartbeating: its job is
+// marked lost after the timeout and, having a retry left, queued again;
+// another agent runs the retry to the end.
+func TestAgentKilledJobLostAndRetried(t *testing.T) {
+	e := start(t, 2*time.Second)
+	marker := filepath.Join(t.TempDir(), "attempted")
+	a := child(t, e, "doomed", t.TempDir())
+	waitAgent(t, e, "doomed")
+	j := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", script(t), "retry", marker}, Retries: 1})
+	j = e.waitJob(t, j.ID, "running", func(j api.Job) bool { return j.State == "running" && j.ExternalID != "" })
+	t.Cleanup(func() { killGroup(j.ExternalID) })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatal("the job never started its work")
+		}
+	}
+	kill9(t, a)
+	lost := e.waitJob(t, j.ID, "lost", state("lost"))
+	if !strings.Contains(lost.Detail, "no heartbeat") || lost.EndedAt == nil {
+		t.Errorf("lost job: %+v", lost)
+	}
+	var l api.JobList
+	e.call(t, "GET", "/api/v1/jobs?project=imdb", readTok, nil, &l)
+	if l.Counts.Total != 2 || l.Jobs[0].RetryOf == nil || *l.Jobs[0].RetryOf != j.ID || l.Jobs[0].Attempt != 2 || l.Jobs[0].Retries != 0 {
+		t.Fatalf("after the loss: %+v", l.Jobs)
+	}
+	runAgent(t, e, "rescuer", []int{0})
+	r := e.waitJob(t, l.Jobs[0].ID, "finished", linked("finished"))
+	if r.Agent != "rescuer" || *r.ExitCode != 0 {
+		t.Errorf("retry: %+v", r)
+	}
+}
+
+// A restarted agent re-adopts the job it left running (same pid and start
+// time) and forwards a cancel to it; a job whose process died while the
+// agent was down is reported lost.
+func TestAgentRestartReadopts(t *testing.T) {
+	e := start(t, 10*time.Second)
+	dir := t.TempDir()
+	a := child(t, e, "node1", dir)
+	waitAgent(t, e, "node1")
+	py := script(t)
+	keep := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "sleep"}})
+	die := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "sleep"}})
+	running := func(j api.Job) bool { return j.State == "running" && j.ExternalID != "" }
+	keep = e.waitJob(t, keep.ID, "running", running)
+	die = e.waitJob(t, die.ID, "running", running)
+	t.Cleanup(func() { killGroup(keep.ExternalID); killGroup(die.ExternalID) })
+	kill9(t, a)
+	killGroup(die.ExternalID)
+	child(t, e, "node1", dir)
+	d := e.waitJob(t, die.ID, "lost", state("lost"))
+	if !strings.Contains(d.Detail, "exit status is unknown") {
+		t.Errorf("job that died while the agent was down: %+v", d)
+	}
+	if k := e.job(t, keep.ID); k.State != "running" || k.ExternalID != keep.ExternalID {
+		t.Fatalf("the surviving job was not re-adopted: %+v", k)
+	}
+	if code := e.call(t, "POST", "/api/v1/jobs/"+strconv.FormatInt(keep.ID, 10)+"/cancel", submitTok, nil, nil); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	e.waitJob(t, keep.ID, "cancelled", state("cancelled"))
+	pid, _ := strconv.Atoi(keep.ExternalID)
+	if !gone(pid) {
+		t.Errorf("the re-adopted job's process %d still runs after its cancel", pid)
+	}
+}
+
+// gone reports whether process pid has ended: no longer listed, or a
+// zombie nobody has reaped yet (an orphan's new parent may not reap).
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
+}

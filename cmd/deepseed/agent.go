@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deepseed/deepseed/agent"
+	"github.com/deepseed/deepseed/collector/nvml"
+)
+
+// AgentCommand runs the job agent of a GPU node.
+type AgentCommand struct{}
+
+const agentNotes = `
+The agent claims queued jobs of its projects from the server, one job per free
+set of GPUs, and runs each through its executor: "local" starts the command as
+a process of this node in its own process group, with CUDA_VISIBLE_DEVICES set
+to the GPUs held for it and DEEPSEED_JOB_ID, DEEPSEED_RUN_ID,
+DEEPSEED_SWEEP_ID and DEEPSEED_PARAM_* in its environment (the hook links the
+run to the job). It sends a heartbeat every third of the server's
+--job-heartbeat-timeout; jobs of an agent that stays silent longer are marked
+lost. A cancel is forwarded as SIGTERM to the job's process group, then
+SIGKILL after --grace. Jobs outlive the agent: a restarted agent with the same
+--state-dir re-adopts those still running and reports the others. Output goes
+to <state-dir>/output/job-<id>.log; its tail is shown on the job.`
+
+// Run implements command.
+func (c *AgentCommand) Run(ctx context.Context, args []string) error {
+	f := newEnvFlags("agent")
+	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
+	token := f.String("token", "DEEPSEED_AGENT_TOKEN", "", "token with agent scope, sent as Authorization: Bearer")
+	host, _ := os.Hostname()
+	name := f.String("name", "DEEPSEED_AGENT_NAME", host, "the agent's name, unique among agents")
+	gpus := f.String("gpus", "DEEPSEED_AGENT_GPUS", "auto", "GPUs it hands out, e.g. 0,1; auto asks NVML")
+	fakeGPUs := f.String("fake-gpus", "DEEPSEED_FAKE_GPUS", "0", "with --gpus auto, pretend the node has this many GPUs (for tests without GPUs)")
+	projects := f.String("projects", "DEEPSEED_AGENT_PROJECTS", "", "comma-separated projects whose jobs it takes (default: every project)")
+	executor := f.String("executor", "DEEPSEED_AGENT_EXECUTOR", "local", "how jobs run: "+strings.Join(agent.ExecutorNames(), ", "))
+	stateDir := f.String("state-dir", "DEEPSEED_AGENT_STATE_DIR", filepath.Join(defaultDataDir(), "agent"), "where it keeps the jobs it runs and their output")
+	every := f.String("every", "", "2s", "how often it polls its jobs and claims new ones")
+	grace := f.String("grace", "DEEPSEED_AGENT_GRACE", "10s", "time between SIGTERM and SIGKILL when a job is cancelled")
+	f.setUsage("deepseed agent [flags]", "Run queued jobs on this node's GPUs.", agentNotes)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if f.fs.NArg() > 0 {
+		return errors.New("agent: takes no arguments")
+	}
+	var errs []string
+	ids, err := agentGPUs(*gpus, *fakeGPUs)
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
+	everyD, err := time.ParseDuration(*every)
+	if err != nil || everyD < 100*time.Millisecond {
+		errs = append(errs, fmt.Sprintf("invalid --every %q: want a duration of 100ms or more", *every))
+	}
+	graceD, err := time.ParseDuration(*grace)
+	if err != nil || graceD < 0 {
+		errs = append(errs, fmt.Sprintf("invalid --grace %q: want a duration such as 10s", *grace))
+	}
+	newExec, ok := agent.Executors[*executor]
+	if !ok {
+		errs = append(errs, fmt.Sprintf("invalid --executor %q: want %s", *executor, strings.Join(agent.ExecutorNames(), " or ")))
+	}
+	if *name == "" {
+		errs = append(errs, "invalid --name \"\": give the agent a name")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agent: %s", strings.Join(errs, "; "))
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
+	ex, err := newExec(agent.ExecutorConfig{StateDir: *stateDir, Log: log})
+	if err != nil {
+		return fmt.Errorf("agent: executor %s: %w", *executor, err)
+	}
+	a, err := agent.New(agent.Config{Server: *server, Token: *token, Name: *name, GPUs: ids, Projects: splitList(*projects),
+		Executor: ex, StateDir: *stateDir, Every: everyD, Grace: graceD, Version: Version, Log: log})
+	if err != nil {
+		return err
+	}
+	log.Info("agent starting", "name", *name, "server", *server, "gpus", ids, "executor", ex.Name(), "state_dir", *stateDir)
+	return a.Run(ctx)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// agentGPUs reads --gpus: a list of indices, or auto (NVML, else the
+// fake count).
+func agentGPUs(spec, fake string) ([]int, error) {
+	if spec != "auto" {
+		var ids []int
+		for _, p := range splitList(spec) {
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("invalid --gpus %q: want auto or indices such as 0,1", spec)
+			}
+			ids = append(ids, n)
+		}
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("invalid --gpus %q: want auto or indices such as 0,1", spec)
+		}
+		return ids, nil
+	}
+	n, err := strconv.Atoi(fake)
+	if err != nil || n < 0 {
+		return nil, fmt.Errorf("invalid --fake-gpus %q: want a count", fake)
+	}
+	if n > 0 {
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = i
+		}
+		return ids, nil
+	}
+	lib := &nvml.Real{}
+	if err := lib.Init(); err != nil {
+		return nil, fmt.Errorf("--gpus auto: no GPUs found through NVML (%v): give --gpus 0,1 or --fake-gpus N", err)
+	}
+	defer lib.Shutdown()
+	seen := map[int]bool{}
+	var ids []int
+	for _, d := range lib.Devices() {
+		if !seen[d.Index] {
+			seen[d.Index] = true
+			ids = append(ids, d.Index)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("--gpus auto: NVML shows no GPU: give --gpus 0,1 or --fake-gpus N")
+	}
+	return ids, nil
+}

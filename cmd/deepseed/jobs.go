@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// apiFlags are the flags of the commands that talk to the server's job
+// routes.
+type apiFlags struct {
+	server, token *string
+	json          *bool
+}
+
+func addAPIFlags(f *envFlags, tokenHelp string) apiFlags {
+	return apiFlags{
+		server: f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL"),
+		token:  f.String("token", "DEEPSEED_TOKEN", "", tokenHelp+", sent as Authorization: Bearer"),
+		json:   f.Bool("json", "", false, "print the server's JSON answer instead of a table"),
+	}
+}
+
+// call sends one request and decodes a 2xx answer into out; any other
+// answer becomes an error carrying the server's message.
+func (a apiFlags) call(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(*a.server, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("bad --server %q: %w", *a.server, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if *a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+*a.token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("server %s: %w", *a.server, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read the server's answer: %w", err)
+	}
+	if res.StatusCode/100 != 2 {
+		var e api.Error
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s (HTTP %d)", e.Error, res.StatusCode)
+		}
+		return fmt.Errorf("server answered HTTP %d: %s", res.StatusCode, strings.TrimSpace(string(b)))
+	}
+	if *a.json {
+		var buf bytes.Buffer
+		if json.Indent(&buf, b, "", "  ") == nil {
+			b = append(buf.Bytes(), '\n')
+		}
+		_, err := os.Stdout.Write(b)
+		return err
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("decode the server's answer: %w", err)
+		}
+	}
+	return nil
+}
+
+// groupHelp prints a command group's usage and the flags every one of
+// its subcommands takes.
+func groupHelp(usage, tokenHelp string) {
+	fmt.Println(usage)
+	f := newEnvFlags("help")
+	addAPIFlags(f, tokenHelp)
+	fmt.Println("\nFlags of every subcommand (each defaults to its environment variable when set):")
+	for _, s := range f.specs {
+		printFlag(os.Stdout, s)
+	}
+}
+
+// paramFlags collects repeated --param name=value flags.
+type paramFlags map[string]string
+
+func (p paramFlags) set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want name=value, got %q", s)
+	}
+	if _, dup := p[name]; dup {
+		return fmt.Errorf("%s given twice", name)
+	}
+	p[name] = value
+	return nil
+}
+
+// JobCommand submits, lists, shows and cancels jobs.
+type JobCommand struct{}
+
+const jobUsage = `Usage: deepseed job <submit|list|show|cancel> [flags]
+
+  deepseed job submit --project imdb --gpus 1 [--retries N] [--param k=v] -- python train.py --lr 2e-5
+  deepseed job list [--project P] [--sweep S] [--state running]
+  deepseed job show ID
+  deepseed job cancel ID
+
+Jobs run on the agents (deepseed agent) of their project's GPU nodes. The
+command after -- is run as given, never through a shell; {name} in it is
+replaced by --param name=value, and each parameter is also set as the
+environment variable DEEPSEED_PARAM_<NAME>. Submitting and cancelling need a
+token with submit scope. Run "deepseed job <sub> -h" for its flags.`
+
+// Run implements command.
+func (c *JobCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		groupHelp(jobUsage, "token (submit scope to submit and cancel)")
+		if len(args) == 0 {
+			return errors.New("job: name a subcommand: submit, list, show or cancel")
+		}
+		return nil
+	}
+	switch args[0] {
+	case "submit":
+		return jobSubmit(ctx, args[1:])
+	case "list":
+		return jobList(ctx, args[1:])
+	case "show", "cancel":
+		return jobShowCancel(ctx, args[0], args[1:])
+	}
+	return fmt.Errorf("job: unknown subcommand %q (want submit, list, show or cancel)", args[0])
+}
+
+func jobSubmit(ctx context.Context, args []string) error {
+	f := newEnvFlags("job submit")
+	a := addAPIFlags(f, "token with submit scope")
+	project := f.String("project", "DEEPSEED_PROJECT", "", "the job's project (required)")
+	gpus := f.String("gpus", "", "1", "how many GPUs the job needs")
+	retries := f.String("retries", "", "0", "how often to queue the job again when its agent is lost")
+	params := paramFlags{}
+	f.Func("param", "name=value, substituted for {name} in the command and set as DEEPSEED_PARAM_<NAME> (repeatable)", params.set)
+	f.setUsage("deepseed job submit --project P [--gpus N] [--retries N] [--param k=v] -- COMMAND...", "Queue one job.", "")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	in := api.JobSubmit{Project: *project, Argv: f.fs.Args(), Params: params}
+	var err error
+	if in.GPUs, err = strconv.Atoi(*gpus); err != nil {
+		return fmt.Errorf("job submit: --gpus %q is not a number", *gpus)
+	}
+	if in.Retries, err = strconv.Atoi(*retries); err != nil {
+		return fmt.Errorf("job submit: --retries %q is not a number", *retries)
+	}
+	if len(in.Argv) == 0 {
+		return errors.New("job submit: no command: put it after --, e.g. -- python train.py")
+	}
+	var j api.Job
+	if err := a.call(ctx, http.MethodPost, "/api/v1/jobs", in, &j); err != nil {
+		return fmt.Errorf("job submit: %w", err)
+	}
+	if !*a.json {
+		fmt.Printf("job %d queued (project %s, %d GPU(s))\n", j.ID, j.Project, j.GPUs)
+	}
+	return nil
+}
+
+func jobList(ctx context.Context, args []string) error {
+	f := newEnvFlags("job list")
+	a := addAPIFlags(f, "any token")
+	project := f.String("project", "", "", "only jobs of this project")
+	sweep := f.String("sweep", "", "", "only jobs of this sweep")
+	state := f.String("state", "", "", "only jobs in this state: queued, running, finished, failed, cancelled or lost")
+	limit := f.String("limit", "", "100", "most jobs listed, newest first")
+	f.setUsage("deepseed job list [flags]", "List jobs, newest first, with the counters of all that match.", "")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"project": *project, "sweep": *sweep, "state": *state, "limit": *limit} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var l api.JobList
+	if err := a.call(ctx, http.MethodGet, "/api/v1/jobs?"+q.Encode(), nil, &l); err != nil {
+		return fmt.Errorf("job list: %w", err)
+	}
+	if *a.json {
+		return nil
+	}
+	c := l.Counts
+	fmt.Printf("%d jobs: %d active, %d done, %d failed (%d lost), %d cancelled\n", c.Total, c.Active, c.Done, c.Failed, c.Lost, c.Cancelled)
+	printJobs(l.Jobs)
+	return nil
+}
+
+func printJobs(jobs []api.Job) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tPROJECT\tSWEEP\tSTATE\tRUNTIME\tGPU-H\tAGENT\tRUN\tPARAMS")
+	for _, j := range jobs {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\n", j.ID, j.Project, dash(j.SweepID), j.State,
+			(time.Duration(j.RuntimeSeconds) * time.Second).String(), j.GPUHours, dash(agentOf(j)), dash(j.RunID), formatParams(j.Params))
+	}
+	w.Flush()
+}
+
+func agentOf(j api.Job) string {
+	if j.Executor == "slurm" && j.ExternalID != "" {
+		return j.Agent + " (slurm " + j.ExternalID + ")"
+	}
+	return j.Agent
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func formatParams(p map[string]string) string {
+	if len(p) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+"="+p[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func jobShowCancel(ctx context.Context, sub string, args []string) error {
+	f := newEnvFlags("job " + sub)
+	tokenHelp := "any token"
+	if sub == "cancel" {
+		tokenHelp = "token with submit scope"
+	}
+	a := addAPIFlags(f, tokenHelp)
+	f.setUsage("deepseed job "+sub+" [flags] ID", map[string]string{"show": "Show one job.", "cancel": "Cancel a job: a queued one at once, a running one through its agent (SIGTERM, then SIGKILL after a grace period)."}[sub], "")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if f.fs.NArg() != 1 {
+		return fmt.Errorf("job %s: give one job id", sub)
+	}
+	id := f.fs.Arg(0)
+	if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+		return fmt.Errorf("job %s: %q is not a job id", sub, id)
+	}
+	var j api.Job
+	method, path := http.MethodGet, "/api/v1/jobs/"+id
+	if sub == "cancel" {
+		method, path = http.MethodPost, path+"/cancel"
+	}
+	if err := a.call(ctx, method, path, nil, &j); err != nil {
+		return fmt.Errorf("job %s: %w", sub, err)
+	}
+	if *a.json {
+		return nil
+	}
+	if sub == "cancel" {
+		fmt.Printf("job %d: %s (cancel requested)\n", j.ID, j.State)
+		return nil
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	exit := "-"
+	if j.ExitCode != nil {
+		exit = strconv.Itoa(*j.ExitCode)
+	}
+	for _, kv := range [][2]string{
+		{"id", strconv.FormatInt(j.ID, 10)}, {"project", j.Project}, {"sweep", dash(j.SweepID)}, {"state", j.State},
+		{"command", strings.Join(quoteArgs(j.Argv), " ")}, {"params", formatParams(j.Params)},
+		{"gpus", fmt.Sprintf("%d asked, held %v", j.GPUs, j.GPUIDs)}, {"agent", dash(agentOf(j))},
+		{"external id", dash(j.ExternalID)}, {"exit code", exit}, {"run", dash(j.RunID)},
+		{"attempt", fmt.Sprintf("%d (%d retries left)", j.Attempt, j.Retries)},
+		{"runtime", (time.Duration(j.RuntimeSeconds) * time.Second).String()}, {"gpu-hours", fmt.Sprintf("%.3f", j.GPUHours)},
+		{"detail", dash(j.Detail)},
+	} {
+		fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
+	}
+	w.Flush()
+	if j.OutputTail != "" {
+		fmt.Printf("\noutput (tail):\n%s\n", strings.TrimRight(j.OutputTail, "\n"))
+	}
+	return nil
+}
+
+func quoteArgs(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\"'$\\") {
+			a = strconv.Quote(a)
+		}
+		out[i] = a
+	}
+	return out
+}

@@ -1,0 +1,62 @@
+package jobs_test
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// Six one-GPU jobs that each run for a second pass a quota of 4
+// GPU-seconds: the seventh, queued before, is not started by any agent,
+// and the next submission is refused with 409 and the usage.
+func TestQuotaRefusesSeventhJob(t *testing.T) {
+	e := start(t)
+	e.beat(t, "node1", 8)
+	var q api.Quota
+	e.must(t, "PUT", "/api/v1/quotas/imdb", submitTok, `{"gpu_hours":0.00111}`, 404, nil) // no job of imdb yet
+	var first api.Job
+	e.must(t, "POST", "/api/v1/jobs", submitTok, `{"project":"imdb","argv":["true"]}`, 201, &first)
+	e.must(t, "PUT", "/api/v1/quotas/imdb", submitTok, `{"gpu_hours":0.00111}`, 200, &q)
+	for i := 2; i <= 7; i++ {
+		e.must(t, "POST", "/api/v1/jobs", submitTok, `{"project":"imdb","argv":["true"]}`, 201, nil)
+	}
+	var claimed []int64
+	for i := 0; i < 6; i++ {
+		var r api.AgentClaimReply
+		e.must(t, "POST", "/api/v1/agents/node1/claim", agentTok, `{"free_gpus":[`+strconv.Itoa(i)+`],"executor":"local"}`, 200, &r)
+		if r.Job == nil {
+			t.Fatalf("claim %d: no job", i)
+		}
+		claimed = append(claimed, r.Job.ID)
+	}
+	if claimed[0] != first.ID {
+		t.Errorf("the oldest job was not claimed first: %v, first %d", claimed, first.ID)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	for _, id := range claimed {
+		e.must(t, "POST", "/api/v1/agents/node1/jobs/"+strconv.FormatInt(id, 10), agentTok, `{"state":"finished","exit_code":0}`, 200, nil)
+	}
+	e.must(t, "GET", "/api/v1/quotas/imdb", readTok, "", 200, &q)
+	if !q.Exceeded || q.UsedGPUHours < 6.0/3600 || q.JobGPUHours != q.UsedGPUHours {
+		t.Fatalf("after six 1-GPU jobs of over a second: %+v", q)
+	}
+	time.Sleep(1100 * time.Millisecond) // the claim path's cache of projects over quota
+	var r api.AgentClaimReply
+	e.must(t, "POST", "/api/v1/agents/node1/claim", agentTok, `{"free_gpus":[0,1],"executor":"local"}`, 200, &r)
+	if r.Job != nil {
+		t.Fatalf("the seventh job started although the quota is used up: %+v", r.Job)
+	}
+	code, body := e.do(t, "POST", "/api/v1/jobs", submitTok, `{"project":"imdb","argv":["true"]}`)
+	if code != 409 || !regexp.MustCompile(`^\{"error":"quota exceeded: 0\.00\d+ of 0\.00111 GPU-hours used"\}`).MatchString(body) {
+		t.Fatalf("submission over quota: %d %s", code, body)
+	}
+	// Raising the limit lets the seventh job start.
+	e.must(t, "PUT", "/api/v1/quotas/imdb", submitTok, `{"gpu_hours":30}`, 200, &q)
+	e.must(t, "POST", "/api/v1/agents/node1/claim", agentTok, `{"free_gpus":[0],"executor":"local"}`, 200, &r)
+	if r.Job == nil || r.Job.ID != claimed[5]+1 {
+		t.Fatalf("after raising the quota: %+v, want job %d", r.Job, claimed[5]+1)
+	}
+}
