@@ -291,7 +291,8 @@ func xField(axis string, pts []api.Point) *data.Field {
 		for i, p := range pts {
 			v[i] = p.Step
 		}
-		return data.NewField("step", nil, v)
+		// Labelled as the trend panels' x field and join key name it.
+		return data.NewField("step", nil, v).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step", Unit: "none"})
 	}
 	v := make([]time.Time, len(pts))
 	for i, p := range pts {
