@@ -11,6 +11,7 @@ import (
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
 	"github.com/grafana/grafana-plugin-sdk-go/data"
+	"github.com/grafana/grafana-plugin-sdk-go/experimental"
 
 	"github.com/deepseed/deepseed/api"
 )
@@ -76,6 +77,8 @@ func TestHeatmapFramesReadLikeTheSeed(t *testing.T) {
 		t.Fatalf("error %v, %d frames", dr.Error, len(dr.Frames))
 	}
 	f := dr.Frames[0]
+	// The frontend's tests read this frame as Grafana receives it.
+	experimental.CheckGoldenJSONResponse(t, "testdata", "heatmap_gpt.golden", &dr, *update)
 
 	// The server's own answer, to compare the cells with.
 	var want api.Heatmap
