@@ -331,7 +331,7 @@ func TestTrainingRunPanels(t *testing.T) {
 	if !slices.Equal(heatmaps, []string{"backward", "forward"}) {
 		t.Errorf("heatmap passes %v, want forward and backward", heatmaps)
 	}
-	for typ, n := range map[string]int{"stat": 6, "timeseries": 5, "piechart": 1, "barchart": 1, "table": 1} {
+	for typ, n := range map[string]int{"stat": 6, "timeseries": 2, "trend": 5, "piechart": 1, "barchart": 1, "table": 1} {
 		if types[typ] < n {
 			t.Errorf("%d %s panels, want at least %d", types[typ], typ, n)
 		}

@@ -120,6 +120,7 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 						t.Fatal(err)
 					}
 					checkPanelFields(t, p, frames)
+					checkStepFrames(t, p, frames)
 				})
 			}
 			for _, a := range doc.Annotations.List {
@@ -182,6 +183,7 @@ type fullPanel struct {
 		ReduceOptions *struct {
 			Fields string `json:"fields"`
 		} `json:"reduceOptions"`
+		XField string `json:"xField"`
 	} `json:"options"`
 	Transformations []struct {
 		ID      string          `json:"id"`
@@ -376,6 +378,17 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 	}
 	for _, tr := range p.Transformations {
 		switch tr.ID {
+		case "joinByField":
+			// Every frame must hold the key, or the join leaves it out.
+			var o struct {
+				ByField string `json:"byField"`
+			}
+			_ = json.Unmarshal(tr.Options, &o)
+			for _, f := range frames {
+				if !slices.Contains(fieldNames(data.Frames{f}), o.ByField) {
+					t.Errorf("joinByField %q: frame %q has no such field: %v", o.ByField, f.Name, fieldNames(data.Frames{f}))
+				}
+			}
 		case "filterFieldsByName":
 			var o struct {
 				Include struct {
@@ -413,6 +426,46 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 						t.Errorf("organize %s names %q: no such field in %v", key, n, names)
 					}
 				}
+			}
+		}
+	}
+}
+
+// checkStepFrames checks what a step chart or heatmap draws: x is the
+// step, a number, ascending in every frame (the Trend panel refuses
+// anything else); a heatmap is one heatmap-rows frame, then one number
+// field per layer.
+func checkStepFrames(t *testing.T, p fullPanel, frames data.Frames) {
+	t.Helper()
+	switch p.Type {
+	case "trend":
+		if p.Options.XField == "" || !slices.Contains(fieldNames(frames), p.Options.XField) {
+			t.Errorf("xField %q: not among %v", p.Options.XField, fieldNames(frames))
+		}
+	case "heatmap":
+		if len(frames) != 1 || frames[0].Meta == nil || frames[0].Meta.Type != plugin.FrameTypeHeatmapRows {
+			t.Fatalf("heatmap: %d frames, want one heatmap-rows frame", len(frames))
+		}
+		for _, fl := range frames[0].Fields[1:] {
+			if !fl.Type().Numeric() || strings.TrimSpace(fl.Name) == "" {
+				t.Errorf("heatmap row %q is %s, want a named number field", fl.Name, fl.Type())
+			}
+		}
+	default:
+		return
+	}
+	for _, f := range frames {
+		x := f.Fields[0]
+		if x.Name != "step" || !x.Type().Numeric() {
+			t.Errorf("frame %q: x is %q %s, want the step", f.Name, x.Name, x.Type())
+			continue
+		}
+		for i := 1; i < x.Len(); i++ {
+			a, _ := x.FloatAt(i - 1)
+			b, _ := x.FloatAt(i)
+			if b <= a {
+				t.Errorf("frame %q: steps not ascending at row %d (%v, %v)", f.Name, i, a, b)
+				break
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+	"github.com/grafana/grafana-foundation-sdk/go/trend"
 
 	"github.com/deepseed/deepseed/api"
 )
@@ -31,6 +32,52 @@ func stepSeries(rank string, metrics ...string) api.PluginQuery {
 	q := seriesQuery(rank, metrics...)
 	q.WithStep = true
 	return q
+}
+
+// stepQuery asks for step metrics of $run with the step as x: the whole
+// run, whatever the time picker says.
+func stepQuery(rank string, metrics ...string) api.PluginQuery {
+	q := seriesQuery(rank, metrics...)
+	q.XAxis = "step"
+	return q
+}
+
+// StepField is the x field of every step chart, as the plugin labels it.
+const StepField = "Step"
+
+// stepChart is a training chart read by step, as in the seed: Grafana's
+// Trend panel (a time series panel whose x is a number), the plugin's
+// frames joined on their step so the panel gets the one frame it draws.
+// Steps missing from one metric are bridged, not gaps.
+func stepChart(title, description, unit string, pos dashboard.GridPos, queries ...api.PluginQuery) *trend.PanelBuilder {
+	p := trend.NewPanelBuilder().
+		Title(title).
+		Description(description).
+		Datasource(DatasourceRef()).
+		GridPos(pos).
+		Unit(unit).
+		XField(StepField).
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "joinByField",
+			Options: map[string]any{"byField": StepField, "mode": "outer"},
+		}).
+		LineWidth(1).
+		FillOpacity(8).
+		SpanNulls(common.BoolOrFloat64{Bool: ptr(true)}).
+		ShowPoints(common.VisibilityModeNever).
+		Legend(common.NewVizLegendOptionsBuilder().
+			ShowLegend(true).
+			DisplayMode(common.LegendDisplayModeList).
+			Placement(common.LegendPlacementBottom).
+			Calcs([]string{})).
+		Tooltip(common.NewVizTooltipOptionsBuilder().
+			Mode(common.TooltipDisplayModeMulti).
+			Sort(common.SortOrderNone)).
+		OverrideByName(StepField, []dashboard.DynamicConfigValue{prop("custom.axisLabel", StepField), prop("unit", "none")})
+	for i, q := range queries {
+		p = p.WithTarget(target(refID(i), q))
+	}
+	return p
 }
 
 // runTimeSeries is a timeSeries of a run-scoped dashboard: its time range

@@ -28,20 +28,25 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(rankBars("Wait on slower ranks", "wait_ms", "Waiting on others", "ms", gridPos(12, y, 12, 8)))
 	y += 8
 
-	b = b.WithRow(row("Per rank over time", y))
+	b = b.WithRow(row("Per rank by step", y))
 	y++
-	b = b.WithPanel(runTimeSeries("Step time per rank", "Step time of every rank; a straggler's line sits above the others.", "ms",
-		gridPos(0, y, 24, 9), stepSeries("all", "step_ms")).Min(0))
+	b = b.WithPanel(stepChart("Step time per rank", "Step time of every rank by step; a straggler's line sits above the others.", "ms",
+		gridPos(0, y, 24, 9), stepQuery("all", "step_ms")).Min(0))
 	y += 9
-	b = b.WithPanel(runTimeSeries("GPU utilisation per rank", "", "percent",
+	b = b.WithPanel(stepChart("Communication time per rank", "Time in collectives not overlapped with compute, by step.", "ms",
+		gridPos(0, y, 12, 9), stepQuery("all", "comm_ms")).Min(0))
+	b = b.WithPanel(stepChart("Data loading time per rank", "Time waiting for the next batch, by step.", "ms",
+		gridPos(12, y, 12, 9), stepQuery("all", "data_ms")).Min(0))
+	y += 9
+
+	// GPU samples are taken by time: these keep a time axis fitted to the
+	// run, each point's step in the tooltip.
+	b = b.WithRow(row("GPUs per rank (over time)", y))
+	y++
+	b = b.WithPanel(runTimeSeries("GPU utilisation per rank", "Utilisation of each rank's GPU over the run's time; the tooltip gives each point's step.", "percent",
 		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct")).Min(0).Max(100))
-	b = b.WithPanel(runTimeSeries("GPU memory per rank", "", "decgbytes",
+	b = b.WithPanel(runTimeSeries("GPU memory per rank", "GPU memory in use on each rank over the run's time; the tooltip gives each point's step.", "decgbytes",
 		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb")).Min(0))
-	y += 9
-	b = b.WithPanel(runTimeSeries("Communication time per rank", "Time in collectives not overlapped with compute.", "ms",
-		gridPos(0, y, 12, 9), stepSeries("all", "comm_ms")).Min(0))
-	b = b.WithPanel(runTimeSeries("Data loading time per rank", "", "ms",
-		gridPos(12, y, 12, 9), stepSeries("all", "data_ms")).Min(0))
 	y += 9
 
 	b = b.WithRow(row("Alerts", y))

@@ -2,6 +2,7 @@ package dashboards_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,6 +54,19 @@ func (p rawPanel) str(keys ...string) string {
 	return ""
 }
 
+// get is the raw value at keys, or nil.
+func (p rawPanel) get(keys ...string) any {
+	var v any = map[string]any(p)
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
 func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
 
 // TestBarChartsLabelTheirBars fails on a bar chart whose bars would be
@@ -81,27 +95,34 @@ func TestBarChartsLabelTheirBars(t *testing.T) {
 	}
 }
 
-// TestRunScopedPanelsShowTheRun fails when a time panel of a run-scoped
+// TestRunScopedPanelsShowTheRun fails when a chart of a run-scoped
 // dashboard follows the dashboard's relative range ("Last 7 days") instead
-// of the run's window: each carries the $run_span / $run_shift override,
-// and the variables behind it are hidden window parts of $run.
+// of the run: a time panel carries the $run_span / $run_shift override
+// (the variables behind it are hidden window parts of $run); a step chart
+// (Trend) or a heatmap asks only for step-axis data, which the plugin
+// answers for the whole run whatever the time range.
 func TestRunScopedPanelsShowTheRun(t *testing.T) {
 	docs := loadDashboards(t)
 	for _, uid := range []string{dashboards.UIDTrainingRun, dashboards.UIDRanks} {
-		timed := 0
+		timed, stepped := 0, 0
 		for _, p := range rawPanels(t, uid) {
 			switch p["type"] {
-			case "timeseries", "heatmap", "state-timeline", "status-history":
-			default:
-				continue
-			}
-			timed++
-			if p["timeFrom"] != dashboards.RunSpan || p["timeShift"] != dashboards.RunShift {
-				t.Errorf("%s: %q: timeFrom %v timeShift %v, want %s and %s", uid, p["title"], p["timeFrom"], p["timeShift"], dashboards.RunSpan, dashboards.RunShift)
+			case "timeseries", "state-timeline", "status-history":
+				timed++
+				if p["timeFrom"] != dashboards.RunSpan || p["timeShift"] != dashboards.RunShift {
+					t.Errorf("%s: %q: timeFrom %v timeShift %v, want %s and %s", uid, p["title"], p["timeFrom"], p["timeShift"], dashboards.RunSpan, dashboards.RunShift)
+				}
+			case "trend", "heatmap":
+				stepped++
+				for _, tg := range panelTargets(t, p) {
+					if !onStepAxis(tg.PluginQuery) {
+						t.Errorf("%s: %q: query %s %+v is not on the step axis", uid, p["title"], tg.QueryType, tg.PluginQuery)
+					}
+				}
 			}
 		}
-		if timed == 0 {
-			t.Errorf("%s: no time panels", uid)
+		if timed == 0 || stepped == 0 {
+			t.Errorf("%s: %d time panels, %d step panels", uid, timed, stepped)
 		}
 		parts := map[string]string{}
 		for _, v := range docs[uid].Templating.List {
@@ -126,45 +147,216 @@ func TestRunScopedPanelsShowTheRun(t *testing.T) {
 	}
 }
 
-// TestHeatmapsReadable fails on a per-layer heatmap Grafana would draw
-// without labels or with clipped rows: x on the run's time window (the
-// Heatmap panel's x is always time), rows as given, first layer on top,
-// room for full layer names, a fine colour scale, absolute milliseconds
-// in the tooltip, forward and backward side by side.
-func TestHeatmapsReadable(t *testing.T) {
+// onStepAxis reports whether the plugin answers q with the step as x.
+func onStepAxis(q api.PluginQuery) bool {
+	switch q.QueryType {
+	case api.QueryHeatmap:
+		return q.XAxis != "time"
+	case api.QuerySeries, api.QueryEvals:
+		return q.XAxis == "step"
+	}
+	return false
+}
+
+func panelTargets(t *testing.T, p rawPanel) []target {
+	t.Helper()
+	raw, _ := p["targets"].([]any)
+	out := make([]target, 0, len(raw))
+	for _, r := range raw {
+		tg, err := decodeTarget(mustJSON(t, r))
+		if err != nil {
+			t.Fatalf("%q: target: %v", p["title"], err)
+		}
+		out = append(out, tg)
+	}
+	return out
+}
+
+// TestEveryPanelReadable checks the axis and label options of every panel
+// of every dashboard, one rule set per panel type; a panel of a type with
+// no rules fails, so a new kind of chart gets its checks too.
+func TestEveryPanelReadable(t *testing.T) {
+	rules := map[string]func(p rawPanel) []string{
+		"row":            func(rawPanel) []string { return nil },
+		"table":          tableRules,
+		"stat":           statRules,
+		"timeseries":     timeSeriesRules,
+		"state-timeline": stateTimelineRules,
+		"trend":          trendRules,
+		"heatmap":        heatmapRules,
+		"barchart":       barChartRules,
+		"piechart":       pieChartRules,
+	}
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			rule, ok := rules[p.str("type")]
+			if !ok {
+				t.Errorf("%s: %q: no readability rules for panel type %q", d.UID, p["title"], p["type"])
+				continue
+			}
+			if p.str("type") != "row" && p.str("title") == "" {
+				t.Errorf("%s: a %s panel without a title", d.UID, p["type"])
+			}
+			for _, problem := range rule(p) {
+				t.Errorf("%s: %q (%s): %s", d.UID, p["title"], p["type"], problem)
+			}
+		}
+	}
+}
+
+// want is a list of (got, want, what) checks turned into problems.
+func want(checks ...[3]string) []string {
+	var out []string
+	for _, c := range checks {
+		if c[0] != c[1] {
+			out = append(out, fmt.Sprintf("%s = %q, want %q", c[2], c[0], c[1]))
+		}
+	}
+	return out
+}
+
+// legendShown: a chart of several series names them.
+func legendShown(p rawPanel) []string {
+	return want([3]string{p.str("options", "legend", "showLegend"), "true", "legend.showLegend"})
+}
+
+func tableRules(p rawPanel) []string {
+	return want([3]string{p.str("options", "showHeader"), "true", "showHeader"})
+}
+
+// A stat shows its figure in a unit, or is text (model, GPU, status).
+func statRules(p rawPanel) []string {
+	var out []string
+	if p.str("options", "reduceOptions", "fields") == "" {
+		out = append(out, "no reduceOptions.fields: which figure it shows is left to chance")
+	}
+	return append(out, want([3]string{p.str("options", "textMode"), "value", "textMode"})...)
+}
+
+func timeSeriesRules(p rawPanel) []string {
+	out := legendShown(p)
+	if p.str("fieldConfig", "defaults", "unit") == "" {
+		out = append(out, "no unit on the y axis")
+	}
+	return out
+}
+
+func stateTimelineRules(p rawPanel) []string { return legendShown(p) }
+
+// A step chart draws the plugin's frames joined on Step, with Step on x
+// and labelled so.
+func trendRules(p rawPanel) []string {
+	out := append(legendShown(p), want(
+		[3]string{p.str("options", "xField"), dashboards.StepField, "options.xField"},
+		[3]string{p.str("fieldConfig", "defaults", "custom", "spanNulls"), "true", "spanNulls (joined series have holes)"},
+	)...)
+	if p.str("fieldConfig", "defaults", "unit") == "" {
+		out = append(out, "no unit on the y axis")
+	}
+	joined := false
+	for _, tr := range anyList(p["transformations"]) {
+		m, _ := tr.(map[string]any)
+		if m["id"] == "joinByField" {
+			o, _ := m["options"].(map[string]any)
+			joined = o["byField"] == dashboards.StepField && o["mode"] == "outer"
+		}
+	}
+	if !joined {
+		out = append(out, "frames not joined on Step: the Trend panel draws one frame only")
+	}
+	labelled := false
+	for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+		m, _ := o.(map[string]any)
+		if mm, _ := m["matcher"].(map[string]any); mm["options"] != dashboards.StepField {
+			continue
+		}
+		for _, pr := range anyList(m["properties"]) {
+			if pm, _ := pr.(map[string]any); pm["id"] == "custom.axisLabel" && pm["value"] == dashboards.StepField {
+				labelled = true
+			}
+		}
+	}
+	if !labelled {
+		out = append(out, "x axis not labelled Step")
+	}
+	return out
+}
+
+// A per-layer heatmap reads like the seed's: x labelled by step, rows
+// as sent (first layer on top) with room for full layer names, a colour
+// scheme whose range the data source sets (no fixed min or max),
+// milliseconds in the tooltip with the colour scale, a legend.
+func heatmapRules(p rawPanel) []string {
+	out := want(
+		[3]string{p.str("options", "calculate"), "false", "calculate"},
+		[3]string{p.str("options", "yAxis", "reverse"), "true", "yAxis.reverse (first layer on top)"},
+		[3]string{p.str("options", "yAxis", "axisLabel"), "Layer", "yAxis.axisLabel"},
+		[3]string{p.str("options", "color", "mode"), "scheme", "color.mode"},
+		[3]string{p.str("options", "color", "scale"), "linear", "color.scale"},
+		[3]string{p.str("options", "color", "min"), "", "color.min (the plugin sets the range)"},
+		[3]string{p.str("options", "color", "max"), "", "color.max (the plugin sets the range)"},
+		[3]string{p.str("options", "cellValues", "unit"), "ms", "cellValues.unit"},
+		[3]string{p.str("options", "tooltip", "mode"), "single", "tooltip.mode"},
+		[3]string{p.str("options", "tooltip", "showColorScale"), "true", "tooltip.showColorScale"},
+		[3]string{p.str("options", "legend", "show"), "true", "legend.show"},
+		[3]string{p.str("options", "showValue"), "never", "showValue (numbers on 2,600 cells are noise)"},
+	)
+	if p.str("options", "rowsFrame", "value") == "" {
+		out = append(out, "rowsFrame.value: the tooltip would call the time \"Value\"")
+	}
+	if w, _ := p.get("options", "yAxis", "axisWidth").(float64); w < 200 {
+		out = append(out, fmt.Sprintf("y axis %v px clips layer names", w))
+	}
+	if s, _ := p.get("options", "color", "steps").(float64); s < 64 {
+		out = append(out, fmt.Sprintf("%v colour steps blur small differences", s))
+	}
+	return out
+}
+
+func barChartRules(p rawPanel) []string {
+	var out []string
+	if v, ok := p.get("options", "xTickLabelMaxLength").(float64); ok && v == 0 {
+		out = append(out, "xTickLabelMaxLength 0 cuts every label to …")
+	}
+	if x := p.str("options", "xField"); !slices.Contains([]string{"Run", "Rank name", "Part"}, x) {
+		out = append(out, fmt.Sprintf("xField %q labels no bar by its run, rank or part", x))
+	}
+	if p.str("fieldConfig", "defaults", "unit") == "" {
+		out = append(out, "no unit on the value axis")
+	}
+	return out
+}
+
+func pieChartRules(p rawPanel) []string {
+	out := want([3]string{p.str("options", "legend", "showLegend"), "true", "legend.showLegend"})
+	if len(anyList(p.get("options", "legend", "values"))) == 0 {
+		out = append(out, "legend without values")
+	}
+	return out
+}
+
+func anyList(v any) []any { l, _ := v.([]any); return l }
+
+// TestHeatmapsSideBySide: forward and backward per-layer heatmaps sit in
+// one row, each with its own pass, on the step axis, at most
+// layerColumns wide so the step ticks do not crowd.
+func TestHeatmapsSideBySide(t *testing.T) {
 	var pos []map[string]any
+	var passes []string
 	for _, p := range rawPanels(t, dashboards.UIDTrainingRun) {
 		if p["type"] != "heatmap" {
 			continue
 		}
-		title := p["title"]
-		checks := map[string][2]string{
-			"calculate":    {p.str("options", "calculate"), "false"},
-			"yAxis.rev":    {p.str("options", "yAxis", "reverse"), "true"},
-			"color.mode":   {p.str("options", "color", "mode"), "scheme"},
-			"color.scale":  {p.str("options", "color", "scale"), "linear"},
-			"cellValues":   {p.str("options", "cellValues", "unit"), "ms"},
-			"tooltip.mode": {p.str("options", "tooltip", "mode"), "single"},
-		}
-		for k, c := range checks {
-			if c[0] != c[1] {
-				t.Errorf("%q: %s = %q, want %q", title, k, c[0], c[1])
+		for _, tg := range panelTargets(t, p) {
+			passes = append(passes, tg.Pass)
+			if tg.QueryType != api.QueryHeatmap || tg.XAxis == "time" || tg.MaxSteps <= 0 || tg.MaxSteps > 100 {
+				t.Errorf("%q: target %+v, want a heatmap on steps of at most 100 columns", p["title"], tg.PluginQuery)
 			}
-		}
-		if w, _ := p["options"].(map[string]any)["yAxis"].(map[string]any)["axisWidth"].(float64); w < 180 {
-			t.Errorf("%q: y axis %v px clips layer names", title, w)
-		}
-		if s, _ := p["options"].(map[string]any)["color"].(map[string]any)["steps"].(float64); s < 64 {
-			t.Errorf("%q: %v colour steps", title, s)
-		}
-		tg, err := decodeTarget(mustJSON(t, p["targets"].([]any)[0]))
-		if err != nil || tg.XAxis != "time" || tg.QueryType != api.QueryHeatmap {
-			t.Errorf("%q: target %+v %v, want a heatmap query on a time x", title, tg.PluginQuery, err)
 		}
 		pos = append(pos, p["gridPos"].(map[string]any))
 	}
-	if len(pos) != 2 {
-		t.Fatalf("%d heatmaps, want forward and backward", len(pos))
+	if !slices.Equal(passes, []string{"forward", "backward"}) {
+		t.Fatalf("heatmap passes %v, want forward then backward", passes)
 	}
 	if pos[0]["y"] != pos[1]["y"] || pos[0]["w"].(float64)+pos[1]["w"].(float64) > 24 {
 		t.Errorf("heatmaps not side by side: %v %v", pos[0], pos[1])

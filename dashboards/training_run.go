@@ -56,28 +56,35 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	}
 	y += uint32((len(summaryCards)+5)/6) * 3
 
-	b = b.WithRow(row("GPU", y))
+	// GPU samples are taken by time, and the run's events (checkpoints,
+	// overflow skips, restarts, alerts) are marked in time: these charts
+	// keep a time axis, fitted to the run, with each point's step in the
+	// tooltip.
+	b = b.WithRow(row("GPU (over time, with the run's events)", y))
 	y++
-	b = b.WithPanel(runTimeSeries("GPU utilisation", "Utilisation of the GPU of rank 0, as NVML reports it.", "percent",
+	b = b.WithPanel(runTimeSeries("GPU utilisation", "Utilisation of the GPU of rank 0, as NVML reports it, over the run's time, with the run's events marked; the tooltip gives each point's step.", "percent",
 		gridPos(0, y, 12, 8), stepSeries("0", "gpu_util_pct")).Min(0).Max(100))
-	b = b.WithPanel(runTimeSeries("GPU memory", "GPU memory in use on rank 0.", "decgbytes",
+	b = b.WithPanel(runTimeSeries("GPU memory", "GPU memory in use on rank 0, over the run's time, with the run's events marked; the tooltip gives each point's step.", "decgbytes",
 		gridPos(12, y, 12, 8), stepSeries("0", "gpu_mem_used_gb")).Min(0))
 	y += 8
 
-	b = b.WithRow(row("Training", y))
+	// Training curves are read by step, as in the seed: Trend panels with
+	// the step on x, over the whole run whatever the time picker says.
+	b = b.WithRow(row("Training (by step)", y))
 	y++
 	evals := runQuery(api.QueryEvals)
-	loss := stepSeries("0", "loss")
+	evals.XAxis = "step"
+	loss := stepQuery("0", "loss")
 	loss.MinMax = true
-	b = b.WithPanel(runTimeSeries("Loss and evaluations",
-		"Training loss (line, with each bucket's min and max) and the evaluations: validation loss on the loss axis, accuracy and F1 on the right axis as dots.",
+	b = b.WithPanel(stepChart("Loss and evaluations",
+		"Training loss by step (line, with each bucket's min and max) and the evaluations: validation loss on the loss axis, accuracy and F1 on the right axis as dots.",
 		"none", gridPos(0, y, 12, 9), loss, evals).
-		// Evaluations (query B) are dots; accuracy and F1 get the right axis.
-		OverrideByQuery("B", pointsOnly(7)).
+		// Evaluations ("val loss", "val accuracy", "val F1", one set per
+		// split) are dots; accuracy and F1 get the right axis.
+		OverrideByRegexp(evalPoints, pointsOnly(7)).
 		OverrideByRegexp("/accuracy|f1/i", rightAxis("percentunit", prop("min", 0), prop("max", 1))).
 		// The evals frame also carries the training loss at each
-		// evaluation: the loss line already shows it. Its step stays in
-		// the tooltip, hidden from the chart like the series' step.
+		// evaluation: the loss line already shows it.
 		OverrideByRegexp("/^(train loss at .*)$/i", []dashboard.DynamicConfigValue{
 			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": true, "viz": true}),
 		}).
@@ -90,22 +97,22 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 			prop("custom.lineWidth", 0), prop("custom.fillOpacity", 0),
 			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
 		}))
-	b = b.WithPanel(runTimeSeries("Throughput", "Samples per second of rank 0.", "suffix: samples/s",
-		gridPos(12, y, 12, 9), stepSeries("0", "throughput_sps")).Min(0))
+	b = b.WithPanel(stepChart("Throughput", "Samples per second of rank 0, by step.", "suffix: samples/s",
+		gridPos(12, y, 12, 9), stepQuery("0", "throughput_sps")).Min(0))
 	y += 9
-	b = b.WithPanel(runTimeSeries("Gradient norm, loss scale and learning rate",
-		"Global gradient L2 norm (left), fp16 dynamic loss scale (right, log 2) and learning rate (right).",
-		"none", gridPos(0, y, 12, 9), stepSeries("0", "grad_norm", "loss_scale", "lr")).
+	b = b.WithPanel(stepChart("Gradient norm, loss scale and learning rate",
+		"By step: global gradient L2 norm (left), fp16 dynamic loss scale (right, log 2) and learning rate (right).",
+		"none", gridPos(0, y, 12, 9), stepQuery("0", "grad_norm", "loss_scale", "lr")).
 		OverrideByRegexp("/loss[ _]scale/i", rightAxis("short",
 			prop("custom.scaleDistribution", map[string]any{"type": "log", "log": 2}),
 			prop("custom.lineStyle", map[string]any{"fill": "dash", "dash": []int{10, 10}}))).
 		OverrideByRegexp("/^(lr|learning[ _]rate)/i", rightAxis("sci")))
-	b = b.WithPanel(runTimeSeries("Step time", "Step time of rank 0 and its parts: forward, backward, optimizer, communication and data loading.",
-		"ms", gridPos(12, y, 12, 9), stepSeries("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
+	b = b.WithPanel(stepChart("Step time", "Step time of rank 0 by step, and its parts: forward, backward, optimizer, communication and data loading.",
+		"ms", gridPos(12, y, 12, 9), stepQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
 	y += 9
-	b = b.WithPanel(runTimeSeries("TFLOP/s and MFU",
-		"Model TFLOP/s achieved by the GPU of rank 0 (left) and its model FLOPs utilisation (right): the run's FLOPs per token (6 × parameters plus attention, or as set) × the step's tokens ÷ step time, over the GPU's dense peak at the run's precision.",
-		"suffix: TFLOP/s", gridPos(0, y, 24, 8), stepSeries("0", "tflops", "mfu")).Min(0).
+	b = b.WithPanel(stepChart("TFLOP/s and MFU",
+		"By step: model TFLOP/s achieved by the GPU of rank 0 (left) and its model FLOPs utilisation (right): the run's FLOPs per token (6 × parameters plus attention, or as set) × the step's tokens ÷ step time, over the GPU's dense peak at the run's precision.",
+		"suffix: TFLOP/s", gridPos(0, y, 24, 8), stepQuery("0", "tflops", "mfu")).Min(0).
 		OverrideByRegexp("/mfu/i", rightAxis("percentunit", prop("min", 0))))
 	y += 8
 
@@ -205,28 +212,27 @@ func runEvents() []Annotation {
 }
 
 // layerHeatmap is the seed's per-layer chart: one row per layer in model
-// order (first layer on top, full names), one column per step bucket,
-// colour the layer's mean milliseconds in the bucket. Grafana's Heatmap
-// panel draws x on a time axis only, so the columns are the buckets' start
-// times over the run's window (RunSpan); the frame's meta carries each
-// column's first step. A linear Turbo scale of 128 steps keeps the few
-// per cent between transformer layers apart; the tooltip gives the layer,
-// the bucket's time span and its absolute milliseconds.
+// order (first layer on top, full names), one column per step bucket
+// labelled by its first step, colour the layer's mean milliseconds in the
+// bucket. The plugin sends a heatmap-rows frame with the step as x (so the
+// chart needs no time override: it shows the whole run whatever the time
+// picker says) and the colour range of most cells, so the transformer
+// blocks spread over the scale instead of one slow layer setting its top;
+// hovering a cell gives its layer, first step and absolute milliseconds.
+// At most layerColumns columns: the panel's step ticks are at most nine
+// columns apart, so more columns would crowd the labels.
 func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 	q := runQuery(api.QueryHeatmap)
 	q.Pass = pass
-	q.XAxis = "time"
+	q.MaxSteps = layerColumns
 	return heatmap.NewPanelBuilder().
 		Title("Per-layer " + pass + " time").
-		Description("Mean " + pass + " milliseconds of each layer of rank 0 (rows, model order, first layer on top) over the run's step buckets (columns, by the bucket's start time). Hover a cell for its layer, time span and milliseconds.").
+		Description("Mean " + pass + " milliseconds of each layer of rank 0: rows are the layers in model order (first layer on top), columns the run's steps. Colours span the range of most cells, so differences between transformer layers show; a much slower or faster layer (an embedding, a head) takes the end colour. Hover a cell for its layer, step and milliseconds.").
 		Datasource(DatasourceRef()).
 		GridPos(pos).
-		TimeFrom(RunSpan).
-		TimeShift(RunShift).
-		HideTimeOverride(true).
 		WithTarget(target("A", q)).
 		Calculate(false).
-		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("ms").Layout(common.HeatmapCellLayoutAuto)).
+		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("Mean time").Layout(common.HeatmapCellLayoutAuto)).
 		Color(heatmap.NewHeatmapColorOptionsBuilder().
 			Mode(heatmap.HeatmapColorModeScheme).
 			Scheme("Turbo").
@@ -250,6 +256,14 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		HideYHistogram()
 }
 
+// evalPoints matches the evaluation fields drawn as dots: "<split> loss",
+// "<split> accuracy", "<split> F1". The join on the step leaves one frame,
+// so they are found by display name, not by query.
+const evalPoints = "/^\\S+ (loss|accuracy|f1)$/i"
+
+// layerColumns is the most step columns a heatmap asks for.
+const layerColumns = 100
+
 // layerAxisWidth is the heatmap's y axis in pixels: room for a layer name
 // such as "gpt_neox.layers.23.attention" at Grafana's axis font.
-const layerAxisWidth = 200
+const layerAxisWidth = 220

@@ -18,7 +18,8 @@ import (
 
 // This file turns query-service answers into data frames, one function per
 // query type. It computes nothing: values pass through as the server sent
-// them, with units and display names attached.
+// them, with units and display names attached. The heatmap's colour range
+// is the one exception (heatmap.go).
 
 // Column helpers build one field from a slice of rows.
 
@@ -293,52 +294,14 @@ func xField(axis string, pts []api.Point) *data.Field {
 		for i, p := range pts {
 			v[i] = p.Step
 		}
-		return data.NewField("step", nil, v)
+		// Labelled as the trend panels' x field and join key name it.
+		return data.NewField("step", nil, v).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step", Unit: "none"})
 	}
 	v := make([]time.Time, len(pts))
 	for i, p := range pts {
 		v[i] = p.Time
 	}
 	return data.NewField("time", nil, v)
-}
-
-// heatmapFrame is a heatmap-rows frame: x first (step, or time when asked),
-// then one field per layer in model order, which the Heatmap panel with
-// "calculate" off draws as rows from the bottom up.
-func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
-	fields := make([]*data.Field, 0, len(h.Layers)+1)
-	if q.XAxis == "time" {
-		t := make([]time.Time, len(h.Times))
-		copy(t, h.Times)
-		fields = append(fields, data.NewField("time", nil, t).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step bucket start"}))
-	} else {
-		s := make([]int64, len(h.Steps))
-		copy(s, h.Steps)
-		fields = append(fields, data.NewField("step", nil, s))
-	}
-	cols := len(h.Steps)
-	for i, layer := range h.Layers {
-		v := make([]*float64, cols)
-		if i < len(h.Values) {
-			for j := 0; j < cols && j < len(h.Values[i]); j++ {
-				v[j] = fp(h.Values[i][j])
-			}
-		}
-		fields = append(fields, data.NewField(layer, nil, v).SetConfig(&data.FieldConfig{Unit: "ms"}))
-	}
-	f := data.NewFrame(h.Pass, fields...)
-	f.Meta = &data.FrameMeta{
-		Type:        FrameTypeHeatmapRows,
-		TypeVersion: data.FrameTypeVersion{0, 1},
-		// steps labels each column by the first step of its bucket, also
-		// when x is time: the Heatmap panel draws x on a time axis only.
-		Custom: map[string]any{"pass": h.Pass, "rank": h.Rank, "bucket_steps": h.BucketSteps, "steps": slices.Clone(h.Steps)},
-	}
-	if h.Notice != "" {
-		// Shown on the panel instead of an empty chart without a word.
-		f.Meta.Notices = []data.Notice{{Severity: data.NoticeSeverityInfo, Text: h.Notice}}
-	}
-	return f
 }
 
 // evalsFrames gives one frame per split (val, test, …): the points to

@@ -1,0 +1,197 @@
+package plugin
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// The per-layer heatmap, as Grafana's Heatmap panel (calculate off) reads
+// a heatmap-rows frame: the first field is x, every further number field
+// is one row, named by the layer's full name, and a cell's value both
+// picks its colour and is the number its tooltip shows.
+//
+// x is the step (the first step of each column's bucket), so the columns
+// are labelled by step and do not depend on the dashboard's time range;
+// xAxis "time" gives the bucket's start time instead.
+//
+// The colour: one layer (the output embedding, a loss head) often takes
+// several times as long as the rest, and a scale from the smallest to the
+// largest cell then paints the transformer blocks, which differ by a few
+// per cent, all in one colour. The cells are therefore coloured over a
+// robust range: that of the cells within Tukey's fences (the quartiles of
+// all cells widened by 1.5 times their spread). Cells beyond it take the
+// range's end colour. The panel colours a cell by the value it is given,
+// so a cell beyond the range is given a value just past the range's end,
+// each one distinct, and a value mapping on the first layer field (whose
+// config the panel copies to every cell) maps that value back to the
+// cell's true milliseconds: the tooltip shows every cell's absolute time.
+
+// heatmapFrame is the heatmap-rows frame of h.
+func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
+	fields := make([]*data.Field, 0, len(h.Layers)+1)
+	if q.XAxis == "time" {
+		t := make([]time.Time, len(h.Times))
+		copy(t, h.Times)
+		fields = append(fields, data.NewField("time", nil, t).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step bucket start"}))
+	} else {
+		s := make([]int64, len(h.Steps))
+		copy(s, h.Steps)
+		fields = append(fields, data.NewField("step", nil, s).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step", Unit: "none"}))
+	}
+	cols := len(h.Steps)
+	rows := make([][]*float64, len(h.Layers))
+	for i := range h.Layers {
+		rows[i] = make([]*float64, cols)
+		if i < len(h.Values) {
+			for j := 0; j < cols && j < len(h.Values[i]); j++ {
+				rows[i][j] = fp(h.Values[i][j])
+			}
+		}
+	}
+	scale := clipToColourRange(rows)
+	for i, layer := range h.Layers {
+		cfg := &data.FieldConfig{Unit: "ms"}
+		if i == 0 && len(scale.mapped) > 0 {
+			cfg.Mappings = data.ValueMappings{scale.mapped}
+		}
+		fields = append(fields, data.NewField(layer, nil, rows[i]).SetConfig(cfg))
+	}
+	f := data.NewFrame(h.Pass, fields...)
+	custom := map[string]any{"pass": h.Pass, "rank": h.Rank, "bucket_steps": h.BucketSteps, "steps": slices.Clone(h.Steps)}
+	if scale.ok {
+		custom["colour_min_ms"], custom["colour_max_ms"] = scale.lo, scale.hi
+	}
+	f.Meta = &data.FrameMeta{Type: FrameTypeHeatmapRows, TypeVersion: data.FrameTypeVersion{0, 1}, Custom: custom}
+	if h.Notice != "" {
+		// Shown on the panel instead of an empty chart without a word.
+		f.Meta.Notices = []data.Notice{{Severity: data.NoticeSeverityInfo, Text: h.Notice}}
+	}
+	if n := len(scale.mapped); n > 0 {
+		f.Meta.Notices = append(f.Meta.Notices, data.Notice{Severity: data.NoticeSeverityInfo, Text: fmt.Sprintf(
+			"Colours span %.3f–%.3f ms, the range of most cells; %d cells beyond it show the end colour, and their own time on hover.",
+			scale.lo, scale.hi, n)})
+	}
+	return f
+}
+
+// colourScale is what clipToColourRange did.
+type colourScale struct {
+	ok     bool    // some cell has a value
+	lo, hi float64 // the colour range
+	// mapped gives, for each cell moved to the range's end, its colour
+	// value (as Grafana prints the number) and its true milliseconds.
+	mapped data.ValueMapper
+}
+
+// clipToColourRange moves the cells beyond the robust range to just past
+// its ends, in place, and returns the range and the mapping back.
+func clipToColourRange(rows [][]*float64) colourScale {
+	var all []float64
+	for _, r := range rows {
+		for _, v := range r {
+			if v != nil && !math.IsNaN(*v) && !math.IsInf(*v, 0) {
+				all = append(all, *v)
+			}
+		}
+	}
+	if len(all) == 0 {
+		return colourScale{}
+	}
+	lo, hi := colourRange(all)
+	s := colourScale{ok: true, lo: lo, hi: hi}
+	if hi <= lo {
+		// Most cells equal: the full range is the only useful one.
+		s.lo, s.hi = slices.Min(all), slices.Max(all)
+		return s
+	}
+	// Far below the range's width and far above float64's resolution at
+	// its ends, so moved cells keep their end colour and stay distinct.
+	eps := (hi - lo) * 1e-9
+	above, below := 0, 0
+	for _, r := range rows {
+		for j, v := range r {
+			if v == nil || math.IsNaN(*v) || math.IsInf(*v, 0) {
+				continue
+			}
+			var c float64
+			var where string
+			switch {
+			case *v > hi:
+				above++
+				c, where = hi+float64(above)*eps, "above"
+			case *v < lo:
+				below++
+				c, where = lo-float64(below)*eps, "below"
+			default:
+				continue
+			}
+			if s.mapped == nil {
+				s.mapped = data.ValueMapper{}
+			}
+			s.mapped[jsNumber(c)] = data.ValueMappingResult{Text: fmt.Sprintf("%.3f ms (%s the colour range)", *v, where)}
+			r[j] = &c
+		}
+	}
+	return s
+}
+
+// colourRange returns the smallest and largest of v within Tukey's
+// fences: the first and third quartiles widened by 1.5 times their
+// difference. No colour is spent on values no cell has.
+func colourRange(v []float64) (lo, hi float64) {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	q1, q3 := quantile(s, 0.25), quantile(s, 0.75)
+	iqr := q3 - q1
+	fenceLo, fenceHi := q1-1.5*iqr, q3+1.5*iqr
+	lo, hi = s[len(s)-1], s[0]
+	for _, x := range s {
+		if x >= fenceLo && x <= fenceHi {
+			lo, hi = min(lo, x), max(hi, x)
+		}
+	}
+	return lo, hi
+}
+
+// quantile of sorted s, linearly interpolated between ranks.
+func quantile(s []float64, q float64) float64 {
+	pos := q * float64(len(s)-1)
+	i := int(pos)
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (pos-float64(i))*(s[i+1]-s[i])
+}
+
+// jsNumber prints f as JavaScript's String(f) does, the key a value
+// mapping is looked up by: the shortest digits that read back as f, in
+// plain notation from 1e-6 up to 1e21 and in exponent notation ("1e-7",
+// "1.5e+21") beyond.
+func jsNumber(f float64) string {
+	switch {
+	case f == 0:
+		return "0"
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64) // 1.5e-07, 1e+21
+	mant, exp, _ := strings.Cut(s, "e")
+	sign := exp[:1]
+	exp = strings.TrimLeft(exp[1:], "0")
+	return mant + "e" + sign + exp
+}
