@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -56,6 +57,9 @@ type SlurmConfig struct {
 type Slurm struct {
 	cfg SlurmConfig
 	log *slog.Logger
+
+	mu        sync.Mutex
+	cancelled map[string]bool // Slurm job ids this executor has signalled to stop
 }
 
 var _ Executor = (*Slurm)(nil)
@@ -110,7 +114,7 @@ func NewSlurm(cfg SlurmConfig) (*Slurm, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Slurm{cfg: cfg, log: cfg.Logger.With("executor", "slurm")}, nil
+	return &Slurm{cfg: cfg, log: cfg.Logger.With("executor", "slurm"), cancelled: map[string]bool{}}, nil
 }
 
 // Name returns "slurm".
@@ -169,54 +173,6 @@ func (s *Slurm) Start(ctx context.Context, spec Spec) (Handle, error) {
 	}
 	s.log.Info("job submitted", "job", spec.JobID, "slurm_job", id, "gpus", spec.GPUs)
 	return Handle{Executor: s.Name(), ExternalID: id, StartedAt: time.Now().UTC(), OutputPath: out}, nil
-}
-
-// Cancel runs scancel, which has Slurm send SIGTERM to the job's
-// processes; if the job is still running after grace, it sends SIGKILL
-// with scancel --signal=KILL. A job Slurm no longer knows, or one that
-// has already ended, is not an error.
-func (s *Slurm) Cancel(ctx context.Context, h Handle, grace time.Duration) error {
-	id, err := slurmJobID(h)
-	if err != nil {
-		return err
-	}
-	if _, err := s.run(ctx, s.cfg.Scancel, id); err != nil && !goneError(err) {
-		return err
-	}
-	deadline := time.Now().Add(grace)
-	step := min(max(grace/10, 100*time.Millisecond), time.Second)
-	for {
-		active, err := s.inQueue(ctx, id)
-		if err != nil {
-			return err
-		}
-		if !active {
-			return nil
-		}
-		if !time.Now().Before(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("slurm: cancel job %s: %w", id, ctx.Err())
-		case <-time.After(step):
-		}
-	}
-	s.log.Warn("job still running after grace; sending SIGKILL", "slurm_job", id, "grace", grace)
-	if _, err := s.run(ctx, s.cfg.Scancel, "--signal=KILL", id); err != nil && !goneError(err) {
-		return err
-	}
-	return nil
-}
-
-// inQueue reports whether squeue still lists the job as pending or
-// running (including completing).
-func (s *Slurm) inQueue(ctx context.Context, id string) (bool, error) {
-	q, err := s.squeue(ctx, id)
-	if err != nil {
-		return false, err
-	}
-	return q.found && !finalSlurmState(q.state), nil
 }
 
 // CommandError is a Slurm command that failed: its command line, its

@@ -15,17 +15,30 @@ import (
 // with its exit status), then sacct for the final state of a job that has
 // ended, and, where accounting is disabled or sacct is missing and
 // slurmctld has already forgotten the job (MinJobAge), reads the exit
-// file the batch script wrote. A job found nowhere is lost.
+// file the batch script wrote. A job found nowhere is lost. A job this
+// executor stopped with Cancel ends as cancelled.
 func (s *Slurm) Poll(ctx context.Context, h Handle) (Status, error) {
 	id, err := slurmJobID(h)
 	if err != nil {
 		return Status{}, err
 	}
+	st, err := s.poll(ctx, id, h.OutputPath)
+	if err != nil {
+		return Status{}, err
+	}
+	if s.wasCancelled(id) {
+		st = asCancelled(st)
+	}
+	st.OutputTail = readTail(h.OutputPath, s.cfg.TailBytes)
+	return st, nil
+}
+
+func (s *Slurm) poll(ctx context.Context, id, out string) (Status, error) {
 	q, err := s.squeue(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{OutputTail: readTail(h.OutputPath, s.cfg.TailBytes)}
+	var st Status
 	if q.found && !finalSlurmState(q.state) {
 		st.State, st.Detail = mapSlurmState(q.state, q.reason)
 		return st, nil
@@ -41,7 +54,7 @@ func (s *Slurm) Poll(ctx context.Context, h Handle) (Status, error) {
 		st.ExitCode, st.Detail = exitStatus(q.exit, q.signal, st.Detail)
 		return st, nil
 	}
-	if code, ok := readExitFile(h.OutputPath); ok {
+	if code, ok := readExitFile(out); ok {
 		st.ExitCode = &code
 		if code == 0 {
 			st.State = StateFinished

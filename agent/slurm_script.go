@@ -21,6 +21,13 @@ func batchScript(spec Spec, exitFile string) (string, error) {
 	b.WriteString("#!/bin/sh\n")
 	fmt.Fprintf(&b, "# DeepSeed job %s, submitted by the DeepSeed agent.\n", oneLine(spec.JobID))
 	b.WriteString("# The command runs as a child of this script, which keeps its exit status.\n")
+	// Slurm signals every process of the job on a cancel. Were this
+	// shell to die of the SIGTERM, the batch step would end and slurmstepd
+	// would SIGKILL the command at once, leaving it no time to save a
+	// checkpoint; trapped, the shell waits for the command instead (which
+	// gets the default disposition back: a trap is not inherited, an
+	// ignored signal would be).
+	b.WriteString("trap : TERM\n")
 	for _, kv := range spec.Env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {

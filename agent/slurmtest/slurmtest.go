@@ -15,9 +15,15 @@
 //
 // Nothing here touches the machine's own Slurm or MUNGE: the MUNGE key,
 // socket, state directories, ports and logs are all the cluster's own.
-// The cluster has no cgroups (ProctrackType=proctrack/linuxproc,
+// The cluster has no cgroups (ProctrackType=proctrack/pgid,
 // TaskPlugin=task/none) and no accounting database, so sacct answers that
-// accounting is disabled.
+// accounting is disabled. proctrack/pgid rather than proctrack/linuxproc:
+// linuxproc finds a job's processes by walking the process tree from
+// slurmstepd, so a process whose parent was killed first is reparented
+// to init and escapes every later signal (seen here: a job's shell loop
+// outlived its cancelled job); a process group keeps it. When the cluster
+// stops, any process still carrying its SLURM_CONF is killed and the test
+// fails, so a leak is never silent.
 package slurmtest
 
 import (
@@ -32,6 +38,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -228,7 +235,7 @@ SlurmdPidFile=%[5]s/slurmd.pid
 SlurmctldLogFile=%[5]s/log/slurmctld.log
 SlurmdLogFile=%[5]s/log/slurmd.log
 MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -398,6 +405,31 @@ func (c *Cluster) stop(t testing.TB) {
 		}
 	}
 	c.procs = nil
+	// Jobs inherit sbatch's environment, SLURM_CONF included: any process
+	// still carrying this cluster's escaped Slurm's tracking.
+	for _, pid := range c.strays() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("slurmtest: process %d of a job outlived the cluster; killed it", pid)
+	}
+}
+
+// strays returns the processes whose environment names this cluster's
+// slurm.conf.
+func (c *Cluster) strays() []int {
+	want := []byte("SLURM_CONF=" + c.Conf + "\x00")
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && bytes.Contains(append(env, 0), want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 func freePort() (int, error) {
