@@ -13,6 +13,9 @@
 // DEEPSEED_TEST_SLURM=require makes that a failure instead, and
 // DEEPSEED_TEST_SLURM=off skips without trying.
 //
+// It runs as root or as an ordinary user: SlurmUser and SlurmdUser are
+// the user running the tests, so jobs run as that user (checked both ways).
+//
 // Nothing here touches the machine's own Slurm or MUNGE: the MUNGE key,
 // socket, state directories, ports and logs are all the cluster's own.
 // The cluster has no cgroups (ProctrackType=proctrack/pgid,
