@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the repository from a fresh clone, installing what is
-# missing: PostgreSQL (apt-get) when no server binaries are found, the
-# plugin's npm packages from its lockfile. The Go suite runs on TimescaleDB
+# missing: PostgreSQL (apt-get) when no server binaries are found, Slurm
+# and MUNGE (apt-get, optional: without them the Slurm executor's tests
+# skip), the plugin's npm packages from its lockfile. The Go suite runs on TimescaleDB
 # when the machine's PostgreSQL has the extension (or
 # DEEPSEED_TEST_DATABASE_URL names a TimescaleDB server), else on plain
 # PostgreSQL; DEEPSEED_TEST_TIMESCALE=off forces plain.
@@ -26,6 +27,23 @@ if ! have_pg; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends postgresql
+fi
+
+# The Slurm executor's tests start a single-node Slurm from the machine's
+# packages and skip, saying why, where they cannot; installing them is
+# worth a try but never a reason to stop.
+have_slurm() {
+  for b in slurmctld slurmd munged sbatch; do
+    command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || return 1
+  done
+}
+if [ "$only" = all ] || [ "$only" = go ]; then
+  if ! have_slurm; then
+    log "installing Slurm and MUNGE for the Slurm executor's tests (optional)"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo -n"
+    { $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends slurm-wlm munge; } \
+      || echo "could not install slurm-wlm and munge; the Slurm executor's tests will skip"
+  fi
 fi
 
 if [ "$only" = all ] || [ "$only" = go ]; then
