@@ -23,12 +23,25 @@ type ExecutorConfig struct {
 	// StateDir is the agent's own directory (output files go under it).
 	StateDir string
 	Log      *slog.Logger
+	// Slurm holds the Slurm executor's settings (--executor slurm); its
+	// OutputDir defaults to <state-dir>/slurm.
+	Slurm SlurmConfig
 }
 
 // Executors maps the --executor names to their constructors. An executor
 // plugs in with one entry here (or one assignment in its file's init).
 var Executors = map[string]func(ExecutorConfig) (Executor, error){
 	"local": func(c ExecutorConfig) (Executor, error) { return NewLocal(filepath.Join(c.StateDir, "output")) },
+	"slurm": func(c ExecutorConfig) (Executor, error) {
+		sc := c.Slurm
+		if sc.OutputDir == "" {
+			sc.OutputDir = filepath.Join(c.StateDir, "slurm")
+		}
+		if sc.Logger == nil {
+			sc.Logger = c.Log
+		}
+		return NewSlurm(sc)
+	},
 }
 
 // ExecutorNames lists the executors, sorted.
@@ -332,9 +345,17 @@ func (a *Agent) start(ctx context.Context, j api.Job, env []string) {
 	a.mu.Unlock()
 	a.save()
 	log.Info("job started", "argv", j.Argv, "gpus", j.GPUIDs, "external_id", h.ExternalID)
-	if err := a.c.report(ctx, j.ID, api.JobReport{State: StateRunning, ExternalID: h.ExternalID}); err == nil {
+	// The first report says what the executor says: a local process runs at
+	// once, a Slurm job may wait in its queue (pending), and its runtime —
+	// what quotas count — begins only when it runs. An ended or unknown
+	// state is left to the next poll.
+	state := StateRunning
+	if st, err := a.cfg.Executor.Poll(ctx, h); err == nil && st.State == StateQueued {
+		state = StateQueued
+	}
+	if err := a.c.report(ctx, j.ID, api.JobReport{State: state, ExternalID: h.ExternalID}); err == nil {
 		a.mu.Lock()
-		held.Reported = StateRunning
+		held.Reported = state
 		a.mu.Unlock()
 		a.save()
 	}

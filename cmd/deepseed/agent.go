@@ -29,7 +29,12 @@ run to the job). It sends a heartbeat every third of the server's
 lost. A cancel is forwarded as SIGTERM to the job's process group, then
 SIGKILL after --grace. Jobs outlive the agent: a restarted agent with the same
 --state-dir re-adopts those still running and reports the others. Output goes
-to <state-dir>/output/job-<id>.log; its tail is shown on the job.`
+to <state-dir>/output/job-<id>.log; its tail is shown on the job.
+
+With --executor slurm each job is submitted with sbatch instead (--gres=gpu:N,
+the DeepSeed job id in --comment), followed with squeue and sacct and
+cancelled with scancel; Slurm chooses the devices, and --gpus is then the
+number of GPU slots the agent keeps submitted at once (docs/jobs-slurm.md).`
 
 // Run implements command.
 func (c *AgentCommand) Run(ctx context.Context, args []string) error {
@@ -45,6 +50,10 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	stateDir := f.String("state-dir", "DEEPSEED_AGENT_STATE_DIR", filepath.Join(defaultDataDir(), "agent"), "where it keeps the jobs it runs and their output")
 	every := f.String("every", "", "2s", "how often it polls its jobs and claims new ones")
 	grace := f.String("grace", "DEEPSEED_AGENT_GRACE", "10s", "time between SIGTERM and SIGKILL when a job is cancelled")
+	slurmPartition := f.String("slurm-partition", "DEEPSEED_SLURM_PARTITION", "", "with --executor slurm: sbatch --partition")
+	slurmAccount := f.String("slurm-account", "DEEPSEED_SLURM_ACCOUNT", "", "with --executor slurm: sbatch --account (where GPU-minute limits live)")
+	slurmArgs := f.String("slurm-args", "DEEPSEED_SLURM_ARGS", "", "with --executor slurm: more sbatch options, space-separated, e.g. \"--time=24:00:00 --qos=long\"")
+	slurmDir := f.String("slurm-output-dir", "DEEPSEED_SLURM_OUTPUT_DIR", "", "with --executor slurm: batch scripts and job output, on a file system the compute nodes share (default <state-dir>/slurm)")
 	f.setUsage("deepseed agent [flags]", "Run queued jobs on this node's GPUs.", agentNotes)
 	if err := f.parse(args); err != nil {
 		return err
@@ -76,7 +85,8 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("agent: %s", strings.Join(errs, "; "))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
-	ex, err := newExec(agent.ExecutorConfig{StateDir: *stateDir, Log: log})
+	ex, err := newExec(agent.ExecutorConfig{StateDir: *stateDir, Log: log, Slurm: agent.SlurmConfig{
+		Partition: *slurmPartition, Account: *slurmAccount, ExtraArgs: strings.Fields(*slurmArgs), OutputDir: *slurmDir}})
 	if err != nil {
 		return fmt.Errorf("agent: executor %s: %w", *executor, err)
 	}
