@@ -203,9 +203,14 @@ type MemoryPart struct {
 
 // RanksResponse answers GET /api/v1/runs/{id}/ranks.
 type RanksResponse struct {
-	RunID        string     `json:"run_id"`
-	MedianStepMS Float      `json:"median_step_ms"`
-	StragglerPct Float      `json:"straggler_pct"` // the margin used
+	RunID        string `json:"run_id"`
+	MedianStepMS Float  `json:"median_step_ms"`
+	StragglerPct Float  `json:"straggler_pct"` // the margin used
+	// LatenessFrom says what lateness came from: "arrivals" (the ranks'
+	// arrival times at the synchronisation point), "waits" (their waits in
+	// the collective) or "" (neither recorded: the straggler flag then
+	// falls back to step times, which synchronous training makes equal).
+	LatenessFrom string     `json:"lateness_from"`
 	Ranks        []RankStat `json:"ranks"`
 }
 
@@ -220,6 +225,15 @@ type RankStat struct {
 	PeakMemGB    *Float `json:"peak_gpu_mem_gb"`
 	WaitMS       Float  `json:"wait_ms"` // mean time spent waiting on slower ranks
 	Straggler    bool   `json:"straggler"`
+	// Per-rank truth under synchronous training (docs/ranks.md), medians
+	// over the steady steps every rank reported; null when not recorded.
+	LatenessMS     *Float `json:"lateness_ms"`     // arrival at the synchronisation point after the first rank's
+	BusyMS         *Float `json:"busy_ms"`         // step time less the wait in the collective
+	SyncWaitMS     *Float `json:"sync_wait_ms"`    // wait in the collective at the end of backward
+	InputWaitMS    *Float `json:"input_wait_ms"`   // mean host time blocked behind the device between steps
+	LastPct        *Float `json:"last_pct"`        // share of steps it arrived last, percent
+	ClockOffsetMS  *Float `json:"clock_offset_ms"` // estimated offset of its host clock
+	StragglerScore *Float `json:"straggler_score"` // newest EWMA of lateness over busy time, a fraction of a step
 }
 
 // CompareResponse answers GET /api/v1/compare.
