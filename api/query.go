@@ -92,6 +92,20 @@ type RunDetail struct {
 	Metrics   []string          `json:"metrics"` // user metric names, as metrics.NAME
 	// OpenAlerts counts the run's alerts open now (GET /alerts lists them).
 	OpenAlerts int64 `json:"open_alerts"`
+	// Wasted is the GPU time the run wasted, by cause.
+	Wasted WastedGPUHours `json:"wasted"`
+}
+
+// WastedGPUHours is the GPU-hours a run wasted, by cause (docs/ranks.md):
+// GPUs idle below 10 % utilisation, waiting on a straggler at the
+// synchronisation point, stalled (no step for the stall limit) and spent
+// on skipped (overflow) steps. Total is their sum.
+type WastedGPUHours struct {
+	Idle      Float `json:"idle"`
+	Straggler Float `json:"straggler"`
+	Stalled   Float `json:"stalled"`
+	Skipped   Float `json:"skipped"`
+	Total     Float `json:"total"`
 }
 
 // RunCodeResponse answers GET /api/v1/runs/{id}/code: the code that
@@ -270,6 +284,9 @@ type CompareRow struct {
 	MFU          *Float `json:"mfu"`    // mean model FLOPs utilisation, 0..1
 	FinalLoss    *Float `json:"final_loss"`
 	BestEvalAcc  *Float `json:"best_eval_accuracy"`
+	// WastedGPUH is Wasted.Total, a figure delta_pct compares.
+	WastedGPUH *Float          `json:"wasted_gpu_h"`
+	Wasted     *WastedGPUHours `json:"wasted"`
 
 	// Delta holds, when a baseline is named, each figure's relative change
 	// against the baseline in percent, keyed by the figure's JSON name.

@@ -652,9 +652,13 @@ type CompareRow struct {
 	StepsPerS        *Float  `json:"steps_per_s,omitempty"`
 
 	// Tflops steady-state mean achieved model TFLOP/s per GPU
-	Tflops    *Float `json:"tflops,omitempty"`
-	WorldSize *int   `json:"world_size,omitempty"`
-	ZeroStage *int   `json:"zero_stage,omitempty"`
+	Tflops *Float          `json:"tflops,omitempty"`
+	Wasted *WastedGPUHours `json:"wasted,omitempty"`
+
+	// WastedGpuH wasted.total, compared in delta_pct
+	WastedGpuH *Float `json:"wasted_gpu_h,omitempty"`
+	WorldSize  *int   `json:"world_size,omitempty"`
+	ZeroStage  *int   `json:"zero_stage,omitempty"`
 }
 
 // End defines model for End.
@@ -1159,12 +1163,15 @@ type RunDetail struct {
 	Steps          *int64      `json:"steps,omitempty"`
 
 	// Summary any JSON value, as sent
-	Summary   interface{}        `json:"summary,omitempty"`
-	SweepId   *string            `json:"sweep_id,omitempty"`
-	Tags      *[]string          `json:"tags,omitempty"`
-	Versions  *map[string]string `json:"versions,omitempty"`
-	WorldSize *int               `json:"world_size,omitempty"`
-	ZeroStage *int               `json:"zero_stage,omitempty"`
+	Summary  interface{}        `json:"summary,omitempty"`
+	SweepId  *string            `json:"sweep_id,omitempty"`
+	Tags     *[]string          `json:"tags,omitempty"`
+	Versions *map[string]string `json:"versions,omitempty"`
+
+	// Wasted GPU-hours a run wasted, by cause; each rank is one GPU (docs/ranks.md)
+	Wasted    *WastedGPUHours `json:"wasted,omitempty"`
+	WorldSize *int            `json:"world_size,omitempty"`
+	ZeroStage *int            `json:"zero_stage,omitempty"`
 }
 
 // RunList defines model for RunList.
@@ -1340,6 +1347,24 @@ type TimePoint struct {
 
 	// Value A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	Value *Float `json:"value,omitempty"`
+}
+
+// WastedGPUHours GPU-hours a run wasted, by cause; each rank is one GPU (docs/ranks.md)
+type WastedGPUHours struct {
+	// Idle GPU-hours of the run's GPUs below 10 % utilisation: each sample's time to the GPU's next sample (at most a minute), samples inside a stall left out
+	Idle Float `json:"idle"`
+
+	// Skipped GPU-hours of skipped (overflow) steps: their step time × the ranks
+	Skipped Float `json:"skipped"`
+
+	// Stalled GPU-hours stalled: gaps between steps longer than max(5 minutes, 10 × the median step) less one median step, × the ranks; a running run's silence since its newest step once past that limit
+	Stalled Float `json:"stalled"`
+
+	// Straggler GPU-hours waiting on a straggler: over the steps every rank reported, each rank's wait in the collective beyond the last arriver's
+	Straggler Float `json:"straggler"`
+
+	// Total the sum of the four
+	Total Float `json:"total"`
 }
 
 // ListAlertsParams defines parameters for ListAlerts.
