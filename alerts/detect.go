@@ -232,7 +232,7 @@ func detectStragglers(cfg Config, newest map[int]rankScore, scored int) []firing
 		rank, st := r, s.Step
 		out = append(out, firing{Kind: api.AlertStraggler, Subject: rankSubject(r), Rank: &rank, Step: &st,
 			Value: pct, Threshold: cfg.StragglerPct, At: s.Time,
-			Text: fmt.Sprintf("straggler: rank %d arrives at the synchronisation point %.0f %% of a step late (EWMA; %.1f ms at step %d) and the other ranks wait for it",
+			Text: fmt.Sprintf("straggler: rank %d arrives at the synchronisation point late by %.0f %% of the ranks' median busy time (EWMA; %.1f ms at step %d) and the other ranks wait for it",
 				r, pct, s.Late, st)})
 	}
 	return out
