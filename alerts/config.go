@@ -50,9 +50,12 @@ type Config struct {
 	// DataSharePct: a data stall is a rank whose data_ms is above
 	// DataSharePct % of its step_ms, summed over the last Window steps.
 	DataSharePct float64 `json:"data_share_pct"`
-	// StragglerPct: a straggler is a rank whose median step time over the
-	// last Window steps is StragglerPct % above the median of all ranks.
-	StragglerPct float64 `json:"straggler_pct"`
+	// StragglerPct, StragglerAlpha: a straggler is a rank whose straggler
+	// score — an EWMA with weight StragglerAlpha on the newest step of its
+	// lateness at the synchronisation point over the step's median busy
+	// time (docs/ranks.md) — is above StragglerPct %.
+	StragglerPct   float64 `json:"straggler_pct"`
+	StragglerAlpha float64 `json:"straggler_alpha"`
 }
 
 // Defaults returns the documented defaults.
@@ -70,6 +73,7 @@ func Defaults() Config {
 		StallSteps:     10,
 		DataSharePct:   30,
 		StragglerPct:   10,
+		StragglerAlpha: 0.1,
 	}
 }
 
@@ -94,6 +98,9 @@ func (c Config) withMeta(meta []byte) Config {
 	}
 	if o.SpikeWindow < 10 || o.SpikeWindow > 1000 {
 		o.SpikeWindow = c.SpikeWindow
+	}
+	if !(o.StragglerAlpha > 0 && o.StragglerAlpha <= 1) {
+		o.StragglerAlpha = c.StragglerAlpha
 	}
 	if o.NonFiniteSteps < 1 {
 		o.NonFiniteSteps = c.NonFiniteSteps

@@ -12,15 +12,17 @@ import (
 // stepRow is one step of one rank as the detectors read it; the columns
 // a record left out are NaN (loss, grad norm, times) or false.
 type stepRow struct {
-	Rank      int
-	Step      int64
-	Time      time.Time
-	Loss      *float64
-	GradNorm  *float64
-	LossScale *float64
-	Skipped   bool
-	StepMS    *float64
-	DataMS    *float64
+	Rank       int
+	Step       int64
+	Time       time.Time
+	Loss       *float64
+	GradNorm   *float64
+	LossScale  *float64
+	Skipped    bool
+	StepMS     *float64
+	DataMS     *float64
+	SyncNS     *int64
+	SyncWaitMS *float64
 }
 
 // gpuState is a GPU's recent samples as the idle detector reads them.
@@ -114,7 +116,7 @@ func detectSteps(cfg Config, byRank map[int][]stepRow, running bool, now time.Ti
 		out = append(out, f)
 	}
 
-	// Data stall and straggler, per rank.
+	// Data stall, per rank (the straggler comes from lateness: detectStragglers).
 	meds := make(map[int]float64, len(ranks))
 	for _, r := range ranks {
 		rows := byRank[r][:min(len(byRank[r]), cfg.Window)]
@@ -141,26 +143,6 @@ func detectSteps(cfg Config, byRank map[int][]stepRow, running bool, now time.Ti
 			}
 		}
 	}
-	if len(meds) >= 2 {
-		all := make([]float64, 0, len(meds))
-		for _, m := range meds {
-			all = append(all, m)
-		}
-		mid := median(all)
-		for _, r := range ranks {
-			m, ok := meds[r]
-			if !ok || mid <= 0 || len(byRank[r]) < 10 {
-				continue
-			}
-			if pct := 100 * (m - mid) / mid; pct > cfg.StragglerPct {
-				rank, st := r, byRank[r][0].Step
-				out = append(out, firing{Kind: api.AlertStraggler, Subject: rankSubject(r), Rank: &rank, Step: &st,
-					Value: pct, Threshold: cfg.StragglerPct, At: byRank[r][0].Time,
-					Text: fmt.Sprintf("straggler: rank %d's median step time is %.0f %% above the ranks' median", r, pct)})
-			}
-		}
-	}
-
 	if !running {
 		return out
 	}
@@ -227,6 +209,37 @@ func lossSpike(cfg Config, rows []stepRow) (firing, bool) {
 	return firing{Kind: api.AlertLossSpike, Step: &step, Value: z, Threshold: cfg.SpikeZ, At: rows[0].Time,
 		Text: fmt.Sprintf("loss spike at step %d: %g, robust z-score %.1f > %g", step, *rows[0].Loss, z, cfg.SpikeZ)}, true
 }
+
+// detectStragglers fires for each rank whose newest straggler score is
+// above StragglerPct % once at least minScored steps were scored: the
+// rank that makes the others wait at the synchronisation point.
+func detectStragglers(cfg Config, newest map[int]rankScore, scored int) []firing {
+	if scored < minScored {
+		return nil
+	}
+	ranks := make([]int, 0, len(newest))
+	for r := range newest {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	var out []firing
+	for _, r := range ranks {
+		s := newest[r]
+		pct := 100 * s.Score
+		if pct <= cfg.StragglerPct {
+			continue
+		}
+		rank, st := r, s.Step
+		out = append(out, firing{Kind: api.AlertStraggler, Subject: rankSubject(r), Rank: &rank, Step: &st,
+			Value: pct, Threshold: cfg.StragglerPct, At: s.Time,
+			Text: fmt.Sprintf("straggler: rank %d arrives at the synchronisation point late by %.0f %% of the ranks' median busy time (EWMA; %.1f ms at step %d) and the other ranks wait for it",
+				r, pct, s.Late, st)})
+	}
+	return out
+}
+
+// minScored is how many steps must be scored before a straggler fires.
+const minScored = 10
 
 // detectIdle fires for each GPU below the utilisation threshold for the
 // idle span of sample time.

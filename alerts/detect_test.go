@@ -35,7 +35,7 @@ func TestDetectSpikeStragglerDataStallRankStopped(t *testing.T) {
 	byRank := map[int][]stepRow{
 		0: steps(0, 60, now, 100, 5, wavy),
 		1: steps(1, 60, now, 100, 5, wavy),
-		2: steps(2, 60, now, 140, 60, wavy),                     // straggles, and starves on data
+		2: steps(2, 60, now, 140, 60, wavy),                     // starves on data; slower steps alone name no straggler
 		3: steps(3, 60, now.Add(-10*time.Minute), 100, 5, wavy), // stopped ten minutes ago
 	}
 	byRank[0][0].Loss = f(9) // spike on the newest step
@@ -43,8 +43,8 @@ func TestDetectSpikeStragglerDataStallRankStopped(t *testing.T) {
 	if s := got[api.AlertLossSpike]; len(s) != 1 || *s[0].Step != 60 {
 		t.Errorf("loss spike: %+v; want one at step 60", s)
 	}
-	if s := got[api.AlertStraggler]; len(s) != 1 || *s[0].Rank != 2 {
-		t.Errorf("straggler: %+v; want rank 2", s)
+	if s := got[api.AlertStraggler]; len(s) != 0 {
+		t.Errorf("straggler from step times: %+v; the straggler comes from lateness", s)
 	}
 	if s := got[api.AlertDataStall]; len(s) != 1 || *s[0].Rank != 2 {
 		t.Errorf("data stall: %+v; want rank 2", s)

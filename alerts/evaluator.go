@@ -134,6 +134,11 @@ func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, runnin
 	}
 	now := e.now()
 	fs := detectSteps(cfg, byRank, running, now)
+	newest, scored, err := scoreRanks(ctx, q, runID, byRank, cfg)
+	if err != nil {
+		return err
+	}
+	fs = append(fs, detectStragglers(cfg, newest, scored)...)
 	if running {
 		gpus, err := recentGPUs(ctx, q, runID, cfg)
 		if err != nil {
@@ -153,8 +158,9 @@ func recentSteps(ctx context.Context, q querier, runID string, n int) (map[int][
 			UNION ALL
 			SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > rk.rank ORDER BY s.rank LIMIT 1)
 			FROM rk WHERE rk.rank IS NOT NULL)
-		SELECT rk.rank, x.step, x.time, x.loss, x.grad_norm, x.loss_scale, coalesce(x.skipped, false), x.step_ms, x.data_ms
-		FROM rk, LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms FROM steps
+		SELECT rk.rank, x.step, x.time, x.loss, x.grad_norm, x.loss_scale, coalesce(x.skipped, false), x.step_ms, x.data_ms,
+			x.sync_ns, x.sync_wait_ms
+		FROM rk, LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms, sync_ns, sync_wait_ms FROM steps
 			WHERE run_id = $1 AND rank = rk.rank ORDER BY step DESC, time DESC LIMIT $2) x
 		WHERE rk.rank IS NOT NULL
 		ORDER BY rk.rank, x.step DESC`, runID, n)
@@ -165,7 +171,7 @@ func recentSteps(ctx context.Context, q querier, runID string, n int) (map[int][
 	out := map[int][]stepRow{}
 	for rows.Next() {
 		var s stepRow
-		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS); err != nil {
+		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
 			return nil, fmt.Errorf("alerts: recent steps of %s: %w", runID, err)
 		}
 		out[s.Rank] = append(out[s.Rank], s)

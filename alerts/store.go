@@ -3,6 +3,8 @@ package alerts
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,4 +133,107 @@ func Annotations(ctx context.Context, st *store.Store, runID string, from, to ti
 		return nil, fmt.Errorf("alerts: annotations: %w", err)
 	}
 	return out, nil
+}
+
+// scoreRanks scores the steps every rank reported among the newest ones,
+// continuing each rank's EWMA from the last stored score when that step
+// is still among them, stores the new scores in rank_scores and returns
+// each rank's newest score and how many steps were scored to get it.
+func scoreRanks(ctx context.Context, q querier, runID string, byRank map[int][]stepRow, cfg Config) (map[int]rankScore, int, error) {
+	steps := syncSteps(byRank, cfg.Window)
+	rows, err := q.Query(ctx, `SELECT rank, step, time, lateness_ms, busy_ms, wait_ms, score FROM rank_scores
+		WHERE run_id = $1 AND step = (SELECT max(step) FROM rank_scores WHERE run_id = $1)`, runID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("alerts: last scores of %s: %w", runID, err)
+	}
+	last := map[int]rankScore{}
+	for rows.Next() {
+		var s rankScore
+		var late, busy, wait *float64
+		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &late, &busy, &wait, &s.Score); err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("alerts: last scores of %s: %w", runID, err)
+		}
+		s.Late, s.Busy, s.Wait = orNaN(late), orNaN(busy), orNaN(wait)
+		last[s.Rank] = s
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("alerts: last scores of %s: %w", runID, err)
+	}
+	var lastStep int64 = -1
+	prev := map[int]float64{}
+	for r, s := range last {
+		lastStep = s.Step
+		prev[r] = s.Score
+	}
+	// Continue the stored series only when its step is in the window;
+	// otherwise the evaluator fell behind (or restarted) and starts over.
+	cont := len(last) > 0 && len(steps) > 0 && steps[0].Step <= lastStep
+	scored := len(steps)
+	if cont {
+		i := slices.IndexFunc(steps, func(x syncStep) bool { return x.Step > lastStep })
+		if i < 0 {
+			steps = nil
+		} else {
+			steps = steps[i:]
+		}
+		scored = minScored // a stored series was scored before
+	} else {
+		prev = nil
+		if len(steps) < minScored {
+			return nil, 0, nil // a series starts with enough steps to fire on
+		}
+	}
+	fresh := stragglerScores(steps, cfg.StragglerAlpha, prev)
+	newest := map[int]rankScore{}
+	if cont {
+		for r, s := range last {
+			newest[r] = s
+		}
+	}
+	for _, s := range fresh {
+		newest[s.Rank] = s
+	}
+	if len(fresh) == 0 {
+		if !cont {
+			return nil, 0, nil
+		}
+		return newest, scored, nil
+	}
+	n := len(fresh)
+	ranks, stepsCol, times := make([]int32, n), make([]int64, n), make([]time.Time, n)
+	late, busy, wait, score := make([]*float64, n), make([]*float64, n), make([]*float64, n), make([]float64, n)
+	for i, s := range fresh {
+		ranks[i], stepsCol[i], times[i], score[i] = int32(s.Rank), s.Step, s.Time, s.Score
+		late[i], busy[i], wait[i] = nanNil(s.Late), nanNil(s.Busy), nanNil(s.Wait)
+	}
+	tx, err := q.Begin(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("alerts: store scores of %s: %w", runID, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, `INSERT INTO rank_scores (run_id, rank, step, time, lateness_ms, busy_ms, wait_ms, score)
+		SELECT $1, * FROM unnest($2::int4[], $3::int8[], $4::timestamptz[], $5::float8[], $6::float8[], $7::float8[], $8::float8[])
+		ON CONFLICT (run_id, rank, step) DO NOTHING`, runID, ranks, stepsCol, times, late, busy, wait, score); err != nil {
+		return nil, 0, fmt.Errorf("alerts: store scores of %s: %w", runID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, 0, fmt.Errorf("alerts: store scores of %s: %w", runID, err)
+	}
+	return newest, scored, nil
+}
+
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+func nanNil(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
 }

@@ -298,7 +298,8 @@ func validate(rec Record) *RecordError {
 		for _, f := range []struct {
 			name string
 			val  *Float
-		}{{"step_ms", s.StepMS}, {"forward_ms", s.ForwardMS}, {"backward_ms", s.BackwardMS}, {"optimizer_ms", s.OptimizerMS}, {"comm_ms", s.CommMS}, {"data_ms", s.DataMS}} {
+		}{{"step_ms", s.StepMS}, {"forward_ms", s.ForwardMS}, {"backward_ms", s.BackwardMS}, {"optimizer_ms", s.OptimizerMS}, {"comm_ms", s.CommMS}, {"data_ms", s.DataMS},
+			{"sync_wait_ms", s.SyncWaitMS}, {"input_wait_ms", s.InputWaitMS}} {
 			if f.val != nil && float64(*f.val) < 0 {
 				v.fail(f.name, "negative duration")
 			}
@@ -308,6 +309,9 @@ func validate(rec Record) *RecordError {
 		}
 		if s.Tokens != nil && *s.Tokens < 0 {
 			v.fail("tokens", "negative")
+		}
+		if s.SyncNS != nil && *s.SyncNS < 0 {
+			v.fail("sync_ns", "negative")
 		}
 	case rec.Layers != nil:
 		l := rec.Layers

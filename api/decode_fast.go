@@ -522,7 +522,8 @@ type stepBox struct {
 	tokens  int64
 	skipped bool
 	time    Time
-	floats  [18]Float
+	syncNS  int64
+	floats  [20]Float
 }
 
 // onceStr reads a string into *dst, refusing a key seen before.
@@ -595,6 +596,10 @@ func (d *fastDecoder) step(more bool) (Record, bool) {
 			if !onceInto(&s.Tokens, &box.tokens, d.int64Val) {
 				return Record{}, false
 			}
+		case "sync_ns":
+			if !onceInto(&s.SyncNS, &box.syncNS, d.int64Val) {
+				return Record{}, false
+			}
 		case "skipped":
 			if !onceInto(&s.Skipped, &box.skipped, d.boolVal) {
 				return Record{}, false
@@ -650,6 +655,10 @@ func (d *fastDecoder) step(more bool) (Record, bool) {
 			fp = &s.TFLOPS
 		case "mfu":
 			fp = &s.MFU
+		case "sync_wait_ms":
+			fp = &s.SyncWaitMS
+		case "input_wait_ms":
+			fp = &s.InputWaitMS
 		default:
 			// "kind" again, unknown keys, keys in another case.
 			return Record{}, false

@@ -101,6 +101,20 @@ type RunDetail struct {
 	Metrics   []string          `json:"metrics"` // user metric names, as metrics.NAME
 	// OpenAlerts counts the run's alerts open now (GET /alerts lists them).
 	OpenAlerts int64 `json:"open_alerts"`
+	// Wasted is the GPU time the run wasted, by cause.
+	Wasted WastedGPUHours `json:"wasted"`
+}
+
+// WastedGPUHours is the GPU-hours a run wasted, by cause (docs/ranks.md):
+// GPUs idle below 10 % utilisation, waiting on a straggler at the
+// synchronisation point, stalled (no step for the stall limit) and spent
+// on skipped (overflow) steps. Total is their sum.
+type WastedGPUHours struct {
+	Idle      Float `json:"idle"`
+	Straggler Float `json:"straggler"`
+	Stalled   Float `json:"stalled"`
+	Skipped   Float `json:"skipped"`
+	Total     Float `json:"total"`
 }
 
 // RunCodeResponse answers GET /api/v1/runs/{id}/code: the code that
@@ -212,9 +226,14 @@ type MemoryPart struct {
 
 // RanksResponse answers GET /api/v1/runs/{id}/ranks.
 type RanksResponse struct {
-	RunID        string     `json:"run_id"`
-	MedianStepMS Float      `json:"median_step_ms"`
-	StragglerPct Float      `json:"straggler_pct"` // the margin used
+	RunID        string `json:"run_id"`
+	MedianStepMS Float  `json:"median_step_ms"`
+	StragglerPct Float  `json:"straggler_pct"` // the margin used
+	// LatenessFrom says what lateness came from: "arrivals" (the ranks'
+	// arrival times at the synchronisation point), "waits" (their waits in
+	// the collective) or "" (neither recorded: the straggler flag then
+	// falls back to step times, which synchronous training makes equal).
+	LatenessFrom string     `json:"lateness_from"`
 	Ranks        []RankStat `json:"ranks"`
 }
 
@@ -229,6 +248,15 @@ type RankStat struct {
 	PeakMemGB    *Float `json:"peak_gpu_mem_gb"`
 	WaitMS       Float  `json:"wait_ms"` // mean time spent waiting on slower ranks
 	Straggler    bool   `json:"straggler"`
+	// Per-rank truth under synchronous training (docs/ranks.md), medians
+	// over the steady steps every rank reported; null when not recorded.
+	LatenessMS     *Float `json:"lateness_ms"`     // arrival at the synchronisation point after the first rank's
+	BusyMS         *Float `json:"busy_ms"`         // step time less the wait in the collective
+	SyncWaitMS     *Float `json:"sync_wait_ms"`    // wait in the collective at the end of backward
+	InputWaitMS    *Float `json:"input_wait_ms"`   // mean host time blocked behind the device between steps
+	LastPct        *Float `json:"last_pct"`        // share of steps it arrived last, percent
+	ClockOffsetMS  *Float `json:"clock_offset_ms"` // estimated offset of its host clock
+	StragglerScore *Float `json:"straggler_score"` // newest EWMA of lateness over busy time, a fraction of a step
 }
 
 // CompareResponse answers GET /api/v1/compare.
@@ -272,6 +300,9 @@ type CompareRow struct {
 	MFU         *Float `json:"mfu"`    // mean model FLOPs utilisation, 0..1
 	FinalLoss   *Float `json:"final_loss"`
 	BestEvalAcc *Float `json:"best_eval_accuracy"`
+	// WastedGPUH is Wasted.Total, a figure delta_pct compares.
+	WastedGPUH *Float          `json:"wasted_gpu_h"`
+	Wasted     *WastedGPUHours `json:"wasted"`
 
 	// Sources names, for each figure that has a value, where it came from
 	// (one of the Source* constants), keyed by the figure's JSON name.

@@ -114,35 +114,43 @@ type RunMeta struct {
 
 // Step is one optimizer (or micro-) step of one rank.
 type Step struct {
-	Kind          string           `json:"kind"`
-	RunID         string           `json:"run_id"`
-	Rank          int              `json:"rank"`
-	Step          *int64           `json:"step"`
-	Time          *Time            `json:"time,omitempty"`
-	Epoch         *Float           `json:"epoch,omitempty"`
-	Loss          *Float           `json:"loss,omitempty"`
-	LR            *Float           `json:"lr,omitempty"`
-	GradNorm      *Float           `json:"grad_norm,omitempty"`
-	LossScale     *Float           `json:"loss_scale,omitempty"`
-	Skipped       *bool            `json:"skipped,omitempty"`
-	Samples       *int64           `json:"samples,omitempty"`
-	Tokens        *int64           `json:"tokens,omitempty"`
-	ThroughputSPS *Float           `json:"throughput_sps,omitempty"`
-	ThroughputTPS *Float           `json:"throughput_tps,omitempty"`
-	StepMS        *Float           `json:"step_ms,omitempty"`
-	ForwardMS     *Float           `json:"forward_ms,omitempty"`
-	BackwardMS    *Float           `json:"backward_ms,omitempty"`
-	OptimizerMS   *Float           `json:"optimizer_ms,omitempty"`
-	CommMS        *Float           `json:"comm_ms,omitempty"`
-	DataMS        *Float           `json:"data_ms,omitempty"`
-	GPUUtilPct    *Float           `json:"gpu_util_pct,omitempty"`
-	GPUMemUsedGB  *Float           `json:"gpu_mem_used_gb,omitempty"`
-	GPUMemPeakGB  *Float           `json:"gpu_mem_peak_gb,omitempty"`     // torch.cuda.max_memory_allocated
-	GPUMemResvGB  *Float           `json:"gpu_mem_reserved_gb,omitempty"` // torch.cuda.max_memory_reserved
-	CPUUtilPct    *Float           `json:"cpu_util_pct,omitempty"`
-	TFLOPS        *Float           `json:"tflops,omitempty"` // achieved model TFLOP/s of this rank's GPU
-	MFU           *Float           `json:"mfu,omitempty"`    // tflops over the GPU's dense peak, 0..1
-	Metrics       map[string]Float `json:"metrics,omitempty"`
+	Kind          string `json:"kind"`
+	RunID         string `json:"run_id"`
+	Rank          int    `json:"rank"`
+	Step          *int64 `json:"step"`
+	Time          *Time  `json:"time,omitempty"`
+	Epoch         *Float `json:"epoch,omitempty"`
+	Loss          *Float `json:"loss,omitempty"`
+	LR            *Float `json:"lr,omitempty"`
+	GradNorm      *Float `json:"grad_norm,omitempty"`
+	LossScale     *Float `json:"loss_scale,omitempty"`
+	Skipped       *bool  `json:"skipped,omitempty"`
+	Samples       *int64 `json:"samples,omitempty"`
+	Tokens        *int64 `json:"tokens,omitempty"`
+	ThroughputSPS *Float `json:"throughput_sps,omitempty"`
+	ThroughputTPS *Float `json:"throughput_tps,omitempty"`
+	StepMS        *Float `json:"step_ms,omitempty"`
+	ForwardMS     *Float `json:"forward_ms,omitempty"`
+	BackwardMS    *Float `json:"backward_ms,omitempty"`
+	OptimizerMS   *Float `json:"optimizer_ms,omitempty"`
+	CommMS        *Float `json:"comm_ms,omitempty"`
+	DataMS        *Float `json:"data_ms,omitempty"`
+	GPUUtilPct    *Float `json:"gpu_util_pct,omitempty"`
+	GPUMemUsedGB  *Float `json:"gpu_mem_used_gb,omitempty"`
+	GPUMemPeakGB  *Float `json:"gpu_mem_peak_gb,omitempty"`     // torch.cuda.max_memory_allocated
+	GPUMemResvGB  *Float `json:"gpu_mem_reserved_gb,omitempty"` // torch.cuda.max_memory_reserved
+	CPUUtilPct    *Float `json:"cpu_util_pct,omitempty"`
+	TFLOPS        *Float `json:"tflops,omitempty"` // achieved model TFLOP/s of this rank's GPU
+	MFU           *Float `json:"mfu,omitempty"`    // tflops over the GPU's dense peak, 0..1
+	// SyncNS is when the rank reached the step's synchronisation point
+	// (the end of its backward), nanoseconds since the Unix epoch on its
+	// host clock; SyncWaitMS how long it then waited in the collective;
+	// InputWaitMS the host time between steps spent blocked behind the
+	// device (not counted in DataMS). See docs/ranks.md.
+	SyncNS      *int64           `json:"sync_ns,omitempty"`
+	SyncWaitMS  *Float           `json:"sync_wait_ms,omitempty"`
+	InputWaitMS *Float           `json:"input_wait_ms,omitempty"`
+	Metrics     map[string]Float `json:"metrics,omitempty"`
 }
 
 // Layers holds per-layer forward and backward milliseconds of one step of

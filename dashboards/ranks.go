@@ -24,14 +24,21 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	y++
 	b = b.WithPanel(rankTable(gridPos(0, y, 24, 9)))
 	y += 9
+	b = b.WithPanel(rankBars("Busy time per rank", "busy_ms", "Busy", "ms", gridPos(0, y, 8, 8)))
+	b = b.WithPanel(rankBars("Wait in the collective per rank", "sync_wait_ms", "Wait in collective", "ms", gridPos(8, y, 8, 8)))
+	b = b.WithPanel(rankBars("Lateness at the synchronisation point", "lateness_ms", "Lateness", "ms", gridPos(16, y, 8, 8)))
+	y += 8
 	b = b.WithPanel(rankBars("Median step time per rank", "median_step_ms", "Median step", "ms", gridPos(0, y, 12, 8)))
 	b = b.WithPanel(rankBars("Wait on slower ranks", "wait_ms", "Waiting on others", "ms", gridPos(12, y, 12, 8)))
 	y += 8
 
 	b = b.WithRow(row("Per rank by step", y))
 	y++
-	b = b.WithPanel(stepChart("Step time per rank", "Step time of every rank by step; a straggler's line sits above the others.", "ms",
-		gridPos(0, y, 24, 9), stepQuery("all", "step_ms")).Min(0))
+	b = b.WithPanel(stepChart("Wait in the collective per rank",
+		"How long each rank waited at the end of backward for the others, by step: every rank but the straggler waits; the straggler's line sits at the bottom.", "ms",
+		gridPos(0, y, 12, 9), stepQuery("all", "sync_wait_ms")).Min(0))
+	b = b.WithPanel(stepChart("Step time per rank", "Step time of every rank by step. Under synchronous training every rank's step time is equal; lateness and waits name the straggler.", "ms",
+		gridPos(12, y, 12, 9), stepQuery("all", "step_ms")).Min(0))
 	y += 9
 	b = b.WithPanel(stepChart("Communication time per rank", "Time in collectives not overlapped with compute, by step.", "ms",
 		gridPos(0, y, 12, 9), stepQuery("all", "comm_ms")).Min(0))
@@ -68,7 +75,7 @@ func ranksQuery() api.PluginQuery { return runQuery(api.QueryRanks) }
 
 func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 	return dataTable("Ranks",
-		"Steady-state timing of each rank. Straggler: median step time more than the margin above the run's median.",
+		"Steady-state timing of each rank. Busy: step time less the wait in the end-of-backward collective. Lateness: arrival there after the first rank (medians). Straggler: median lateness above the margin (a share of the median busy time); without recorded arrivals, median step time above the run's median by the margin.",
 		pos, ranksQuery()).
 		OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
 			prop("custom.cellOptions", map[string]any{"type": "color-background"}),

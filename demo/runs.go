@@ -382,6 +382,16 @@ func (r *Run) pythiaRecords() []any {
 			if r.Meta.Precision == "fp16" {
 				s.LossScale = api.F(65536)
 			}
+			// Arrival at the end-of-backward all-reduce: a millisecond or
+			// two apart; each rank waits for the last, then the reduce.
+			lastLate := 0.0
+			for k := 0; k < r.Ranks; k++ {
+				lastLate = math.Max(lastLate, demoLate(k, i))
+			}
+			late := demoLate(rank, i)
+			s.SyncNS = api.Ptr(t.Add(-time.Duration(stepMS*0.2*float64(time.Millisecond))).UnixNano() + int64(late*1e6))
+			s.SyncWaitMS = api.F(lastLate - late + stepMS*0.08)
+			s.InputWaitMS = api.F(stepMS * 0.01)
 			withFlops(s, r.Meta)
 			out = append(out, s, r.layers(rank, i, t, stepMS/(f.StepTimeS*1000), rng))
 		}
@@ -521,6 +531,9 @@ func (r *Run) bertRecords() []any {
 		// The step time of an optimizer step covers 4 micro-batches but
 		// only one optimizer update.
 		s.StepMS = api.F(4*(fwd+bwd+data+comm+2) + opt)
+		// One rank: its wait at the end of backward is the reduce alone.
+		s.SyncNS = api.Ptr(t.Add(-time.Duration((opt + comm) * float64(time.Millisecond))).UnixNano())
+		s.SyncWaitMS, s.InputWaitMS = api.F(comm), api.F(0.5)
 		withFlops(s, r.Meta)
 		out = append(out, s, r.layers(0, i, t, warm, rng))
 		if i > 0 && i%1000 == 0 {
@@ -558,3 +571,7 @@ func orOne(p *int) int {
 	}
 	return *p
 }
+
+// demoLate is how many milliseconds after the first rank a demo rank
+// reaches the all-reduce at step i.
+func demoLate(rank int, i int64) float64 { return 1 + jitter(i*31+int64(rank)*7, 1) }

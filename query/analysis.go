@@ -224,6 +224,20 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	syncs, src, err := h.store.RankSyncs(ctx, r.RunID, from)
+	if err != nil {
+		return nil, err
+	}
+	out.LatenessFrom = src
+	byRank := map[int]store.RankSync{}
+	var busy []float64
+	for _, s := range syncs {
+		byRank[s.Rank] = s
+		if s.BusyMS != nil {
+			busy = append(busy, *s.BusyMS)
+		}
+	}
+	medBusy := Median(busy)
 	var medians []float64
 	for _, a := range agg {
 		if a.MedianStepMS != nil {
@@ -246,6 +260,18 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 		}
 		if a.WaitMS != nil {
 			st.WaitMS = api.Float(*a.WaitMS)
+		}
+		if sy, ok := byRank[a.Rank]; ok {
+			st.LatenessMS, st.BusyMS, st.SyncWaitMS = fp(sy.LatenessMS), fp(sy.BusyMS), fp(sy.SyncWaitMS)
+			st.InputWaitMS, st.LastPct, st.ClockOffsetMS, st.StragglerScore = fp(sy.InputWaitMS), fp(sy.LastPct), fp(sy.ClockOffsetMS), fp(sy.Score)
+			if sy.MeanSyncWaitMS != nil {
+				st.WaitMS = api.Float(*sy.MeanSyncWaitMS)
+			}
+			// Lateness decides when recorded: step times are equal under
+			// synchronous training, whoever is slow.
+			if src != "" {
+				st.Straggler = sy.LatenessMS != nil && medBusy > 0 && *sy.LatenessMS > medBusy*pct/100
+			}
 		}
 		out.Ranks = append(out.Ranks, st)
 	}

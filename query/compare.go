@@ -18,7 +18,7 @@ import (
 
 // compareFigures names the figures of a compare row, as in delta_pct.
 var compareFigures = []string{"gpu_mem_peak_mb", "gpu_mem_mean_mb", "gpu_mem_alloc_peak_mb", "gpu_util_pct", "cpu_util_pct", "step_time_s",
-	"steps_per_s", "samples_per_s", "tflops", "mfu", "final_loss", "best_eval_accuracy"}
+	"steps_per_s", "samples_per_s", "tflops", "mfu", "final_loss", "best_eval_accuracy", "wasted_gpu_h"}
 
 func figureOf(row *api.CompareRow, name string) *api.Float {
 	switch name {
@@ -46,6 +46,8 @@ func figureOf(row *api.CompareRow, name string) *api.Float {
 		return row.FinalLoss
 	case "best_eval_accuracy":
 		return row.BestEvalAcc
+	case "wasted_gpu_h":
+		return row.WastedGPUH
 	}
 	return nil
 }
@@ -191,6 +193,14 @@ func (h *Handler) compareRow(ctx context.Context, r *store.RunRow) (*api.Compare
 			row.Sources[name] = api.SourceSteps
 		}
 	}
+	// Wasted GPU-hours are computed from steps and GPU samples together
+	// (docs/ranks.md); they have no single source.
+	w, err := h.wasted(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	total := w.Total
+	row.Wasted, row.WastedGPUH = &w, &total
 	return row, nil
 }
 

@@ -72,6 +72,9 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 	if d.OpenAlerts, err = alerts.OpenCount(ctx, h.store, r.RunID); err != nil {
 		return nil, err
 	}
+	if d.Wasted, err = h.wasted(ctx, r); err != nil {
+		return nil, err
+	}
 	if d.Versions == nil {
 		d.Versions = map[string]string{}
 	}
@@ -244,4 +247,15 @@ func (h *Handler) code(ctx context.Context, c echo.Context) (any, error) {
 		out.RunCode = rc
 	}
 	return out, nil
+}
+
+// wasted computes a run's wasted GPU-hours with the detectors' default
+// thresholds.
+func (h *Handler) wasted(ctx context.Context, r *store.RunRow) (api.WastedGPUHours, error) {
+	w, err := h.store.WastedGPUHours(ctx, r.RunID, r.Status == "running", time.Now(), store.DefaultWasteRules)
+	if err != nil {
+		return api.WastedGPUHours{}, err
+	}
+	return api.WastedGPUHours{Idle: api.Float(w.IdleGPUH), Straggler: api.Float(w.StragglerGPUH),
+		Stalled: api.Float(w.StalledGPUH), Skipped: api.Float(w.SkippedGPUH), Total: api.Float(w.TotalGPUH)}, nil
 }

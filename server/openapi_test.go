@@ -95,7 +95,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"CompareResponse": api.CompareResponse{}, "CompareRow": api.CompareRow{},
 		"GPUResponse": api.GPUResponse{}, "GPUSeries": api.GPUSeries{}, "TimePoint": api.TimePoint{},
 		"AnnotationsResponse": api.AnnotationsResponse{}, "Annotation": api.Annotation{},
-		"AlertList": api.AlertList{}, "Alert": api.Alert{},
+		"AlertList": api.AlertList{}, "Alert": api.Alert{}, "WastedGPUHours": api.WastedGPUHours{},
 		"Readiness": Readiness{},
 	}
 	for name, v := range types {

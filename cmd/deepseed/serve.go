@@ -47,7 +47,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	listen := f.String("listen", "DEEPSEED_LISTEN", def.Listen, "address of the HTTP API, host:port or :port")
 	role := f.String("role", "DEEPSEED_ROLE", def.Role, "routes to serve: all, ingest (POST /ingest, /import) or query (the GET routes)")
 	maxBody := f.String("max-body-bytes", "DEEPSEED_MAX_BODY_BYTES", strconv.FormatInt(def.MaxBodyBytes, 10), "largest ingest body accepted, after decompression; larger ones get 413")
-	straggler := f.String("straggler-pct", "DEEPSEED_STRAGGLER_PCT", strconv.FormatFloat(def.StragglerPct, 'g', -1, 64), "default margin over the median step time past which a rank is flagged as a straggler, in percent")
+	straggler := f.String("straggler-pct", "DEEPSEED_STRAGGLER_PCT", strconv.FormatFloat(def.StragglerPct, 'g', -1, 64), "default margin past which GET /runs/{id}/ranks flags a straggler, in percent of the median busy time (its median lateness) or over the median step time when no lateness is recorded")
 	shutdown := f.String("shutdown-timeout", "DEEPSEED_SHUTDOWN_TIMEOUT", def.ShutdownTimeout.String(), "how long in-flight requests may run after SIGTERM")
 	retention := f.String("retention", "DEEPSEED_RETENTION", "0",
 		"drop each run whose last write is older than this, whole, and GPU and host samples of no run older than this (e.g. 90d, 720h; see docs/retention.md); 0 keeps everything")

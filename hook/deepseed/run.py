@@ -25,8 +25,8 @@ DEFAULT_COLLECTOR_URL = "http://127.0.0.1:9464"
 STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples", "tokens",
                "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
                "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb",
-               "cpu_util_pct", "tflops", "mfu")
-INT_FIELDS = ("samples", "tokens")
+               "cpu_util_pct", "tflops", "mfu", "sync_ns", "sync_wait_ms", "input_wait_ms")
+INT_FIELDS = ("samples", "tokens", "sync_ns")
 
 # CUDA events and the host clock resolve about half a microsecond, so four
 # decimals of a millisecond keep every digit a timing has; the rest is the

@@ -5,6 +5,20 @@ are kept in a queue and read once ``query()`` says they completed, a step
 or two later. Nothing here calls torch.cuda.synchronize() or ``.item()``
 while training runs.
 
+Per-rank truth under synchronous training (docs/ranks.md): each step also
+carries ``sync_ns``, when the rank reached the synchronisation point at
+the end of its backward (the device's end-of-backward event on the host's
+wall clock), ``sync_wait_ms``, how long the device then waited in the
+gradient collective before the optimizer could start, and
+``input_wait_ms``, the host time between steps that the device was still
+busy with the previous step (a blocking input copy queued behind the
+all-reduce waits exactly that long); ``data_ms`` is what remains: time
+getting the batch that the device waited for. Device events map to the
+wall clock through an anchor taken once, at the first step, with one
+synchronize; every later event the host records refines it (the device
+cannot run an event before the host records it), so the clocks' drift
+does not accumulate.
+
 A *step* opens at the first training forward of the model after the last
 step closed, and closes after the optimizer's step (or, without an
 optimizer, when the next training forward begins after a backward). Several
@@ -32,6 +46,7 @@ EMBED_NAMES = {"embeddings", "embedding", "embed", "wte", "wpe", "embed_tokens",
 HEAD_NAMES = {"classifier", "lm_head", "head", "score", "qa_outputs", "cls", "output_layer", "heads"}
 WRAPPER_PARTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
 MAX_PENDING = 64
+ANCHOR_KEEP = 256
 
 try:
     _graph_task_id = torch._C._current_graph_task_id
@@ -114,7 +129,8 @@ def _param_count(model):
 class _Slot:
     __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
                  "lazies", "closed", "data_ms", "host_open", "host_close", "layer", "mem_peak", "mem_resv",
-                 "losses", "extra", "bwd_open", "ulazies", "ukeys")
+                 "losses", "extra", "bwd_open", "ulazies", "ukeys", "open_ns", "close_ns", "sync_end",
+                 "host_arrive_ns", "host_release_ns")
 
     def __init__(self, step):
         self.step = step
@@ -140,6 +156,11 @@ class _Slot:
         self.bwd_open = False
         self.ulazies = []  # tensors the user logged, read after the watcher's
         self.ukeys = set()
+        self.open_ns = time.time_ns()
+        self.close_ns = None
+        self.sync_end = None  # event after the end-of-backward collective
+        self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
+        self.host_release_ns = None
 
 
 class LayerProfiler:
@@ -295,6 +316,12 @@ class Watcher:
         self.pending = collections.deque()
         self.last_close_host = None
         self.meta_checked = False
+        # Device-to-wall-clock anchor: an event and the candidate wall
+        # times (ns) of it, each a lower bound; the newest ANCHOR_KEEP count.
+        self.anchor = None
+        self.anchor_walls = collections.deque(maxlen=ANCHOR_KEEP)
+        self.last_end_wall_ns = None  # the previous emitted step's end, wall clock
+        self.last_close_ns = None
 
         inner = root
         if type(root).__name__ in ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"):
@@ -467,6 +494,27 @@ class Watcher:
             return
         cur.bwd[-1][1] = self.pool.record()
         cur.bwd_open = False
+        cur.host_arrive_ns = time.time_ns()
+        if cur.sync_end is not None:  # an earlier micro-batch's
+            self.pool.put(cur.sync_end)
+        cur.sync_end = None
+        cur.host_release_ns = None
+        # Queued from inside a callback, this runs after the callbacks
+        # queued during the backward: DistributedDataParallel's, which
+        # waits for (gloo) or makes the stream wait for (NCCL) the
+        # gradient all-reduce. Its event marks the end of the collective.
+        if _queue_callback is not None:
+            try:
+                _queue_callback(self._sync_done)
+            except Exception:
+                pass
+
+    def _sync_done(self):
+        cur = self.cur
+        if cur is None or cur.sync_end is not None or not cur.bwd:
+            return
+        cur.sync_end = self.pool.record()
+        cur.host_release_ns = time.time_ns()
 
     def _end_open_backward(self, cur):
         if cur.bwd and cur.bwd[-1][1] is None:
@@ -479,6 +527,8 @@ class Watcher:
             if cur is None:
                 return
             self._end_open_backward(cur)
+            if cur.bwd and cur.sync_end is None:
+                self._sync_done()
             # The norm's kernels go before the optimizer's start event so
             # that optimizer time is the optimizer's alone.
             if self.adapter is None and self.grad_norm != "off" and not self.user_grad_norm:
@@ -570,6 +620,9 @@ class Watcher:
         run._next_step += 1
         if self.last_close_host is not None:
             cur.data_ms = (now - self.last_close_host) * 1000.0
+        if self.cuda and self.anchor is None:
+            self._take_anchor()
+        cur.open_ns = time.time_ns()
         cur.ev_start = self.pool.record()
         if self.profiler is not None and self.layer_every > 0 and cur.step % self.layer_every == 0:
             cur.layer = self.profiler.arm()
@@ -585,6 +638,7 @@ class Watcher:
         cur.ev_end = ev_end
         cur.closed = True
         cur.host_close = time.perf_counter()
+        cur.close_ns = time.time_ns()
         self.last_close_host = cur.host_close
         if cur.layer is not None:
             self.profiler.disarm()
@@ -648,7 +702,7 @@ class Watcher:
         return True
 
     def _slot_events(self, slot):
-        evs = [slot.ev_start, slot.ev_end]
+        evs = [slot.ev_start, slot.ev_end, slot.sync_end]
         if slot.opt is not None:
             evs.extend(e for e in slot.opt if e is not None)
         for pair in slot.fwd + slot.bwd:
@@ -703,11 +757,16 @@ class Watcher:
             op = ms([slot.opt]) if slot.opt is not None else None
             end = nxt.ev_start if (nxt is not None and nxt.ev_start is not None) else slot.ev_end
             step_ms = slot.ev_start.elapsed_time(end) if (slot.ev_start is not None and end is not None) else None
+            data_ms = slot.data_ms
+            sync = self._sync_fields(slot)
+            if data_ms is not None and "input_wait_ms" in sync:
+                data_ms = max(0.0, data_ms - sync["input_wait_ms"])
             for k, v in (("forward_ms", fw), ("backward_ms", bw), ("optimizer_ms", op), ("step_ms", step_ms),
-                         ("data_ms", slot.data_ms), ("gpu_mem_peak_gb", slot.mem_peak),
+                         ("data_ms", data_ms), ("gpu_mem_peak_gb", slot.mem_peak),
                          ("gpu_mem_reserved_gb", slot.mem_resv)):
                 if v is not None:
                     f[k] = max(0.0, v)
+            f.update(sync)
             if slot.samples:
                 f["samples"] = slot.samples
             if slot.tokens:
@@ -729,6 +788,52 @@ class Watcher:
             for ev in self._slot_events(slot):
                 if nxt is None or ev is not nxt.ev_start:
                     self.pool.put(ev)
+
+    # ---- synchronisation ------------------------------------------------------
+
+    def _take_anchor(self):
+        """Maps device events to the wall clock: one synchronize, once."""
+        try:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            ev.synchronize()
+            self.anchor = ev
+            self.anchor_walls.append(time.time_ns())
+        except Exception as e:
+            self.anchor = False
+            self.run._warn_once("anchor", "deepseed: device clock anchor: %s", e)
+
+    def _wall_ns(self, ev):
+        """Wall-clock ns of a completed event, or None."""
+        if not self.anchor or ev is None:
+            return None
+        return max(self.anchor_walls) + int(self.anchor.elapsed_time(ev) * 1e6)
+
+    def _sync_fields(self, slot):
+        """sync_ns, sync_wait_ms and input_wait_ms of an emitted step."""
+        out = {}
+        bwd_end = slot.bwd[-1][1] if slot.bwd else None
+        if self.cuda and self.anchor:
+            # The host recorded the step's start event at open_ns: the
+            # device ran it no sooner, so open_ns − its device time since
+            # the anchor bounds the anchor's wall time from below.
+            if slot.ev_start is not None:
+                self.anchor_walls.append(slot.open_ns - int(self.anchor.elapsed_time(slot.ev_start) * 1e6))
+            if bwd_end is not None:
+                out["sync_ns"] = self._wall_ns(bwd_end)
+                if slot.sync_end is not None:
+                    out["sync_wait_ms"] = max(0.0, bwd_end.elapsed_time(slot.sync_end))
+            if slot.data_ms is not None and self.last_end_wall_ns is not None and self.last_close_ns is not None:
+                busy = (self.last_end_wall_ns - self.last_close_ns) / 1e6
+                out["input_wait_ms"] = min(max(0.0, busy), slot.data_ms)
+            end = slot.ev_end
+            self.last_end_wall_ns = self._wall_ns(end) if end is not None else None
+            self.last_close_ns = slot.close_ns
+        elif slot.host_arrive_ns is not None:
+            out["sync_ns"] = slot.host_arrive_ns
+            if slot.host_release_ns is not None:
+                out["sync_wait_ms"] = max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6)
+        return {k: v for k, v in out.items() if v is not None}
 
     def _emit_layers(self, slot):
         fwd, bwd = [], []

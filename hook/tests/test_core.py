@@ -510,3 +510,38 @@ class RealServerTest(unittest.TestCase):
 if __name__ == "__main__":
     logging.basicConfig()
     unittest.main()
+
+
+class SyncFieldsTest(unittest.TestCase):
+    """The synchronisation fields of a step record (docs/ranks.md)."""
+
+    def setUp(self):
+        self.cap = Capture()
+
+    def tearDown(self):
+        self.cap.close()
+
+    def test_arrival_and_waits_travel_as_the_server_reads_them(self):
+        run = quiet_run(self.cap.url)
+        arrival = time.time_ns()
+        # As the watcher passes them: the arrival an exact integer, the
+        # waits float32 event times.
+        run._emit_watched_step(1, {"step_ms": 100.0, "sync_ns": arrival, "sync_wait_ms": 27.000001907348633,
+                                   "input_wait_ms": 3.2499999, "data_ms": 1.5}, None)
+        run.log_step(2, sync_ns=float(arrival + 10**8), sync_wait_ms=2.0)
+        run.finish()
+        steps = self.cap.records("step")
+        self.assertEqual(len(steps), 2)
+        first, second = steps
+        self.assertIsInstance(first["sync_ns"], int)
+        self.assertEqual(first["sync_ns"], arrival)
+        self.assertEqual(first["sync_wait_ms"], 27.0)
+        self.assertEqual(first["input_wait_ms"], 3.25)
+        self.assertEqual(first["data_ms"], 1.5)
+        self.assertNotIn("metrics", first)
+        # A float arrival (from a user) becomes an integer of nanoseconds.
+        self.assertIsInstance(second["sync_ns"], int)
+        self.assertLess(abs(second["sync_ns"] - (arrival + 10**8)), 1024)
+        fields = go_json_fields()["Step"]
+        for k in ("sync_ns", "sync_wait_ms", "input_wait_ms"):
+            self.assertIn(k, fields)

@@ -345,21 +345,42 @@ func (e ProcessKind) Valid() bool {
 	}
 }
 
+// Defines values for RanksResponseLatenessFrom.
+const (
+	RanksResponseLatenessFromArrivals RanksResponseLatenessFrom = "arrivals"
+	RanksResponseLatenessFromEmpty    RanksResponseLatenessFrom = ""
+	RanksResponseLatenessFromWaits    RanksResponseLatenessFrom = "waits"
+)
+
+// Valid indicates whether the value is a known member of the RanksResponseLatenessFrom enum.
+func (e RanksResponseLatenessFrom) Valid() bool {
+	switch e {
+	case RanksResponseLatenessFromArrivals:
+		return true
+	case RanksResponseLatenessFromEmpty:
+		return true
+	case RanksResponseLatenessFromWaits:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessMode.
 const (
-	Empty       ReadinessMode = ""
-	Postgresql  ReadinessMode = "postgresql"
-	Timescaledb ReadinessMode = "timescaledb"
+	ReadinessModeEmpty       ReadinessMode = ""
+	ReadinessModePostgresql  ReadinessMode = "postgresql"
+	ReadinessModeTimescaledb ReadinessMode = "timescaledb"
 )
 
 // Valid indicates whether the value is a known member of the ReadinessMode enum.
 func (e ReadinessMode) Valid() bool {
 	switch e {
-	case Empty:
+	case ReadinessModeEmpty:
 		return true
-	case Postgresql:
+	case ReadinessModePostgresql:
 		return true
-	case Timescaledb:
+	case ReadinessModeTimescaledb:
 		return true
 	default:
 		return false
@@ -856,9 +877,13 @@ type CompareRow struct {
 	StepsPerS *Float                        `json:"steps_per_s,omitempty"`
 
 	// Tflops steady-state mean achieved model TFLOP/s per GPU
-	Tflops    *Float `json:"tflops,omitempty"`
-	WorldSize *int   `json:"world_size,omitempty"`
-	ZeroStage *int   `json:"zero_stage,omitempty"`
+	Tflops *Float          `json:"tflops,omitempty"`
+	Wasted *WastedGPUHours `json:"wasted,omitempty"`
+
+	// WastedGpuH wasted.total, compared in delta_pct
+	WastedGpuH *Float `json:"wasted_gpu_h,omitempty"`
+	WorldSize  *int   `json:"world_size,omitempty"`
+	ZeroStage  *int   `json:"zero_stage,omitempty"`
 }
 
 // CompareRowSources defines model for CompareRow.Sources.
@@ -1274,8 +1299,22 @@ type QuotaSet struct {
 
 // RankStat defines model for RankStat.
 type RankStat struct {
-	Host           *string `json:"host,omitempty"`
-	MeanGpuUtilPct *Float  `json:"mean_gpu_util_pct,omitempty"`
+	// BusyMs median step time less the wait in the collective, ms
+	BusyMs *Float `json:"busy_ms,omitempty"`
+
+	// ClockOffsetMs estimated offset of the rank's host clock from the collective's common release, ms
+	ClockOffsetMs *Float  `json:"clock_offset_ms,omitempty"`
+	Host          *string `json:"host,omitempty"`
+
+	// InputWaitMs mean host time blocked behind the device between steps, ms
+	InputWaitMs *Float `json:"input_wait_ms,omitempty"`
+
+	// LastPct share of the steps the rank arrived last, percent
+	LastPct *Float `json:"last_pct,omitempty"`
+
+	// LatenessMs median milliseconds the rank reached the synchronisation point after the first rank
+	LatenessMs     *Float `json:"lateness_ms,omitempty"`
+	MeanGpuUtilPct *Float `json:"mean_gpu_util_pct,omitempty"`
 
 	// MedianStepMs A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	MedianStepMs *Float `json:"median_step_ms,omitempty"`
@@ -1287,12 +1326,21 @@ type RankStat struct {
 	Steps        *int64 `json:"steps,omitempty"`
 	Straggler    *bool  `json:"straggler,omitempty"`
 
+	// StragglerScore newest straggler score: EWMA of lateness over the step's median busy time, a fraction of a step
+	StragglerScore *Float `json:"straggler_score,omitempty"`
+
+	// SyncWaitMs median wait in the end-of-backward collective, ms
+	SyncWaitMs *Float `json:"sync_wait_ms,omitempty"`
+
 	// WaitMs A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	WaitMs *Float `json:"wait_ms,omitempty"`
 }
 
 // RanksResponse defines model for RanksResponse.
 type RanksResponse struct {
+	// LatenessFrom what lateness came from: arrival times, waits in the collective, or nothing recorded (the straggler flag then falls back to step times)
+	LatenessFrom *RanksResponseLatenessFrom `json:"lateness_from,omitempty"`
+
 	// MedianStepMs A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	MedianStepMs *Float      `json:"median_step_ms,omitempty"`
 	Ranks        *[]RankStat `json:"ranks,omitempty"`
@@ -1301,6 +1349,9 @@ type RanksResponse struct {
 	// StragglerPct A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	StragglerPct *Float `json:"straggler_pct,omitempty"`
 }
+
+// RanksResponseLatenessFrom what lateness came from: arrival times, waits in the collective, or nothing recorded (the straggler flag then falls back to step times)
+type RanksResponseLatenessFrom string
 
 // Readiness defines model for Readiness.
 type Readiness struct {
@@ -1469,8 +1520,11 @@ type RunDetail struct {
 	// TotalSteps the optimizer steps the run will take, from its meta, when known
 	TotalSteps *int               `json:"total_steps,omitempty"`
 	Versions   *map[string]string `json:"versions,omitempty"`
-	WorldSize  *int               `json:"world_size,omitempty"`
-	ZeroStage  *int               `json:"zero_stage,omitempty"`
+
+	// Wasted GPU-hours a run wasted, by cause; each rank is one GPU (docs/ranks.md)
+	Wasted    *WastedGPUHours `json:"wasted,omitempty"`
+	WorldSize *int            `json:"world_size,omitempty"`
+	ZeroStage *int            `json:"zero_stage,omitempty"`
 }
 
 // RunList defines model for RunList.
@@ -1592,22 +1646,25 @@ type SeriesResponse struct {
 
 // Step defines model for Step.
 type Step struct {
-	BackwardMs       *Float            `json:"backward_ms,omitempty"`
-	CommMs           *Float            `json:"comm_ms,omitempty"`
-	CpuUtilPct       *Float            `json:"cpu_util_pct,omitempty"`
-	DataMs           *Float            `json:"data_ms,omitempty"`
-	Epoch            *Float            `json:"epoch,omitempty"`
-	ForwardMs        *Float            `json:"forward_ms,omitempty"`
-	GpuMemPeakGb     *Float            `json:"gpu_mem_peak_gb,omitempty"`
-	GpuMemReservedGb *Float            `json:"gpu_mem_reserved_gb,omitempty"`
-	GpuMemUsedGb     *Float            `json:"gpu_mem_used_gb,omitempty"`
-	GpuUtilPct       *Float            `json:"gpu_util_pct,omitempty"`
-	GradNorm         *Float            `json:"grad_norm,omitempty"`
-	Kind             StepKind          `json:"kind"`
-	Loss             *Float            `json:"loss,omitempty"`
-	LossScale        *Float            `json:"loss_scale,omitempty"`
-	Lr               *Float            `json:"lr,omitempty"`
-	Metrics          *map[string]Float `json:"metrics,omitempty"`
+	BackwardMs       *Float `json:"backward_ms,omitempty"`
+	CommMs           *Float `json:"comm_ms,omitempty"`
+	CpuUtilPct       *Float `json:"cpu_util_pct,omitempty"`
+	DataMs           *Float `json:"data_ms,omitempty"`
+	Epoch            *Float `json:"epoch,omitempty"`
+	ForwardMs        *Float `json:"forward_ms,omitempty"`
+	GpuMemPeakGb     *Float `json:"gpu_mem_peak_gb,omitempty"`
+	GpuMemReservedGb *Float `json:"gpu_mem_reserved_gb,omitempty"`
+	GpuMemUsedGb     *Float `json:"gpu_mem_used_gb,omitempty"`
+	GpuUtilPct       *Float `json:"gpu_util_pct,omitempty"`
+	GradNorm         *Float `json:"grad_norm,omitempty"`
+
+	// InputWaitMs host milliseconds between steps spent blocked behind the device (an input copy queued behind the all-reduce), not counted in data_ms
+	InputWaitMs *Float            `json:"input_wait_ms,omitempty"`
+	Kind        StepKind          `json:"kind"`
+	Loss        *Float            `json:"loss,omitempty"`
+	LossScale   *Float            `json:"loss_scale,omitempty"`
+	Lr          *Float            `json:"lr,omitempty"`
+	Metrics     *map[string]Float `json:"metrics,omitempty"`
 
 	// Mfu model FLOPs utilisation: tflops over the GPU's dense peak at the run's precision, 0..1
 	Mfu         *Float `json:"mfu,omitempty"`
@@ -1618,6 +1675,12 @@ type Step struct {
 	Skipped     *bool  `json:"skipped,omitempty"`
 	Step        *int64 `json:"step"`
 	StepMs      *Float `json:"step_ms,omitempty"`
+
+	// SyncNs when the rank reached the step's synchronisation point (the end of its backward), nanoseconds since the Unix epoch on its host clock
+	SyncNs *int64 `json:"sync_ns,omitempty"`
+
+	// SyncWaitMs milliseconds the rank waited in the end-of-backward collective before its optimizer began
+	SyncWaitMs *Float `json:"sync_wait_ms,omitempty"`
 
 	// Tflops achieved model TFLOP/s of this rank's GPU: flops_per_token × tokens / step time
 	Tflops        *Float `json:"tflops,omitempty"`
@@ -1696,6 +1759,24 @@ type Trial struct {
 
 	// Rank 1 is best; 0 without a value
 	Rank *int64 `json:"rank,omitempty"`
+}
+
+// WastedGPUHours GPU-hours a run wasted, by cause; each rank is one GPU (docs/ranks.md)
+type WastedGPUHours struct {
+	// Idle GPU-hours of the run's GPUs below 10 % utilisation: each sample's time to the GPU's next sample (at most a minute), samples inside a stall left out
+	Idle Float `json:"idle"`
+
+	// Skipped GPU-hours of skipped (overflow) steps: their step time × the ranks
+	Skipped Float `json:"skipped"`
+
+	// Stalled GPU-hours stalled: gaps between steps longer than max(5 minutes, 10 × the median step) less one median step, × the ranks; a running run's silence since its newest step once past that limit
+	Stalled Float `json:"stalled"`
+
+	// Straggler GPU-hours waiting on a straggler: over the steps every rank reported, each rank's wait in the collective beyond the last arriver's
+	Straggler Float `json:"straggler"`
+
+	// Total the sum of the four
+	Total Float `json:"total"`
 }
 
 // ListAlertsParams defines parameters for ListAlerts.
@@ -1883,7 +1964,7 @@ type GetRunHeatmapParamsPass string
 
 // GetRunRanksParams defines parameters for GetRunRanks.
 type GetRunRanksParams struct {
-	// StragglerPct margin over the median step time past which a rank is a straggler, in percent; default from the server
+	// StragglerPct margin past which a rank is a straggler, in percent: of the median busy time for its median lateness when the steps record arrivals or waits, else over the median step time; default from the server
 	StragglerPct *float64 `form:"straggler_pct,omitempty" json:"straggler_pct,omitempty"`
 
 	// FromStep first step of the steady state the ranks are compared over; default: after the warm-up, detected on the lowest rank

@@ -424,6 +424,7 @@ var compareFigures = []struct {
 	{"mfu", "percentunit", "MFU", func(r api.CompareRow) *api.Float { return r.MFU }},
 	{"final_loss", "none", "Final loss", func(r api.CompareRow) *api.Float { return r.FinalLoss }},
 	{"best_eval_accuracy", "percentunit", "Best eval accuracy", func(r api.CompareRow) *api.Float { return r.BestEvalAcc }},
+	{"wasted_gpu_h", "suffix: GPU·h", "Wasted GPU-hours", func(r api.CompareRow) *api.Float { return r.WastedGPUH }},
 }
 
 // compareFrame is the comparison table: configuration columns, then the
@@ -478,9 +479,15 @@ func ranksFrame(r api.RanksResponse) *data.Frame {
 		numCol(rows, "mean_gpu_util_pct", "percent", "Mean GPU util", func(s api.RankStat) *float64 { return fp(s.MeanGPUUtil) }),
 		numCol(rows, "peak_gpu_mem_gb", "decgbytes", "Peak GPU memory", func(s api.RankStat) *float64 { return fp(s.PeakMemGB) }),
 		numCol(rows, "wait_ms", "ms", "Waiting on others", func(s api.RankStat) *float64 { return fv(s.WaitMS) }),
+		numCol(rows, "busy_ms", "ms", "Busy", func(s api.RankStat) *float64 { return fp(s.BusyMS) }),
+		numCol(rows, "sync_wait_ms", "ms", "Wait in collective", func(s api.RankStat) *float64 { return fp(s.SyncWaitMS) }),
+		numCol(rows, "lateness_ms", "ms", "Lateness", func(s api.RankStat) *float64 { return fp(s.LatenessMS) }),
+		numCol(rows, "last_pct", "percent", "Arrived last", func(s api.RankStat) *float64 { return fp(s.LastPct) }),
+		numCol(rows, "straggler_score", "percentunit", "Straggler score", func(s api.RankStat) *float64 { return fp(s.StragglerScore) }),
 		boolCol(rows, "straggler", "Straggler", func(s api.RankStat) bool { return s.Straggler }),
 	)
-	f.Meta = &data.FrameMeta{Custom: map[string]any{"median_step_ms": fv(r.MedianStepMS), "straggler_pct": fv(r.StragglerPct)}}
+	f.Meta = &data.FrameMeta{Custom: map[string]any{"median_step_ms": fv(r.MedianStepMS), "straggler_pct": fv(r.StragglerPct),
+		"lateness_from": r.LatenessFrom}}
 	return f
 }
 

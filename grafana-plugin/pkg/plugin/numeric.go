@@ -70,6 +70,8 @@ func ranksNumericFrame(runID string, r api.RanksResponse) *data.Frame {
 			numericField("median_step_ms", "ms", labels, fv(s.MedianStepMS)),
 			numericField("p95_step_ms", "ms", labels, fv(s.P95StepMS)),
 			numericField("wait_ms", "ms", labels, fv(s.WaitMS)),
+			numericField("lateness_ms", "ms", labels, fp(s.LatenessMS)),
+			numericField("straggler_score", "percentunit", labels, fp(s.StragglerScore)),
 			numericField("mean_gpu_util_pct", "percent", labels, fp(s.MeanGPUUtil)),
 			numericField("peak_gpu_mem_gb", "decgbytes", labels, fp(s.PeakMemGB)),
 			numericField("straggler", "none", labels, &straggler),

@@ -28,7 +28,7 @@ func (e *QueryError) Error() string {
 var stepMetrics = []string{"loss", "lr", "grad_norm", "loss_scale", "epoch", "samples", "tokens",
 	"throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms",
 	"optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
-	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu", "skipped"}
+	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu", "sync_wait_ms", "input_wait_ms", "skipped"}
 
 // hasVariable reports whether s still holds a Grafana template variable
 // ($run, ${run}, [[run]]). Provisioned dashboards store queries before
