@@ -44,26 +44,41 @@ type PluginQuery struct {
 	EventTypes []string `json:"eventTypes,omitempty"` // annotations: checkpoint, overflow, restart, eval, …; none: all
 
 	AlertKind string `json:"alertKind,omitempty"` // alerts: one kind (non_finite, idle_gpu, …); none: all
+
+	// Jobs, job_counts, quotas and sweep_trials filter by Project and
+	// Sweep; "*" (a picker's All) or "" is no filter.
+	State  string `json:"state,omitempty"`  // jobs, job_counts: queued, running, finished, failed, cancelled, lost
+	Metric string `json:"metric,omitempty"` // sweep_trials: the eval metric trials are ranked by (val_accuracy, val_loss, …)
+	Goal   string `json:"goal,omitempty"`   // sweep_trials: min or max; none: the sweep's own, or min for a loss
 }
 
 // Query types of [PluginQuery].
 const (
-	QueryRuns        = "runs"        // table of runs
-	QueryRunSummary  = "run_summary" // one-row frame of the summary cards
-	QueryRunDetails  = "run_details" // key/value table: config, params, command, commit, versions
-	QueryRunCode     = "run_code"    // the entry script and the git diff, one row per line
-	QuerySeries      = "series"      // time series (or step on x)
-	QueryHeatmap     = "heatmap"     // heatmap-rows frame
-	QueryEvals       = "evals"       // evaluation points
-	QueryBreakdown   = "breakdown"   // donut
-	QueryMemory      = "memory"      // ZeRO bars
-	QueryCompare     = "compare"     // comparison table
-	QueryRanks       = "ranks"       // per-rank table
-	QueryGPUs        = "gpus"        // GPU telemetry per host and GPU
-	QueryAnnotations = "annotations" // run events
-	QueryAlerts      = "alerts"      // the server detectors' open alerts
+	QueryRuns        = "runs"         // table of runs
+	QueryRunSummary  = "run_summary"  // one-row frame of the summary cards
+	QueryRunDetails  = "run_details"  // key/value table: config, params, command, commit, versions
+	QueryRunCode     = "run_code"     // the entry script and the git diff, one row per line
+	QuerySeries      = "series"       // time series (or step on x)
+	QueryHeatmap     = "heatmap"      // heatmap-rows frame
+	QueryEvals       = "evals"        // evaluation points
+	QueryBreakdown   = "breakdown"    // donut
+	QueryMemory      = "memory"       // ZeRO bars
+	QueryCompare     = "compare"      // comparison table
+	QueryRanks       = "ranks"        // per-rank table
+	QueryGPUs        = "gpus"         // GPU telemetry per host and GPU
+	QueryAnnotations = "annotations"  // run events
+	QueryAlerts      = "alerts"       // the server detectors' open alerts
+	QueryJobs        = "jobs"         // table of jobs
+	QueryJobCounts   = "job_counts"   // numeric-wide: total, active, done, failed, …
+	QueryQuotas      = "quotas"       // numeric-wide: GPU-hours used per project, its limit as max
+	QuerySweepTrials = "sweep_trials" // table: a sweep's trials, params as columns, best first
 )
+
+// AllValue is the value of a picker's "All" on the jobs dashboard: no
+// filter.
+const AllValue = "*"
 
 // PluginQueryTypes lists every query type.
 var PluginQueryTypes = []string{QueryRuns, QueryRunSummary, QueryRunDetails, QueryRunCode, QuerySeries, QueryHeatmap, QueryEvals,
-	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations, QueryAlerts}
+	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations, QueryAlerts,
+	QueryJobs, QueryJobCounts, QueryQuotas, QuerySweepTrials}

@@ -10,12 +10,13 @@ type VariableQuery struct {
 	RefID    string `json:"refId,omitempty"`
 	Resource string `json:"resource"`
 
-	Project string `json:"project,omitempty"` // runs, sweeps
-	Sweep   string `json:"sweep,omitempty"`   // runs
+	Project string `json:"project,omitempty"` // runs, sweeps, job_sweeps
+	Sweep   string `json:"sweep,omitempty"`   // runs, sweep_metrics, sweep_goals
 	Tag     string `json:"tag,omitempty"`     // runs
 	Status  string `json:"status,omitempty"`  // runs
 	Run     string `json:"run,omitempty"`     // metrics, ranks, hosts, window
 	Part    string `json:"part,omitempty"`    // window: span, shift, from or to
+	Metric  string `json:"metric,omitempty"`  // sweep_goals
 }
 
 // Resources of [VariableQuery]: the plugin backend serves each as a GET
@@ -28,6 +29,12 @@ const (
 	VariableRanks    = "ranks"    // ranks of a run
 	VariableHosts    = "hosts"    // hosts with GPU samples, of a run or the time range
 	VariableWindow   = "window"   // one part of a run's time window; see WindowParts
+
+	VariableJobProjects  = "job_projects"  // distinct projects of jobs and quotas
+	VariableJobSweeps    = "job_sweeps"    // sweep ids of jobs, newest first, filtered by project
+	VariableJobStates    = "job_states"    // the states a job can be in
+	VariableSweepMetrics = "sweep_metrics" // eval metrics a sweep's trials can be ranked by, its own first
+	VariableSweepGoals   = "sweep_goals"   // min and max, the one that suits the metric first
 )
 
 // WindowParts are the parts of a run's time window that the window
@@ -46,4 +53,5 @@ const (
 var WindowParts = []string{"span", "shift", "from", "to"}
 
 // VariableResources lists every resource a [VariableQuery] may name.
-var VariableResources = []string{VariableProjects, VariableRuns, VariableSweeps, VariableMetrics, VariableRanks, VariableHosts, VariableWindow}
+var VariableResources = []string{VariableProjects, VariableRuns, VariableSweeps, VariableMetrics, VariableRanks, VariableHosts, VariableWindow,
+	VariableJobProjects, VariableJobSweeps, VariableJobStates, VariableSweepMetrics, VariableSweepGoals}

@@ -28,6 +28,7 @@ const (
 	UIDCompare     = "deepseed-compare"
 	UIDRanks       = "deepseed-ranks"
 	UIDGPUNodes    = "deepseed-gpu-nodes"
+	UIDJobs        = "deepseed-jobs"
 )
 
 // Dashboard is one generated dashboard.
@@ -46,6 +47,7 @@ func All() []Dashboard {
 		{UIDCompare, compare},
 		{UIDRanks, ranks},
 		{UIDGPUNodes, gpuNodes},
+		{UIDJobs, jobsDashboard},
 	}
 }
 

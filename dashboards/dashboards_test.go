@@ -253,7 +253,11 @@ func TestVariables(t *testing.T) {
 				t.Errorf("%s: variable %s: resource %q, want one of %v", uid, v.Name, q.Resource, api.VariableResources)
 			}
 		}
-		for _, name := range []string{"project", "run"} {
+		required := []string{"project", "run"}
+		if uid == dashboards.UIDJobs {
+			required = []string{"project", "sweep", "state", "metric", "goal"} // jobs, not one run
+		}
+		for _, name := range required {
 			if _, ok := vars[name]; !ok {
 				t.Errorf("%s: no %s variable", uid, name)
 			}
@@ -295,7 +299,7 @@ func variableRefs(s string) []string {
 // TestStableUIDs pins the dashboard UIDs: links and the home dashboard
 // setting use them.
 func TestStableUIDs(t *testing.T) {
-	want := []string{"deepseed-training-run", "deepseed-compare", "deepseed-ranks", "deepseed-gpu-nodes"}
+	want := []string{"deepseed-training-run", "deepseed-compare", "deepseed-ranks", "deepseed-gpu-nodes", "deepseed-jobs"}
 	docs := loadDashboards(t)
 	for _, uid := range want {
 		d, ok := docs[uid]

@@ -22,6 +22,7 @@ import (
 	"github.com/deepseed/deepseed/dashboards"
 	"github.com/deepseed/deepseed/demo"
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
+	"github.com/deepseed/deepseed/jobs/jobstest"
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/server/servertest"
 	"github.com/deepseed/deepseed/store/storetest"
@@ -62,6 +63,11 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 	if _, err := demo.Load(ctx, demo.Options{Server: base, Token: ingestToken, Anchor: anchor}); err != nil {
 		t.Fatalf("load demo: %v", err)
 	}
+	// The demo has no agent, so no jobs: a real agent runs a small sweep
+	// for the Jobs dashboard (project imdb sorts after the demo's, whose
+	// runs the other dashboards pick first).
+	seed := jobstest.Seed(t, jobstest.Server{URL: base, Submit: dashSubmitToken, Agent: dashAgentToken, Ingest: ingestToken}, "imdb")
+	t.Log(seed)
 	inst, err := plugin.NewDatasource(ctx, backend.DataSourceInstanceSettings{
 		UID: dashboards.DatasourceUID, Name: "DeepSeed",
 		JSONData:                []byte(fmt.Sprintf(`{"url":%q}`, base)),
@@ -201,7 +207,7 @@ func pickVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource, doc
 	vars, offered = make(map[string]string), make(map[string][]string)
 	for _, v := range doc.Templating.List {
 		q := v.Query
-		params := map[string]string{"project": q.Project, "sweep": q.Sweep, "tag": q.Tag, "status": q.Status, "run": q.Run, "part": q.Part}
+		params := map[string]string{"project": q.Project, "sweep": q.Sweep, "tag": q.Tag, "status": q.Status, "run": q.Run, "part": q.Part, "metric": q.Metric}
 		if q.Resource == api.VariableHosts || q.Resource == api.VariableWindow {
 			params["from"], params["to"] = tr.From.Format(time.RFC3339), tr.To.Format(time.RFC3339)
 		}
@@ -523,13 +529,20 @@ func stringConversions(p fullPanel) []string {
 	return out
 }
 
+// Tokens of the scopes that queue and run jobs.
+const (
+	dashSubmitToken = "dash-submit-token"
+	dashAgentToken  = "dash-agent-token"
+)
+
 // startServer runs a real DeepSeed server, ingest and query with tokens,
-// on a fresh database.
+// jobs included, on a fresh database.
 func startServer(t *testing.T) (base, readToken, ingestToken string) {
 	t.Helper()
 	readToken, ingestToken = "dash-read-token", "dash-ingest-token"
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens = []string{ingestToken}
 	cfg.ReadTokens = []string{readToken}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{dashSubmitToken}, []string{dashAgentToken}
 	return servertest.Start(t, cfg, storetest.NewStore(t)), readToken, ingestToken
 }

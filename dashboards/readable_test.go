@@ -186,6 +186,7 @@ func TestEveryPanelReadable(t *testing.T) {
 		"heatmap":        heatmapRules,
 		"barchart":       barChartRules,
 		"piechart":       pieChartRules,
+		"bargauge":       barGaugeRules,
 	}
 	for _, d := range dashboards.All() {
 		for _, p := range rawPanels(t, d.UID) {
@@ -331,6 +332,24 @@ func pieChartRules(p rawPanel) []string {
 	out := want([3]string{p.str("options", "legend", "showLegend"), "true", "legend.showLegend"})
 	if len(anyList(p.get("options", "legend", "values"))) == 0 {
 		out = append(out, "legend without values")
+	}
+	return out
+}
+
+// A bar gauge of quotas draws each bar against its own limit: no panel-wide
+// max overrides the fields' own, the thresholds are percentages of it, and
+// the unfilled part shows what is left.
+func barGaugeRules(p rawPanel) []string {
+	out := want(
+		[3]string{p.str("fieldConfig", "defaults", "thresholds", "mode"), "percentage", "thresholds.mode"},
+		[3]string{p.str("options", "showUnfilled"), "true", "options.showUnfilled"},
+		[3]string{p.str("options", "orientation"), "horizontal", "options.orientation"},
+	)
+	if p.get("fieldConfig", "defaults", "max") != nil {
+		out = append(out, "a panel max hides each field's own (the quota limit)")
+	}
+	if p.str("fieldConfig", "defaults", "unit") == "" {
+		out = append(out, "no unit")
 	}
 	return out
 }

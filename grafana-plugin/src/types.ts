@@ -16,7 +16,11 @@ export type QueryType =
   | 'ranks'
   | 'gpus'
   | 'annotations'
-  | 'alerts';
+  | 'alerts'
+  | 'jobs'
+  | 'job_counts'
+  | 'quotas'
+  | 'sweep_trials';
 
 /** One panel query. Field names match api.PluginQuery in the Go backend. */
 export interface DeepSeedQuery extends DataQuery {
@@ -47,6 +51,12 @@ export interface DeepSeedQuery extends DataQuery {
   eventTypes?: string[];
   /** alerts: only this kind (non_finite, overflow_storm, loss_spike, idle_gpu, stalled, rank_stopped, data_stall, straggler); none: all. */
   alertKind?: string;
+  /** jobs, job_counts: queued, running, finished, failed, cancelled or lost; '*' or none: all. */
+  state?: string;
+  /** sweep_trials: the eval metric trials are ranked by (val_accuracy, val_loss, …). */
+  metric?: string;
+  /** sweep_trials: min or max; none: the sweep's own, or min for a loss. */
+  goal?: string;
 }
 
 export const DEFAULT_QUERY: Partial<DeepSeedQuery> = {
@@ -79,7 +89,19 @@ export const QUERY_TYPES: QueryTypeInfo[] = [
   { value: 'gpus', label: 'GPU telemetry', description: 'Per host and GPU time series', needsRun: false },
   { value: 'annotations', label: 'Run events', description: 'Checkpoints, overflow skips, restarts, evaluations', needsRun: false },
   { value: 'alerts', label: 'Alerts', description: "Open alerts of the server's detectors (table; numeric format for alert rules)", needsRun: false },
+  { value: 'jobs', label: 'Jobs', description: 'Jobs of a project, sweep or state, newest first (table)', needsRun: false },
+  { value: 'job_counts', label: 'Job counters', description: 'Total, active, done, failed, … (one row, for stat panels)', needsRun: false },
+  { value: 'quotas', label: 'GPU quotas', description: 'GPU-hours used per project, the limit as max (bar gauge)', needsRun: false },
+  {
+    value: 'sweep_trials',
+    label: 'Sweep trials',
+    description: "A sweep's trials: params beside the final and best eval metric, best first (table)",
+    needsRun: false,
+  },
 ];
+
+/** The states of a job; a filter's '*' is all of them. */
+export const JOB_STATES = ['queued', 'running', 'finished', 'failed', 'cancelled', 'lost'];
 
 /** Event types the training hook and the query service know; scripts may record others. */
 export const EVENT_TYPES: Array<{ value: string; label: string; description: string }> = [
@@ -159,7 +181,19 @@ export interface DeepSeedSecureOptions {
  * Lists served by the backend's resources, for template variables: the
  * resources of api.VariableQuery in the Go module (api.VariableResources).
  */
-export type VariableResource = 'projects' | 'runs' | 'sweeps' | 'metrics' | 'ranks' | 'hosts' | 'window';
+export type VariableResource =
+  | 'projects'
+  | 'runs'
+  | 'sweeps'
+  | 'metrics'
+  | 'ranks'
+  | 'hosts'
+  | 'window'
+  | 'job_projects'
+  | 'job_sweeps'
+  | 'job_states'
+  | 'sweep_metrics'
+  | 'sweep_goals';
 
 export const VARIABLE_RESOURCES: VariableResource[] = [
   'projects',
@@ -169,6 +203,11 @@ export const VARIABLE_RESOURCES: VariableResource[] = [
   'ranks',
   'hosts',
   'window',
+  'job_projects',
+  'job_sweeps',
+  'job_states',
+  'sweep_metrics',
+  'sweep_goals',
 ];
 
 /**
@@ -184,6 +223,8 @@ export interface VariableQuery extends DataQuery {
   run?: string;
   /** window: span, shift, from or to (api.WindowParts). */
   part?: string;
+  /** sweep_goals: the metric the goal is for. */
+  metric?: string;
 }
 
 export interface Option {

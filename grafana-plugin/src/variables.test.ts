@@ -35,4 +35,15 @@ describe('variableParams', () => {
       part: 'span',
     });
   });
+
+  it('sends the job lists their filters', () => {
+    expect(variableParams({ refId: 'V', resource: 'job_sweeps', project: '$project', sweep: 'x' })).toEqual({ project: '$project' });
+    expect(variableParams({ refId: 'V', resource: 'job_states', project: 'imdb' })).toEqual({});
+    expect(variableParams({ refId: 'V', resource: 'sweep_goals', sweep: '$sweep', project: '*', metric: '$metric', run: 'r' })).toEqual({
+      sweep: '$sweep',
+      project: '*',
+      metric: '$metric',
+    });
+    expect(normalizeVariableQuery({ refId: 'V', resource: 'sweep_metrics' }).resource).toBe('sweep_metrics');
+  });
 });

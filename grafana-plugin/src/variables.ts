@@ -38,6 +38,12 @@ export function variableParams(q: VariableQuery): Record<string, string | undefi
       return { run: q.run };
     case 'window':
       return { run: q.run, part: q.part };
+    case 'job_sweeps':
+      return { project: q.project };
+    case 'sweep_metrics':
+      return { sweep: q.sweep, project: q.project };
+    case 'sweep_goals':
+      return { sweep: q.sweep, project: q.project, metric: q.metric };
     default:
       return {};
   }

@@ -333,6 +333,9 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 			return data.Frames{alertsNumericFrame(r)}, nil
 		}
 		return data.Frames{alertsFrame(r)}, nil
+
+	case api.QueryJobs, api.QueryJobCounts, api.QueryQuotas, api.QuerySweepTrials:
+		return d.runJobs(ctx, q, time.Now())
 	}
 	return nil, &QueryError{Field: "queryType", Msg: "unknown " + q.QueryType}
 }

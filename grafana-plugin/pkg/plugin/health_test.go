@@ -115,6 +115,12 @@ func TestCallResource(t *testing.T) {
 		{"window?part=span", 404, "window needs ?run="},
 		{"window?run=nope&part=span", 404, "not found"},
 		{"nothing", 404, "unknown resource"},
+		// A server without jobs: empty lists (TestJobResources has jobs).
+		{"job_projects", 200, `[]`},
+		{"job_sweeps?project=nlp", 200, `[]`},
+		{"job_states", 200, `[{"text":"queued","value":"queued"},{"text":"running","value":"running"},{"text":"finished","value":"finished"},{"text":"failed","value":"failed"},{"text":"cancelled","value":"cancelled"},{"text":"lost","value":"lost"}]`},
+		{"sweep_metrics", 200, `[]`},
+		{"sweep_goals?metric=val_loss", 200, `[{"text":"min","value":"min"},{"text":"max","value":"max"}]`},
 	}
 	// Every resource a variable query may name is served.
 	for _, r := range api.VariableResources {

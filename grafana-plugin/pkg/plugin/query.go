@@ -122,6 +122,16 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 			return q, &QueryError{Field: "gpu", Msg: fmt.Sprintf("%q: want a GPU index", g)}
 		}
 	}
+	if s := q.State; s != "" && s != api.AllValue && !hasVariable(s) && !slices.Contains(JobStates, s) {
+		return q, &QueryError{Field: "state", Msg: fmt.Sprintf("%q: want one of %s", s, strings.Join(JobStates, ", "))}
+	}
+	switch q.Goal {
+	case "", "min", "max", api.AllValue:
+	default:
+		if !hasVariable(q.Goal) {
+			return q, &QueryError{Field: "goal", Msg: fmt.Sprintf("%q: want min or max", q.Goal)}
+		}
+	}
 	if q.StragglerPct < 0 || q.StragglerPct > 1000 {
 		return q, &QueryError{Field: "stragglerPct", Msg: "want a margin above 0 and at most 1000 percent"}
 	}

@@ -33,6 +33,11 @@ type Option struct {
 //	ranks?run=                        the ranks that reported
 //	hosts?run=&from=&to=              hosts with GPU samples
 //	window?run=&part=&to=             one part of a run's time window
+//	job_projects                      distinct projects of jobs and quotas
+//	job_sweeps?project=               sweep ids of jobs, newest first
+//	job_states                        the states a job can be in
+//	sweep_metrics?sweep=&project=     metrics to rank a sweep's trials by
+//	sweep_goals?sweep=&project=&metric= max and min, the fitting one first
 //
 // These are the resources of [api.VariableQuery]; the frontend's variable
 // support passes a variable query's filters as the query string.
@@ -177,6 +182,9 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 
 	case api.VariableWindow:
 		return d.windowResource(ctx, q, time.Now())
+
+	case api.VariableJobProjects, api.VariableJobSweeps, api.VariableJobStates, api.VariableSweepMetrics, api.VariableSweepGoals:
+		return d.jobResource(ctx, path, q)
 	}
 	return nil, &QueryError{Msg: fmt.Sprintf("unknown resource %q; want one of %s", path, strings.Join(api.VariableResources, ", "))}
 }

@@ -99,4 +99,28 @@ describe('QueryEditor', () => {
     expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ gpu: '3' }));
     expect(screen.getByLabelText('Host')).toBeInTheDocument();
   });
+
+  it('ranks sweep trials by a metric and goal, with no run to pick', async () => {
+    const { onChange, fetchOptions } = setup({ queryType: 'sweep_trials', sweep: '$sweep' });
+    expect(screen.queryByLabelText('Run')).not.toBeInTheDocument();
+    expect(screen.queryByLabelText('State')).not.toBeInTheDocument();
+    fireEvent.change(screen.getByLabelText('Metric'), { target: { value: 'val_loss' } });
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ metric: 'val_loss', sweep: '$sweep' }));
+    await userEvent.click(screen.getByText('Min'));
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ goal: 'min' }));
+    expect(fetchOptions).not.toHaveBeenCalledWith('runs', expect.anything());
+  });
+
+  it('filters jobs by state, and quotas only by project', async () => {
+    const { onChange, unmount } = setup({ queryType: 'jobs', project: 'imdb' });
+    expect(screen.queryByLabelText('Metric')).not.toBeInTheDocument();
+    await userEvent.click(screen.getByLabelText('State'));
+    await userEvent.click(await screen.findByText('failed'));
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ state: 'failed', project: 'imdb', queryType: 'jobs' }));
+    unmount();
+    setup({ queryType: 'quotas' });
+    expect(screen.getByLabelText('Project')).toBeInTheDocument();
+    expect(screen.queryByLabelText('Sweep')).not.toBeInTheDocument();
+    expect(screen.queryByLabelText('State')).not.toBeInTheDocument();
+  });
 });

@@ -3,7 +3,17 @@ import { QueryEditorProps, SelectableValue } from '@grafana/data';
 import { InlineField, InlineFieldRow, InlineSwitch, Input, MultiSelect, RadioButtonGroup, Select } from '@grafana/ui';
 
 import { DataSource } from '../datasource';
-import { DeepSeedOptions, DeepSeedQuery, EVENT_TYPES, GPU_METRICS, Option, QUERY_TYPES, QueryType, STEP_METRICS } from '../types';
+import {
+  DeepSeedOptions,
+  DeepSeedQuery,
+  EVENT_TYPES,
+  GPU_METRICS,
+  JOB_STATES,
+  Option,
+  QUERY_TYPES,
+  QueryType,
+  STEP_METRICS,
+} from '../types';
 
 type Props = QueryEditorProps<DataSource, DeepSeedQuery, DeepSeedOptions>;
 
@@ -23,6 +33,12 @@ const xAxisOptions: Array<SelectableValue<'time' | 'step'>> = [
 const passOptions: Array<SelectableValue<'forward' | 'backward'>> = [
   { value: 'forward', label: 'Forward' },
   { value: 'backward', label: 'Backward' },
+];
+
+const goalOptions: Array<SelectableValue<string>> = [
+  { value: '', label: 'Auto' },
+  { value: 'max', label: 'Max' },
+  { value: 'min', label: 'Min' },
 ];
 
 const toSelectable = (opts: Option[]): Array<SelectableValue<string>> => opts.map((o) => ({ value: o.value, label: o.text }));
@@ -253,6 +269,51 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource }: Props) 
               onChange={(vs) => update({ eventTypes: vs.length ? vs.map((v) => v.value as string) : undefined })}
             />
           </InlineField>
+        </InlineFieldRow>
+      )}
+
+      {(type === 'jobs' || type === 'job_counts' || type === 'quotas' || type === 'sweep_trials') && (
+        <InlineFieldRow>
+          <InlineField label="Project" labelWidth={LABEL} tooltip="A project, or * or empty for all">
+            <Input aria-label="Project" width={20} {...text('project')} />
+          </InlineField>
+          {type !== 'quotas' && (
+            <InlineField label="Sweep" labelWidth={8} tooltip={type === 'sweep_trials' ? 'A sweep id; * or empty for the newest' : 'A sweep id, or * or empty for all'}>
+              <Input aria-label="Sweep" width={20} {...text('sweep')} />
+            </InlineField>
+          )}
+          {(type === 'jobs' || type === 'job_counts') && (
+            <InlineField label="State" labelWidth={8}>
+              <Select
+                inputId="deepseed-job-state"
+                aria-label="State"
+                width={16}
+                allowCustomValue
+                isClearable
+                placeholder="all"
+                options={withCurrent(
+                  JOB_STATES.map((s) => ({ value: s, label: s })),
+                  [query.state]
+                )}
+                value={query.state || null}
+                onChange={(v) => update({ state: v?.value || undefined })}
+              />
+            </InlineField>
+          )}
+          {type === 'sweep_trials' && (
+            <>
+              <InlineField label="Metric" labelWidth={8} tooltip="val_accuracy, val_loss, …; empty for the sweep's own">
+                <Input aria-label="Metric" width={18} {...text('metric')} />
+              </InlineField>
+              <InlineField label="Goal" labelWidth={6}>
+                <RadioButtonGroup
+                  options={goalOptions}
+                  value={query.goal || ''}
+                  onChange={(v) => update({ goal: v || undefined })}
+                />
+              </InlineField>
+            </>
+          )}
         </InlineFieldRow>
       )}
 

@@ -20,6 +20,11 @@ const resources: Array<SelectableValue<VariableResource>> = [
     label: 'Run window',
     description: "One part of a run's time window (span, shift, from, to), for panel time overrides and links",
   },
+  { value: 'job_projects', label: 'Job projects', description: 'Projects of jobs and quotas' },
+  { value: 'job_sweeps', label: 'Job sweeps', description: 'Sweeps of jobs, newest first' },
+  { value: 'job_states', label: 'Job states', description: 'queued, running, finished, failed, cancelled, lost' },
+  { value: 'sweep_metrics', label: 'Sweep metrics', description: "Eval metrics to rank a sweep's trials by, its own first" },
+  { value: 'sweep_goals', label: 'Sweep goals', description: 'max and min, the one that suits the metric first' },
 ];
 
 /**
@@ -65,6 +70,14 @@ export function VariableQueryEditor({ query, onChange }: Props) {
       {q.resource === 'sweeps' && <InlineFieldRow>{field('project', 'Project', 'optional, e.g. $project')}</InlineFieldRow>}
       {(q.resource === 'metrics' || q.resource === 'ranks' || q.resource === 'hosts') && (
         <InlineFieldRow>{field('run', 'Run', q.resource === 'ranks' ? '$run' : 'optional, e.g. $run')}</InlineFieldRow>
+      )}
+      {q.resource === 'job_sweeps' && <InlineFieldRow>{field('project', 'Project', 'optional, e.g. $project')}</InlineFieldRow>}
+      {(q.resource === 'sweep_metrics' || q.resource === 'sweep_goals') && (
+        <InlineFieldRow>
+          {field('sweep', 'Sweep', '$sweep; empty for the newest')}
+          {field('project', 'Project', 'optional, e.g. $project')}
+          {q.resource === 'sweep_goals' && field('metric', 'Metric', '$metric')}
+        </InlineFieldRow>
       )}
       {q.resource === 'window' && (
         <InlineFieldRow>
