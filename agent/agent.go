@@ -263,7 +263,18 @@ func (a *Agent) poll(ctx context.Context) {
 		if j == nil {
 			continue
 		}
-		st, err := a.cfg.Executor.Poll(ctx, j.Handle)
+		var st Status
+		var err error
+		// An ended answer kept from the start is reported until the
+		// server has it; the job then leaves a.held.
+		a.mu.Lock()
+		first := j.first
+		a.mu.Unlock()
+		if first != nil {
+			st = *first
+		} else {
+			st, err = a.cfg.Executor.Poll(ctx, j.Handle)
+		}
 		if err != nil {
 			a.log.Warn("poll failed", "job", id, "err", err)
 			continue
@@ -349,9 +360,16 @@ func (a *Agent) start(ctx context.Context, j api.Job, env []string) {
 	// once, a Slurm job may wait in its queue (pending), and its runtime —
 	// what quotas count — begins only when it runs. An ended or unknown
 	// state is left to the next poll.
+	// Executors may hand out a final state once (the local one forgets a
+	// child it has reaped), so an ended answer is kept for the next poll.
 	state := StateRunning
-	if st, err := a.cfg.Executor.Poll(ctx, h); err == nil && st.State == StateQueued {
-		state = StateQueued
+	if st, err := a.cfg.Executor.Poll(ctx, h); err == nil {
+		switch {
+		case st.State == StateQueued:
+			state = StateQueued
+		case st.Ended():
+			held.first = &st
+		}
 	}
 	if err := a.c.report(ctx, j.ID, api.JobReport{State: state, ExternalID: h.ExternalID}); err == nil {
 		a.mu.Lock()

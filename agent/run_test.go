@@ -240,3 +240,22 @@ func gone(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
 }
+
+// A command that ends before the agent's first report still ends with its
+// own exit code, not as lost.
+func TestAgentInstantExit(t *testing.T) {
+	e := start(t, 5*time.Second)
+	runAgent(t, e, "node1", []int{0})
+	waitAgent(t, e, "node1")
+	for _, code := range []string{"0", "3"} {
+		j := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"sh", "-c", "exit " + code}})
+		want := "finished"
+		if code != "0" {
+			want = "failed"
+		}
+		j = e.waitJob(t, j.ID, want, state(want))
+		if j.ExitCode == nil || strconv.Itoa(*j.ExitCode) != code {
+			t.Errorf("job exiting %s: %+v", code, j)
+		}
+	}
+}

@@ -27,6 +27,7 @@ type heldJob struct {
 	Cancelling bool `json:"cancelling,omitempty"`
 
 	dropping bool      // being stopped because the server no longer counts it ours
+	first    *Status   // the executor's answer right after Start, when it had already ended: the next poll reports it
 	tail     string    // the output tail last reported
 	tailAt   time.Time // when
 }
