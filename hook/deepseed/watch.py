@@ -703,7 +703,8 @@ class Watcher:
 
     def _ready(self, slot):
         # Events of one stream complete in order: once the next step's start
-        # has, so has every event of this step.
+        # has, so has every event of this step. Its values wait for their
+        # batch (Fetcher), which leaves by size or age at a step's close.
         end = slot.nxt_start
         if end is None or not end.query():
             return False
@@ -712,10 +713,6 @@ class Watcher:
                 if not all(b.ready() for b in box):
                     return False
             elif not box.ready():
-                if box.batch is None:
-                    # Its step is complete; its values should not wait for
-                    # the batch to fill.
-                    self.fetch.flush()
                 return False
         return True
 

@@ -87,6 +87,8 @@ HOOK_VARIANTS = {
     "layer_every_0": ({"layer_every": 0}, {}),
     "layers_every_step": ({"layer_every": 1}, {}),
 }
+# Options the previous package may not have.
+NEW_ONLY = {"norm_every_step": ({}, {"grad_norm_every": 1})}
 
 
 def start_hook(variant, model, opt, url):
@@ -94,8 +96,9 @@ def start_hook(variant, model, opt, url):
         if prefix and not variant.startswith(prefix):
             continue
         name = variant[len(prefix):]
-        if name in HOOK_VARIANTS:
-            ikw, wkw = HOOK_VARIANTS[name]
+        table = dict(HOOK_VARIANTS, **NEW_ONLY) if not prefix else HOOK_VARIANTS
+        if name in table:
+            ikw, wkw = table[name]
             run = pkg.init(project="bench", name=variant, collector_url=url, handle_signals=False, **ikw)
             run.watch(model, optimizer=opt, **wkw)
             return run
@@ -157,7 +160,7 @@ def bench_tiny(a, url):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    variants = ["no_hook"] + [p + v for p in PACKAGES for v in HOOK_VARIANTS]
+    variants = ["no_hook"] + [p + v for p in PACKAGES for v in HOOK_VARIANTS] + list(NEW_ONLY)
     for i in range(50):
         step(i)
 
@@ -178,9 +181,9 @@ def bench_tiny(a, url):
 def bench_config(a, batch, seq, url):
     model, opt = bert_large()
     data = batches(8, batch, seq)
-    variants = ["no_hook", "default", "layers_every_step"]
+    variants = ["no_hook", "default", "layers_every_step", "norm_every_step"]
     if "old_" in PACKAGES:
-        variants += ["old_default", "old_layers_every_step"]
+        variants += ["old_default"]
     if a.seed_logger:
         variants.append("seed_logger")
     for _ in range(8):  # warm the GPU, allocator and kernels once

@@ -32,31 +32,7 @@ except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback
 
 from .. import run as _run
-
-
-def precision_name(trainer_precision):
-    """bf16 / fp16 / fp32 from Lightning's precision setting
-    ("bf16-mixed", "16-mixed", "32-true", 16, …)."""
-    p = str(trainer_precision or "")
-    if "bf16" in p:
-        return "bf16"
-    if p.startswith("16") or "fp16" in p or p == "half":
-        return "fp16"
-    if p.startswith(("32", "64")) or "fp32" in p:
-        return "fp32"
-    return None
-
-
-def strategy_parallelism(strategy_name):
-    """The run's parallelism from a Lightning strategy class name."""
-    s = strategy_name or ""
-    if "FSDP" in s:
-        return "fsdp"
-    if "DeepSpeed" in s:
-        return "deepspeed"
-    if "DDP" in s or "DataParallel" in s:
-        return "ddp"
-    return None
+from ..env import lightning_precision as precision_name, strategy_parallelism
 
 
 class DeepSeedCallback(Callback):
