@@ -32,8 +32,9 @@ class HostEvent:
 
 try:
     _record_on = torch._C._CudaEventBase.record  # skips Event.record's stream lookup
+    _stream_id = torch._C._cuda_getCurrentStream  # (stream id, device index, device type)
 except AttributeError:  # pragma: no cover - a torch without CUDA
-    _record_on = None
+    _record_on = _stream_id = None
 
 
 class EventPool:
@@ -41,12 +42,13 @@ class EventPool:
     them on the stream the watcher looked up once for the step, not on a
     stream looked up per event."""
 
-    __slots__ = ("cuda", "_free", "stream", "_rec")
+    __slots__ = ("cuda", "_free", "stream", "_rec", "_sid")
 
     def __init__(self, cuda):
         self.cuda = cuda
         self._free = []
         self.stream = None
+        self._sid = None
         self._rec = _record_on if cuda and _record_on is not None else None
 
     def get(self):
@@ -61,8 +63,15 @@ class EventPool:
     def use_current_stream(self, device_index=None):
         """Looks the current stream up once; record() uses it until the
         next call."""
-        if self.cuda:
-            self.stream = torch.cuda.current_stream(device_index)
+        if not self.cuda:
+            return
+        if _stream_id is not None and device_index is not None:
+            # One C call; a Stream object only when the stream changed.
+            sid = _stream_id(device_index)
+            if sid == self._sid and self.stream is not None:
+                return
+            self._sid = sid
+        self.stream = torch.cuda.current_stream(device_index)
 
     def record(self):
         ev = self._free.pop() if self._free else self.get()
@@ -141,6 +150,10 @@ class Fetcher:
             return box
         except Exception:
             return Box(float("nan"))
+
+    @property
+    def waiting(self):
+        return len(self._t)
 
     def due(self, now):
         return bool(self._t) and (len(self._t) >= self.size or now - self._since >= self.max_age)

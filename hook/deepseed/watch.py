@@ -37,6 +37,7 @@ MAX_PENDING = 64
 # GRAD_NORM_EVERY steps (DEEPSEED_GRAD_NORM_EVERY, grad_norm_every=).
 GRAD_NORM_EVERY = 10
 MEM_EVERY_S = 1.0
+FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
 
 try:
@@ -669,7 +670,9 @@ class Watcher:
             cur.boxes.append((k, self.fetch.add(extra.pop(k))))
         self.pending.append(cur)
         self.cur = None
-        if self.fetch.due(now):
+        # Values leave in batches, but before the steps waiting on them
+        # would pass the stale guard.
+        if self.fetch.due(now) or (len(self.pending) >= FLUSH_PENDING and self.fetch.waiting):
             self.fetch.flush()
 
     def attach(self, step, fields):
