@@ -352,3 +352,28 @@ def job_params():
     except ValueError:
         return None
     return v if isinstance(v, dict) else None
+
+
+def lightning_precision(trainer_precision):
+    """bf16 / fp16 / fp32 from Lightning's precision setting ("bf16-mixed",
+    "16-mixed", "32-true", 16, …); None when it names none of them."""
+    p = str(trainer_precision if trainer_precision is not None else "").lower()
+    if "bf16" in p:
+        return "bf16"
+    if p.startswith("16") or "fp16" in p or p == "half":
+        return "fp16"
+    if p.startswith(("32", "64")) or "fp32" in p:
+        return "fp32"
+    return None
+
+
+def strategy_parallelism(strategy_name):
+    """The run's parallelism from a Lightning strategy's class name."""
+    s = strategy_name or ""
+    if "FSDP" in s:
+        return "fsdp"
+    if "DeepSpeed" in s:
+        return "deepspeed"
+    if "DDP" in s or "DataParallel" in s:
+        return "ddp"
+    return None

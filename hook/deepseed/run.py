@@ -27,6 +27,9 @@ STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "sam
                "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb",
                "cpu_util_pct", "tflops", "mfu", "sync_ns", "sync_wait_ms", "input_wait_ms")
 INT_FIELDS = ("samples", "tokens", "sync_ns")
+_STEP_SET = frozenset(STEP_FIELDS)
+_INT_SET = frozenset(INT_FIELDS)
+_EVAL_SET = frozenset(("loss", "accuracy", "f1"))
 
 # CUDA events and the host clock resolve about half a microsecond, so four
 # decimals of a millisecond keep every digit a timing has; the rest is the
@@ -85,7 +88,7 @@ def _clean_fields(fields):
 def _place(rec, key, value):
     """Puts a value in a step or eval record: known fields at top level,
     the rest under metrics."""
-    if key in INT_FIELDS:
+    if key in _INT_SET:
         if isinstance(value, float) and math.isfinite(value):
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -94,8 +97,8 @@ def _place(rec, key, value):
     if key == "skipped":
         rec[key] = bool(value)
         return
-    known = rec.get("kind") == "step" and key in STEP_FIELDS
-    known = known or (rec.get("kind") == "eval" and key in ("loss", "accuracy", "f1"))
+    kind = rec.get("kind")
+    known = key in _STEP_SET if kind == "step" else (kind == "eval" and key in _EVAL_SET)
     if known:
         value = float(value)
         rec[key] = round_ms(value) if key.endswith("_ms") else value
@@ -468,10 +471,22 @@ class Run:
         fields["step_ms"] = (now - last_t) * 1000.0 / (step - last_step)
 
     def _emit_watched_step(self, step, fields, tensors):
-        """Called by the watcher with a finished step's measurements."""
-        rec, more = self._step_record(step, fields)
-        tensors = dict(tensors or {})
-        tensors.update(more)
+        """Called by the watcher with a finished step's measurements: plain
+        numbers, read from the device already (tensors only from callers
+        that pass them)."""
+        rec = {"kind": "step", "run_id": self.run_id, "rank": self.rank, "step": int(step), "time": time.time()}
+        for k, v in fields.items():
+            t = type(v)
+            if t is not float and t is not int:
+                if v is None:
+                    continue
+                if is_tensor(v):
+                    tensors = dict(tensors or {}, **{k: v})
+                    continue
+                v = _num(v)
+                if v is None:
+                    continue
+            _place(rec, k, v)
         self.steps_logged += 1
         self._emit(rec, tensors)
 

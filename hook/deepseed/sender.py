@@ -98,9 +98,24 @@ class _LocalFile:
                     self.failed = e
 
 
-def encode(records) -> bytes:
-    """NDJSON with NaN and Infinity written as Python writes them."""
-    lines = [json.dumps(r, allow_nan=True, separators=(",", ":"), default=_default) for r in records]
+_dumps = json.JSONEncoder(allow_nan=True, separators=(",", ":"), default=_default).encode
+
+# Records the sender thread encodes before it lets the training thread have
+# the interpreter: JSON holds the GIL, and a thread that asks for it back
+# waits up to sys.getswitchinterval() (5 ms) for a busy holder.
+ENCODE_CHUNK = 16
+
+
+def encode(records, yield_every=0) -> bytes:
+    """NDJSON with NaN and Infinity written as Python writes them. With
+    yield_every, gives up the GIL after every that many records."""
+    if not yield_every:
+        lines = [_dumps(r) for r in records]
+    else:
+        lines = []
+        for i in range(0, len(records), yield_every):
+            lines.extend(_dumps(r) for r in records[i:i + yield_every])
+            time.sleep(0)
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -359,7 +374,7 @@ class Sender:
     def _post(self, batch):
         """Returns (ok, retry)."""
         try:
-            body = encode(batch)
+            body = encode(batch, ENCODE_CHUNK)
         except Exception as e:  # pragma: no cover - encode has a default
             self._warn_once("encode", "deepseed: could not encode records: %s", e)
             self.rejected += len(batch)
@@ -469,29 +484,54 @@ class NullSender:
 
 class FileSender(NullSender):
     """Appends NDJSON to a local file, for offline runs; the file can be
-    sent later with ``deepseed import FILE``, which says so at close."""
+    sent later with ``deepseed import FILE``, which says so at close.
+    Records are written in batches (every BUFFER records or FLUSH_S
+    seconds, and at flush and close), not one write per record."""
+
+    BUFFER = 256
+    FLUSH_S = 1.0
 
     def __init__(self, path):
         self._file = _LocalFile(path)
         self.path = self._file.path
+        self._buf = []
+        self._since = 0.0
 
     @property
     def local_path(self):
         return self.path if self._file.written else None
 
+    @property
+    def pending(self):
+        return len(self._buf)
+
     def put(self, record):
-        if self._file.write([record]):
-            self.sent += 1
-        else:
-            self.dropped += 1
+        buf = self._buf
+        if not buf:
+            self._since = time.monotonic()
+        buf.append(record)
+        if len(buf) >= self.BUFFER or time.monotonic() - self._since >= self.FLUSH_S:
+            self._write()
+
+    def _write(self):
+        buf, self._buf = self._buf, []
+        if not buf:
+            return
+        n = self._file.write(buf)
+        self.sent += n
+        self.dropped += len(buf) - n
 
     def flush(self, timeout=5.0):
+        self._write()
         with self._file._lock:
             if self._file._f is not None:
                 self._file._f.flush()
         return True
 
+    drain = flush
+
     def close(self, timeout=5.0):
+        self._write()
         self._file.close()
         if self._file.written:
             log.warning("deepseed: offline: %d records are in %s. Send them with: %s",

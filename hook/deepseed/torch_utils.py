@@ -30,13 +30,26 @@ class HostEvent:
         return (end.t - self.t) * 1000.0
 
 
+try:
+    _record_on = torch._C._CudaEventBase.record  # skips Event.record's stream lookup
+    _stream_id = torch._C._cuda_getCurrentStream  # (stream id, device index, device type)
+except AttributeError:  # pragma: no cover - a torch without CUDA
+    _record_on = _stream_id = None
+
+
 class EventPool:
-    """Reuses timing events: creating one per measurement costs a driver
-    call each time."""
+    """Reuses timing events (creating one costs a driver call) and records
+    them on the stream the watcher looked up once for the step, not on a
+    stream looked up per event."""
+
+    __slots__ = ("cuda", "_free", "stream", "_rec", "_sid")
 
     def __init__(self, cuda):
         self.cuda = cuda
         self._free = []
+        self.stream = None
+        self._sid = None
+        self._rec = _record_on if cuda and _record_on is not None else None
 
     def get(self):
         if self._free:
@@ -47,10 +60,122 @@ class EventPool:
         if ev is not None and len(self._free) < 4096:
             self._free.append(ev)
 
+    def use_current_stream(self, device_index=None):
+        """Looks the current stream up once; record() uses it until the
+        next call."""
+        if not self.cuda:
+            return
+        if _stream_id is not None and device_index is not None:
+            # One C call; a Stream object only when the stream changed.
+            sid = _stream_id(device_index)
+            if sid == self._sid and self.stream is not None:
+                return
+            self._sid = sid
+        self.stream = torch.cuda.current_stream(device_index)
+
     def record(self):
-        ev = self.get()
-        ev.record()
+        ev = self._free.pop() if self._free else self.get()
+        if self._rec is not None and self.stream is not None:
+            self._rec(ev, self.stream)
+        else:
+            ev.record()
         return ev
+
+
+class Box:
+    """One scalar the device owes: value is None until its batch arrived."""
+
+    __slots__ = ("value", "batch")
+
+    def __init__(self, value=None):
+        self.value = value
+        self.batch = None
+
+    def ready(self):
+        b = self.batch
+        if b is None:
+            return self.value is not None
+        return b.done or b.poll()
+
+
+class _Batch:
+    __slots__ = ("host", "ev", "boxes", "done")
+
+    def __init__(self, host, ev, boxes):
+        self.host = host
+        self.ev = ev
+        self.boxes = boxes
+        self.done = False
+
+    def poll(self, wait=False):
+        if self.done:
+            return True
+        if self.ev is not None and not self.ev.query():
+            if not wait:
+                return False
+            self.ev.synchronize()
+        for b, v in zip(self.boxes, self.host.tolist()):
+            b.value = v
+        self.done = True
+        return True
+
+
+class Fetcher:
+    """Scalar tensors read back in batches: values of many steps wait on
+    the device and travel in one stack and one asynchronous copy to pinned
+    memory, so that a step adds no kernel of its own for them. A batch
+    leaves when it holds `size` values or its oldest is `max_age` seconds
+    old; :meth:`Box.ready` then asks the copy's event whether it is done."""
+
+    def __init__(self, size=32, max_age=0.25):
+        self.size = size
+        self.max_age = max_age
+        self._t = []
+        self._b = []
+        self._since = 0.0
+
+    def add(self, t):
+        """A Box for tensor t (its mean when it has several elements)."""
+        try:
+            t = t.detach()
+            if t.numel() != 1:
+                t = t.float().mean()
+            if not t.is_cuda:
+                return Box(float(t.item()))
+            box = Box()
+            if not self._t:
+                self._since = time.perf_counter()
+            self._t.append(t)
+            self._b.append(box)
+            return box
+        except Exception:
+            return Box(float("nan"))
+
+    @property
+    def waiting(self):
+        return len(self._t)
+
+    def due(self, now):
+        return bool(self._t) and (len(self._t) >= self.size or now - self._since >= self.max_age)
+
+    def flush(self):
+        if not self._t:
+            return
+        ts, boxes = self._t, self._b
+        self._t, self._b = [], []
+        try:
+            vals = torch.stack([x.reshape(()) if x.dtype == torch.float32 else x.reshape(()).float() for x in ts])
+            host = torch.empty(len(ts), dtype=torch.float32, pin_memory=True)
+            host.copy_(vals, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            batch = _Batch(host, ev, boxes)
+        except Exception:
+            # Tensors on several devices: one at a time.
+            host = torch.tensor([float(x.item()) for x in ts], dtype=torch.float32)
+            batch = _Batch(host, None, boxes)
+        for b in boxes:
+            b.batch = batch
 
 
 class LazyValues:

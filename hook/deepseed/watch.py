@@ -30,12 +30,13 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import os
 import time
 
 import torch
 
 from .run import round_ms
-from .torch_utils import EventPool, LazyValues, first_grad_tensor, fused_grad_norm, iter_tensors, output_loss
+from .torch_utils import EventPool, Fetcher, first_grad_tensor, fused_grad_norm, iter_tensors, output_loss
 
 log = logging.getLogger("deepseed")
 
@@ -46,6 +47,12 @@ EMBED_NAMES = {"embeddings", "embedding", "embed", "wte", "wpe", "embed_tokens",
 HEAD_NAMES = {"classifier", "lm_head", "head", "score", "qa_outputs", "cls", "output_layer", "heads"}
 WRAPPER_PARTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
 MAX_PENDING = 64
+# The gradient norm reads every gradient; by default it is taken every
+# GRAD_NORM_EVERY steps (DEEPSEED_GRAD_NORM_EVERY, grad_norm_every=).
+GRAD_NORM_EVERY = 10
+MEM_EVERY_S = 1.0
+FLUSH_PENDING = 16
+_grad_enabled = torch.is_grad_enabled
 ANCHOR_KEEP = 256
 
 try:
@@ -128,9 +135,8 @@ def _param_count(model):
 
 class _Slot:
     __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
-                 "lazies", "closed", "data_ms", "host_open", "host_close", "layer", "mem_peak", "mem_resv",
-                 "losses", "extra", "bwd_open", "ulazies", "ukeys", "open_ns", "close_ns", "sync_end",
-                 "host_arrive_ns", "host_release_ns")
+                 "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
+                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns")
 
     def __init__(self, step):
         self.step = step
@@ -141,22 +147,18 @@ class _Slot:
         self.ev_end = None
         self.samples = 0
         self.tokens = 0
-        self.user = {}
+        self.user = None
         self.user_step = False
-        self.lazies = []
         self.closed = False
         self.data_ms = None
-        self.host_open = time.perf_counter()
-        self.host_close = None
         self.layer = None
-        self.mem_peak = None
-        self.mem_resv = None
-        self.losses = []
+        self.losses = []  # Boxes, one per forward; the step's loss is their mean
         self.extra = {}
         self.bwd_open = False
-        self.ulazies = []  # tensors the user logged, read after the watcher's
-        self.ukeys = set()
-        self.open_ns = time.time_ns()
+        self.ukeys = ()
+        self.boxes = []  # (key, Box) read once the device has them
+        self.nxt_start = None
+        self.open_ns = None  # host wall clock when the step's start event was recorded
         self.close_ns = None
         self.sync_end = None  # event after the end-of-backward collective
         self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
@@ -278,10 +280,17 @@ def _events_of(layer):
 
 class Watcher:
     """Hooks on a model and its optimizer that time every step; created by
-    :meth:`deepseed.Run.watch`."""
+    :meth:`deepseed.Run.watch`.
+
+    With ``manual=True`` nothing is hooked on the model's root or the
+    optimizer: a framework callback marks the step's phases itself
+    (:meth:`step_begin`, :meth:`forward_end`, :meth:`backward_begin`,
+    :meth:`backward_end`, :meth:`optimizer_begin`, :meth:`step_end`), as the
+    Lightning callback does.
+    """
 
     def __init__(self, run, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
-                 tokens_per_sample=None, adapter=None):
+                 tokens_per_sample=None, adapter=None, grad_norm_every=None, manual=False):
         self.run = run
         self.engine = None
         self.adapter = adapter
@@ -295,10 +304,14 @@ class Watcher:
             optimizer = None  # the adapter reports the engine's steps
         self.root = root
         self.optimizer = optimizer
+        self.manual = bool(manual)
         self.batch_size = batch_size
         self.tokens_per_sample = tokens_per_sample
         self.layer_every = int(layer_every or 0)
         self.grad_norm = grad_norm
+        if grad_norm_every is None:
+            grad_norm_every = os.environ.get("DEEPSEED_GRAD_NORM_EVERY", GRAD_NORM_EVERY)
+        self.grad_norm_every = max(0, int(grad_norm_every or 0))
         self.user_grad_norm = False
         self.sharded_grads = False
         self.closed_flag = False
@@ -309,13 +322,21 @@ class Watcher:
             break
         self.cuda = bool(dev is not None and dev.type == "cuda" and torch.cuda.is_available())
         self.device = dev
+        self.dev_index = None
+        if self.cuda:
+            self.dev_index = dev.index if dev.index is not None else torch.cuda.current_device()
         self.pool = EventPool(self.cuda)
+        self.fetch = Fetcher()
         self.params = [p for p in root.parameters() if p.requires_grad]
 
         self.cur = None
         self.pending = collections.deque()
         self.last_close_host = None
         self.meta_checked = False
+        # Peak memory is a running maximum; reading it costs ~100 µs, so it
+        # is read at most every MEM_EVERY_S seconds and carried in between.
+        self.mem = None
+        self.mem_read_at = -1e9
         # Device-to-wall-clock anchor: an event and the candidate wall
         # times (ns) of it, each a lower bound; the newest ANCHOR_KEEP count.
         self.anchor = None
@@ -338,9 +359,11 @@ class Watcher:
         self.profiler = LayerProfiler(self, rows) if rows and self.layer_every > 0 else None
         self.layer_names = [n for n, _ in rows]
 
-        self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True),
-                        root.register_forward_hook(self._fwd_post)]
-        if optimizer is not None:
+        self.handles = []
+        if not self.manual:
+            self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True),
+                            root.register_forward_hook(self._fwd_post)]
+        if optimizer is not None and not self.manual:
             try:
                 self.handles.append(optimizer.register_step_pre_hook(self._opt_pre))
                 self.handles.append(optimizer.register_step_post_hook(self._opt_post))
@@ -351,8 +374,6 @@ class Watcher:
         if self.adapter is not None:
             self.adapter.attach(self)
         self._describe(inner)
-
-    # ---- meta ---------------------------------------------------------------
 
     def _describe(self, inner):
         run = self.run
@@ -435,22 +456,27 @@ class Watcher:
             self.run.log_memory(precision="fp32")
 
     # ---- hooks ----------------------------------------------------------------
+    #
+    # These run on the training thread every step: each one records an event
+    # on the stream looked up at the step's start and keeps references;
+    # nothing is read from the device here.
 
     def _fwd_pre(self, module, args, kwargs):
         try:
-            if not module.training or not torch.is_grad_enabled() or in_backward():
+            if not module.training or not _grad_enabled() or (_graph_task_id is not None and _graph_task_id() != -1):
                 return
-            if not self.meta_checked:
-                self._check_precision()
             cur = self.cur
             if cur is not None:
-                self._end_open_backward(cur)
-                if self.optimizer is None and self.adapter is None and cur.bwd:
-                    self._close(self.pool.record())
-                    cur = None
+                if cur.bwd:
+                    self._end_open_backward(cur)
+                    if self.optimizer is None and self.adapter is None:
+                        self._close(self.pool.record())
+                        cur = None
             if cur is None:
                 cur = self._open()
-            cur.fwd.append([self.pool.record(), None])
+                cur.fwd.append([cur.ev_start, None])
+            else:
+                cur.fwd.append([self.pool.record(), None])
             self._count_batch(cur, args, kwargs)
         except Exception as e:
             self.run._warn_once("fwdpre", "deepseed: forward hook: %s", e)
@@ -463,42 +489,35 @@ class Watcher:
             cur.fwd[-1][1] = self.pool.record()
             loss = output_loss(out)
             if loss is not None:
-                cur.losses.append(loss.detach())
+                cur.losses.append(self.fetch.add(loss))
             # The backward begins at the loss when the model computes it, else
-            # at its first output; hooking both keeps the earlier of the two.
+            # at its first output (a loss computed outside the model begins
+            # its backward there too).
             if loss is not None and loss.requires_grad:
                 loss.register_hook(self._bwd_start)
+                return
             for t in iter_tensors(out):
-                if t is not loss and t.requires_grad and t.grad_fn is not None:
+                if t.requires_grad and t.grad_fn is not None:
                     t.register_hook(self._bwd_start)
                     break
         except Exception as e:
             self.run._warn_once("fwdpost", "deepseed: forward hook: %s", e)
 
-    def _bwd_start(self, grad):
+    def _bwd_start(self, grad=None):
         cur = self.cur
         if cur is None or cur.bwd_open:
             return
         cur.bwd_open = True
-        pair = [self.pool.record(), None]
-        cur.bwd.append(pair)
-        if _queue_callback is not None:
+        cur.bwd.append([self.pool.record(), None])
+        if _queue_callback is not None and not self.manual:
             try:
                 _queue_callback(self._bwd_end)
             except Exception:
                 pass
 
     def _bwd_end(self):
-        cur = self.cur
-        if cur is None or not cur.bwd or cur.bwd[-1][1] is not None:
+        if not self._end_backward():
             return
-        cur.bwd[-1][1] = self.pool.record()
-        cur.bwd_open = False
-        cur.host_arrive_ns = time.time_ns()
-        if cur.sync_end is not None:  # an earlier micro-batch's
-            self.pool.put(cur.sync_end)
-        cur.sync_end = None
-        cur.host_release_ns = None
         # Queued from inside a callback, this runs after the callbacks
         # queued during the backward: DistributedDataParallel's, which
         # waits for (gloo) or makes the stream wait for (NCCL) the
@@ -508,6 +527,21 @@ class Watcher:
                 _queue_callback(self._sync_done)
             except Exception:
                 pass
+
+    def _end_backward(self):
+        """Marks the end of the open backward (the rank's arrival at the
+        synchronisation point); False when none was open."""
+        cur = self.cur
+        if cur is None or not cur.bwd or cur.bwd[-1][1] is not None:
+            return False
+        cur.bwd[-1][1] = self.pool.record()
+        cur.bwd_open = False
+        cur.host_arrive_ns = time.time_ns()
+        if cur.sync_end is not None:  # an earlier micro-batch's
+            self.pool.put(cur.sync_end)
+        cur.sync_end = None
+        cur.host_release_ns = None
+        return True
 
     def _sync_done(self):
         cur = self.cur
@@ -529,20 +563,28 @@ class Watcher:
             self._end_open_backward(cur)
             if cur.bwd and cur.sync_end is None:
                 self._sync_done()
-            # The norm's kernels go before the optimizer's start event so
-            # that optimizer time is the optimizer's alone.
-            if self.adapter is None and self.grad_norm != "off" and not self.user_grad_norm:
-                gn = fused_grad_norm(self.params)
-                if gn is not None:
-                    # Sharded gradients (FSDP) give this rank's part of the
-                    # norm only. Summing it over the ranks would take a
-                    # collective inside the hook, which hangs a job whose
-                    # ranks do not all watch; the model's norm is what
-                    # model.clip_grad_norm_() returns, passed as grad_norm=.
-                    cur.extra["grad_norm_shard" if self.sharded_grads else "grad_norm"] = gn
+            self._grad_norm(cur)
             cur.opt = [self.pool.record(), None]
         except Exception as e:
             self.run._warn_once("optpre", "deepseed: optimizer hook: %s", e)
+
+    def _grad_norm(self, cur):
+        # The norm's kernels go before the optimizer's start event so that
+        # optimizer time is the optimizer's alone. One multi-tensor norm over
+        # every gradient costs a read of all of them (about 0.5 ms of an H100
+        # for BERT-large) and ~100 µs of launches, so it runs every
+        # grad_norm_every steps.
+        if (self.adapter is not None or self.grad_norm == "off" or self.user_grad_norm
+                or not self.grad_norm_every or cur.step % self.grad_norm_every):
+            return
+        gn = fused_grad_norm(self.params)
+        if gn is not None:
+            # Sharded gradients (FSDP) give this rank's part of the norm only.
+            # Summing it over the ranks would take a collective inside the
+            # hook, which hangs a job whose ranks do not all watch; the
+            # model's norm is what model.clip_grad_norm_() returns, passed as
+            # grad_norm=.
+            cur.boxes.append(("grad_norm_shard" if self.sharded_grads else "grad_norm", self.fetch.add(gn)))
 
     def _opt_post(self, opt, args, kwargs):
         try:
@@ -552,18 +594,113 @@ class Watcher:
             ev = self.pool.record()
             if cur.opt is not None:
                 cur.opt[1] = ev
-            opt = opt or self.optimizer
-            if opt is not None and "lr" not in cur.ukeys:
-                try:
-                    lr = opt.param_groups[0]["lr"]
-                    cur.extra["lr"] = lr
-                except Exception:
-                    pass
+            self._read_lr(cur, opt or self.optimizer)
             if self.adapter is not None:
                 self.adapter.after_step(cur)
             self._close(ev)
         except Exception as e:
             self.run._warn_once("optpost", "deepseed: optimizer hook: %s", e)
+
+    def _read_lr(self, cur, opt):
+        if opt is None or "lr" in cur.ukeys:
+            return
+        try:
+            lr = opt.param_groups[0]["lr"]
+        except Exception:
+            return
+        if isinstance(lr, torch.Tensor):
+            cur.boxes.append(("lr", self.fetch.add(lr)))
+        elif lr is not None:
+            cur.extra["lr"] = lr
+
+    # ---- phases marked by a framework callback (manual=True) -----------------
+
+    def step_begin(self, batch=None):
+        """A micro-batch's forward begins (the step opens at the first)."""
+        try:
+            cur = self.cur
+            if cur is None:
+                cur = self._open()
+                cur.fwd.append([cur.ev_start, None])
+            else:
+                self._end_open_backward(cur)
+                cur.fwd.append([self.pool.record(), None])
+            if isinstance(batch, dict):
+                self._count_batch(cur, (), batch)
+            elif batch is not None:
+                self._count_batch(cur, (batch,), None)
+        except Exception as e:
+            self.run._warn_once("stepbegin", "deepseed: step begin: %s", e)
+
+    def forward_end(self, loss=None):
+        """The micro-batch's forward (and loss) is done; loss, if given, is
+        one micro-batch's share of the step's loss (they are summed)."""
+        cur = self.cur
+        if cur is None or not cur.fwd or cur.fwd[-1][1] is not None:
+            return
+        cur.fwd[-1][1] = self.pool.record()
+        if loss is not None:
+            cur.extra.setdefault("_loss_parts", []).append(self.fetch.add(loss))
+
+    def backward_begin(self, loss=None):
+        """The backward of loss begins. With the loss given, the backward's
+        end is also marked from inside the backward, before the callbacks
+        that wait for the gradient all-reduce (DistributedDataParallel's):
+        the step's sync_ns and sync_wait_ms then split arrival and wait as
+        with the model's own hooks."""
+        self.forward_end()
+        self._bwd_start()
+        if loss is not None and _queue_callback is not None and getattr(loss, "requires_grad", False):
+            try:
+                loss.register_hook(self._bwd_queue)
+            except Exception:
+                pass
+
+    def _bwd_queue(self, grad=None):
+        try:
+            _queue_callback(self._bwd_end)
+        except Exception:
+            pass
+
+    def backward_end(self):
+        # After backward() returned: ends it here unless the callback queued
+        # from the loss already did. The collective's end is then marked at
+        # the optimizer's start.
+        self._end_backward()
+
+    def optimizer_begin(self):
+        cur = self.cur
+        if cur is None:
+            return
+        self._end_open_backward(cur)
+        if cur.bwd and cur.sync_end is None:
+            self._sync_done()
+        try:
+            self._grad_norm(cur)
+        except Exception as e:
+            self.run._warn_once("gradnorm", "deepseed: gradient norm: %s", e)
+        cur.opt = [self.pool.record(), None]
+
+    def step_end(self, optimizer=None, loss=None, extra=None):
+        """The optimizer step is done: closes the step."""
+        cur = self.cur
+        if cur is None:
+            return
+        try:
+            ev = self.pool.record()
+            if cur.opt is not None:
+                cur.opt[1] = ev
+            self._read_lr(cur, optimizer or self.optimizer)
+            if loss is not None:
+                cur.boxes.append(("loss", self.fetch.add(loss)))
+            for k, v in (extra or {}).items():
+                if isinstance(v, torch.Tensor):
+                    cur.boxes.append((k, self.fetch.add(v)))
+                elif v is not None:
+                    cur.extra[k] = v
+            self._close(ev)
+        except Exception as e:
+            self.run._warn_once("stepend", "deepseed: step end: %s", e)
 
     # ---- pipeline engine: one train_batch() is one step ---------------------
 
@@ -590,7 +727,7 @@ class Watcher:
             if isinstance(loss, torch.Tensor) and "loss" not in cur.ukeys:
                 # The batch's mean loss, the same on every stage: the
                 # stage's own forward outputs are activations, not losses.
-                cur.losses = [loss.detach()]
+                cur.losses = [self.fetch.add(loss)]
             if self.adapter is not None:
                 self.adapter.after_step(cur)
             self._close(self.pool.record())
@@ -615,19 +752,25 @@ class Watcher:
 
     def _open(self):
         run = self.run
+        if not self.meta_checked:
+            self._check_precision()
         now = time.perf_counter()
         cur = _Slot(run._next_step)
         run._next_step += 1
         if self.last_close_host is not None:
             cur.data_ms = (now - self.last_close_host) * 1000.0
+        self.pool.use_current_stream(self.dev_index)
         if self.cuda and self.anchor is None:
             self._take_anchor()
         cur.open_ns = time.time_ns()
         cur.ev_start = self.pool.record()
-        if self.profiler is not None and self.layer_every > 0 and cur.step % self.layer_every == 0:
+        if self.profiler is not None and cur.step % self.layer_every == 0:
             cur.layer = self.profiler.arm()
+        if self.pending:
+            self.pending[-1].nxt_start = cur.ev_start
         self.cur = cur
-        self.poll()
+        if self.pending:
+            self.poll()
         return cur
 
     def _close(self, ev_end):
@@ -637,29 +780,28 @@ class Watcher:
         self._end_open_backward(cur)
         cur.ev_end = ev_end
         cur.closed = True
-        cur.host_close = time.perf_counter()
+        now = time.perf_counter()
         cur.close_ns = time.time_ns()
-        self.last_close_host = cur.host_close
+        self.last_close_host = now
         if cur.layer is not None:
             self.profiler.disarm()
-        if self.cuda:
-            try:
-                cur.mem_peak = torch.cuda.max_memory_allocated(self.device) / 1e9
-                cur.mem_resv = torch.cuda.max_memory_reserved(self.device) / 1e9
-            except Exception:
-                pass
-        tensors = {}
-        for k, v in cur.extra.items():
-            if isinstance(v, torch.Tensor):
-                tensors[k] = v
-        if cur.losses and "loss" not in cur.ukeys:
-            tensors["loss"] = cur.losses[0] if len(cur.losses) == 1 else torch.stack(
-                [x.float() for x in cur.losses]).mean()
-        cur.losses = []
-        if tensors:
-            cur.lazies.append(LazyValues(tensors))
+        if self.cuda and now - self.mem_read_at >= MEM_EVERY_S:
+            self.mem_read_at = now
+            self.mem = _peak_memory_gb(self.dev_index)
+        extra = cur.extra
+        parts = extra.pop("_loss_parts", None)
+        if parts and "loss" not in cur.ukeys:
+            cur.boxes.append(("loss+", parts))
+        elif cur.losses and "loss" not in cur.ukeys:
+            cur.boxes.append(("loss", cur.losses))
+        for k in [k for k, v in extra.items() if isinstance(v, torch.Tensor)]:
+            cur.boxes.append((k, self.fetch.add(extra.pop(k))))
         self.pending.append(cur)
         self.cur = None
+        # Values leave in batches, but before the steps waiting on them
+        # would pass the stale guard.
+        if self.fetch.due(now) or (len(self.pending) >= FLUSH_PENDING and self.fetch.waiting):
+            self.fetch.flush()
 
     def attach(self, step, fields):
         """Joins values the user logged to the step in flight or the one just
@@ -677,39 +819,46 @@ class Watcher:
             self.run._next_step = step + 1
         if "grad_norm" in fields:
             self.user_grad_norm = True
-        tensors = {}
+        if slot.user is None:
+            slot.user = {}
+            slot.ukeys = set()
         for k, v in fields.items():
             if isinstance(v, torch.Tensor):
-                tensors[k] = v
+                slot.boxes.append((k, self.fetch.add(v)))
             else:
                 slot.user[k] = v
             slot.ukeys.add(k)
-        if tensors:
-            slot.ulazies.append(LazyValues(tensors))
+        if slot.closed and self.fetch.due(time.perf_counter()):
+            self.fetch.flush()
         return True
 
-    def _ready(self, slot, nxt):
-        if not slot.closed:
+    def _ready(self, slot):
+        # Events of one stream complete in order: once the next step's start
+        # has, so has every event of this step. Its values wait for their
+        # batch (Fetcher), which leaves by size or age at a step's close.
+        end = slot.nxt_start
+        if end is None or not end.query():
             return False
-        for ev in self._slot_events(slot):
-            if not ev.query():
+        for _, box in slot.boxes:
+            if isinstance(box, list):
+                if not all(b.ready() for b in box):
+                    return False
+            elif not box.ready():
                 return False
-        for lz in slot.lazies + slot.ulazies:
-            if not lz.ready():
-                return False
-        if nxt is not None and nxt.ev_start is not None and not nxt.ev_start.query():
-            return False
         return True
 
     def _slot_events(self, slot):
         evs = [slot.ev_start, slot.ev_end, slot.sync_end]
         if slot.opt is not None:
-            evs.extend(e for e in slot.opt if e is not None)
-        for pair in slot.fwd + slot.bwd:
-            evs.extend(e for e in pair if e is not None)
+            evs.extend(slot.opt)
+        for pair in slot.fwd:
+            evs.extend(pair)
+        for pair in slot.bwd:
+            evs.extend(pair)
         evs.extend(_events_of(slot.layer))
-        # One event can end two intervals (optimizer and step); list it once
-        # so that the pool never hands it out twice.
+        # One event can end two intervals (optimizer and step, step start and
+        # first forward); list it once so that the pool never hands it out
+        # twice.
         seen, out = set(), []
         for e in evs:
             if e is not None and id(e) not in seen:
@@ -720,14 +869,15 @@ class Watcher:
     def poll(self, wait=False):
         """Emits every finished step whose events have completed, oldest
         first."""
+        if wait:
+            self.fetch.flush()
         while self.pending:
             slot = self.pending[0]
-            nxt = self.pending[1] if len(self.pending) > 1 else self.cur
             # A step waits for the next one to begin (its step time runs to
             # that start) unless the run is closing.
-            if nxt is None and not wait:
+            if slot.nxt_start is None and not wait:
                 return
-            if not wait and not self._ready(slot, nxt):
+            if not wait and not self._ready(slot):
                 if len(self.pending) <= MAX_PENDING:
                     return
                 self.run._warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
@@ -736,12 +886,16 @@ class Watcher:
             if wait:
                 for ev in self._slot_events(slot):
                     ev.synchronize()
-                if nxt is not None and nxt.ev_start is not None:
-                    nxt.ev_start.synchronize()
+                if slot.nxt_start is not None:
+                    slot.nxt_start.synchronize()
+                for _, box in slot.boxes:
+                    for b in (box if isinstance(box, list) else (box,)):
+                        if b.batch is not None:
+                            b.batch.poll(wait=True)
             self.pending.popleft()
-            self._emit(slot, nxt)
+            self._emit(slot)
 
-    def _emit(self, slot, nxt):
+    def _emit(self, slot):
         f = {}
         try:
             def ms(pairs):
@@ -752,41 +906,51 @@ class Watcher:
                         n += 1
                 return tot if n else None
 
+            end = slot.nxt_start if slot.nxt_start is not None else slot.ev_end
+            if slot.ev_start is not None and end is not None:
+                f["step_ms"] = max(0.0, slot.ev_start.elapsed_time(end))
             fw = ms(slot.fwd)
+            if fw is not None:
+                f["forward_ms"] = max(0.0, fw)
             bw = ms(slot.bwd)
-            op = ms([slot.opt]) if slot.opt is not None else None
-            end = nxt.ev_start if (nxt is not None and nxt.ev_start is not None) else slot.ev_end
-            step_ms = slot.ev_start.elapsed_time(end) if (slot.ev_start is not None and end is not None) else None
-            data_ms = slot.data_ms
+            if bw is not None:
+                f["backward_ms"] = max(0.0, bw)
+            if slot.opt is not None:
+                op = ms((slot.opt,))
+                if op is not None:
+                    f["optimizer_ms"] = max(0.0, op)
+            # The step's synchronisation fields, from its own events: the
+            # record is built once they (and its values) have arrived.
             sync = self._sync_fields(slot)
-            if data_ms is not None and "input_wait_ms" in sync:
-                data_ms = max(0.0, data_ms - sync["input_wait_ms"])
-            for k, v in (("forward_ms", fw), ("backward_ms", bw), ("optimizer_ms", op), ("step_ms", step_ms),
-                         ("data_ms", data_ms), ("gpu_mem_peak_gb", slot.mem_peak),
-                         ("gpu_mem_reserved_gb", slot.mem_resv)):
-                if v is not None:
-                    f[k] = max(0.0, v)
+            if slot.data_ms is not None:
+                iw = sync.get("input_wait_ms")
+                f["data_ms"] = slot.data_ms if iw is None else max(0.0, slot.data_ms - iw)
+            if self.mem is not None:
+                f["gpu_mem_peak_gb"], f["gpu_mem_reserved_gb"] = self.mem
             f.update(sync)
             if slot.samples:
                 f["samples"] = slot.samples
             if slot.tokens:
                 f["tokens"] = slot.tokens
-            for k, v in slot.extra.items():
-                if not isinstance(v, torch.Tensor):
-                    f[k] = v
-            for lz in slot.lazies:
-                f.update(lz.values())
-            f.update(slot.user)
-            for lz in slot.ulazies:
-                f.update(lz.values())
+            f.update(slot.extra)
+            for k, box in slot.boxes:
+                if k == "loss+":
+                    f["loss"] = sum(b.value for b in box)
+                elif isinstance(box, list):
+                    f[k] = sum(b.value for b in box) / len(box)
+                else:
+                    f[k] = box.value
+            if slot.user:
+                f.update(slot.user)
             self.run._emit_watched_step(slot.step, f, None)
             if slot.layer is not None:
                 self._emit_layers(slot)
         except Exception as e:
             self.run._warn_once("emit", "deepseed: reading step timings: %s", e)
         finally:
+            nxt = slot.nxt_start
             for ev in self._slot_events(slot):
-                if nxt is None or ev is not nxt.ev_start:
+                if ev is not nxt:
                     self.pool.put(ev)
 
     # ---- synchronisation ------------------------------------------------------
@@ -855,12 +1019,15 @@ class Watcher:
         self.run._send(rec)
 
     def _count_batch(self, cur, args, kwargs):
-        if self.batch_size is not None:
-            cur.samples += int(self.batch_size)
+        bs = self.batch_size
+        if bs is not None:
+            cur.samples += int(bs)
             if self.tokens_per_sample:
-                cur.tokens += int(self.batch_size) * int(self.tokens_per_sample)
+                cur.tokens += int(bs) * int(self.tokens_per_sample)
             return
         t = kwargs.get("input_ids") if kwargs else None
+        if t is None and args and isinstance(args[0], torch.Tensor):
+            t = args[0]
         if t is None:
             for x in iter_tensors(args):
                 t = x
@@ -869,15 +1036,19 @@ class Watcher:
             for x in iter_tensors(kwargs):
                 t = x
                 break
-        if t is None or t.dim() == 0:
+        if t is None:
             return
-        cur.samples += int(t.shape[0])
-        if t.dim() == 2 and not t.is_floating_point():
-            cur.tokens += int(t.shape[0]) * int(t.shape[1])
+        shape = t.shape
+        if not shape:
+            return
+        n = shape[0]
+        cur.samples += n
+        if len(shape) == 2 and not t.is_floating_point():
+            cur.tokens += n * shape[1]
             if not self.run.meta.get("seq_len"):
-                self.run.update_meta(seq_len=int(t.shape[1]))
+                self.run.update_meta(seq_len=int(shape[1]))
         elif self.tokens_per_sample:
-            cur.tokens += int(t.shape[0]) * int(self.tokens_per_sample)
+            cur.tokens += n * int(self.tokens_per_sample)
 
     # ---- end ----------------------------------------------------------------
 
@@ -905,6 +1076,20 @@ class Watcher:
             self.poll(wait=True)
         else:
             self.pending.clear()
+
+
+def _peak_memory_gb(index):
+    """Peak allocated and reserved GB of a device since the process began
+    (or the last reset), from the allocator's nested statistics: the flat
+    torch.cuda.memory_stats() costs a hundred Python calls more."""
+    try:
+        st = torch._C._cuda_memoryStats(index)
+        return st["allocated_bytes"]["all"]["peak"] / 1e9, st["reserved_bytes"]["all"]["peak"] / 1e9
+    except Exception:
+        try:
+            return (torch.cuda.max_memory_allocated(index) / 1e9, torch.cuda.max_memory_reserved(index) / 1e9)
+        except Exception:
+            return None
 
 
 def _is_deepspeed_engine(obj):

@@ -1,0 +1,216 @@
+"""Runs every integration on a GPU with the hook writing its offline NDJSON
+file (no server) and asserts the fields each step record carries:
+
+- plain PyTorch (run.watch(model, optimizer=opt)), bf16 autocast, gradient
+  accumulation 2;
+- Hugging Face Trainer (DeepSeedCallback), bf16, accumulation 2;
+- Lightning (DeepSeedCallback) under bf16-mixed with accumulation 2, and
+  16-mixed (a GradScaler) without, validation every 10 batches.
+
+A small BERT from its config (random weights, synthetic tokens). The
+default periods apply: layers and gradient norm every 10 steps.
+
+    python3 hook/gpu_check/integrations_check.py --out integrations.json
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+from common import HOOK
+
+import torch  # noqa: E402
+
+sys.path.insert(0, HOOK)
+import deepseed  # noqa: E402
+
+STEPS = 20
+SEQ = 128
+BATCH = 8
+TIMINGS = ("step_ms", "forward_ms", "backward_ms", "optimizer_ms")
+EVERY_STEP = TIMINGS + ("loss", "lr", "samples", "tokens", "throughput_sps", "throughput_tps", "gpu_mem_peak_gb")
+LAYERS = ["embeddings"] + ["encoder.%d" % i for i in range(4)] + ["classifier"]
+
+
+def small_bert():
+    from transformers import BertConfig, BertForSequenceClassification
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                     intermediate_size=1024, max_position_embeddings=512, num_labels=2)
+    return BertForSequenceClassification(cfg)
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n, seed=1):
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(0, 30522, (n, SEQ), generator=g)
+        self.labels = torch.randint(0, 2, (n,), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones(SEQ, dtype=torch.long),
+                "labels": self.labels[i]}
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_plain(path):
+    model = small_bert().cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    run = deepseed.init(project="integrations", name="plain", file=path, handle_signals=False)
+    run.watch(model, optimizer=opt)
+    data = torch.utils.data.DataLoader(Tokens(STEPS * 2 * BATCH), batch_size=BATCH)
+    raw = {}
+    for i, b in enumerate(data):
+        b = {k: v.cuda(non_blocking=True) for k, v in b.items()}
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(**b)
+        (out.loss / 2).backward()
+        raw.setdefault(i // 2 + 1, []).append(out.loss.detach())
+        if i % 2 == 1:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    run.finish()
+    return {s: sum(float(x) for x in v) / len(v) for s, v in raw.items()}, {"accum": 2}
+
+
+def run_hf(path):
+    from transformers import Trainer, TrainingArguments
+    from deepseed.integrations.hf import DeepSeedCallback
+    model = small_bert()
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=STEPS, per_device_train_batch_size=BATCH,
+                             gradient_accumulation_steps=2, bf16=True, logging_steps=5, report_to=[],
+                             save_strategy="no", learning_rate=1e-4, dataloader_num_workers=0, disable_tqdm=True)
+    cb = DeepSeedCallback(project="integrations", name="hf", file=path, handle_signals=False)
+    Trainer(model=model, args=args, train_dataset=Tokens(STEPS * 2 * BATCH), callbacks=[cb]).train()
+    return None, {"accum": 2}
+
+
+def run_lightning(path, precision, accum):
+    import lightning as L
+    from deepseed.integrations.lightning import DeepSeedCallback
+
+    raw = {}
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = small_bert()
+
+        def training_step(self, batch, batch_idx):
+            loss = self.model(**batch).loss
+            raw.setdefault(self.trainer.global_step + 1, []).append(loss.detach())
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", self.model(**batch).loss)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    cb = DeepSeedCallback(project="integrations", name="lightning-%s-accum%d" % (precision, accum), file=path,
+                          handle_signals=False)
+    trainer = L.Trainer(accelerator="gpu", devices=1, precision=precision, max_steps=STEPS,
+                        accumulate_grad_batches=accum, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, val_check_interval=10,
+                        limit_val_batches=2, num_sanity_val_steps=0, callbacks=[cb])
+    data = torch.utils.data.DataLoader(Tokens(STEPS * accum * BATCH), batch_size=BATCH)
+    val = torch.utils.data.DataLoader(Tokens(4 * BATCH, seed=2), batch_size=BATCH)
+    trainer.fit(Module(), data, val)
+    return {s: sum(float(x) for x in v) / len(v) for s, v in raw.items()}, {"accum": accum}
+
+
+def check(name, recs, raw, accum, want_meta):
+    problems = []
+    steps = sorted((r for r in recs if r.get("kind") == "step"), key=lambda r: r["step"])
+    layers = {r["step"]: r for r in recs if r.get("kind") == "layers"}
+    runs = [r for r in recs if r.get("kind") == "run"]
+    meta = runs[-1]["meta"] if runs else {}
+    nums = [r["step"] for r in steps]
+    if nums != list(range(1, STEPS + 1)):
+        problems.append("steps %s" % nums)
+    for r in steps:
+        miss = [k for k in EVERY_STEP if not isinstance(r.get(k), (int, float)) or not math.isfinite(r[k])]
+        if miss:
+            problems.append("step %d lacks %s" % (r["step"], miss))
+            continue
+        if any(r[k] <= 0 for k in TIMINGS):
+            problems.append("step %d timing not positive: %s" % (r["step"], {k: r[k] for k in TIMINGS}))
+        if r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"] > r["step_ms"] + 1e-3:
+            problems.append("step %d phases exceed the step" % r["step"])
+        if r["samples"] != BATCH * accum or r["tokens"] != BATCH * accum * SEQ:
+            problems.append("step %d samples %s tokens %s" % (r["step"], r["samples"], r["tokens"]))
+        if r["step"] > 1 and "data_ms" not in r:
+            problems.append("step %d lacks data_ms" % r["step"])
+        if (r["step"] % 10 == 0) != ("grad_norm" in r) and name != "hf":
+            problems.append("step %d grad_norm %s" % (r["step"], r.get("grad_norm")))
+        if raw and r["step"] in raw and abs(r["loss"] - raw[r["step"]]) > 2e-3 * max(1.0, abs(raw[r["step"]])):
+            problems.append("step %d loss %s, the model's %s" % (r["step"], r["loss"], raw[r["step"]]))
+    if sorted(layers) != [10, 20]:
+        problems.append("layer records at %s" % sorted(layers))
+    for s, L in layers.items():
+        if L["names"] != LAYERS or not all(isinstance(v, float) and v > 0 for v in L["forward_ms"] + L["backward_ms"]):
+            problems.append("layers of step %d: %s %s %s" % (s, L["names"], L["forward_ms"], L["backward_ms"]))
+    for k, v in want_meta.items():
+        if meta.get(k) != v:
+            problems.append("meta %s = %r, want %r" % (k, meta.get(k), v))
+    ends = [r for r in recs if r.get("kind") == "end"]
+    if not ends or ends[-1]["status"] != "finished":
+        problems.append("no end record")
+    print(("PASS " if not problems else "FAIL ") + name + (": " + "; ".join(problems[:8]) if problems else ""),
+          flush=True)
+    return {"ok": not problems, "problems": problems, "meta": {k: meta.get(k) for k in (
+        "framework", "precision", "lightning_precision", "strategy", "grad_accum", "model", "params", "seq_len")},
+        "step_example": steps[9] if len(steps) > 9 else None, "layers_example": layers.get(10)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="integrations.json")
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    d = tempfile.mkdtemp()
+    cases = {
+        "plain": (lambda p: run_plain(p), {"framework": "torch", "precision": "bf16"}),
+        "hf": (lambda p: run_hf(p), {"framework": "hf", "precision": "bf16", "grad_accum": 2}),
+        "lightning-bf16-mixed-accum2": (lambda p: run_lightning(p, "bf16-mixed", 2),
+                                        {"framework": "lightning", "precision": "bf16", "grad_accum": 2,
+                                         "strategy": "SingleDeviceStrategy", "lightning_precision": "bf16-mixed"}),
+        "lightning-16-mixed": (lambda p: run_lightning(p, "16-mixed", 1),
+                               {"framework": "lightning", "precision": "fp16", "grad_accum": 1,
+                                "strategy": "SingleDeviceStrategy", "lightning_precision": "16-mixed"}),
+    }
+    res = {}
+    for name, (fn, want) in cases.items():
+        if a.only and name not in a.only.split(","):
+            continue
+        path = os.path.join(d, name + ".ndjson")
+        try:
+            raw, info = fn(path)
+            res[name] = check(name, read(path), raw, info["accum"], want)
+            if name.startswith("lightning-16"):
+                scales = [r.get("loss_scale") for r in read(path) if r.get("kind") == "step"]
+                res[name]["loss_scale_sample"] = scales[:3]
+        except Exception as e:
+            import traceback
+            traceback.print_exc()
+            res[name] = {"ok": False, "problems": ["raised %s: %s" % (type(e).__name__, e)]}
+            print("FAIL %s raised %s" % (name, e), flush=True)
+        torch.cuda.empty_cache()
+    res["all_ok"] = all(v["ok"] for v in res.values())
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    print("ALL OK" if res["all_ok"] else "SOME CHECKS FAILED", flush=True)
+    return 0 if res["all_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

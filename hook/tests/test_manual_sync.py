@@ -1,0 +1,77 @@
+"""The synchronisation fields of steps whose phases a framework callback
+marks (manual=True, as the Lightning callback does), through the real
+watcher with the torch stand-in of faketorch: records are built a step or
+more after the step closed, each from its own step's marks."""
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HOOK)
+
+import deepseed  # noqa: E402
+
+from . import faketorch  # noqa: E402
+
+# Each step waits longer at the synchronisation point than the one before.
+WAIT_S = (0.005, 0.010, 0.015, 0.020, 0.025, 0.030)
+DATA_S = 0.003
+
+
+class ManualSyncTest(unittest.TestCase):
+    def setUp(self):
+        self.addCleanup(faketorch.install())
+        tmp = tempfile.TemporaryDirectory(prefix="deepseed-test-")
+        self.addCleanup(tmp.cleanup)
+        self.path = os.path.join(tmp.name, "run.ndjson")
+        log = logging.getLogger("deepseed")
+        self.addCleanup(log.setLevel, log.level)
+        log.setLevel(logging.ERROR)
+
+    def test_each_step_carries_its_own_arrival_and_wait(self):
+        torch = sys.modules["torch"]
+        run = deepseed.init(project="manual", run_id="manual1", file=self.path, handle_signals=False,
+                            layer_every=0)
+        model = torch.nn.Module(forward=lambda x: x)
+        w = run.watch(model, manual=True, grad_norm_every=0)
+        arrivals, pending_seen = [], False
+        for i, wait in enumerate(WAIT_S):
+            time.sleep(DATA_S)
+            for _ in range(2):  # two accumulated micro-batches
+                w.step_begin(torch.Tensor(0.0, (4, 8)))
+                loss = torch.Tensor(1.0 + i, requires_grad=True)
+                w.backward_begin(loss)
+                w.backward_end()
+            arrivals.append(time.time_ns())
+            time.sleep(wait)  # the rank waits for its peers
+            w.optimizer_begin()
+            w.step_end(extra={"epoch": 0})
+            pending_seen = pending_seen or len(w.pending) > 0
+        run.finish()
+        self.assertTrue(pending_seen, "no record was deferred")
+        with open(self.path) as f:
+            steps = [r for r in map(json.loads, f) if r["kind"] == "step"]
+        self.assertEqual([s["step"] for s in steps], list(range(1, len(WAIT_S) + 1)))
+        for i, s in enumerate(steps):
+            self.assertIsInstance(s["sync_ns"], int)
+            # Marked at the last micro-batch's backward end: before the
+            # arrival time taken after it, and after the previous step's.
+            self.assertLessEqual(s["sync_ns"], arrivals[i])
+            self.assertGreater(s["sync_ns"], arrivals[i] - 2_000_000)
+            self.assertGreaterEqual(s["sync_wait_ms"], WAIT_S[i] * 1000)
+            self.assertLess(s["sync_wait_ms"], WAIT_S[i] * 1000 + 4.0,
+                            "step %d carries another step's wait" % s["step"])
+            self.assertEqual(s["samples"], 8)
+        waits = [s["sync_wait_ms"] for s in steps]
+        self.assertEqual(waits, sorted(waits), "waits out of step order: %s" % waits)
+        for s in steps[1:]:
+            self.assertGreaterEqual(s["data_ms"], DATA_S * 1000 * 0.9)
+
+
+if __name__ == "__main__":
+    unittest.main()
