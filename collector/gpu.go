@@ -31,9 +31,9 @@ type gpuProc struct {
 // H100 with collector/gpubench, idle / busy):
 //
 //   - every sample (the base interval, or the fast one while a training
-//     process announced by the hook holds the GPU): utilisation, memory,
-//     power, temperatures and clocks — about 0.1 ms together;
-//   - every base tick: XID events (10 µs);
+//     process announced by the hook holds the GPU): utilisation, memory
+//     and power — about 0.1 ms together;
+//   - every base tick: temperatures, clocks and XID events (40 µs);
 //   - every process interval, and at the next sample after an announced
 //     training process arrived or left: the compute processes (for
 //     attribution, and to tell whether a training process holds the GPU;
@@ -199,9 +199,9 @@ func (g *gpuSampler) fields(d *gpuDev, i int, now time.Time, baseTick bool, gen 
 		d.nextGPM, d.nextProcs = now.Add(g.iv.gpm), now.Add(g.iv.procs)
 		return nvml.FieldsAll | nvml.FieldsGPM
 	}
-	want := nvml.FieldsTick
+	want := nvml.FieldsFast
 	if baseTick {
-		want |= nvml.FieldsXID
+		want |= nvml.FieldsTick | nvml.FieldsXID
 	}
 	if due(&d.nextProcs, now, g.iv.procs) || d.regGen != gen {
 		want |= nvml.FieldsProcs

@@ -91,6 +91,15 @@ func TestAdaptiveSampling(t *testing.T) {
 	if util1 != 25 {
 		t.Errorf("idle GPU read %d times in 25 s, want 25 (1 s)", util1)
 	}
+	// Temperatures and clocks at base ticks only, on both.
+	for i := 0; i < 2; i++ {
+		if n := fake.Calls(i)["temperature"]; n != 25 {
+			t.Errorf("GPU %d: temperature read %d times in 25 s, want 25 (base ticks only)", i, n)
+		}
+		if n := fake.Calls(i)["clock_sm"]; n != 25 {
+			t.Errorf("GPU %d: SM clock read %d times in 25 s, want 25 (base ticks only)", i, n)
+		}
+	}
 	if wakes > util0+1 {
 		t.Errorf("%d wake-ups for %d fast samples: the loop wakes when nothing is due", wakes, util0)
 	}
