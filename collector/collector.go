@@ -43,7 +43,7 @@ type Config struct {
 	MetricsListen string
 	Interval      time.Duration // base sampling period; default 1s
 	// FastInterval is the sampling period of GPUs that a training process
-	// announced by the hook holds; default 100ms, negative turns adaptive
+	// announced by the hook holds; default 250ms, negative turns adaptive
 	// sampling off. At or above Interval it is off too.
 	FastInterval time.Duration
 	// CounterInterval is how often the costly counters are read (PCIe,
@@ -79,15 +79,16 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// The default intervals. On an H100 with real NVML a GPU sampled every
-// 100 ms costs about 0.1 % of a core (see collector/gpubench), so the fast
-// interval is the shortest the issue of short runs needed. The counters
-// cost up to milliseconds a read and change slowly; the energy counter
-// costs 3 ms of CPU a read on an idle H100 and 15 ms on a busy one, so it
-// is read least often and the power samples fill in between. GPM costs
-// about 0.6 ms a read on a busy GPU, the process list 0.1 ms.
+// The default intervals. On an H100 with real NVML (collector/gpubench) a
+// GPU sampled every 100 ms costs about 0.25 % of a core, so eight GPUs
+// held by training cost 2 %; at 250 ms half that, still four samples a
+// second for short runs. The counters cost up to milliseconds a read and
+// change slowly; the energy counter costs 3 ms of CPU a read on an idle
+// H100 and 15 ms on a busy one, so it is read least often and the power
+// samples fill in between. GPM costs about 0.6 ms a read on a busy GPU,
+// the process list 0.1 ms.
 const (
-	DefaultFastInterval    = 100 * time.Millisecond
+	DefaultFastInterval    = 250 * time.Millisecond
 	DefaultCounterInterval = 30 * time.Second
 	DefaultEnergyInterval  = 5 * time.Minute
 	DefaultGPMInterval     = 5 * time.Second

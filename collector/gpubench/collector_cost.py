@@ -111,6 +111,19 @@ def rss_mib(pid):
     return out
 
 
+def rss_by_mapping(pid):
+    """Resident KiB of the process by what is mapped: a file, or anonymous."""
+    out, name = {}, "?"
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:
+                name = parts[5] if len(parts) > 5 else "[anon]"
+            elif parts and parts[0] == "Rss:":
+                out[name] = out.get(name, 0) + int(parts[1])
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
 def post(url, body):
     req = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/x-ndjson"})
     with urllib.request.urlopen(req, timeout=5) as r:
@@ -155,6 +168,12 @@ def measure(a, interval, load_pids, stub_port, tag, bin_path, flags):
     s1, c1, t1 = stat_cpu(p.pid), sched_cpu(p.pid), time.monotonic()
     posts1, bytes1 = Stub.posts, Stub.bytes_in
     mem = rss_mib(p.pid)
+    try:
+        with open(os.path.join(a.out, f"rss-{tag}.txt"), "w") as f:
+            for name, kib in rss_by_mapping(p.pid):
+                f.write(f"{kib:8d} KiB  {name}\n")
+    except OSError as e:
+        print(f"smaps: {e}", file=sys.stderr)
     metrics = ""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
