@@ -48,10 +48,9 @@ type gpuProc struct {
 //     Between two reads the energy a record carries is the counter as
 //     last read plus the power samples added up since (each sample times
 //     the time since the one before: NVML's power is the average over the
-//     last second on Hopper and Ampere), never less than
-//     the value carried before: a counter read that finds less than was
-//     added up holds the value until the counter catches up, so the total
-//     never goes down.
+//     last second on Hopper and Ampere), never less than the value carried
+//     before: a counter read that finds less than was added up holds the
+//     value until the counter catches up, so the total never goes down.
 //
 // Values not read at a sample keep their last reading.
 type gpuSampler struct {
@@ -115,8 +114,7 @@ func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *regi
 	gen := reg.generation()
 	for i, info := range g.devs {
 		d := &g.dev[i]
-		due := baseTick || !d.have || (d.fast && !now.Before(d.nextFast))
-		if !due {
+		if !baseTick && d.have && !(d.fast && !now.Before(d.nextFast)) {
 			continue
 		}
 		want := g.fields(d, i, now, baseTick, gen)
