@@ -43,12 +43,26 @@ type Config struct {
 	MetricsListen string
 	Interval      time.Duration // base sampling period; default 1s
 	// FastInterval is the sampling period of GPUs that a training process
-	// announced by the hook holds; default 100ms, negative turns adaptive
+	// announced by the hook holds; default 250ms, negative turns adaptive
 	// sampling off. At or above Interval it is off too.
 	FastInterval time.Duration
-	// CounterInterval is how often the costly counters are read (energy,
-	// PCIe, NVLink, ECC, remapped rows); default 30s, at least Interval.
+	// CounterInterval is how often the costly counters are read (PCIe,
+	// NVLink, ECC, remapped rows); default 30s, at least Interval.
 	CounterInterval time.Duration
+	// EnergyInterval is how often the energy counter is read; between
+	// reads the collector adds up the power it samples (see gpuSampler).
+	// Default 5m, at least CounterInterval.
+	EnergyInterval time.Duration
+	// GPMInterval is how often GPM metrics are read on a GPU that a
+	// training process holds (others read them with the counters); the
+	// metrics are averages over the time between two reads. Default 5s,
+	// at least Interval.
+	GPMInterval time.Duration
+	// ProcessInterval is how often each GPU's compute processes are read
+	// when nothing says they changed; an announced training process
+	// arriving or leaving has them read at the next sample. Default 5s,
+	// at least Interval.
+	ProcessInterval time.Duration
 	SpoolDir        string // required when Server is set
 	SpoolMaxBytes   int64  // default 1 GiB
 	HostName        string // default os.Hostname()
@@ -65,14 +79,20 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// The default fast and counter intervals. On an H100 with real NVML a GPU
-// sampled every 100 ms costs about 0.1 % of a core (see
-// collector/gpubench), so the fast interval is the shortest the issue of
-// short runs needed; the counters cost milliseconds a read and change
-// slowly.
+// The default intervals. On an H100 with real NVML (collector/gpubench) a
+// GPU sampled every 100 ms costs about 0.25 % of a core, so eight GPUs
+// held by training cost 2 %; at 250 ms half that, still four samples a
+// second for short runs. The counters cost up to milliseconds a read and
+// change slowly; the energy counter costs 3 ms of CPU a read on an idle
+// H100 and 15 ms on a busy one, so it is read least often and the power
+// samples fill in between. GPM costs about 0.6 ms a read on a busy GPU,
+// the process list 0.1 ms.
 const (
-	DefaultFastInterval    = 100 * time.Millisecond
+	DefaultFastInterval    = 250 * time.Millisecond
 	DefaultCounterInterval = 30 * time.Second
+	DefaultEnergyInterval  = 5 * time.Minute
+	DefaultGPMInterval     = 5 * time.Second
+	DefaultProcessInterval = 5 * time.Second
 )
 
 // Validate fills defaults and checks the configuration; errors name the
@@ -100,6 +120,24 @@ func (cfg *Config) Validate() error {
 		return fmt.Errorf("counter-interval: want a positive duration, got %v", cfg.CounterInterval)
 	}
 	cfg.CounterInterval = max(cfg.CounterInterval, cfg.Interval)
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"energy-interval", &cfg.EnergyInterval, DefaultEnergyInterval},
+		{"gpm-interval", &cfg.GPMInterval, DefaultGPMInterval},
+		{"process-interval", &cfg.ProcessInterval, DefaultProcessInterval},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return fmt.Errorf("%s: want a positive duration, got %v", d.name, *d.v)
+		}
+		*d.v = max(*d.v, cfg.Interval)
+	}
+	cfg.EnergyInterval = max(cfg.EnergyInterval, cfg.CounterInterval)
 	if cfg.SpoolMaxBytes == 0 {
 		cfg.SpoolMaxBytes = 1 << 30
 	}
@@ -216,7 +254,8 @@ func New(cfg Config) (*Collector, error) {
 		if err := cfg.NVML.Init(); err != nil {
 			c.log.Warn("GPU sampling is off", "reason", err.Error())
 		} else {
-			c.gpu = newGPUSampler(cfg.NVML, cfg.Interval, max(cfg.FastInterval, 0), cfg.CounterInterval)
+			c.gpu = newGPUSampler(cfg.NVML, gpuIntervals{base: cfg.Interval, fast: max(cfg.FastInterval, 0), counter: cfg.CounterInterval,
+				energy: cfg.EnergyInterval, gpm: cfg.GPMInterval, procs: cfg.ProcessInterval})
 			c.m.gpuUp.Store(true)
 			c.log.Info("GPU sampling on", "gpus", len(c.gpu.devs))
 		}

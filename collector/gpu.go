@@ -27,41 +27,59 @@ type gpuProc struct {
 }
 
 // gpuSampler turns NVML readings into GPU records, reading each group of
-// values at the rate it changes and costs:
+// values at the rate it changes and costs (CPU a call, measured on an
+// H100 with collector/gpubench, idle / busy):
 //
 //   - every sample (the base interval, or the fast one while a training
-//     process announced by the hook holds the GPU): utilisation, memory,
-//     power, temperatures and clocks — a few microseconds each;
-//   - every base tick: the compute processes (for attribution, and to
-//     notice a training process arriving or leaving) and XID events, and
-//     GPM on a GPU a training process holds (about 0.5 ms a read: GPM
-//     metrics are averages between two reads, here over a second);
-//   - every counter interval, staggered over the devices: energy, PCIe,
-//     NVLink, ECC, remapped rows and PCIe replays. On an H100 the energy
-//     counter alone costs 3 to 6 ms of CPU a read and PCIe throughput
-//     waits 20 ms per direction, more than everything else together. GPM
-//     of idle GPUs is read then too.
+//     process announced by the hook holds the GPU): utilisation, memory
+//     and power — about 0.1 ms together;
+//   - every base tick: temperatures, clocks and XID events (40 µs);
+//   - every process interval, and at the next sample after an announced
+//     training process arrived or left: the compute processes (for
+//     attribution, and to tell whether a training process holds the GPU;
+//     30 µs / 0.1 ms);
+//   - every GPM interval on a GPU a training process holds, else with the
+//     counters: GPM (0.4 / 0.6 ms; its metrics are averages between two
+//     reads);
+//   - every counter interval, staggered over the devices: PCIe, NVLink,
+//     ECC, remapped rows and PCIe replays (2 ms, and PCIe throughput waits
+//     20 ms per direction);
+//   - every energy interval, staggered: the energy counter (3 / 15 ms).
+//     Between two reads the energy a record carries is the counter as
+//     last read plus the power samples added up since (each sample times
+//     the time since the one before: NVML's power is the average over the
+//     last second on Hopper and Ampere), never less than the value carried
+//     before: a counter read that finds less than was added up holds the
+//     value until the counter catches up, so the total never goes down.
 //
 // Values not read at a sample keep their last reading.
 type gpuSampler struct {
 	lib  nvml.Iface
 	devs []nvml.DeviceInfo
 	dev  []gpuDev
-	// base, fast and counter are the intervals; fast is 0 when adaptive
-	// sampling is off.
-	base, fast, counter time.Duration
+	iv   gpuIntervals
+}
+
+// gpuIntervals are the sampler's intervals; fast is 0 when adaptive
+// sampling is off.
+type gpuIntervals struct {
+	base, fast, counter, energy, gpm, procs time.Duration
 }
 
 // gpuDev is what the sampler keeps of one device between samples.
 type gpuDev struct {
-	have        bool
-	last        nvml.Reading
-	state       gpuState
-	fast        bool
-	nextFast    time.Time // next fast sample, while fast
-	nextCounter time.Time
-	nvPrev      nvlinkPrev
-	nvTx, nvRx  *api.Float // last NVLink rates, kept between counter reads
+	have     bool
+	last     nvml.Reading
+	state    gpuState
+	fast     bool
+	nextFast time.Time // next fast sample, while fast
+	// When the slower groups are due next.
+	nextCounter, nextEnergy, nextGPM, nextProcs time.Time
+	// regGen is the registry generation at the last process read.
+	regGen     uint64
+	nvPrev     nvlinkPrev
+	nvTx, nvRx *api.Float // last NVLink rates, kept between counter reads
+	energy     energyEst
 }
 
 type nvlinkPrev struct {
@@ -70,40 +88,36 @@ type nvlinkPrev struct {
 	ok     bool
 }
 
-func newGPUSampler(lib nvml.Iface, base, fast, counter time.Duration) gpuSampler {
+func newGPUSampler(lib nvml.Iface, iv gpuIntervals) gpuSampler {
 	devs := lib.Devices()
-	return gpuSampler{lib: lib, devs: devs, dev: make([]gpuDev, len(devs)), base: base, fast: fast, counter: counter}
+	return gpuSampler{lib: lib, devs: devs, dev: make([]gpuDev, len(devs)), iv: iv}
+}
+
+// due tells whether the group scheduled at *next is due at now, and if so
+// schedules its next read every later; a schedule that fell behind
+// restarts from now.
+func due(next *time.Time, now time.Time, every time.Duration) bool {
+	if now.Before(*next) {
+		return false
+	}
+	*next = next.Add(every)
+	if !now.Before(*next) {
+		*next = now.Add(every)
+	}
+	return true
 }
 
 // sample reads the devices due at now: every device on a base tick, the
 // fast ones between. It returns the latest state of every device read so
 // far and the records of the ones read now.
 func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *registry) (states []gpuState, fresh []int, firstErr error) {
+	gen := reg.generation()
 	for i, info := range g.devs {
 		d := &g.dev[i]
-		due := baseTick || !d.have || (d.fast && !now.Before(d.nextFast))
-		if !due {
+		if !baseTick && d.have && !(d.fast && !now.Before(d.nextFast)) {
 			continue
 		}
-		want := nvml.FieldsTick
-		if baseTick || !d.have {
-			want |= nvml.FieldsProcs | nvml.FieldsXID
-		}
-		if baseTick && d.fast {
-			want |= nvml.FieldsGPM
-		}
-		if !d.have {
-			// Everything once, then the counters staggered over the
-			// devices so that their cost does not land on one tick.
-			want |= nvml.FieldsCounters | nvml.FieldsGPM
-			d.nextCounter = now.Add(g.counter + g.counter*time.Duration(i)/time.Duration(len(g.devs)))
-		} else if !now.Before(d.nextCounter) {
-			want |= nvml.FieldsCounters | nvml.FieldsGPM
-			d.nextCounter = d.nextCounter.Add(g.counter)
-			if !now.Before(d.nextCounter) {
-				d.nextCounter = now.Add(g.counter)
-			}
-		}
+		want := g.fields(d, i, now, baseTick, gen)
 		r, err := g.lib.Read(i, want)
 		if err != nil {
 			if firstErr == nil {
@@ -112,11 +126,19 @@ func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *regi
 			continue
 		}
 		d.last = d.last.With(r, want)
+		d.last.EnergyMilliJ = d.energy.update(now, r, want)
 		d.have = true
 		st := gpuState{info: info, r: d.last}
 		if want&nvml.FieldsProcs != 0 {
+			d.regGen = gen
 			st.procs = g.procs(d.last.Processes, reg)
-			d.fast = g.fast > 0 && holdsAnnounced(st.procs)
+			wasFast := d.fast
+			d.fast = g.iv.fast > 0 && holdsAnnounced(st.procs)
+			if d.fast && !wasFast && want&nvml.FieldsGPM == 0 {
+				// A GPM read at the next sample starts the metrics over
+				// the busy time only.
+				d.nextGPM = now
+			}
 		} else {
 			// Between process reads the list stands; who a PID is may
 			// have changed (announced, or gone).
@@ -128,10 +150,10 @@ func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *regi
 				}
 			}
 		}
-		st.interval = g.base.Seconds()
+		st.interval = g.iv.base.Seconds()
 		if d.fast {
-			st.interval = g.fast.Seconds()
-			d.nextFast = now.Add(g.fast)
+			st.interval = g.iv.fast.Seconds()
+			d.nextFast = now.Add(g.iv.fast)
 		}
 		st.rec = g.record(d, now, host, info, want)
 		st.rec.SampleIntervalS = api.F(st.interval)
@@ -162,6 +184,86 @@ func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *regi
 	return states, fresh, firstErr
 }
 
+// fields chooses what to read of device i at now, and schedules the next
+// reads of the slower groups.
+func (g *gpuSampler) fields(d *gpuDev, i int, now time.Time, baseTick bool, gen uint64) nvml.Fields {
+	if !d.have {
+		// Everything once, then the costly groups staggered over the
+		// devices so that their cost does not land on one tick.
+		stagger := func(every time.Duration) time.Time {
+			return now.Add(every + every*time.Duration(i)/time.Duration(len(g.devs)))
+		}
+		d.nextCounter, d.nextEnergy = stagger(g.iv.counter), stagger(g.iv.energy)
+		d.nextGPM, d.nextProcs = now.Add(g.iv.gpm), now.Add(g.iv.procs)
+		return nvml.FieldsAll | nvml.FieldsGPM
+	}
+	want := nvml.FieldsFast
+	if baseTick {
+		want |= nvml.FieldsTick | nvml.FieldsXID
+	}
+	if due(&d.nextProcs, now, g.iv.procs) || d.regGen != gen {
+		want |= nvml.FieldsProcs
+	}
+	if due(&d.nextCounter, now, g.iv.counter) {
+		want |= nvml.FieldsCounters &^ nvml.FieldsEnergy
+		if !d.fast {
+			want |= nvml.FieldsGPM
+		}
+	}
+	if due(&d.nextEnergy, now, g.iv.energy) {
+		want |= nvml.FieldsEnergy
+	}
+	if d.fast && due(&d.nextGPM, now, g.iv.gpm) {
+		want |= nvml.FieldsGPM
+	}
+	return want
+}
+
+// energyEst is the energy a device's records carry between reads of its
+// energy counter: the counter plus the power sampled since, in mJ.
+type energyEst struct {
+	ok      bool    // the counter has been read
+	baseMJ  float64 // the counter at its last read
+	sinceMJ float64 // power added up since
+	outMJ   float64 // the last value given out
+	powerMW float64
+	powerAt time.Time
+	power   bool // powerMW is a sample taken at powerAt
+}
+
+// update takes in what a read at now found and returns the energy to
+// carry, nil while the counter has not been read (or is not supported).
+func (e *energyEst) update(now time.Time, r nvml.Reading, want nvml.Fields) *uint64 {
+	if want&nvml.FieldsPower != 0 {
+		if r.PowerMilliW == nil {
+			e.power = false
+		} else {
+			p := float64(*r.PowerMilliW)
+			if e.power && now.After(e.powerAt) {
+				// NVML's power is the average over the last second, so a
+				// sample stands for the time before it (a second apart,
+				// exactly; closer, it lags by up to half a second).
+				e.sinceMJ += p * now.Sub(e.powerAt).Seconds()
+			}
+			e.powerMW, e.powerAt, e.power = p, now, true
+		}
+	}
+	if want&nvml.FieldsEnergy != 0 && r.EnergyMilliJ != nil {
+		c := float64(*r.EnergyMilliJ)
+		if e.ok && c < e.baseMJ {
+			// The counter went back: the driver was reloaded. Follow it.
+			e.outMJ = c
+		}
+		e.baseMJ, e.sinceMJ, e.ok = c, 0, true
+	}
+	if !e.ok {
+		return nil
+	}
+	e.outMJ = max(e.outMJ, e.baseMJ+e.sinceMJ)
+	v := uint64(e.outMJ)
+	return &v
+}
+
 // nextFast is when the next fast sample is due, before the next base tick
 // at base; a fast sample that would fall within half a fast interval of
 // the base tick is left to it.
@@ -169,7 +271,7 @@ func (g *gpuSampler) nextFast(base time.Time) time.Time {
 	next := base
 	for i := range g.dev {
 		d := &g.dev[i]
-		if d.fast && d.nextFast.Before(next) && base.Sub(d.nextFast) >= g.fast/2 {
+		if d.fast && d.nextFast.Before(next) && base.Sub(d.nextFast) >= g.iv.fast/2 {
 			next = d.nextFast
 		}
 	}

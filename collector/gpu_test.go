@@ -3,6 +3,7 @@ package collector_test
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -54,8 +55,10 @@ func announce(t *testing.T, c *collector.Collector, pid int) {
 
 // TestAdaptiveSampling: the GPU that an announced training process holds
 // is sampled at the fast interval, the other at the base one; records and
-// /metrics say which; the process list is read once per base tick only,
-// and the costly counters once per counter interval, staggered.
+// /metrics say which; the process list is read once per process interval,
+// GPM once per GPM interval on the held GPU and with the counters on the
+// other, the costly counters once per counter interval and the energy
+// counter once per energy interval, both staggered.
 func TestAdaptiveSampling(t *testing.T) {
 	fake := twoGPUCapture(t)
 	t0 := time.Date(2026, 11, 22, 6, 17, 1, 0, time.UTC)
@@ -63,6 +66,7 @@ func TestAdaptiveSampling(t *testing.T) {
 	c, err := collector.New(collector.Config{
 		SpoolDir: t.TempDir(), HostName: "n", ProcRoot: "testdata/proc", NVML: fake,
 		Interval: time.Second, FastInterval: 100 * time.Millisecond, CounterInterval: 10 * time.Second,
+		EnergyInterval: 20 * time.Second, GPMInterval: 5 * time.Second, ProcessInterval: 5 * time.Second,
 		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -87,19 +91,35 @@ func TestAdaptiveSampling(t *testing.T) {
 	if util1 != 25 {
 		t.Errorf("idle GPU read %d times in 25 s, want 25 (1 s)", util1)
 	}
+	// Temperatures and clocks at base ticks only, on both.
+	for i := 0; i < 2; i++ {
+		if n := fake.Calls(i)["temperature"]; n != 25 {
+			t.Errorf("GPU %d: temperature read %d times in 25 s, want 25 (base ticks only)", i, n)
+		}
+		if n := fake.Calls(i)["clock_sm"]; n != 25 {
+			t.Errorf("GPU %d: SM clock read %d times in 25 s, want 25 (base ticks only)", i, n)
+		}
+	}
 	if wakes > util0+1 {
 		t.Errorf("%d wake-ups for %d fast samples: the loop wakes when nothing is due", wakes, util0)
 	}
 	for i := 0; i < 2; i++ {
 		calls := fake.Calls(i)
-		if n := calls["compute_processes"]; n != 25 {
-			t.Errorf("GPU %d: processes read %d times, want once a base tick (25)", i, n)
+		// t0, 5, 10, 15 and 20 s.
+		if n := calls["compute_processes"]; n != 5 {
+			t.Errorf("GPU %d: processes read %d times, want once in 5 s (5)", i, n)
 		}
 		// Counters at t0 and then every 10 s, the second GPU's half an
-		// interval later: t0, 10 s, 20 s and t0, 15 s.
+		// interval later: t0, 10 s, 20 s and t0, 15 s; energy every 20 s,
+		// staggered likewise: t0, 20 s and t0 (30 s is past the end).
 		want := map[int]int{0: 3, 1: 2}[i]
-		if n := calls["total_energy"]; n != want {
-			t.Errorf("GPU %d: energy read %d times in 25 s, want %d", i, n, want)
+		if n := calls["total_energy"]; n != map[int]int{0: 2, 1: 1}[i] {
+			t.Errorf("GPU %d: energy read %d times in 25 s, want %d", i, n, map[int]int{0: 2, 1: 1}[i])
+		}
+		// GPM every 5 s on the held GPU (t0 … 20 s), with the counters on
+		// the idle one.
+		if n := calls["gpm_sample"]; n != map[int]int{0: 5, 1: 2}[i] {
+			t.Errorf("GPU %d: GPM read %d times in 25 s, want %d", i, n, map[int]int{0: 5, 1: 2}[i])
 		}
 		if n := calls["pcie_throughput_tx"]; n != want {
 			t.Errorf("GPU %d: PCIe throughput read %d times, want %d", i, n, want)
@@ -159,7 +179,8 @@ func TestAdaptiveSamplingRun(t *testing.T) {
 	fake := twoGPUCapture(t)
 	c, err := collector.New(collector.Config{
 		SpoolDir: t.TempDir(), HostName: "n", ProcRoot: "testdata/proc", NVML: fake, HookListen: "127.0.0.1:0",
-		Interval: 200 * time.Millisecond, FastInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Interval: 200 * time.Millisecond, FastInterval: 20 * time.Millisecond, ProcessInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -186,5 +207,122 @@ func TestAdaptiveSamplingRun(t *testing.T) {
 	}
 	if after > 7 {
 		t.Errorf("after the process left, the GPU was read %d times in 1 s, want about 5", after)
+	}
+}
+
+// TestAnnounceReadsProcesses: the process lists are read every process
+// interval, but a training process announced in between has them read at
+// the next sample, so that its GPU turns fast at once rather than up to a
+// process interval later.
+func TestAnnounceReadsProcesses(t *testing.T) {
+	fake := twoGPUCapture(t)
+	t0 := time.Date(2026, 11, 22, 6, 17, 1, 0, time.UTC)
+	now := t0
+	c, err := collector.New(collector.Config{
+		SpoolDir: t.TempDir(), HostName: "n", ProcRoot: "testdata/proc", NVML: fake,
+		Interval: time.Second, FastInterval: 100 * time.Millisecond, ProcessInterval: 10 * time.Second,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(until time.Time) {
+		for now.Before(until) {
+			now = collector.SampleDue(c, now)
+		}
+	}
+	step(t0.Add(3 * time.Second))
+	if n := fake.Calls(0)["compute_processes"]; n != 1 {
+		t.Fatalf("processes read %d times in 3 s, want once (at the start)", n)
+	}
+	if iv := collector.LastGPURecord(c, 0).SampleIntervalS; iv == nil || float64(*iv) != 1 {
+		t.Fatalf("GPU 0 before the announcement: interval %v, want 1", iv)
+	}
+	announce(t, c, 422)
+	step(t0.Add(4*time.Second + 500*time.Millisecond))
+	for i := 0; i < 2; i++ {
+		if n := fake.Calls(i)["compute_processes"]; n != 2 {
+			t.Errorf("GPU %d: processes read %d times, want twice (the start, and after the announcement)", i, n)
+		}
+	}
+	r0 := collector.LastGPURecord(c, 0)
+	if r0.SampleIntervalS == nil || float64(*r0.SampleIntervalS) != 0.1 || r0.RunID != "fast" {
+		t.Errorf("GPU 0 after the announcement: interval %v run %q, want 0.1 and fast", r0.SampleIntervalS, r0.RunID)
+	}
+	// Re-announcing the same process changes nothing: no extra reads.
+	announce(t, c, 422)
+	step(t0.Add(6 * time.Second))
+	if n := fake.Calls(1)["compute_processes"]; n != 2 {
+		t.Errorf("GPU 1: processes read %d times after the same announcement again, want 2", n)
+	}
+}
+
+// TestEnergyBetweenCounterReads replays the H100 capture (idle, then a
+// matmul loop at 700 W, then idle, one reading a second, the energy
+// counter in every one) with the energy counter read every 30 s only: the
+// energy each record carries between reads, the counter plus the sampled
+// power added up, stays close to what the counter said at that tick,
+// never goes down, and is the counter itself where it was read.
+func TestEnergyBetweenCounterReads(t *testing.T) {
+	cp := mustCapture(t)
+	costs, err := nvml.LoadCapture("testdata/capture-h100-costs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Costs = costs.Costs
+	fake := nvml.NewFake(cp, 1)
+	fake.NoCosts = true
+	now := time.UnixMilli(cp.Samples[0][0].TimeUnixMilli).UTC()
+	c, err := collector.New(collector.Config{
+		SpoolDir: t.TempDir(), HostName: "n", ProcRoot: "testdata/proc", NVML: fake,
+		Interval: time.Second, FastInterval: -1, CounterInterval: 30 * time.Second, EnergyInterval: 30 * time.Second,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The step of the load: highest power less lowest, in W.
+	lo, hi := math.Inf(1), 0.0
+	for _, row := range cp.Samples {
+		p := float64(*row[0].PowerMilliW) * 1e-3
+		lo, hi = min(lo, p), max(hi, p)
+	}
+	step := hi - lo
+	prev := 0.0
+	var worst float64
+	for k := range cp.Samples {
+		// Each tick at the time the capture's reading was taken.
+		now = time.UnixMilli(cp.Samples[k][0].TimeUnixMilli).UTC()
+		c.SampleOnce()
+		r := collector.LastGPURecord(c, 0)
+		if r.EnergyJ == nil {
+			t.Fatalf("tick %d: no energy", k)
+		}
+		got := float64(*r.EnergyJ)
+		counter := float64(*cp.Samples[k][0].EnergyMilliJ) * 1e-3
+		read := k%30 == 0
+		if got < prev {
+			t.Errorf("tick %d: energy went down from %.3f to %.3f J", k, prev, got)
+		}
+		if read && got != max(counter, prev) {
+			t.Errorf("tick %d: energy %.3f J where the counter was read (%.3f J)", k, got, counter)
+		}
+		last := float64(*cp.Samples[k-k%30][0].EnergyMilliJ) * 1e-3
+		// Off by a fraction of the energy since the last read, plus what a
+		// one-second power average misses at a step in the load: a tenth
+		// of a second of the step.
+		if off, allowed := math.Abs(got-counter), 0.005*(counter-last)+0.1*step; off > allowed {
+			t.Errorf("tick %d: energy %.1f J, counter %.1f J: off by %.1f J, want at most %.1f", k, got, counter, off, allowed)
+		}
+		worst = max(worst, math.Abs(got-counter))
+		prev = got
+	}
+	if n := fake.Calls(0)["total_energy"]; n != 3 {
+		t.Errorf("energy counter read %d times in %d ticks, want 3 (every 30 s)", n, len(cp.Samples))
+	}
+	t.Logf("energy between counter reads within %.1f J of the counter (load step %.0f W)", worst, step)
+	r := collector.LastGPURecord(c, 0)
+	if v := metric(c, `deepseed_gpu_energy_joules_total{host="n",gpu="0",uuid="`+r.UUID+`"}`); v != strconv.FormatFloat(prev, 'g', -1, 64) {
+		t.Errorf("/metrics energy %s, record %v: want the same", v, prev)
 	}
 }

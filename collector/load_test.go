@@ -2,6 +2,7 @@ package collector_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepseed/deepseed/collector/nvml"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -35,6 +37,11 @@ import (
 // DEEPSEED_BENCH_INTERVAL the sampling interval (default 1s);
 // DEEPSEED_BENCH_HOOK_RECORDS the hook records a second (default 1000; 0
 // for none, as collector/gpubench measures);
+// DEEPSEED_BENCH_LOAD=1 replays testdata/capture-h100-load-costs.json
+// instead, taken while a matmul loop ran on the GPU, with its process
+// standing in for a training process announced by the hook on every GPU,
+// so that they are sampled at the fast interval as under training;
+// DEEPSEED_BENCH_FLAGS adds collect flags (such as --fast-interval 0);
 // DEEPSEED_BENCH_BIN runs a prebuilt binary instead of building one.
 func BenchmarkCollectorLoad(b *testing.B) {
 	secs := 30
@@ -52,13 +59,19 @@ func BenchmarkCollectorLoad(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/deepseed").CombinedOutput(); err != nil {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
+	capture, holder := "testdata/capture-h100-costs.json", 0
+	if os.Getenv("DEEPSEED_BENCH_LOAD") == "1" {
+		capture, holder = loadCapture(b, dir)
+	}
 	st := storetest.NewStore(b)
 	srv := newIngestServer(b, st).addr
 	hookAddr := freeAddr(b)
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(envOr("DEEPSEED_BENCH_BIN", bin), "collect", "--fake-nvml", "testdata/capture-h100-costs.json", "--fake-gpus", gpus,
-			"--server", "http://"+srv, "--hook-listen", hookAddr, "--metrics-listen", "",
-			"--spool-dir", filepath.Join(dir, "spool"), "--interval", interval, "--host-name", "bench", "--log-level", "warn")
+		args := []string{"collect", "--fake-nvml", capture, "--fake-gpus", gpus,
+			"--server", "http://" + srv, "--hook-listen", hookAddr, "--metrics-listen", "",
+			"--spool-dir", filepath.Join(dir, "spool"), "--interval", interval, "--host-name", "bench", "--log-level", "warn"}
+		args = append(args, strings.Fields(os.Getenv("DEEPSEED_BENCH_FLAGS"))...)
+		cmd := exec.Command(envOr("DEEPSEED_BENCH_BIN", bin), args...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
@@ -75,6 +88,14 @@ func BenchmarkCollectorLoad(b *testing.B) {
 				b.Fatal("collector did not start")
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+		if holder != 0 {
+			body := fmt.Sprintf(`{"kind":"process","run_id":"bench","rank":0,"local_rank":0,"pid":%d}`, holder)
+			resp, err := http.Post(url, "application/x-ndjson", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
 		}
 		// Ten posts of hookRate/10 records each second, as a hook flushing
 		// every 100 ms would send them.
@@ -98,6 +119,7 @@ func BenchmarkCollectorLoad(b *testing.B) {
 			io.Copy(io.Discard, resp.Body) // drained, so the connection is reused as a keep-alive client would
 			resp.Body.Close()
 		}
+		t0 := time.Now()
 		warm := time.Now().Add(3 * time.Second)
 		for time.Now().Before(warm) {
 			post()
@@ -121,10 +143,45 @@ func BenchmarkCollectorLoad(b *testing.B) {
 		b.ReportMetric(rss/(1<<20), "rss-MiB")
 		b.ReportMetric(hwm/(1<<20), "peak-rss-MiB")
 		b.ReportMetric(float64(step*8)/wall, "hook-records/s")
-		var rows int
+		var rows, gpuRows int
 		st.Pool.QueryRow(b.Context(), `SELECT count(*) FROM steps WHERE run_id = 'bench'`).Scan(&rows)
+		st.Pool.QueryRow(b.Context(), `SELECT count(*) FROM gpu_samples WHERE host = 'bench'`).Scan(&gpuRows)
+		b.ReportMetric(float64(gpuRows)/time.Since(t0).Seconds(), "gpu-records/s")
 		b.Logf("%ds, %s GPUs at %s: collector cpu %.2f%% of one core, rss %.1f MiB (peak %.1f), %d step rows stored", secs, gpus, interval, cpuPct, rss/(1<<20), hwm/(1<<20), rows)
 	}
+}
+
+// loadCapture writes the capture taken under load into dir with its GPU
+// process replaced by one started here (it must exist: the collector
+// forgets an announced process whose PID has gone), and returns the
+// file and that process's PID.
+func loadCapture(b *testing.B, dir string) (string, int) {
+	cp, err := nvml.LoadCapture("testdata/capture-h100-load-costs.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hold := exec.Command("sleep", "3600")
+	if err := hold.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { hold.Process.Kill(); hold.Wait() })
+	pid := hold.Process.Pid
+	for _, row := range cp.Samples {
+		for d := range row {
+			for k := range row[d].Processes {
+				row[d].Processes[k].PID = uint32(pid)
+			}
+		}
+	}
+	out, err := json.Marshal(cp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(dir, "capture-load.json")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path, pid
 }
 
 func freeAddr(tb testing.TB) string {

@@ -20,6 +20,9 @@ type announced struct {
 type registry struct {
 	mu sync.Mutex
 	m  map[int64]announced
+	// gen counts changes to the set, so that the GPU sampler reads the
+	// GPUs' process lists again when a training process arrives or leaves.
+	gen uint64
 }
 
 func newRegistry() *registry { return &registry{m: map[int64]announced{}} }
@@ -27,7 +30,19 @@ func newRegistry() *registry { return &registry{m: map[int64]announced{}} }
 func (r *registry) announce(p *api.Process) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m[p.PID] = announced{PID: p.PID, RunID: p.RunID, Rank: p.Rank, LocalRank: p.LocalRank}
+	a := announced{PID: p.PID, RunID: p.RunID, Rank: p.Rank, LocalRank: p.LocalRank}
+	if old, ok := r.m[p.PID]; !ok || old != a {
+		r.gen++
+	}
+	r.m[p.PID] = a
+}
+
+// generation changes whenever a process is announced, re-announced as
+// another run or rank, or forgotten.
+func (r *registry) generation() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
 }
 
 func (r *registry) lookup(pid int64) (announced, bool) {
@@ -53,5 +68,8 @@ func (r *registry) list() []announced {
 func (r *registry) forget(pid int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.m[pid]; ok {
+		r.gen++
+	}
 	delete(r.m, pid)
 }

@@ -95,6 +95,12 @@ func TestErrorsAreOneReadableLine(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, `invalid --interval "soon"`) {
 		t.Errorf("collect --interval soon: exit %d, stderr %q", code, stderr)
 	}
+	for _, flag := range []string{"--energy-interval", "--gpm-interval", "--process-interval"} {
+		code, _, stderr = runBinary(t, nil, "collect", flag, "-5s")
+		if code != 1 || !strings.Contains(stderr, `invalid `+flag+` "-5s"`) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("collect %s -5s: exit %d, stderr %q", flag, code, stderr)
+		}
+	}
 
 	url := storetest.NewDatabase(t)
 	port := freePort(t)

@@ -33,7 +33,10 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		metricsListen = f.String("metrics-listen", "DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400", "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it")
 		interval      = f.String("interval", "DEEPSEED_INTERVAL", "1s", "GPU and host sampling interval")
 		fastInterval  = f.String("fast-interval", "DEEPSEED_FAST_INTERVAL", collector.DefaultFastInterval.String(), "sampling interval of GPUs that a training process announced by the hook holds; 0 samples them at --interval like the others")
-		counterIval   = f.String("counter-interval", "DEEPSEED_COUNTER_INTERVAL", collector.DefaultCounterInterval.String(), "how often the costly GPU counters are read: energy, PCIe, NVLink, ECC, remapped rows")
+		counterIval   = f.String("counter-interval", "DEEPSEED_COUNTER_INTERVAL", collector.DefaultCounterInterval.String(), "how often the costly GPU counters are read: PCIe, NVLink, ECC, remapped rows")
+		energyIval    = f.String("energy-interval", "DEEPSEED_ENERGY_INTERVAL", collector.DefaultEnergyInterval.String(), "how often the GPU energy counter is read (milliseconds of CPU a read); between reads the sampled power is added up")
+		gpmIval       = f.String("gpm-interval", "DEEPSEED_GPM_INTERVAL", collector.DefaultGPMInterval.String(), "how often GPM metrics (SM, tensor and DRAM activity) are read on GPUs a training process holds; others read them every --counter-interval")
+		procIval      = f.String("process-interval", "DEEPSEED_PROCESS_INTERVAL", collector.DefaultProcessInterval.String(), "how often each GPU's process list is read; a training process announced by the hook or exiting has it read at once")
 		spoolDir      = f.String("spool-dir", "DEEPSEED_SPOOL_DIR", defaultSpoolDir(), "directory for batches waiting for the server, and the dead-letter file")
 		spoolMax      = f.String("spool-max-bytes", "DEEPSEED_SPOOL_MAX_BYTES", "1073741824", "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted")
 		hostName      = f.String("host-name", "DEEPSEED_HOST_NAME", "", "host name on records and metrics; default the system's")
@@ -84,6 +87,7 @@ at start.`)
 	}
 	every, maxAge := dur("interval", *interval), dur("batch-max-age", *batchAge)
 	counters := dur("counter-interval", *counterIval)
+	energyEvery, gpmEvery, procEvery := dur("energy-interval", *energyIval), dur("gpm-interval", *gpmIval), dur("process-interval", *procIval)
 	// The fast interval may be 0: held GPUs are then sampled like the
 	// others (the collector takes a negative interval as off).
 	fast, err := time.ParseDuration(*fastInterval)
@@ -151,7 +155,8 @@ at start.`)
 	log.Info("spool directory: batches wait here while the server is away", "dir", spool, "max_bytes", maxBytes)
 	col, err := collector.New(collector.Config{
 		Server: *serverURL, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
-		Interval: every, FastInterval: fast, CounterInterval: counters, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
+		Interval: every, FastInterval: fast, CounterInterval: counters,
+		EnergyInterval: energyEvery, GPMInterval: gpmEvery, ProcessInterval: procEvery, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
 		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxAge: maxAge, ProcRoot: *procRoot,
 		NVML: lib, Logger: log,
 	})

@@ -15,7 +15,12 @@ records an NVML capture with per-call costs.
 Usage (run from the repository root on the GPU machine):
   python3 collector/gpubench/collector_cost.py --bin ./deepseed \\
       --intervals 1s,100ms --seconds 60 --warm 5 --out /tmp/cost [--load] \\
-      [--pprof 30] [--capture] [-- extra collect flags]
+      [--variant NAME=FLAGS ...] [--pprof 30 --pprof-only TAG] [--capture] \\
+      [-- extra collect flags]
+Each --variant (for instance nofast='--fast-interval 0', or old='BIN=./old')
+is measured at every interval, in the order given; without one the
+collector runs with its defaults. A variant's BIN= runs another binary, for
+before/after comparisons interleaved on one machine.
 Prints one JSON line per measurement and writes them to OUT/results.jsonl.
 """
 import argparse
@@ -106,6 +111,19 @@ def rss_mib(pid):
     return out
 
 
+def rss_by_mapping(pid):
+    """Resident KiB of the process by what is mapped: a file, or anonymous."""
+    out, name = {}, "?"
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:
+                name = parts[5] if len(parts) > 5 else "[anon]"
+            elif parts and parts[0] == "Rss:":
+                out[name] = out.get(name, 0) + int(parts[1])
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
 def post(url, body):
     req = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/x-ndjson"})
     with urllib.request.urlopen(req, timeout=5) as r:
@@ -120,18 +138,18 @@ def gpu_count():
         return 0
 
 
-def measure(a, interval, load_pids, stub_port, tag):
+def measure(a, interval, load_pids, stub_port, tag, bin_path, flags):
     hook_port, metrics_port, pprof_port = free_port(), free_port(), free_port()
     spool = tempfile.mkdtemp(prefix="spool-")
     env = dict(os.environ, DEEPSEED_PPROF_LISTEN=f"127.0.0.1:{pprof_port}")
-    cmd = [a.bin, "collect", "--server", f"http://127.0.0.1:{stub_port}", "--hook-listen", f"127.0.0.1:{hook_port}",
+    cmd = [bin_path, "collect", "--server", f"http://127.0.0.1:{stub_port}", "--hook-listen", f"127.0.0.1:{hook_port}",
            "--metrics-listen", f"127.0.0.1:{metrics_port}", "--spool-dir", spool, "--interval", interval,
            "--host-name", "bench", "--log-level", "warn"]
     cap_path = None
     if a.capture:
         cap_path = os.path.join(a.out, f"capture-{tag}.json")
         cmd += ["--capture", cap_path]
-    cmd += a.extra
+    cmd += flags + a.extra
     log = open(os.path.join(a.out, f"collect-{tag}.log"), "w")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     hook = f"http://127.0.0.1:{hook_port}/api/v1/ingest"
@@ -150,6 +168,12 @@ def measure(a, interval, load_pids, stub_port, tag):
     s1, c1, t1 = stat_cpu(p.pid), sched_cpu(p.pid), time.monotonic()
     posts1, bytes1 = Stub.posts, Stub.bytes_in
     mem = rss_mib(p.pid)
+    try:
+        with open(os.path.join(a.out, f"rss-{tag}.txt"), "w") as f:
+            for name, kib in rss_by_mapping(p.pid):
+                f.write(f"{kib:8d} KiB  {name}\n")
+    except OSError as e:
+        print(f"smaps: {e}", file=sys.stderr)
     metrics = ""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
@@ -158,7 +182,7 @@ def measure(a, interval, load_pids, stub_port, tag):
             f.write(metrics)
     except Exception as e:
         metrics = f"# metrics failed: {e}"
-    if a.pprof > 0:
+    if a.pprof > 0 and a.pprof_only in tag:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{pprof_port}/debug/pprof/profile?seconds={a.pprof}", timeout=a.pprof + 30) as r:
                 with open(os.path.join(a.out, f"pprof-{tag}.pb.gz"), "wb") as f:
@@ -178,7 +202,7 @@ def measure(a, interval, load_pids, stub_port, tag):
         "cpu_pct_sched": round(100 * (c1 - c0) / wall, 4),
         "rss_mib": round(mem.get("VmRSS", 0), 1), "peak_rss_mib": round(mem.get("VmHWM", 0), 1),
         "posts_per_s": round((posts1 - posts0) / wall, 2),
-        "extra": a.extra,
+        "bin": bin_path, "extra": flags + a.extra,
     }
     if gpus:
         res["cpu_pct_per_gpu"] = round(res["cpu_pct_sched"] / gpus, 4)
@@ -198,6 +222,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--load", action="store_true", help="keep every GPU busy with an announced matmul loop")
     ap.add_argument("--pprof", type=int, default=0, help="after measuring, take a CPU profile of this many seconds")
+    ap.add_argument("--pprof-only", default="", help="profile only the measurements whose tag holds this")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=FLAGS: collect flags (and BIN=path for another binary) measured at every interval")
     ap.add_argument("--capture", action="store_true", help="write an NVML capture with per-call costs")
     ap.add_argument("--tag", default="")
     ap.add_argument("extra", nargs="*", help="extra flags for deepseed collect, after --")
@@ -214,13 +241,28 @@ def main():
             lp = subprocess.Popen([sys.executable, "-c", LOAD], env=env, stdout=subprocess.PIPE, text=True)
             lp.stdout.readline()
             loads.append(lp)
+    variants = []
+    for v in a.variant or ["="]:
+        name, _, flags = v.partition("=")
+        bin_path, rest = a.bin, []
+        for f in flags.split():
+            if f.startswith("BIN="):
+                bin_path = f[len("BIN="):]
+            else:
+                rest.append(f)
+        variants.append((name, bin_path, rest))
     results = []
     try:
-        for iv in a.intervals.split(","):
-            tag = f"{a.tag}{'load' if a.load else 'idle'}-{iv}"
-            r = measure(a, iv, [lp.pid for lp in loads], stub_port, tag)
-            print(json.dumps(r), flush=True)
-            results.append(r)
+        for iv0 in a.intervals.split(","):
+            for name, bin_path, flags in variants:
+                # A variant may set its own --interval (the last flag wins).
+                iv = iv0
+                if "--interval" in flags:
+                    iv = flags[flags.index("--interval") + 1]
+                tag = f"{a.tag}{name + '-' if name else ''}{'load' if a.load else 'idle'}-{iv}"
+                r = measure(a, iv, [lp.pid for lp in loads], stub_port, tag, bin_path, flags)
+                print(json.dumps(r), flush=True)
+                results.append(r)
     finally:
         for lp in loads:
             lp.kill()

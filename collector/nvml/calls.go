@@ -64,7 +64,8 @@ var fieldCalls = []struct {
 }{
 	{FieldsUtil, []call{callUtil}},
 	{FieldsMemory, []call{callMemoryV2, callMemory}},
-	{FieldsPower, []call{callPower, callTemp, callMemTemp}},
+	{FieldsPower, []call{callPower}},
+	{FieldsTemp, []call{callTemp, callMemTemp}},
 	{FieldsClocks, []call{callClockSM, callClockMem, callClocksEvent}},
 	{FieldsGPM, []call{callGPMSample, callGPMMetrics}},
 	{FieldsEnergy, []call{callEnergy}},

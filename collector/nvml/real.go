@@ -279,6 +279,9 @@ func (r *Real) Read(i int, want Fields) (Reading, error) {
 		if r.do(d, callPower, func() gonvml.Return { v32, ret = h.GetPowerUsage(); return ret }) {
 			rd.PowerMilliW = ptr(v32)
 		}
+	}
+	if phys && want&FieldsTemp != 0 {
+		var v32 uint32
 		if r.do(d, callTemp, func() gonvml.Return { v32, ret = h.GetTemperature(gonvml.TEMPERATURE_GPU); return ret }) {
 			rd.TempC = ptr(v32)
 		}
