@@ -1,11 +1,15 @@
 package dashboards
 
 import (
+	"fmt"
+
 	"github.com/grafana/grafana-foundation-sdk/go/barchart"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/trend"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 )
 
@@ -34,6 +38,11 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 
 	b = b.WithRow(row("Per rank by step", y))
 	y++
+	b = b.WithPanel(stragglerScoreChart(gridPos(0, y, 12, 9)))
+	b = b.WithPanel(stepChart("Lateness per rank",
+		"How long after the first rank each rank reached the end of its backward, by step, host clocks corrected by the offsets in the Ranks table. A straggler's line sits above the others from the step it became slow; all lines near 0 means no rank keeps the others waiting.", "ms",
+		gridPos(12, y, 12, 9), stepQuery("all", "lateness_ms")).Min(0))
+	y += 9
 	b = b.WithPanel(stepChart("Wait in the collective per rank",
 		"How long each rank waited at the end of backward for the others, by step: every rank but the straggler waits; the straggler's line sits at the bottom.", "ms",
 		gridPos(0, y, 12, 9), stepQuery("all", "sync_wait_ms")).Min(0))
@@ -107,4 +116,20 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 		Min(0).
 		FillOpacity(80).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{}))
+}
+
+// stragglerScoreChart is each rank's straggler score by step, with the
+// straggler alert's default threshold (alerts.Defaults) as a dashed line:
+// where a rank's line crosses it is when the alert opened.
+func stragglerScoreChart(pos dashboard.GridPos) *trend.PanelBuilder {
+	limit := alerts.Defaults().StragglerPct / 100
+	return stepChart("Straggler score per rank",
+		fmt.Sprintf("Each rank's straggler score by step: an EWMA of its lateness as a share of the ranks' median busy time. The rank whose line rises is the straggler, from the step where it leaves 0; the straggler alert fires while a score is above the dashed line (%g %%, the default straggler_pct; a run's own setting may differ). Scores are stored by the alert evaluator, so a run it has not scored shows none.", limit*100),
+		"percentunit", pos, stepQuery("all", "straggler_score")).
+		Min(0).
+		Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+			{Value: nil, Color: "green"},
+			{Value: &limit, Color: "red"},
+		})).
+		ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed))
 }

@@ -19,7 +19,7 @@ func validMetric(m string) bool {
 	if name, ok := strings.CutPrefix(m, "metrics."); ok {
 		return name != "" && len(name) <= api.MaxIDLen
 	}
-	return store.IsStepMetric(m) || m == "skipped"
+	return store.IsStepMetric(m) || store.IsRankMetric(m) || m == "skipped"
 }
 
 // stepRange reads from_step and to_step, defaulting to the span recorded.
@@ -52,7 +52,7 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 	}
 	for _, m := range metrics {
 		if !validMetric(m) {
-			return nil, bad("metric", "unknown metric %q: want a step metric (loss, lr, step_ms, …) or metrics.NAME", m)
+			return nil, bad("metric", "unknown metric %q: want a step metric (loss, lr, step_ms, …), lateness_ms, straggler_score or metrics.NAME", m)
 		}
 	}
 	maxPoints, err := intParam(c, "max_points", 1000, 1, maxPointsLimit)
@@ -80,6 +80,7 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 		return nil, err
 	}
 	refreshed := false
+	across := newRankSeries(h, r.RunID)
 	out := api.SeriesResponse{RunID: r.RunID, MaxPoints: int(maxPoints), Series: []api.Series{}}
 	for _, rank := range ranks {
 		first, last, ok, err := h.store.StepSpan(ctx, r.RunID, rank)
@@ -106,13 +107,18 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 				continue
 			}
 			p := planBuckets(from, to, int(maxPoints))
-			if p.Rollup > 0 && !refreshed {
-				if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
-					return nil, err
+			var bs *buckets
+			if store.IsRankMetric(m) {
+				bs, err = across.buckets(ctx, rank, m, p)
+			} else {
+				if p.Rollup > 0 && !refreshed {
+					if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+						return nil, err
+					}
+					refreshed = true
 				}
-				refreshed = true
+				bs, err = h.seriesBuckets(ctx, r.RunID, rank, m, p)
 			}
-			bs, err := h.seriesBuckets(ctx, r.RunID, rank, m, p)
 			if err != nil {
 				return nil, err
 			}

@@ -240,7 +240,7 @@ var metricUnits = map[string]string{
 	"gpu_util_pct": "percent", "cpu_util_pct": "percent", "gpu_mem_used_gb": "GB", "gpu_mem_peak_gb": "GB",
 	"gpu_mem_reserved_gb": "GB", "throughput_sps": "samples/s", "throughput_tps": "tokens/s", "samples": "samples",
 	"tokens": "tokens", "epoch": "epoch", "tflops": "TFLOP/s", "mfu": "ratio",
-	"sync_wait_ms": "ms", "input_wait_ms": "ms",
+	"sync_wait_ms": "ms", "input_wait_ms": "ms", "lateness_ms": "ms", "straggler_score": "ratio",
 }
 
 var gpuUnits = map[string]string{

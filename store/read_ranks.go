@@ -33,26 +33,7 @@ type RankSync struct {
 // carry neither.
 func (s *Store) RankSyncs(ctx context.Context, runID string, from int64) ([]RankSync, string, error) {
 	rows, err := s.Pool.Query(ctx, `
-		WITH s AS (
-			SELECT DISTINCT ON (rank, step) rank, step, sync_ns::float8 / 1e6 AS a, sync_wait_ms AS w, step_ms, input_wait_ms
-			FROM steps WHERE run_id = $1 AND step >= $2 ORDER BY rank, step, time DESC
-		), f AS (
-			SELECT *, count(*) OVER st AS nr, count(a) OVER st AS na, count(w) OVER st AS nw,
-			       (SELECT count(DISTINCT rank) FROM s) AS ranks
-			FROM s WINDOW st AS (PARTITION BY step)
-		), c AS (
-			SELECT * FROM f WHERE nr = ranks AND ranks >= 2
-		), off AS (
-			SELECT rank, percentile_cont(0.5) WITHIN GROUP (ORDER BY rel) AS off FROM (
-				SELECT rank, (a + w) - min(a + w) OVER (PARTITION BY step) AS rel FROM c WHERE na = nr AND nw = nr
-			) x GROUP BY rank
-		), l AS (
-			SELECT c.rank, c.step, c.w, c.input_wait_ms, greatest(c.step_ms - coalesce(c.w, 0), 0) AS busy,
-			       CASE WHEN c.na = c.nr THEN (c.a - coalesce(off.off, 0)) - min(c.a - coalesce(off.off, 0)) OVER (PARTITION BY c.step)
-			            WHEN c.nw = c.nr THEN max(c.w) OVER (PARTITION BY c.step) - c.w END AS late,
-			       CASE WHEN c.na = c.nr THEN 'arrivals' WHEN c.nw = c.nr THEN 'waits' END AS src
-			FROM c LEFT JOIN off USING (rank)
-		), m AS (
+		WITH `+completeSteps("c", "$2", "")+`, `+clockOffsets("c")+`, `+lateness("c")+`, m AS (
 			SELECT *, max(late) OVER (PARTITION BY step) AS latest FROM l
 		)
 		SELECT m.rank, count(late), percentile_cont(0.5) WITHIN GROUP (ORDER BY late),

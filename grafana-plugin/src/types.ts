@@ -135,7 +135,11 @@ export const STEP_METRICS = [
   'cpu_util_pct',
   'tflops',
   'mfu',
+  'sync_wait_ms',
+  'input_wait_ms',
   'skipped',
+  'lateness_ms',
+  'straggler_score',
 ];
 
 /** GPU sample metrics of the gpus query. */

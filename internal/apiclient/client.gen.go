@@ -1973,7 +1973,7 @@ type GetRunRanksParams struct {
 
 // GetRunSeriesParams defines parameters for GetRunSeries.
 type GetRunSeriesParams struct {
-	// Metric metric name, repeatable or comma-separated, at most 32; default loss. A step metric (loss, lr, grad_norm, loss_scale, throughput_sps, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms, gpu_util_pct, gpu_mem_used_gb, …), skipped, or metrics.NAME for a metric the training script recorded
+	// Metric metric name, repeatable or comma-separated, at most 32; default loss. A step metric (loss, lr, grad_norm, loss_scale, throughput_sps, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms, gpu_util_pct, gpu_mem_used_gb, …), skipped, metrics.NAME for a metric the training script recorded, or a per-rank series computed across the ranks of each step (docs/ranks.md): lateness_ms (arrival at the synchronisation point after the step's first rank, host clocks corrected by the clock offsets GET /runs/{id}/ranks estimates over the steady state) and straggler_score (the EWMA the straggler alert fires on, a fraction of the ranks' median busy time, stored by the alert evaluator). A bucket of these averages the steps of its rank
 	Metric *[]string `form:"metric,omitempty" json:"metric,omitempty"`
 
 	// Rank rank number, or "all" for one series per rank; default: the run's lowest rank (0 for an ordinary run)

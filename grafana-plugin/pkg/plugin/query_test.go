@@ -65,7 +65,7 @@ func asQueryError(err error, qe **QueryError) bool {
 // TestStepMetricsMatchStore keeps the editor's metric list equal to what
 // the query service serves.
 func TestStepMetricsMatchStore(t *testing.T) {
-	want := append(slices.Clone(store.StepMetrics), "skipped")
+	want := append(append(slices.Clone(store.StepMetrics), "skipped"), store.RankMetrics...)
 	got := slices.Clone(stepMetrics)
 	slices.Sort(want)
 	slices.Sort(got)
