@@ -65,18 +65,28 @@ func detectSteps(cfg Config, byRank map[int][]stepRow, running bool, now time.Ti
 		return nil
 	}
 
-	// Non-finite loss or grad norm, any rank: one alert per run, naming
-	// the first such step among the newest ones.
+	// Non-finite loss or grad norm, any rank: one alert per run while one
+	// of the newest steps has one, naming where that streak began — the
+	// oldest non-finite step read that is not followed by NonFiniteSteps
+	// finite ones — so a batch of many steps at once (an import, a
+	// collector catching up) names the step the loss first went bad.
 	var nf *stepRow
+	bad := func(s stepRow) bool { return !finite(s.Loss) || !finite(s.GradNorm) }
 	for _, r := range ranks {
 		rows := byRank[r]
-		for i := range min(len(rows), cfg.NonFiniteSteps) {
-			s := rows[i]
-			if !finite(s.Loss) || !finite(s.GradNorm) {
-				if nf == nil || s.Step < nf.Step {
-					nf = &rows[i]
-				}
+		if !slices.ContainsFunc(rows[:min(len(rows), cfg.NonFiniteSteps)], bad) {
+			continue
+		}
+		first, gap := -1, 0
+		for i := range rows {
+			if bad(rows[i]) {
+				first, gap = i, 0
+			} else if gap++; gap >= cfg.NonFiniteSteps {
+				break
 			}
+		}
+		if nf == nil || rows[first].Step < nf.Step {
+			nf = &rows[first]
 		}
 	}
 	if nf != nil {

@@ -1,6 +1,7 @@
 package alerts
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -80,3 +81,38 @@ func TestConfigFromRunMeta(t *testing.T) {
 		t.Errorf("a malformed override changed the defaults: %+v", c)
 	}
 }
+
+// A batch of many steps read at once names the step where the loss first
+// went non-finite, not the oldest of the newest few; an older bad step
+// followed by a long healthy stretch is not named.
+func TestDetectNonFiniteNamesWhereTheStreakBegan(t *testing.T) {
+	cfg := Defaults()
+	now := time.Now()
+	nan := func(from int) func(int) float64 {
+		return func(s int) float64 {
+			if s >= from {
+				return nanValue()
+			}
+			return 0.7
+		}
+	}
+	got := kinds(detectSteps(cfg, map[int][]stepRow{0: steps(0, 20, now, 100, 5, nan(3)), 1: steps(1, 20, now, 100, 5, nan(4))}, false, now))
+	if s := got[api.AlertNonFinite]; len(s) != 1 || *s[0].Step != 3 || *s[0].Rank != 0 {
+		t.Fatalf("non-finite: %+v; want one, at step 3 on rank 0", s)
+	}
+	// Step 5 was bad, then 30 healthy steps, then bad again from step 36.
+	rows := steps(0, 40, now, 100, 5, nan(36))
+	rows[40-5].Loss = f(nanValue())
+	got = kinds(detectSteps(cfg, map[int][]stepRow{0: rows}, false, now))
+	if s := got[api.AlertNonFinite]; len(s) != 1 || *s[0].Step != 36 {
+		t.Fatalf("non-finite: %+v; want one, at step 36", s)
+	}
+	// A run that recovered fires nothing.
+	rows = steps(0, 40, now, 100, 5, func(int) float64 { return 0.7 })
+	rows[40-5].Loss = f(nanValue())
+	if s := kinds(detectSteps(cfg, map[int][]stepRow{0: rows}, false, now))[api.AlertNonFinite]; len(s) != 0 {
+		t.Fatalf("non-finite on a run healthy for 35 steps: %+v", s)
+	}
+}
+
+func nanValue() float64 { return math.NaN() }
