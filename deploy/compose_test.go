@@ -378,6 +378,15 @@ func TestTokens(t *testing.T) {
 	if got := env(srv, "DEEPSEED_READ_TOKENS"); got != read {
 		t.Errorf("deepseed: DEEPSEED_READ_TOKENS %q, want .env's read token", got)
 	}
+	for _, v := range []string{"SUBMIT", "AGENT"} {
+		tok := dot["DEEPSEED_"+v+"_TOKEN"]
+		if tok == "" || tok == ingest || tok == read {
+			t.Errorf(".env: DEEPSEED_%s_TOKEN %q must be set and differ from the ingest and read tokens", v, tok)
+		}
+		if got := env(srv, "DEEPSEED_"+v+"_TOKENS"); got != tok {
+			t.Errorf("deepseed: DEEPSEED_%s_TOKENS %q, want .env's token", v, got)
+		}
+	}
 	for _, name := range []string{"demo", "collector"} {
 		if got := env(service(t, p, name), "DEEPSEED_TOKEN"); got != ingest {
 			t.Errorf("%s: DEEPSEED_TOKEN %q, want the ingest token", name, got)
