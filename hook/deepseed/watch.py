@@ -942,9 +942,16 @@ class Watcher:
                     f[k] = box.value
             if slot.user:
                 f.update(slot.user)
-            self.run._emit_watched_step(slot.step, f, None)
+            # The record's time is when the step ended (the device's end of
+            # its work on the wall clock, else the host's close), not when it
+            # is read back: records are built in batches, later.
+            end_ns = self.last_end_wall_ns if self.cuda and self.anchor else None
+            if end_ns is None:
+                end_ns = slot.close_ns
+            t = end_ns / 1e9 if end_ns is not None else None
+            self.run._emit_watched_step(slot.step, f, None, t)
             if slot.layer is not None:
-                self._emit_layers(slot)
+                self._emit_layers(slot, t)
         except Exception as e:
             self.run._warn_once("emit", "deepseed: reading step timings: %s", e)
         finally:
@@ -999,7 +1006,7 @@ class Watcher:
                 out["sync_wait_ms"] = max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6)
         return {k: v for k, v in out.items() if v is not None}
 
-    def _emit_layers(self, slot):
+    def _emit_layers(self, slot, t=None):
         fwd, bwd = [], []
         for row in slot.layer:
             t = 0.0
@@ -1015,7 +1022,8 @@ class Watcher:
             else:
                 bwd.append(float("nan"))
         rec = {"kind": "layers", "run_id": self.run.run_id, "rank": self.run.rank, "step": int(slot.step),
-               "time": time.time(), "names": list(self.layer_names), "forward_ms": fwd, "backward_ms": bwd}
+               "time": t if t is not None else time.time(), "names": list(self.layer_names), "forward_ms": fwd,
+               "backward_ms": bwd}
         self.run._send(rec)
 
     def _count_batch(self, cur, args, kwargs):

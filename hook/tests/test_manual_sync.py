@@ -39,7 +39,7 @@ class ManualSyncTest(unittest.TestCase):
                             layer_every=0)
         model = torch.nn.Module(forward=lambda x: x)
         w = run.watch(model, manual=True, grad_norm_every=0)
-        arrivals, pending_seen = [], False
+        arrivals, closes, pending_seen = [], [], False
         for i, wait in enumerate(WAIT_S):
             time.sleep(DATA_S)
             for _ in range(2):  # two accumulated micro-batches
@@ -51,6 +51,7 @@ class ManualSyncTest(unittest.TestCase):
             time.sleep(wait)  # the rank waits for its peers
             w.optimizer_begin()
             w.step_end(extra={"epoch": 0})
+            closes.append(time.time())
             pending_seen = pending_seen or len(w.pending) > 0
         run.finish()
         self.assertTrue(pending_seen, "no record was deferred")
@@ -67,6 +68,10 @@ class ManualSyncTest(unittest.TestCase):
             self.assertLess(s["sync_wait_ms"], WAIT_S[i] * 1000 + 4.0,
                             "step %d carries another step's wait" % s["step"])
             self.assertEqual(s["samples"], 8)
+            # The record's time is when its step closed, not when it was
+            # built (a step or more later).
+            self.assertLessEqual(s["time"], closes[i] + 1e-6)
+            self.assertGreater(s["time"], closes[i] - 0.002, "step %d's time is not its close" % s["step"])
         waits = [s["sync_wait_ms"] for s in steps]
         self.assertEqual(waits, sorted(waits), "waits out of step order: %s" % waits)
         for s in steps[1:]:
