@@ -4,6 +4,9 @@ file (no server) and asserts the fields each step record carries:
 - plain PyTorch (run.watch(model, optimizer=opt)), bf16 autocast, gradient
   accumulation 2;
 - Hugging Face Trainer (DeepSeedCallback), bf16, accumulation 2;
+- a DeepSpeed engine (run.watch(engine)), ZeRO-2, fp16 with dynamic loss
+  scaling, accumulation 2: needs DeepSpeed importable (its source on
+  PYTHONPATH will do; --only skips it);
 - Lightning (DeepSeedCallback) under bf16-mixed with accumulation 2, and
   16-mixed (a GradScaler) without, validation every 10 batches.
 
@@ -94,6 +97,36 @@ def run_hf(path):
     return None, {"accum": 2}
 
 
+def run_deepspeed(path):
+    """A DeepSpeed engine (ZeRO-2, fp16 with dynamic loss scaling, torch's
+    AdamW, accumulation 2) in one process: the user's loop calls
+    engine.backward() and engine.step() for every micro-batch."""
+    import deepspeed
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                 ("MASTER_PORT", "29531")):
+        os.environ.setdefault(k, v)
+    model = small_bert()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cfg = {"train_micro_batch_size_per_gpu": BATCH, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
+           "zero_optimization": {"stage": 2}, "fp16": {"enabled": True, "initial_scale_power": 12},
+           "steps_per_print": 10 ** 9,
+           "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-4,
+                                                             "warmup_num_steps": 5, "total_num_steps": STEPS}}}
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
+    run = deepseed.init(project="integrations", name="deepspeed", file=path, handle_signals=False, config=cfg)
+    run.watch(engine)
+    data = torch.utils.data.DataLoader(Tokens(STEPS * 2 * BATCH), batch_size=BATCH)
+    raw = {}
+    for i, b in enumerate(data):
+        b = {k: v.cuda(non_blocking=True) for k, v in b.items()}
+        out = engine(**b)
+        engine.backward(out.loss)
+        engine.step()
+        raw.setdefault(i // 2 + 1, []).append(out.loss.detach())
+    run.finish()
+    return {s: sum(float(x) for x in v) / len(v) for s, v in raw.items()}, {"accum": 2}
+
+
 def run_lightning(path, precision, accum):
     import lightning as L
     from deepseed.integrations.lightning import DeepSeedCallback
@@ -150,7 +183,12 @@ def check(name, recs, raw, accum, want_meta):
             problems.append("step %d samples %s tokens %s" % (r["step"], r["samples"], r["tokens"]))
         if r["step"] > 1 and "data_ms" not in r:
             problems.append("step %d lacks data_ms" % r["step"])
-        if (r["step"] % 10 == 0) != ("grad_norm" in r) and name != "hf":
+        if name == "deepspeed":
+            # The engine's own global norm and loss scale come free with every step.
+            if not isinstance(r.get("grad_norm"), (int, float)) or not isinstance(r.get("loss_scale"), float):
+                problems.append("step %d grad_norm %s loss_scale %s" % (r["step"], r.get("grad_norm"),
+                                                                        r.get("loss_scale")))
+        elif (r["step"] % 10 == 0) != ("grad_norm" in r) and name != "hf":
             problems.append("step %d grad_norm %s" % (r["step"], r.get("grad_norm")))
         if raw and r["step"] in raw and abs(r["loss"] - raw[r["step"]]) > 2e-3 * max(1.0, abs(raw[r["step"]])):
             problems.append("step %d loss %s, the model's %s" % (r["step"], r["loss"], raw[r["step"]]))
@@ -168,7 +206,8 @@ def check(name, recs, raw, accum, want_meta):
     print(("PASS " if not problems else "FAIL ") + name + (": " + "; ".join(problems[:8]) if problems else ""),
           flush=True)
     return {"ok": not problems, "problems": problems, "meta": {k: meta.get(k) for k in (
-        "framework", "precision", "lightning_precision", "strategy", "grad_accum", "model", "params", "seq_len")},
+        "framework", "precision", "lightning_precision", "strategy", "grad_accum", "model", "params", "seq_len",
+        "zero_stage", "total_steps")},
         "step_example": steps[9] if len(steps) > 9 else None, "layers_example": layers.get(10)}
 
 
@@ -181,6 +220,8 @@ def main():
     cases = {
         "plain": (lambda p: run_plain(p), {"framework": "torch", "precision": "bf16"}),
         "hf": (lambda p: run_hf(p), {"framework": "hf", "precision": "bf16", "grad_accum": 2}),
+        "deepspeed": (lambda p: run_deepspeed(p), {"framework": "deepspeed", "precision": "fp16", "zero_stage": 2,
+                                                   "grad_accum": 2, "total_steps": STEPS}),
         "lightning-bf16-mixed-accum2": (lambda p: run_lightning(p, "bf16-mixed", 2),
                                         {"framework": "lightning", "precision": "bf16", "grad_accum": 2,
                                          "strategy": "SingleDeviceStrategy", "lightning_precision": "bf16-mixed"}),

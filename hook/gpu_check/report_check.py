@@ -273,7 +273,14 @@ def summarise(records):
         ranks = sorted({r.get("rank", 0) for r in steps})
         gpu = [r for r in records if r.get("kind") == "gpu" and r.get("run_id") == rid]
         m = info["meta"]
+        # Consecutive steps of a rank should be as far apart in time as a
+        # step takes: records carry their step's end, not their read-back.
+        gaps = []
+        for k in ranks:
+            ts = sorted((s["step"], s["time"]) for s in steps if s.get("rank", 0) == k and "time" in s)
+            gaps += [(b[1] - a[1]) * 1000 for a, b in zip(ts, ts[1:])]
         out[info["name"]] = {
+            "median_time_gap_ms": med(gaps),
             "run_id": rid, "ranks": ranks, "steps_per_rank": {k: sum(1 for s in steps if s.get("rank", 0) == k)
                                                              for k in ranks},
             "meta": {k: m.get(k) for k in ("framework", "zero_stage", "precision", "parallelism", "pipeline_stages",
