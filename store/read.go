@@ -447,70 +447,6 @@ func (s *Store) span(ctx context.Context, table, runID string, rank int) (first,
 	return *f, *l, true, nil
 }
 
-// TimingRow is one step's timings, for steady-state detection and
-// breakdowns.
-type TimingRow struct {
-	Rank                          int
-	Step                          int64
-	Time                          time.Time
-	StepMS, ForwardMS, BackwardMS *float64
-	OptimizerMS, CommMS, DataMS   *float64
-	GPUUtil, GPUMemGB, CPUUtil    *float64
-	ThroughputSPS                 *float64
-	Loss                          *float64
-	Samples                       *int64
-	GPUMemPeakGB                  *float64
-}
-
-// Timings returns timing rows of one rank (rank < 0: every rank) with
-// step in [from, to], ordered by rank and step.
-func (s *Store) Timings(ctx context.Context, runID string, rank int, from, to int64) ([]TimingRow, error) {
-	rows, err := s.Pool.Query(ctx, `
-		SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
-		       gpu_util_pct, gpu_mem_used_gb, cpu_util_pct, throughput_sps, loss, samples, gpu_mem_peak_gb
-		FROM steps WHERE run_id = $1 AND ($2 < 0 OR rank = $2) AND step >= $3 AND step <= $4
-		ORDER BY rank, step`, runID, rank, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("store: timings of %s: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TimingRow, error) {
-		var t TimingRow
-		err := r.Scan(&t.Rank, &t.Step, &t.Time, &t.StepMS, &t.ForwardMS, &t.BackwardMS, &t.OptimizerMS, &t.CommMS,
-			&t.DataMS, &t.GPUUtil, &t.GPUMemGB, &t.CPUUtil, &t.ThroughputSPS, &t.Loss, &t.Samples, &t.GPUMemPeakGB)
-		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: timings of %s: %w", runID, err)
-	}
-	return out, nil
-}
-
-// StepMSTimeline returns (step, mean step_ms) of one rank: the raw rows
-// when there are at most maxRaw of them, else the width-100 rollups (each
-// point the mean of its bucket), which is enough to find where the step
-// time settles.
-func (s *Store) StepMSTimeline(ctx context.Context, runID string, rank int, maxRaw int) ([]RawPoint, error) {
-	var n int64
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3) x`,
-		runID, rank, maxRaw+1).Scan(&n); err != nil {
-		return nil, fmt.Errorf("store: count steps of %s: %w", runID, err)
-	}
-	if n <= int64(maxRaw) {
-		return s.SeriesRaw(ctx, runID, rank, "step_ms", 0, MaxStepValue)
-	}
-	rr, err := s.MetricRollups(ctx, runID, rank, "step_ms", RollupWidths[0], 0, MaxStepValue)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]RawPoint, 0, len(rr))
-	for _, r := range rr {
-		if r.Count > 0 {
-			out = append(out, RawPoint{Step: r.FirstStep, Time: r.FirstTime, Value: r.Sum / float64(r.Count)})
-		}
-	}
-	return out, nil
-}
-
 // MaxStepValue is past every step a run can record.
 const MaxStepValue = int64(1) << 53
 
@@ -533,65 +469,6 @@ func (s *Store) Memory(ctx context.Context, runID string) (*MemoryRow, error) {
 		return nil, fmt.Errorf("store: memory of %s: %w", runID, err)
 	}
 	return &m, nil
-}
-
-// SteadyRank holds steady-state aggregates of one rank over the steps from
-// a first step on.
-type SteadyRank struct {
-	Rank                                       int
-	Rows                                       int64
-	FirstStep, LastStep                        int64
-	FirstTime, LastTime                        time.Time
-	StepMS, ForwardMS, BackwardMS, OptimizerMS *float64
-	CommMS, DataMS                             *float64
-	MedianStepMS, P95StepMS                    *float64
-	GPUUtil, CPUUtil, GPUMemGB, PeakGPUMemGB   *float64
-	// MaxGPUMemUsedGB is the highest gpu_mem_used_gb (a sender's NVML
-	// reading); AllocPeakGB and ReservedPeakGB the highest allocator
-	// peaks (gpu_mem_peak_gb, gpu_mem_reserved_gb) the hook measured.
-	MaxGPUMemUsedGB, AllocPeakGB, ReservedPeakGB *float64
-	ThroughputSPS                                *float64
-	TFLOPS, MFU                                  *float64
-	WaitMS                                       *float64
-}
-
-// SteadyByRank aggregates every rank's steps with step >= from (and
-// rank = onlyRank when onlyRank >= 0). WaitMS is the mean, over steps, of
-// how much less busy (forward+backward+optimizer, or step minus
-// communication) the rank was than the busiest rank of that step: the time
-// it spends waiting on the others.
-func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, onlyRank int) ([]SteadyRank, error) {
-	rows, err := s.Pool.Query(ctx, `
-		WITH s AS (
-			SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
-			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, gpu_mem_peak_gb, gpu_mem_reserved_gb, throughput_sps, tflops, mfu,
-			       greatest(gpu_mem_used_gb, gpu_mem_peak_gb) AS mem,
-			       coalesce(forward_ms + backward_ms + coalesce(optimizer_ms, 0), step_ms - coalesce(comm_ms, 0), step_ms) AS busy
-			FROM steps WHERE run_id = $1 AND step >= $2 AND ($3 < 0 OR rank = $3)
-		), w AS (
-			SELECT *, max(busy) OVER (PARTITION BY step) - busy AS wait FROM s
-		)
-		SELECT rank, count(*), min(step), max(step), min(time), max(time),
-		       avg(step_ms), avg(forward_ms), avg(backward_ms), avg(optimizer_ms), avg(comm_ms), avg(data_ms),
-		       percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY step_ms),
-		       avg(gpu_util_pct), avg(cpu_util_pct), avg(gpu_mem_used_gb), max(mem), avg(throughput_sps), avg(tflops), avg(mfu), avg(wait),
-		       max(gpu_mem_used_gb), max(gpu_mem_peak_gb), max(gpu_mem_reserved_gb)
-		FROM w GROUP BY rank ORDER BY rank`, runID, from, onlyRank)
-	if err != nil {
-		return nil, fmt.Errorf("store: steady state of %s: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SteadyRank, error) {
-		var a SteadyRank
-		err := r.Scan(&a.Rank, &a.Rows, &a.FirstStep, &a.LastStep, &a.FirstTime, &a.LastTime,
-			&a.StepMS, &a.ForwardMS, &a.BackwardMS, &a.OptimizerMS, &a.CommMS, &a.DataMS,
-			&a.MedianStepMS, &a.P95StepMS, &a.GPUUtil, &a.CPUUtil, &a.GPUMemGB, &a.PeakGPUMemGB, &a.ThroughputSPS, &a.TFLOPS, &a.MFU, &a.WaitMS,
-			&a.MaxGPUMemUsedGB, &a.AllocPeakGB, &a.ReservedPeakGB)
-		return a, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: steady state of %s: %w", runID, err)
-	}
-	return out, nil
 }
 
 // RankHosts returns the host of each rank, from the GPU samples
