@@ -1,6 +1,7 @@
 """Small torch helpers: values read from the device without synchronizing,
-and timers that are CUDA events on a GPU and host clocks elsewhere.
-Imported only by a caller that already uses torch."""
+timers that are CUDA events on a GPU and host clocks elsewhere, and the
+autograd engine's state (inside a backward or not; callbacks queued to a
+backward's end). Imported only by a caller that already uses torch."""
 
 from __future__ import annotations
 
@@ -294,3 +295,20 @@ def output_loss(out):
     if isinstance(loss, torch.Tensor) and loss.numel() == 1:
         return loss
     return None
+
+
+try:
+    _graph_task_id = torch._C._current_graph_task_id
+except AttributeError:  # pragma: no cover - old torch
+    _graph_task_id = None
+
+try:
+    _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+except AttributeError:  # pragma: no cover
+    _queue_callback = None
+
+
+def in_backward():
+    """True inside an autograd backward pass (activation recomputation
+    runs forwards there, which must not count as forward time)."""
+    return _graph_task_id is not None and _graph_task_id() != -1

@@ -1,4 +1,4 @@
-"""Step timing and the layer profiler for a torch model.
+"""Step timing for a torch model: the Watcher.
 
 Every measurement is a CUDA event recorded on the current stream; events
 are kept in a queue and read once ``query()`` says they completed, a step
@@ -23,6 +23,10 @@ A *step* opens at the first training forward of the model after the last
 step closed, and closes after the optimizer's step (or, without an
 optimizer, when the next training forward begins after a backward). Several
 forward/backward passes inside one step (gradient accumulation) add up.
+
+The Watcher's hooks and step state are here; the layer profiler is in
+layers.py, the phases a framework marks (manual=True, the pipeline engine)
+in phases.py, and the read-back of finished steps in readback.py.
 """
 
 from __future__ import annotations
@@ -35,97 +39,21 @@ import time
 
 import torch
 
-from .run import round_ms
-from .torch_utils import EventPool, Fetcher, first_grad_tensor, fused_grad_norm, iter_tensors, output_loss
+from .layers import BLOCK_LIST_NAMES, EMBED_NAMES, ENC_DEC_NAMES, HEAD_NAMES, WRAPPER_PARTS  # noqa: F401
+from .layers import LayerProfiler, _clean_name, find_layers
+from .phases import PhaseMarks
+from .readback import ANCHOR_KEEP, MAX_PENDING, StepReader, _Slot  # noqa: F401
+from .torch_utils import (EventPool, Fetcher, _graph_task_id, _queue_callback, fused_grad_norm, in_backward,
+                          iter_tensors, output_loss)
 
 log = logging.getLogger("deepseed")
 
-BLOCK_LIST_NAMES = {"layer", "layers", "h", "block", "blocks", "encoder_layers", "decoder_layers"}
-ENC_DEC_NAMES = {"encoder", "decoder"}
-EMBED_NAMES = {"embeddings", "embedding", "embed", "wte", "wpe", "embed_tokens", "tok_embeddings", "word_embeddings",
-               "embed_positions", "patch_embed"}
-HEAD_NAMES = {"classifier", "lm_head", "head", "score", "qa_outputs", "cls", "output_layer", "heads"}
-WRAPPER_PARTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
-MAX_PENDING = 64
 # The gradient norm reads every gradient; by default it is taken every
 # GRAD_NORM_EVERY steps (DEEPSEED_GRAD_NORM_EVERY, grad_norm_every=).
 GRAD_NORM_EVERY = 10
 MEM_EVERY_S = 1.0
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
-ANCHOR_KEEP = 256
-
-try:
-    _graph_task_id = torch._C._current_graph_task_id
-except AttributeError:  # pragma: no cover - old torch
-    _graph_task_id = None
-
-try:
-    _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
-except AttributeError:  # pragma: no cover
-    _queue_callback = None
-
-
-def in_backward():
-    """True inside an autograd backward pass (activation recomputation
-    runs forwards there, which must not count as forward time)."""
-    return _graph_task_id is not None and _graph_task_id() != -1
-
-
-def _clean_name(name):
-    return ".".join(p for p in name.split(".") if p not in WRAPPER_PARTS)
-
-
-def find_layers(model):
-    """(row name, module) pairs in model order: embeddings, each
-    transformer block, head. BERT-large gives the seed's 26 rows:
-    embeddings, encoder.0 … encoder.23, classifier."""
-    named = list(model.named_modules())
-    lists = []
-    for name, m in named:
-        if not isinstance(m, torch.nn.ModuleList) or len(m) < 2 or len({type(c) for c in m}) != 1:
-            continue
-        parts = _clean_name(name).split(".")
-        last = parts[-1]
-        parent = parts[-2] if len(parts) > 1 else ""
-        if last in BLOCK_LIST_NAMES or parent in ENC_DEC_NAMES:
-            if not any(name.startswith(n + ".") for n, _ in lists):
-                lists.append((name, m))
-    if not lists:
-        best = None
-        for name, m in named:
-            if isinstance(m, torch.nn.ModuleList) and len(m) >= 2 and len({type(c) for c in m}) == 1:
-                n = sum(p.numel() for p in m.parameters())
-                if best is None or n > best[0]:
-                    best = (n, name, m)
-        if best is not None:
-            lists.append((best[1], best[2]))
-    list_names = {n for n, _ in lists}
-    chosen = []
-    rows = []
-
-    def inside(name):
-        return any(name.startswith(c + ".") for c in chosen)
-
-    for name, m in named:
-        if not name or inside(name):
-            continue
-        parts = _clean_name(name).split(".")
-        last = parts[-1] if parts else ""
-        if name in list_names:
-            parent = parts[-2] if len(parts) > 1 else ""
-            prefix = parent if (last in BLOCK_LIST_NAMES and parent in ENC_DEC_NAMES) else last
-            for i, c in enumerate(m):
-                rows.append(["%s.%d" % (prefix, i), c, _clean_name(name) + ".%d" % i])
-            chosen.append(name)
-        elif last in EMBED_NAMES or (isinstance(m, torch.nn.Embedding) and not rows):
-            rows.append([last, m, _clean_name(name)])
-            chosen.append(name)
-        elif last in HEAD_NAMES and rows:
-            rows.append([last, m, _clean_name(name)])
-            chosen.append(name)
-    seen = collections.Counter(r[0] for r in rows)
-    return [(r[2] if seen[r[0]] > 1 else r[0], r[1]) for r in rows]
 
 
 def _param_count(model):
@@ -133,152 +61,7 @@ def _param_count(model):
     return param_count(model)
 
 
-class _Slot:
-    __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
-                 "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
-                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns")
-
-    def __init__(self, step):
-        self.step = step
-        self.ev_start = None
-        self.fwd = []  # [start, end] pairs
-        self.bwd = []
-        self.opt = None
-        self.ev_end = None
-        self.samples = 0
-        self.tokens = 0
-        self.user = None
-        self.user_step = False
-        self.closed = False
-        self.data_ms = None
-        self.layer = None
-        self.losses = []  # Boxes, one per forward; the step's loss is their mean
-        self.extra = {}
-        self.bwd_open = False
-        self.ukeys = ()
-        self.boxes = []  # (key, Box) read once the device has them
-        self.nxt_start = None
-        self.open_ns = None  # host wall clock when the step's start event was recorded
-        self.close_ns = None
-        self.sync_end = None  # event after the end-of-backward collective
-        self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
-        self.host_release_ns = None
-
-
-class LayerProfiler:
-    """Forward and backward time of chosen modules during armed steps."""
-
-    def __init__(self, watcher, rows):
-        self.w = watcher
-        self.names = [n for n, _ in rows]
-        self.modules = [m for _, m in rows]
-        self.handles = []
-        self.cur = None  # per-row {"fwd": [[a,b]], "bwd": [[a,b]]}
-
-    def arm(self):
-        self.cur = [{"fwd": [], "bwd": [], "bstart": [], "bend": []} for _ in self.modules]
-        for i, m in enumerate(self.modules):
-            self.handles.append(m.register_forward_pre_hook(self._pre(i), with_kwargs=True))
-            self.handles.append(m.register_forward_hook(self._post(i)))
-            # A module whose inputs need no gradient (embeddings) ends its
-            # backward when its last parameter gradient is accumulated.
-            self._param_handles(i, m)
-        return self.cur
-
-    def _param_handles(self, i, m):
-        ps = [p for p in m.parameters() if p.requires_grad]
-        self.cur[i]["params"] = ps
-
-    def disarm(self):
-        for h in self.handles:
-            try:
-                h.remove()
-            except Exception:
-                pass
-        self.handles = []
-        cur, self.cur = self.cur, None
-        return cur
-
-    def _pre(self, i):
-        def hook(module, args, kwargs):
-            if in_backward() or not torch.is_grad_enabled():
-                return
-            row = self.cur[i]
-            row["fwd"].append([self.w.pool.record(), None])
-            inp = first_grad_tensor(args)
-            if inp is None and kwargs:
-                inp = first_grad_tensor(kwargs.get("hidden_states"))
-            if inp is not None:
-                inp.register_hook(self._bwd_end(i))
-            elif row.get("params") and not row.get("phooked"):
-                row["phooked"] = True
-                for p in row["params"]:
-                    if hasattr(p, "register_post_accumulate_grad_hook"):
-                        self.handles.append(p.register_post_accumulate_grad_hook(self._param_end(i)))
-            elif not row.get("params"):
-                # No input gradient and no parameters of its own: FSDP
-                # replaces them by views of its flat parameter. The backward
-                # then ends when the node that made the output has run.
-                row["fnend"] = True
-        return hook
-
-    def _post(self, i):
-        def hook(module, args, out):
-            if in_backward() or not torch.is_grad_enabled():
-                return
-            row = self.cur[i]
-            if row["fwd"] and row["fwd"][-1][1] is None:
-                row["fwd"][-1][1] = self.w.pool.record()
-            t = first_grad_tensor(out)
-            if t is not None:
-                t.register_hook(self._bwd_start(i))
-                if row.get("fnend") and t.grad_fn is not None:
-                    t.grad_fn.register_hook(self._fn_end(i))
-        return hook
-
-    def _fn_end(self, i):
-        def hook(grad_inputs, grad_outputs):
-            if self.cur is not None:
-                self.cur[i]["bend"].append(self.w.pool.record())
-        return hook
-
-    def _bwd_start(self, i):
-        def hook(grad):
-            if self.cur is not None:
-                self.cur[i]["bstart"].append(self.w.pool.record())
-        return hook
-
-    def _bwd_end(self, i):
-        def hook(grad):
-            if self.cur is not None:
-                self.cur[i]["bend"].append(self.w.pool.record())
-        return hook
-
-    def _param_end(self, i):
-        def hook(p):
-            if self.cur is None:
-                return
-            row = self.cur[i]
-            # One end per backward: later parameters of the same pass move it.
-            n = len(row["bstart"])
-            if len(row["bend"]) < n:
-                row["bend"].append(self.w.pool.record())
-            elif row["bend"]:
-                row["bend"][-1].record()
-        return hook
-
-
-def _events_of(layer):
-    for row in layer or ():
-        for a, b in row["fwd"]:
-            yield a
-            if b is not None:
-                yield b
-        yield from row["bstart"]
-        yield from row["bend"]
-
-
-class Watcher:
+class Watcher(PhaseMarks, StepReader):
     """Hooks on a model and its optimizer that time every step; created by
     :meth:`deepseed.Run.watch`.
 
@@ -287,6 +70,10 @@ class Watcher:
     (:meth:`step_begin`, :meth:`forward_end`, :meth:`backward_begin`,
     :meth:`backward_end`, :meth:`optimizer_begin`, :meth:`step_end`), as the
     Lightning callback does.
+
+    Those phase marks and the pipeline engine's hooks are in
+    :class:`~deepseed.phases.PhaseMarks`, the read-back of finished steps in
+    :class:`~deepseed.readback.StepReader`; both are base classes.
     """
 
     def __init__(self, run, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
@@ -613,141 +400,6 @@ class Watcher:
         elif lr is not None:
             cur.extra["lr"] = lr
 
-    # ---- phases marked by a framework callback (manual=True) -----------------
-
-    def step_begin(self, batch=None):
-        """A micro-batch's forward begins (the step opens at the first)."""
-        try:
-            cur = self.cur
-            if cur is None:
-                cur = self._open()
-                cur.fwd.append([cur.ev_start, None])
-            else:
-                self._end_open_backward(cur)
-                cur.fwd.append([self.pool.record(), None])
-            if isinstance(batch, dict):
-                self._count_batch(cur, (), batch)
-            elif batch is not None:
-                self._count_batch(cur, (batch,), None)
-        except Exception as e:
-            self.run._warn_once("stepbegin", "deepseed: step begin: %s", e)
-
-    def forward_end(self, loss=None):
-        """The micro-batch's forward (and loss) is done; loss, if given, is
-        one micro-batch's share of the step's loss (they are summed)."""
-        cur = self.cur
-        if cur is None or not cur.fwd or cur.fwd[-1][1] is not None:
-            return
-        cur.fwd[-1][1] = self.pool.record()
-        if loss is not None:
-            cur.extra.setdefault("_loss_parts", []).append(self.fetch.add(loss))
-
-    def backward_begin(self, loss=None):
-        """The backward of loss begins. With the loss given, the backward's
-        end is also marked from inside the backward, before the callbacks
-        that wait for the gradient all-reduce (DistributedDataParallel's):
-        the step's sync_ns and sync_wait_ms then split arrival and wait as
-        with the model's own hooks."""
-        self.forward_end()
-        self._bwd_start()
-        if loss is not None and _queue_callback is not None and getattr(loss, "requires_grad", False):
-            try:
-                loss.register_hook(self._bwd_queue)
-            except Exception:
-                pass
-
-    def _bwd_queue(self, grad=None):
-        try:
-            _queue_callback(self._bwd_end)
-        except Exception:
-            pass
-
-    def backward_end(self):
-        # After backward() returned: ends it here unless the callback queued
-        # from the loss already did. The collective's end is then marked at
-        # the optimizer's start.
-        self._end_backward()
-
-    def optimizer_begin(self):
-        cur = self.cur
-        if cur is None:
-            return
-        self._end_open_backward(cur)
-        if cur.bwd and cur.sync_end is None:
-            self._sync_done()
-        try:
-            self._grad_norm(cur)
-        except Exception as e:
-            self.run._warn_once("gradnorm", "deepseed: gradient norm: %s", e)
-        cur.opt = [self.pool.record(), None]
-
-    def step_end(self, optimizer=None, loss=None, extra=None):
-        """The optimizer step is done: closes the step."""
-        cur = self.cur
-        if cur is None:
-            return
-        try:
-            ev = self.pool.record()
-            if cur.opt is not None:
-                cur.opt[1] = ev
-            self._read_lr(cur, optimizer or self.optimizer)
-            if loss is not None:
-                cur.boxes.append(("loss", self.fetch.add(loss)))
-            for k, v in (extra or {}).items():
-                if isinstance(v, torch.Tensor):
-                    cur.boxes.append((k, self.fetch.add(v)))
-                elif v is not None:
-                    cur.extra[k] = v
-            self._close(ev)
-        except Exception as e:
-            self.run._warn_once("stepend", "deepseed: step end: %s", e)
-
-    # ---- pipeline engine: one train_batch() is one step ---------------------
-
-    def _batch_pre(self):
-        """train_batch() begins: a step opens (the forwards of its
-        micro-batches join it)."""
-        try:
-            if self.cur is not None:
-                self._close(self.pool.record())
-            self._open()
-        except Exception as e:
-            self.run._warn_once("batchpre", "deepseed: train_batch hook: %s", e)
-
-    def _batch_post(self, loss):
-        """train_batch() returned loss (None when it raised): the step
-        closes with the engine's loss, lr, loss scale and overflow."""
-        try:
-            cur = self.cur
-            if cur is None:
-                return
-            self._end_open_backward(cur)
-            if cur.opt is not None and cur.opt[1] is None:
-                cur.opt[1] = self.pool.record()
-            if isinstance(loss, torch.Tensor) and "loss" not in cur.ukeys:
-                # The batch's mean loss, the same on every stage: the
-                # stage's own forward outputs are activations, not losses.
-                cur.losses = [self.fetch.add(loss)]
-            if self.adapter is not None:
-                self.adapter.after_step(cur)
-            self._close(self.pool.record())
-        except Exception as e:
-            self.run._warn_once("batchpost", "deepseed: train_batch hook: %s", e)
-
-    def _opt_mark(self, start):
-        """The optimizer step inside train_batch() begins or ends."""
-        cur = self.cur
-        if cur is None:
-            return
-        try:
-            if start:
-                self._end_open_backward(cur)
-                cur.opt = [self.pool.record(), None]
-            elif cur.opt is not None:
-                cur.opt[1] = self.pool.record()
-        except Exception as e:
-            self.run._warn_once("optmark", "deepseed: optimizer hook: %s", e)
-
     # ---- steps ----------------------------------------------------------------
 
     def _open(self):
@@ -831,200 +483,6 @@ class Watcher:
         if slot.closed and self.fetch.due(time.perf_counter()):
             self.fetch.flush()
         return True
-
-    def _ready(self, slot):
-        # Events of one stream complete in order: once the next step's start
-        # has, so has every event of this step. Its values wait for their
-        # batch (Fetcher), which leaves by size or age at a step's close.
-        end = slot.nxt_start
-        if end is None or not end.query():
-            return False
-        for _, box in slot.boxes:
-            if isinstance(box, list):
-                if not all(b.ready() for b in box):
-                    return False
-            elif not box.ready():
-                return False
-        return True
-
-    def _slot_events(self, slot):
-        evs = [slot.ev_start, slot.ev_end, slot.sync_end]
-        if slot.opt is not None:
-            evs.extend(slot.opt)
-        for pair in slot.fwd:
-            evs.extend(pair)
-        for pair in slot.bwd:
-            evs.extend(pair)
-        evs.extend(_events_of(slot.layer))
-        # One event can end two intervals (optimizer and step, step start and
-        # first forward); list it once so that the pool never hands it out
-        # twice.
-        seen, out = set(), []
-        for e in evs:
-            if e is not None and id(e) not in seen:
-                seen.add(id(e))
-                out.append(e)
-        return out
-
-    def poll(self, wait=False):
-        """Emits every finished step whose events have completed, oldest
-        first."""
-        if wait:
-            self.fetch.flush()
-        while self.pending:
-            slot = self.pending[0]
-            # A step waits for the next one to begin (its step time runs to
-            # that start) unless the run is closing.
-            if slot.nxt_start is None and not wait:
-                return
-            if not wait and not self._ready(slot):
-                if len(self.pending) <= MAX_PENDING:
-                    return
-                self.run._warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
-                self.pending.popleft()
-                continue
-            if wait:
-                for ev in self._slot_events(slot):
-                    ev.synchronize()
-                if slot.nxt_start is not None:
-                    slot.nxt_start.synchronize()
-                for _, box in slot.boxes:
-                    for b in (box if isinstance(box, list) else (box,)):
-                        if b.batch is not None:
-                            b.batch.poll(wait=True)
-            self.pending.popleft()
-            self._emit(slot)
-
-    def _emit(self, slot):
-        f = {}
-        try:
-            def ms(pairs):
-                tot, n = 0.0, 0
-                for a, b in pairs:
-                    if a is not None and b is not None:
-                        tot += a.elapsed_time(b)
-                        n += 1
-                return tot if n else None
-
-            end = slot.nxt_start if slot.nxt_start is not None else slot.ev_end
-            if slot.ev_start is not None and end is not None:
-                f["step_ms"] = max(0.0, slot.ev_start.elapsed_time(end))
-            fw = ms(slot.fwd)
-            if fw is not None:
-                f["forward_ms"] = max(0.0, fw)
-            bw = ms(slot.bwd)
-            if bw is not None:
-                f["backward_ms"] = max(0.0, bw)
-            if slot.opt is not None:
-                op = ms((slot.opt,))
-                if op is not None:
-                    f["optimizer_ms"] = max(0.0, op)
-            # The step's synchronisation fields, from its own events: the
-            # record is built once they (and its values) have arrived.
-            sync = self._sync_fields(slot)
-            if slot.data_ms is not None:
-                iw = sync.get("input_wait_ms")
-                f["data_ms"] = slot.data_ms if iw is None else max(0.0, slot.data_ms - iw)
-            if self.mem is not None:
-                f["gpu_mem_peak_gb"], f["gpu_mem_reserved_gb"] = self.mem
-            f.update(sync)
-            if slot.samples:
-                f["samples"] = slot.samples
-            if slot.tokens:
-                f["tokens"] = slot.tokens
-            f.update(slot.extra)
-            for k, box in slot.boxes:
-                if k == "loss+":
-                    f["loss"] = sum(b.value for b in box)
-                elif isinstance(box, list):
-                    f[k] = sum(b.value for b in box) / len(box)
-                else:
-                    f[k] = box.value
-            if slot.user:
-                f.update(slot.user)
-            # The record's time is when the step ended (the device's end of
-            # its work on the wall clock, else the host's close), not when it
-            # is read back: records are built in batches, later.
-            end_ns = self.last_end_wall_ns if self.cuda and self.anchor else None
-            if end_ns is None:
-                end_ns = slot.close_ns
-            t = end_ns / 1e9 if end_ns is not None else None
-            self.run._emit_watched_step(slot.step, f, None, t)
-            if slot.layer is not None:
-                self._emit_layers(slot, t)
-        except Exception as e:
-            self.run._warn_once("emit", "deepseed: reading step timings: %s", e)
-        finally:
-            nxt = slot.nxt_start
-            for ev in self._slot_events(slot):
-                if ev is not nxt:
-                    self.pool.put(ev)
-
-    # ---- synchronisation ------------------------------------------------------
-
-    def _take_anchor(self):
-        """Maps device events to the wall clock: one synchronize, once."""
-        try:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            ev.synchronize()
-            self.anchor = ev
-            self.anchor_walls.append(time.time_ns())
-        except Exception as e:
-            self.anchor = False
-            self.run._warn_once("anchor", "deepseed: device clock anchor: %s", e)
-
-    def _wall_ns(self, ev):
-        """Wall-clock ns of a completed event, or None."""
-        if not self.anchor or ev is None:
-            return None
-        return max(self.anchor_walls) + int(self.anchor.elapsed_time(ev) * 1e6)
-
-    def _sync_fields(self, slot):
-        """sync_ns, sync_wait_ms and input_wait_ms of an emitted step."""
-        out = {}
-        bwd_end = slot.bwd[-1][1] if slot.bwd else None
-        if self.cuda and self.anchor:
-            # The host recorded the step's start event at open_ns: the
-            # device ran it no sooner, so open_ns − its device time since
-            # the anchor bounds the anchor's wall time from below.
-            if slot.ev_start is not None:
-                self.anchor_walls.append(slot.open_ns - int(self.anchor.elapsed_time(slot.ev_start) * 1e6))
-            if bwd_end is not None:
-                out["sync_ns"] = self._wall_ns(bwd_end)
-                if slot.sync_end is not None:
-                    out["sync_wait_ms"] = max(0.0, bwd_end.elapsed_time(slot.sync_end))
-            if slot.data_ms is not None and self.last_end_wall_ns is not None and self.last_close_ns is not None:
-                busy = (self.last_end_wall_ns - self.last_close_ns) / 1e6
-                out["input_wait_ms"] = min(max(0.0, busy), slot.data_ms)
-            end = slot.ev_end
-            self.last_end_wall_ns = self._wall_ns(end) if end is not None else None
-            self.last_close_ns = slot.close_ns
-        elif slot.host_arrive_ns is not None:
-            out["sync_ns"] = slot.host_arrive_ns
-            if slot.host_release_ns is not None:
-                out["sync_wait_ms"] = max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6)
-        return {k: v for k, v in out.items() if v is not None}
-
-    def _emit_layers(self, slot, t=None):
-        fwd, bwd = [], []
-        for row in slot.layer:
-            t = 0.0
-            n = 0
-            for a, b in row["fwd"]:
-                if b is not None:
-                    t += a.elapsed_time(b)
-                    n += 1
-            fwd.append(round_ms(t) if n else float("nan"))
-            bs, be = row["bstart"], row["bend"]
-            if bs and len(be) >= len(bs):
-                bwd.append(round_ms(sum(max(0.0, a.elapsed_time(b)) for a, b in zip(bs, be))))
-            else:
-                bwd.append(float("nan"))
-        rec = {"kind": "layers", "run_id": self.run.run_id, "rank": self.run.rank, "step": int(slot.step),
-               "time": t if t is not None else time.time(), "names": list(self.layer_names), "forward_ms": fwd,
-               "backward_ms": bwd}
-        self.run._send(rec)
 
     def _count_batch(self, cur, args, kwargs):
         bs = self.batch_size

@@ -141,10 +141,16 @@ def _module():
     return m
 
 
+# The hook's modules that import torch at their top: each is imported
+# afresh against the fake, and taken out again by the undo function.
+TORCH_MODULES = ("watch", "layers", "phases", "readback", "torch_utils")
+
+
 def install():
     """Makes ``import torch`` give the fake; returns the undo function."""
-    saved = {k: sys.modules.get(k) for k in ("torch", "deepseed.watch", "deepseed.torch_utils")}
-    for k in ("deepseed.watch", "deepseed.torch_utils"):
+    names = tuple("deepseed." + m for m in TORCH_MODULES)
+    saved = {k: sys.modules.get(k) for k in ("torch",) + names}
+    for k in names:
         sys.modules.pop(k, None)
     sys.modules["torch"] = _module()
 
@@ -155,7 +161,7 @@ def install():
             else:
                 sys.modules[k] = v
         pkg = sys.modules.get("deepseed")
-        for attr in ("watch", "torch_utils"):
+        for attr in TORCH_MODULES:
             if pkg is not None and saved.get("deepseed." + attr) is None and hasattr(pkg, attr):
                 delattr(pkg, attr)
 

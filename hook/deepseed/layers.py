@@ -1,0 +1,188 @@
+"""The layer profiler: which modules of a model are its rows (embeddings,
+each transformer block, head), and the forward and backward time of each
+during the steps it is armed for (every ``layer_every`` steps). Its events
+go with the step's and are read back with them (readback.py)."""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+
+from .torch_utils import first_grad_tensor, in_backward
+
+BLOCK_LIST_NAMES = {"layer", "layers", "h", "block", "blocks", "encoder_layers", "decoder_layers"}
+ENC_DEC_NAMES = {"encoder", "decoder"}
+EMBED_NAMES = {"embeddings", "embedding", "embed", "wte", "wpe", "embed_tokens", "tok_embeddings", "word_embeddings",
+               "embed_positions", "patch_embed"}
+HEAD_NAMES = {"classifier", "lm_head", "head", "score", "qa_outputs", "cls", "output_layer", "heads"}
+WRAPPER_PARTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
+
+
+def _clean_name(name):
+    return ".".join(p for p in name.split(".") if p not in WRAPPER_PARTS)
+
+
+def find_layers(model):
+    """(row name, module) pairs in model order: embeddings, each
+    transformer block, head. BERT-large gives the seed's 26 rows:
+    embeddings, encoder.0 … encoder.23, classifier."""
+    named = list(model.named_modules())
+    lists = []
+    for name, m in named:
+        if not isinstance(m, torch.nn.ModuleList) or len(m) < 2 or len({type(c) for c in m}) != 1:
+            continue
+        parts = _clean_name(name).split(".")
+        last = parts[-1]
+        parent = parts[-2] if len(parts) > 1 else ""
+        if last in BLOCK_LIST_NAMES or parent in ENC_DEC_NAMES:
+            if not any(name.startswith(n + ".") for n, _ in lists):
+                lists.append((name, m))
+    if not lists:
+        best = None
+        for name, m in named:
+            if isinstance(m, torch.nn.ModuleList) and len(m) >= 2 and len({type(c) for c in m}) == 1:
+                n = sum(p.numel() for p in m.parameters())
+                if best is None or n > best[0]:
+                    best = (n, name, m)
+        if best is not None:
+            lists.append((best[1], best[2]))
+    list_names = {n for n, _ in lists}
+    chosen = []
+    rows = []
+
+    def inside(name):
+        return any(name.startswith(c + ".") for c in chosen)
+
+    for name, m in named:
+        if not name or inside(name):
+            continue
+        parts = _clean_name(name).split(".")
+        last = parts[-1] if parts else ""
+        if name in list_names:
+            parent = parts[-2] if len(parts) > 1 else ""
+            prefix = parent if (last in BLOCK_LIST_NAMES and parent in ENC_DEC_NAMES) else last
+            for i, c in enumerate(m):
+                rows.append(["%s.%d" % (prefix, i), c, _clean_name(name) + ".%d" % i])
+            chosen.append(name)
+        elif last in EMBED_NAMES or (isinstance(m, torch.nn.Embedding) and not rows):
+            rows.append([last, m, _clean_name(name)])
+            chosen.append(name)
+        elif last in HEAD_NAMES and rows:
+            rows.append([last, m, _clean_name(name)])
+            chosen.append(name)
+    seen = collections.Counter(r[0] for r in rows)
+    return [(r[2] if seen[r[0]] > 1 else r[0], r[1]) for r in rows]
+
+
+class LayerProfiler:
+    """Forward and backward time of chosen modules during armed steps."""
+
+    def __init__(self, watcher, rows):
+        self.w = watcher
+        self.names = [n for n, _ in rows]
+        self.modules = [m for _, m in rows]
+        self.handles = []
+        self.cur = None  # per-row {"fwd": [[a,b]], "bwd": [[a,b]]}
+
+    def arm(self):
+        self.cur = [{"fwd": [], "bwd": [], "bstart": [], "bend": []} for _ in self.modules]
+        for i, m in enumerate(self.modules):
+            self.handles.append(m.register_forward_pre_hook(self._pre(i), with_kwargs=True))
+            self.handles.append(m.register_forward_hook(self._post(i)))
+            # A module whose inputs need no gradient (embeddings) ends its
+            # backward when its last parameter gradient is accumulated.
+            self._param_handles(i, m)
+        return self.cur
+
+    def _param_handles(self, i, m):
+        ps = [p for p in m.parameters() if p.requires_grad]
+        self.cur[i]["params"] = ps
+
+    def disarm(self):
+        for h in self.handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.handles = []
+        cur, self.cur = self.cur, None
+        return cur
+
+    def _pre(self, i):
+        def hook(module, args, kwargs):
+            if in_backward() or not torch.is_grad_enabled():
+                return
+            row = self.cur[i]
+            row["fwd"].append([self.w.pool.record(), None])
+            inp = first_grad_tensor(args)
+            if inp is None and kwargs:
+                inp = first_grad_tensor(kwargs.get("hidden_states"))
+            if inp is not None:
+                inp.register_hook(self._bwd_end(i))
+            elif row.get("params") and not row.get("phooked"):
+                row["phooked"] = True
+                for p in row["params"]:
+                    if hasattr(p, "register_post_accumulate_grad_hook"):
+                        self.handles.append(p.register_post_accumulate_grad_hook(self._param_end(i)))
+            elif not row.get("params"):
+                # No input gradient and no parameters of its own: FSDP
+                # replaces them by views of its flat parameter. The backward
+                # then ends when the node that made the output has run.
+                row["fnend"] = True
+        return hook
+
+    def _post(self, i):
+        def hook(module, args, out):
+            if in_backward() or not torch.is_grad_enabled():
+                return
+            row = self.cur[i]
+            if row["fwd"] and row["fwd"][-1][1] is None:
+                row["fwd"][-1][1] = self.w.pool.record()
+            t = first_grad_tensor(out)
+            if t is not None:
+                t.register_hook(self._bwd_start(i))
+                if row.get("fnend") and t.grad_fn is not None:
+                    t.grad_fn.register_hook(self._fn_end(i))
+        return hook
+
+    def _fn_end(self, i):
+        def hook(grad_inputs, grad_outputs):
+            if self.cur is not None:
+                self.cur[i]["bend"].append(self.w.pool.record())
+        return hook
+
+    def _bwd_start(self, i):
+        def hook(grad):
+            if self.cur is not None:
+                self.cur[i]["bstart"].append(self.w.pool.record())
+        return hook
+
+    def _bwd_end(self, i):
+        def hook(grad):
+            if self.cur is not None:
+                self.cur[i]["bend"].append(self.w.pool.record())
+        return hook
+
+    def _param_end(self, i):
+        def hook(p):
+            if self.cur is None:
+                return
+            row = self.cur[i]
+            # One end per backward: later parameters of the same pass move it.
+            n = len(row["bstart"])
+            if len(row["bend"]) < n:
+                row["bend"].append(self.w.pool.record())
+            elif row["bend"]:
+                row["bend"][-1].record()
+        return hook
+
+
+def _events_of(layer):
+    for row in layer or ():
+        for a, b in row["fwd"]:
+            yield a
+            if b is not None:
+                yield b
+        yield from row["bstart"]
+        yield from row["bend"]

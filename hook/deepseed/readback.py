@@ -1,0 +1,250 @@
+"""A watched step's state and its read-back: a step's events and values
+wait in the watcher's queue until the device has run them, then become the
+step record (phase times, synchronisation fields on the wall clock through
+the device-clock anchor) and, on armed steps, the layers record.
+
+StepReader holds the Watcher's methods for this side; they run on the
+training thread, at a step's open and at the run's end."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .layers import _events_of
+from .records import round_ms
+
+MAX_PENDING = 64
+ANCHOR_KEEP = 256
+
+
+class _Slot:
+    __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
+                 "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
+                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns")
+
+    def __init__(self, step):
+        self.step = step
+        self.ev_start = None
+        self.fwd = []  # [start, end] pairs
+        self.bwd = []
+        self.opt = None
+        self.ev_end = None
+        self.samples = 0
+        self.tokens = 0
+        self.user = None
+        self.user_step = False
+        self.closed = False
+        self.data_ms = None
+        self.layer = None
+        self.losses = []  # Boxes, one per forward; the step's loss is their mean
+        self.extra = {}
+        self.bwd_open = False
+        self.ukeys = ()
+        self.boxes = []  # (key, Box) read once the device has them
+        self.nxt_start = None
+        self.open_ns = None  # host wall clock when the step's start event was recorded
+        self.close_ns = None
+        self.sync_end = None  # event after the end-of-backward collective
+        self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
+        self.host_release_ns = None
+
+
+class StepReader:
+    """The read-back half of :class:`deepseed.watch.Watcher` (a base class
+    of it): polls the queue of closed steps and emits their records."""
+
+    def _ready(self, slot):
+        # Events of one stream complete in order: once the next step's start
+        # has, so has every event of this step. Its values wait for their
+        # batch (Fetcher), which leaves by size or age at a step's close.
+        end = slot.nxt_start
+        if end is None or not end.query():
+            return False
+        for _, box in slot.boxes:
+            if isinstance(box, list):
+                if not all(b.ready() for b in box):
+                    return False
+            elif not box.ready():
+                return False
+        return True
+
+    def _slot_events(self, slot):
+        evs = [slot.ev_start, slot.ev_end, slot.sync_end]
+        if slot.opt is not None:
+            evs.extend(slot.opt)
+        for pair in slot.fwd:
+            evs.extend(pair)
+        for pair in slot.bwd:
+            evs.extend(pair)
+        evs.extend(_events_of(slot.layer))
+        # One event can end two intervals (optimizer and step, step start and
+        # first forward); list it once so that the pool never hands it out
+        # twice.
+        seen, out = set(), []
+        for e in evs:
+            if e is not None and id(e) not in seen:
+                seen.add(id(e))
+                out.append(e)
+        return out
+
+    def poll(self, wait=False):
+        """Emits every finished step whose events have completed, oldest
+        first."""
+        if wait:
+            self.fetch.flush()
+        while self.pending:
+            slot = self.pending[0]
+            # A step waits for the next one to begin (its step time runs to
+            # that start) unless the run is closing.
+            if slot.nxt_start is None and not wait:
+                return
+            if not wait and not self._ready(slot):
+                if len(self.pending) <= MAX_PENDING:
+                    return
+                self.run._warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
+                self.pending.popleft()
+                continue
+            if wait:
+                for ev in self._slot_events(slot):
+                    ev.synchronize()
+                if slot.nxt_start is not None:
+                    slot.nxt_start.synchronize()
+                for _, box in slot.boxes:
+                    for b in (box if isinstance(box, list) else (box,)):
+                        if b.batch is not None:
+                            b.batch.poll(wait=True)
+            self.pending.popleft()
+            self._emit(slot)
+
+    def _emit(self, slot):
+        f = {}
+        try:
+            def ms(pairs):
+                tot, n = 0.0, 0
+                for a, b in pairs:
+                    if a is not None and b is not None:
+                        tot += a.elapsed_time(b)
+                        n += 1
+                return tot if n else None
+
+            end = slot.nxt_start if slot.nxt_start is not None else slot.ev_end
+            if slot.ev_start is not None and end is not None:
+                f["step_ms"] = max(0.0, slot.ev_start.elapsed_time(end))
+            fw = ms(slot.fwd)
+            if fw is not None:
+                f["forward_ms"] = max(0.0, fw)
+            bw = ms(slot.bwd)
+            if bw is not None:
+                f["backward_ms"] = max(0.0, bw)
+            if slot.opt is not None:
+                op = ms((slot.opt,))
+                if op is not None:
+                    f["optimizer_ms"] = max(0.0, op)
+            # The step's synchronisation fields, from its own events: the
+            # record is built once they (and its values) have arrived.
+            sync = self._sync_fields(slot)
+            if slot.data_ms is not None:
+                iw = sync.get("input_wait_ms")
+                f["data_ms"] = slot.data_ms if iw is None else max(0.0, slot.data_ms - iw)
+            if self.mem is not None:
+                f["gpu_mem_peak_gb"], f["gpu_mem_reserved_gb"] = self.mem
+            f.update(sync)
+            if slot.samples:
+                f["samples"] = slot.samples
+            if slot.tokens:
+                f["tokens"] = slot.tokens
+            f.update(slot.extra)
+            for k, box in slot.boxes:
+                if k == "loss+":
+                    f["loss"] = sum(b.value for b in box)
+                elif isinstance(box, list):
+                    f[k] = sum(b.value for b in box) / len(box)
+                else:
+                    f[k] = box.value
+            if slot.user:
+                f.update(slot.user)
+            # The record's time is when the step ended (the device's end of
+            # its work on the wall clock, else the host's close), not when it
+            # is read back: records are built in batches, later.
+            end_ns = self.last_end_wall_ns if self.cuda and self.anchor else None
+            if end_ns is None:
+                end_ns = slot.close_ns
+            t = end_ns / 1e9 if end_ns is not None else None
+            self.run._emit_watched_step(slot.step, f, None, t)
+            if slot.layer is not None:
+                self._emit_layers(slot, t)
+        except Exception as e:
+            self.run._warn_once("emit", "deepseed: reading step timings: %s", e)
+        finally:
+            nxt = slot.nxt_start
+            for ev in self._slot_events(slot):
+                if ev is not nxt:
+                    self.pool.put(ev)
+
+    # ---- synchronisation ------------------------------------------------------
+
+    def _take_anchor(self):
+        """Maps device events to the wall clock: one synchronize, once."""
+        try:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            ev.synchronize()
+            self.anchor = ev
+            self.anchor_walls.append(time.time_ns())
+        except Exception as e:
+            self.anchor = False
+            self.run._warn_once("anchor", "deepseed: device clock anchor: %s", e)
+
+    def _wall_ns(self, ev):
+        """Wall-clock ns of a completed event, or None."""
+        if not self.anchor or ev is None:
+            return None
+        return max(self.anchor_walls) + int(self.anchor.elapsed_time(ev) * 1e6)
+
+    def _sync_fields(self, slot):
+        """sync_ns, sync_wait_ms and input_wait_ms of an emitted step."""
+        out = {}
+        bwd_end = slot.bwd[-1][1] if slot.bwd else None
+        if self.cuda and self.anchor:
+            # The host recorded the step's start event at open_ns: the
+            # device ran it no sooner, so open_ns − its device time since
+            # the anchor bounds the anchor's wall time from below.
+            if slot.ev_start is not None:
+                self.anchor_walls.append(slot.open_ns - int(self.anchor.elapsed_time(slot.ev_start) * 1e6))
+            if bwd_end is not None:
+                out["sync_ns"] = self._wall_ns(bwd_end)
+                if slot.sync_end is not None:
+                    out["sync_wait_ms"] = max(0.0, bwd_end.elapsed_time(slot.sync_end))
+            if slot.data_ms is not None and self.last_end_wall_ns is not None and self.last_close_ns is not None:
+                busy = (self.last_end_wall_ns - self.last_close_ns) / 1e6
+                out["input_wait_ms"] = min(max(0.0, busy), slot.data_ms)
+            end = slot.ev_end
+            self.last_end_wall_ns = self._wall_ns(end) if end is not None else None
+            self.last_close_ns = slot.close_ns
+        elif slot.host_arrive_ns is not None:
+            out["sync_ns"] = slot.host_arrive_ns
+            if slot.host_release_ns is not None:
+                out["sync_wait_ms"] = max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6)
+        return {k: v for k, v in out.items() if v is not None}
+
+    def _emit_layers(self, slot, t=None):
+        fwd, bwd = [], []
+        for row in slot.layer:
+            t = 0.0
+            n = 0
+            for a, b in row["fwd"]:
+                if b is not None:
+                    t += a.elapsed_time(b)
+                    n += 1
+            fwd.append(round_ms(t) if n else float("nan"))
+            bs, be = row["bstart"], row["bend"]
+            if bs and len(be) >= len(bs):
+                bwd.append(round_ms(sum(max(0.0, a.elapsed_time(b)) for a, b in zip(bs, be))))
+            else:
+                bwd.append(float("nan"))
+        rec = {"kind": "layers", "run_id": self.run.run_id, "rank": self.run.rank, "step": int(slot.step),
+               "time": t if t is not None else time.time(), "names": list(self.layer_names), "forward_ms": fwd,
+               "backward_ms": bwd}
+        self.run._send(rec)
