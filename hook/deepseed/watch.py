@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import os
 import time
 
@@ -569,7 +568,3 @@ def _torch_versions():
     if torch.version.cuda:
         v["cuda"] = str(torch.version.cuda)
     return v
-
-
-def _is_finite(x):
-    return isinstance(x, (int, float)) and math.isfinite(x)

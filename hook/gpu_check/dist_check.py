@@ -247,6 +247,37 @@ def start_collector(a, server_url, log_path):
     return p, argv
 
 
+def capture_front(a, log_name):
+    """A capture server (what a DeepSeed server would receive) with the
+    collector in front of it when a.collector names its binary. Returns the
+    capture, the collector's process (None when not run), its argv (or why
+    it did not run) and the URL the hook posts to."""
+    from tests.capture import Capture
+
+    out_dir = os.path.dirname(os.path.abspath(a.out))
+    os.makedirs(out_dir, exist_ok=True)
+    cap = Capture()
+    a.collector_log = a.collector_log or os.path.join(out_dir, log_name)
+    col, col_argv = start_collector(a, cap.url, a.collector_log)
+    hook_url = "http://127.0.0.1:%d" % a.hook_port if col is not None else cap.url
+    return cap, col, col_argv, hook_url
+
+
+def torchrun_prefix():
+    torchrun = shutil.which("torchrun")
+    return [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def worker_env(hook_url, **extra):
+    """The workers' environment: the hook posts to hook_url, never to a
+    server named in this shell; NVLink multicast stays off."""
+    env = dict(os.environ, DEEPSEED_COLLECTOR_URL=hook_url, PYTHONUNBUFFERED="1",
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "4"), **SAFE_ENV)
+    env.update(extra)
+    env.pop("DEEPSEED_SERVER_URL", None)
+    return env
+
+
 def stop(p, sig=signal.SIGTERM, wait=15):
     if p is None or p.poll() is not None:
         return p.returncode if p is not None else None

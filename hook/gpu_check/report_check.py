@@ -40,7 +40,6 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -295,22 +294,13 @@ def summarise(records):
 
 
 def launcher(a):
-    from tests.capture import Capture
-    from dist_check import SAFE_ENV, start_collector, stop
+    from dist_check import capture_front, stop, torchrun_prefix, worker_env
 
-    out_dir = os.path.dirname(os.path.abspath(a.out))
-    os.makedirs(out_dir, exist_ok=True)
-    cap = Capture()
-    a.collector_log = a.collector_log or os.path.join(out_dir, "report_collector.log")
-    col, col_argv = start_collector(a, cap.url, a.collector_log)
-    hook_url = "http://127.0.0.1:%d" % a.hook_port if col is not None else cap.url
+    cap, col, col_argv, hook_url = capture_front(a, "report_collector.log")
     res = {"config": {k: v for k, v in vars(a).items() if k != "worker"}, "collector": col_argv, "runs": {},
            "tables": TABLES}
-    torchrun = shutil.which("torchrun")
-    launch = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    env = dict(os.environ, DEEPSEED_COLLECTOR_URL=hook_url, PYTHONUNBUFFERED="1", DS_ACCELERATOR="cuda",
-               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "4"), **SAFE_ENV)
-    env.pop("DEEPSEED_SERVER_URL", None)
+    launch = torchrun_prefix()
+    env = worker_env(hook_url, DS_ACCELERATOR="cuda")
     start = time.monotonic()
     for name in [c for c in a.configs.split(",") if c]:
         if name not in CONFIGS:

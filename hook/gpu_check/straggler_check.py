@@ -36,7 +36,6 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -192,25 +191,15 @@ def setup():
 
 
 def launcher(a):
-    from tests.capture import Capture
-    from dist_check import SAFE_ENV, start_collector, stop
+    from dist_check import capture_front, stop, torchrun_prefix, worker_env
 
-    out_dir = os.path.dirname(os.path.abspath(a.out))
-    os.makedirs(out_dir, exist_ok=True)
-    cap = Capture()
-    a.collector_log = a.collector_log or os.path.join(out_dir, "straggler_collector.log")
-    col, col_argv = start_collector(a, cap.url, a.collector_log)
-    hook_url = "http://127.0.0.1:%d" % a.hook_port if col is not None else cap.url
+    cap, col, col_argv, hook_url = capture_front(a, "straggler_collector.log")
     res = {"config": {k: v for k, v in vars(a).items() if k != "worker"}, "collector": col_argv,
            "setup": setup()}
-    torchrun = shutil.which("torchrun")
-    launch = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    cmd = launch + ["--standalone", "--nproc_per_node", "2", os.path.abspath(__file__), "--worker",
-                    "--steps", str(a.steps), "--nan-steps", str(a.nan_steps), "--sleep-ms", str(a.sleep_ms),
-                    "--batch", str(a.batch), "--seq", str(a.seq)]
-    env = dict(os.environ, DEEPSEED_COLLECTOR_URL=hook_url, PYTHONUNBUFFERED="1",
-               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "4"), **SAFE_ENV)
-    env.pop("DEEPSEED_SERVER_URL", None)
+    cmd = torchrun_prefix() + ["--standalone", "--nproc_per_node", "2", os.path.abspath(__file__), "--worker",
+                               "--steps", str(a.steps), "--nan-steps", str(a.nan_steps), "--sleep-ms",
+                               str(a.sleep_ms), "--batch", str(a.batch), "--seq", str(a.seq)]
+    env = worker_env(hook_url)
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.time()
     p = subprocess.Popen(cmd, env=env, start_new_session=True)
