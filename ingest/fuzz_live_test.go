@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/fuzztest"
 )
 
 // liveFuzzBases are valid batches of every kind, the starting points of
@@ -27,14 +27,6 @@ var liveFuzzBases = []string{
 	`[{"kind":"step","run_id":"fz","rank":1,"step":2,"time":"2025-01-01T00:00:00Z","loss":NaN}]`,
 }
 
-// liveFuzzInserts are fragments the mutations splice in: what broke the
-// server once, and what might.
-var liveFuzzInserts = []string{
-	`\u0000`, "\x00", `\ud800`, `\udc00x`, "\xff\xfe", `1e1000000`, `-1e-20000`, `1e309`, `99999999999999999999999999`,
-	`"` + strings.Repeat("x", 70000) + `"`, strings.Repeat("[", 5000), strings.Repeat(`{"a":`, 3000), `NaN`, `-Infinity`,
-	`'; DROP TABLE steps; --`, `null`, `true`, `{}`, `[]`, `"kind":"step"`, `,`, `:`, `"`, "\n", `\`,
-}
-
 // Mutated bodies posted to a live server never get a 5xx: every one is
 // stored or refused with a 4xx. DEEPSEED_FUZZ_TRIES sets the count (the
 // default keeps the suite quick).
@@ -49,7 +41,7 @@ func TestIngestMutatedBodiesNever5xx(t *testing.T) {
 	for i := 0; i < tries; i++ {
 		body := []byte(liveFuzzBases[rng.IntN(len(liveFuzzBases))])
 		for m := 0; m <= rng.IntN(3); m++ {
-			body = mutate(rng, body)
+			body = fuzztest.Mutate(rng, body)
 		}
 		resp, err := http.Post(s.URL+"/api/v1/ingest", "application/x-ndjson", bytes.NewReader(body))
 		if err != nil {
@@ -62,38 +54,4 @@ func TestIngestMutatedBodiesNever5xx(t *testing.T) {
 		}
 	}
 	t.Logf("%d mutated bodies: answers %v", tries, statuses)
-}
-
-func mutate(rng *rand.Rand, b []byte) []byte {
-	if len(b) == 0 {
-		return b
-	}
-	at := rng.IntN(len(b))
-	switch rng.IntN(5) {
-	case 0: // flip a byte
-		c := bytes.Clone(b)
-		c[at] ^= byte(1 + rng.IntN(255))
-		return c
-	case 1: // splice a fragment in
-		ins := liveFuzzInserts[rng.IntN(len(liveFuzzInserts))]
-		return append(append(bytes.Clone(b[:at]), ins...), b[at:]...)
-	case 2: // replace a value after a colon with a fragment
-		i := bytes.IndexByte(b[at:], ':')
-		if i < 0 {
-			return b
-		}
-		j := at + i + 1
-		end := j
-		for end < len(b) && b[end] != ',' && b[end] != '}' && b[end] != ']' {
-			end++
-		}
-		ins := liveFuzzInserts[rng.IntN(len(liveFuzzInserts))]
-		return append(append(bytes.Clone(b[:j]), ins...), b[end:]...)
-	case 3: // truncate
-		return bytes.Clone(b[:at])
-	default: // repeat a line
-		lines := bytes.Split(b, []byte("\n"))
-		l := lines[rng.IntN(len(lines))]
-		return append(append(bytes.Clone(b), '\n'), l...)
-	}
 }

@@ -24,8 +24,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -176,7 +178,55 @@ func decode(c echo.Context, v any) error {
 	if d.More() {
 		return bad("body", "data after the JSON object")
 	}
+	if f := nulField(reflect.ValueOf(v), ""); f != "" {
+		return bad(f, "holds a NUL byte (\\u0000), which cannot be stored")
+	}
 	return nil
+}
+
+// nulField names the first string of a decoded body (a field, an item or
+// a map key or value) that holds a NUL byte, which PostgreSQL's text
+// refuses; "" when none does.
+func nulField(v reflect.Value, path string) string {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			return nulField(v.Elem(), path)
+		}
+	case reflect.String:
+		if strings.IndexByte(v.String(), 0) >= 0 {
+			return strings.TrimPrefix(path, ".")
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			if f := nulField(v.Index(i), fmt.Sprintf("%s[%d]", path, i)); f != "" {
+				return f
+			}
+		}
+	case reflect.Map:
+		it := v.MapRange()
+		for it.Next() {
+			key := fmt.Sprint(it.Key().Interface())
+			if f := nulField(it.Key(), path+" key"); f != "" {
+				return f
+			}
+			if f := nulField(it.Value(), path+"."+key); f != "" {
+				return f
+			}
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			if name == "" {
+				name = t.Field(i).Name
+			}
+			if f := nulField(v.Field(i), path+"."+name); f != "" {
+				return f
+			}
+		}
+	}
+	return ""
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)

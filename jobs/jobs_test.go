@@ -162,6 +162,9 @@ func TestBadInputCreatesNothing(t *testing.T) {
 		{"bad agent name", "POST", "/api/v1/agents/a%20b/claim", `{"free_gpus":[0]}`, 400, "agent name"},
 		{"duplicate free gpu", "POST", "/api/v1/agents/node1/claim", `{"free_gpus":[0,0]}`, 400, "twice"},
 		{"bad report state", "POST", "/api/v1/agents/node1/jobs/1", `{"state":"done"}`, 400, "state"},
+		{"NUL in claim executor", "POST", "/api/v1/agents/node1/claim", `{"free_gpus":[0],"executor":"lo\u0000cal"}`, 400, "executor: holds a NUL"},
+		{"NUL in heartbeat host", "POST", "/api/v1/agents/node1/heartbeat", `{"host":"h\u0000","gpus":[0],"executor":"local","running":[]}`, 400, "host: holds a NUL"},
+		{"NUL in a param name", "POST", "/api/v1/jobs", `{"project":"p","argv":["python"],"params":{"l\u0000r":"1"}}`, 400, "NUL"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tok := submitTok

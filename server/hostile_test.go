@@ -27,7 +27,9 @@ func TestHostileGETParametersNever5xx(t *testing.T) {
 	waitFor(t, "ready", func() bool { code, _, _ := do(t, "GET", r.url+"/readyz", "", ""); return code == 200 })
 
 	params := []string{"project", "tag", "run", "runs", "metric", "metrics", "rank", "max_points", "from", "to",
-		"split", "width", "host", "baseline", "limit", "status", "sweep", "step_from", "step_to", "sort", "q"}
+		"split", "width", "host", "baseline", "limit", "status", "sweep", "step_from", "step_to", "sort", "q",
+		"run_id", "state", "kind", "type", "agent", "goal", "pass", "straggler_pct", "from_step", "to_step",
+		"max_steps", "offset", "gpu"}
 	var paths []string
 	for _, rt := range srv.Routes() {
 		if rt.Method != "GET" || !strings.HasPrefix(rt.Path, APIPrefix) {
