@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"math/rand/v2"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/deepseed/deepseed/collector"
+	"github.com/deepseed/deepseed/internal/fuzztest"
 )
 
 func gz(s string) string {
@@ -125,4 +127,36 @@ func BenchmarkHookReceive(b *testing.B) {
 			})
 		}
 	}
+}
+
+// Mutated hook bodies (every record kind the hook sends) get a 2xx or a
+// 4xx from the collector's receiver, never a 5xx or a panic.
+func TestReceiverMutatedBodiesNever5xx(t *testing.T) {
+	c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: t.TempDir(), HostName: "h", ProcRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := []string{
+		`{"kind":"run","run_id":"fz","project":"p","name":"n","meta":{"world_size":2,"host":"h"},"config":{"lr":0.1}}
+{"kind":"process","run_id":"fz","rank":0,"local_rank":0,"pid":1234}
+{"kind":"step","run_id":"fz","rank":0,"step":1,"time":1000.5,"loss":2.5,"step_ms":41.25,"sync_ns":1000500000000,"metrics":{"pipeline_stage":0}}`,
+		`{"kind":"layers","run_id":"fz","rank":0,"step":10,"time":1000,"names":["a","b"],"forward_ms":[1,2],"backward_ms":[2,4]}
+{"kind":"eval","run_id":"fz","step":10,"time":1001,"loss":1,"accuracy":0.5}
+{"kind":"memory","run_id":"fz","rank":0,"time":1001,"parameters_bytes":1,"gradients_bytes":2,"optimizer_bytes":3}`,
+		`[{"kind":"event","run_id":"fz","time":1002,"type":"overflow","text":"skipped","step":3},{"kind":"end","run_id":"fz","time":1003,"status":"finished"}]`,
+	}
+	rng := rand.New(rand.NewPCG(23, 5))
+	statuses := map[int]int{}
+	for i := 0; i < 1500; i++ {
+		body := []byte(bases[rng.IntN(len(bases))])
+		for m := 0; m <= rng.IntN(3); m++ {
+			body = fuzztest.Mutate(rng, body)
+		}
+		code, answer := post(t, c, "POST", "/api/v1/ingest", "", string(body))
+		statuses[code]++
+		if code >= 500 {
+			t.Errorf("try %d: %d %s for %.300q", i, code, answer, body)
+		}
+	}
+	t.Logf("1500 mutated hook bodies: answers %v", statuses)
 }
