@@ -178,55 +178,52 @@ func decode(c echo.Context, v any) error {
 	if d.More() {
 		return bad("body", "data after the JSON object")
 	}
-	if f := nulField(reflect.ValueOf(v), ""); f != "" {
-		return bad(f, "holds a NUL byte (\\u0000), which cannot be stored")
+	if f, ok := nulField(reflect.ValueOf(v)); ok {
+		return bad(strings.TrimPrefix(f, "."), "holds a NUL byte (\\u0000), which cannot be stored")
 	}
 	return nil
 }
 
-// nulField names the first string of a decoded body (a field, an item or
+// nulField finds the first string of a decoded body (a field, an item or
 // a map key or value) that holds a NUL byte, which PostgreSQL's text
-// refuses; "" when none does.
-func nulField(v reflect.Value, path string) string {
+// refuses, and returns its path (".argv[1]", ".params key"). The path is
+// built only on the way back from a hit.
+func nulField(v reflect.Value) (string, bool) {
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if !v.IsNil() {
-			return nulField(v.Elem(), path)
+			return nulField(v.Elem())
 		}
 	case reflect.String:
-		if strings.IndexByte(v.String(), 0) >= 0 {
-			return strings.TrimPrefix(path, ".")
-		}
+		return "", strings.IndexByte(v.String(), 0) >= 0
 	case reflect.Slice, reflect.Array:
 		for i := range v.Len() {
-			if f := nulField(v.Index(i), fmt.Sprintf("%s[%d]", path, i)); f != "" {
-				return f
+			if f, ok := nulField(v.Index(i)); ok {
+				return fmt.Sprintf("[%d]", i) + f, true
 			}
 		}
 	case reflect.Map:
-		it := v.MapRange()
-		for it.Next() {
-			key := fmt.Sprint(it.Key().Interface())
-			if f := nulField(it.Key(), path+" key"); f != "" {
-				return f
+		for it := v.MapRange(); it.Next(); {
+			if _, ok := nulField(it.Key()); ok {
+				return " key", true
 			}
-			if f := nulField(it.Value(), path+"."+key); f != "" {
-				return f
+			if f, ok := nulField(it.Value()); ok {
+				return "." + fmt.Sprint(it.Key().Interface()) + f, true
 			}
 		}
 	case reflect.Struct:
 		t := v.Type()
 		for i := range t.NumField() {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			if name == "" {
-				name = t.Field(i).Name
-			}
-			if f := nulField(v.Field(i), path+"."+name); f != "" {
-				return f
+			if f, ok := nulField(v.Field(i)); ok {
+				name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+				if name == "" {
+					name = t.Field(i).Name
+				}
+				return "." + name + f, true
 			}
 		}
 	}
-	return ""
+	return "", false
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
