@@ -278,6 +278,24 @@ def worker_env(hook_url, **extra):
     return env
 
 
+def drain_capture(cap, col, path):
+    """Stops the collector once its last records are through, closes the
+    capture and returns what it received (also written to path, .ndjson.gz,
+    when given) with the collector's exit."""
+    # The collector batches for up to a second and samples every second:
+    # let the last records and samples through, then stop it (it flushes).
+    time.sleep(3.0)
+    exit_ = stop(col)
+    time.sleep(0.5)
+    records = cap.records()
+    cap.close()
+    if path:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+    return records, exit_
+
+
 def stop(p, sig=signal.SIGTERM, wait=15):
     if p is None or p.poll() is not None:
         return p.returncode if p is not None else None
@@ -331,18 +349,7 @@ def launcher(a):
     t_end = time.time()
     res["torchrun_rc"] = rc
     res["torchrun_s"] = round(t_end - t0, 2)
-    # The collector batches for up to a second and samples every second:
-    # let the last records and samples through, then stop it (it flushes).
-    time.sleep(3.0)
-    res["collector_exit"] = stop(col)
-    time.sleep(0.5)
-
-    records = cap.records()
-    cap.close()
-    if a.records:
-        with gzip.open(a.records, "wt", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
+    records, res["collector_exit"] = drain_capture(cap, col, a.records)
     facts = {}
     for path in glob.glob(os.path.join(side, "rank*_*.json")):
         name = os.path.basename(path)[:-5]

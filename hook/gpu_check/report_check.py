@@ -37,7 +37,6 @@ Then import the records into a DeepSeed server (`deepseed import`) and ask
 """
 
 import argparse
-import gzip
 import json
 import os
 import signal
@@ -294,7 +293,7 @@ def summarise(records):
 
 
 def launcher(a):
-    from dist_check import capture_front, stop, torchrun_prefix, worker_env
+    from dist_check import capture_front, drain_capture, stop, torchrun_prefix, worker_env
 
     cap, col, col_argv, hook_url = capture_front(a, "report_collector.log")
     res = {"config": {k: v for k, v in vars(a).items() if k != "worker"}, "collector": col_argv, "runs": {},
@@ -324,14 +323,7 @@ def launcher(a):
         res["runs"][name] = {"torchrun_rc": rc, "torchrun_s": round(time.time() - t0, 2), "steps": steps}
         print("%s: rc %s in %.1f s" % (name, rc, time.time() - t0), flush=True)
         time.sleep(1.5)  # let a fast sample or two of the idle GPUs fall after the run
-    time.sleep(3.0)
-    res["collector_exit"] = stop(col)
-    time.sleep(0.5)
-    records = cap.records()
-    cap.close()
-    with gzip.open(a.records, "wt", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+    records, res["collector_exit"] = drain_capture(cap, col, a.records)
     res["records"] = len(records)
     res["summary"] = summarise(records)
     with open(a.out, "w") as f:

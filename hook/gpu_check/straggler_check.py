@@ -191,7 +191,7 @@ def setup():
 
 
 def launcher(a):
-    from dist_check import capture_front, stop, torchrun_prefix, worker_env
+    from dist_check import capture_front, drain_capture, stop, torchrun_prefix, worker_env
 
     cap, col, col_argv, hook_url = capture_front(a, "straggler_collector.log")
     res = {"config": {k: v for k, v in vars(a).items() if k != "worker"}, "collector": col_argv,
@@ -209,14 +209,7 @@ def launcher(a):
         rc = "timeout"
         stop(p, signal.SIGTERM, 20)
     res["torchrun_rc"], res["torchrun_s"] = rc, round(time.time() - t0, 2)
-    time.sleep(3.0)
-    res["collector_exit"] = stop(col)
-    time.sleep(0.5)
-    records = cap.records()
-    cap.close()
-    with gzip.open(a.records, "wt", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+    records, res["collector_exit"] = drain_capture(cap, col, a.records)
     runs = sorted({r["run_id"] for r in records if r.get("kind") == "step"})
     res["runs"] = {rid: rank_figures(records, rid) for rid in runs}
     res["records"] = len(records)
