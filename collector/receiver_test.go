@@ -149,9 +149,7 @@ func TestReceiverMutatedBodiesNever5xx(t *testing.T) {
 	statuses := map[int]int{}
 	for i := 0; i < 1500; i++ {
 		body := []byte(bases[rng.IntN(len(bases))])
-		for m := 0; m <= rng.IntN(3); m++ {
-			body = fuzztest.Mutate(rng, body)
-		}
+		body = fuzztest.MutateSome(rng, body)
 		code, answer := post(t, c, "POST", "/api/v1/ingest", "", string(body))
 		statuses[code]++
 		if code >= 500 {

@@ -41,9 +41,7 @@ func TestJobsMutatedBodiesNever5xx(t *testing.T) {
 	for i := 0; i < tries; i++ {
 		base := jobsFuzzBases[rng.IntN(len(jobsFuzzBases))]
 		body := []byte(base.body)
-		for m := 0; m <= rng.IntN(3); m++ {
-			body = fuzztest.Mutate(rng, body)
-		}
+		body = fuzztest.MutateSome(rng, body)
 		code, answer := e.do(t, base.method, base.path, base.token, string(body))
 		statuses[code]++
 		if code >= 500 {

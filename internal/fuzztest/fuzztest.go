@@ -19,6 +19,15 @@ var Inserts = []string{
 	`'; DROP TABLE steps; --`, `null`, `true`, `{}`, `[]`, `"kind":"step"`, `,`, `:`, `"`, "\n", `\`,
 }
 
+// MutateSome returns a copy of b with one or more random mutations (the
+// bound is drawn again before each further one); b is not changed.
+func MutateSome(rng *rand.Rand, b []byte) []byte {
+	for m := 0; m <= rng.IntN(3); m++ {
+		b = Mutate(rng, b)
+	}
+	return b
+}
+
 // Mutate returns a copy of b with one random mutation; b is not changed.
 func Mutate(rng *rand.Rand, b []byte) []byte {
 	if len(b) == 0 {
