@@ -1,11 +1,13 @@
 package collector_test
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +58,13 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 	waitFor(t, "records forwarded", func() bool {
 		n, _ := strconv.Atoi(metric(c, "deepseed_collector_records_forwarded_total"))
 		return n >= 20
+	})
+	// The process families come with the first host sample after the
+	// announce; on a busy machine forwarding can finish before it.
+	waitFor(t, "a host sample of the announced process", func() bool {
+		var buf bytes.Buffer
+		c.WriteMetrics(&buf)
+		return strings.Contains(buf.String(), "deepseed_host_process_cpu_seconds_total{")
 	})
 
 	// Run serves /metrics once it has started; the first scrape may come
