@@ -11,6 +11,16 @@ import torch
 
 from .torch_utils import first_grad_tensor, in_backward
 
+_Tensor = torch.Tensor
+
+
+def _grad_input(args):
+    # The common case first: the block's input is its first argument.
+    a = args[0] if args else None
+    if type(a) is _Tensor and a.requires_grad and a.grad_fn is not None:
+        return a
+    return first_grad_tensor(args)
+
 BLOCK_LIST_NAMES = {"layer", "layers", "h", "block", "blocks", "encoder_layers", "decoder_layers"}
 ENC_DEC_NAMES = {"encoder", "decoder"}
 EMBED_NAMES = {"embeddings", "embedding", "embed", "wte", "wpe", "embed_tokens", "tok_embeddings", "word_embeddings",
@@ -83,21 +93,22 @@ class LayerProfiler:
         self.names = [n for n, _ in rows]
         self.modules = [m for _, m in rows]
         self.handles = []
-        self.cur = None  # per-row {"fwd": [[a,b]], "bwd": [[a,b]]}
+        self.cur = None  # per-row {"fwd": [[a,b]], "bstart": [...], "bend": [...]}
+        # The hooks are made once; arming only registers them.
+        self._fns = [(self._pre(i), self._post(i)) for i in range(len(self.modules))]
+        self._params = None
 
     def arm(self):
-        self.cur = [{"fwd": [], "bwd": [], "bstart": [], "bend": []} for _ in self.modules]
-        for i, m in enumerate(self.modules):
-            self.handles.append(m.register_forward_pre_hook(self._pre(i), with_kwargs=True))
-            self.handles.append(m.register_forward_hook(self._post(i)))
+        if self._params is None:
             # A module whose inputs need no gradient (embeddings) ends its
             # backward when its last parameter gradient is accumulated.
-            self._param_handles(i, m)
+            self._params = [[p for p in m.parameters() if p.requires_grad] for m in self.modules]
+        self.cur = [{"fwd": [], "bstart": [], "bend": [], "params": ps} for ps in self._params]
+        add = self.handles.append
+        for m, (pre, post) in zip(self.modules, self._fns):
+            add(m.register_forward_pre_hook(pre, with_kwargs=True))
+            add(m.register_forward_hook(post))
         return self.cur
-
-    def _param_handles(self, i, m):
-        ps = [p for p in m.parameters() if p.requires_grad]
-        self.cur[i]["params"] = ps
 
     def disarm(self):
         for h in self.handles:
@@ -115,7 +126,7 @@ class LayerProfiler:
                 return
             row = self.cur[i]
             row["fwd"].append([self.w.pool.record(), None])
-            inp = first_grad_tensor(args)
+            inp = _grad_input(args)
             if inp is None and kwargs:
                 inp = first_grad_tensor(kwargs.get("hidden_states"))
             if inp is not None:
@@ -139,7 +150,9 @@ class LayerProfiler:
             row = self.cur[i]
             if row["fwd"] and row["fwd"][-1][1] is None:
                 row["fwd"][-1][1] = self.w.pool.record()
-            t = first_grad_tensor(out)
+            t = out if type(out) is _Tensor and out.requires_grad and out.grad_fn is not None else None
+            if t is None:
+                t = first_grad_tensor(out)
             if t is not None:
                 t.register_hook(self._bwd_start(i))
                 if row.get("fnend") and t.grad_fn is not None:

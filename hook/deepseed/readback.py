@@ -3,11 +3,19 @@ wait in the watcher's queue until the device has run them, then become the
 step record (phase times, synchronisation fields on the wall clock through
 the device-clock anchor) and, on armed steps, the layers record.
 
-StepReader holds the Watcher's methods for this side; they run on the
-training thread, at a step's open and at the run's end."""
+StepReader holds the Watcher's methods for this side. On a GPU they run
+on a reader thread of their own (the training thread only queues closed
+steps): the reader wakes every READ_EVERY_S and emits the steps whose
+events completed, one at a time, sleeping READ_YIELD_S between them so
+that the training thread, when it wants the interpreter back, waits for
+one step's read-back at most. Much of it then runs while the training
+thread is inside backward() or waiting for the device, with the
+interpreter free. Elsewhere (the host clock's timers, tests) they run on
+the training thread, at a step's open and at the run's end."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -17,12 +25,14 @@ from .records import round_ms
 
 MAX_PENDING = 64
 ANCHOR_KEEP = 256
+READ_EVERY_S = 0.02
+READ_YIELD_S = 2e-5
 
 
 class _Slot:
     __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
                  "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
-                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns")
+                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open")
 
     def __init__(self, step):
         self.step = step
@@ -49,11 +59,43 @@ class _Slot:
         self.sync_end = None  # event after the end-of-backward collective
         self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
         self.host_release_ns = None
+        self.phases = True  # forward, backward and optimizer timed (watch.PHASE_EVERY)
+        self.fwd_open = False  # a training forward began and has not returned
 
 
 class StepReader:
     """The read-back half of :class:`deepseed.watch.Watcher` (a base class
     of it): polls the queue of closed steps and emits their records."""
+
+    reader = None  # the reader thread, when read-back runs in the background
+
+    def _start_reader(self):
+        self._read_lock = threading.Lock()
+        self._reader_stop = threading.Event()
+        self.reader = threading.Thread(target=self._read_loop, name="deepseed-reader", daemon=True)
+        self.reader.start()
+
+    def _read_loop(self):
+        stop = self._reader_stop
+        while not stop.wait(READ_EVERY_S):
+            try:
+                while not stop.is_set():
+                    with self._read_lock:
+                        if not self._poll_one(False):
+                            break
+                    time.sleep(READ_YIELD_S)
+            except Exception as e:  # pragma: no cover - defensive: the reader must not die
+                self.run._warn_once("reader", "deepseed: reading step timings: %s", e)
+
+    def _stop_reader(self, wait):
+        """Stops the reader thread; with wait, until it has (the training
+        thread then reads what is left itself)."""
+        r = self.reader
+        if r is None:
+            return
+        self._reader_stop.set()
+        if wait and r is not threading.current_thread():
+            r.join(5.0)
 
     def _ready(self, slot):
         # Events of one stream complete in order: once the next step's start
@@ -94,15 +136,21 @@ class StepReader:
         first."""
         if wait:
             self.fetch.flush()
+        while self._poll_one(wait):
+            pass
+
+    def _poll_one(self, wait):
+        """Emits the oldest finished step if it can be; False when none
+        was."""
         while self.pending:
             slot = self.pending[0]
             # A step waits for the next one to begin (its step time runs to
             # that start) unless the run is closing.
             if slot.nxt_start is None and not wait:
-                return
+                return False
             if not wait and not self._ready(slot):
                 if len(self.pending) <= MAX_PENDING:
-                    return
+                    return False
                 self.run._warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
                 self.pending.popleft()
                 continue
@@ -117,6 +165,8 @@ class StepReader:
                             b.batch.poll(wait=True)
             self.pending.popleft()
             self._emit(slot)
+            return True
+        return False
 
     def _emit(self, slot):
         f = {}
@@ -172,9 +222,10 @@ class StepReader:
             if end_ns is None:
                 end_ns = slot.close_ns
             t = end_ns / 1e9 if end_ns is not None else None
-            self.run._emit_watched_step(slot.step, f, None, t)
-            if slot.layer is not None:
-                self._emit_layers(slot, t)
+            with self.run._lock:
+                self.run._emit_watched_step(slot.step, f, None, t)
+                if slot.layer is not None:
+                    self._emit_layers(slot, t)
         except Exception as e:
             self.run._warn_once("emit", "deepseed: reading step timings: %s", e)
         finally:

@@ -50,6 +50,13 @@ log = logging.getLogger("deepseed")
 # The gradient norm reads every gradient; by default it is taken every
 # GRAD_NORM_EVERY steps (DEEPSEED_GRAD_NORM_EVERY, grad_norm_every=).
 GRAD_NORM_EVERY = 10
+# Forward, backward and optimizer times (and the synchronisation fields)
+# take six more events and two autograd callbacks a step; a single process
+# measures them every PHASE_EVERY steps (DEEPSEED_PHASE_EVERY,
+# phase_every=), a distributed run every step (the per-rank truth compares
+# the ranks' steps one by one). Step time, data time, loss, lr and
+# throughput come every step.
+PHASE_EVERY = 10
 MEM_EVERY_S = 1.0
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
@@ -76,7 +83,8 @@ class Watcher(PhaseMarks, StepReader):
     """
 
     def __init__(self, run, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
-                 tokens_per_sample=None, adapter=None, grad_norm_every=None, manual=False):
+                 tokens_per_sample=None, adapter=None, grad_norm_every=None, manual=False, phase_every=None,
+                 background_read=None):
         self.run = run
         self.engine = None
         self.adapter = adapter
@@ -98,6 +106,9 @@ class Watcher(PhaseMarks, StepReader):
         if grad_norm_every is None:
             grad_norm_every = os.environ.get("DEEPSEED_GRAD_NORM_EVERY", GRAD_NORM_EVERY)
         self.grad_norm_every = max(0, int(grad_norm_every or 0))
+        if phase_every is None:
+            phase_every = os.environ.get("DEEPSEED_PHASE_EVERY") or (1 if run.world_size > 1 else PHASE_EVERY)
+        self.phase_every = max(1, int(phase_every))
         self.user_grad_norm = False
         self.sharded_grads = False
         self.closed_flag = False
@@ -159,7 +170,16 @@ class Watcher(PhaseMarks, StepReader):
                 self.optimizer = None
         if self.adapter is not None:
             self.adapter.attach(self)
+        # Sampling needs the optimizer's hooks to close a step: without them
+        # a step ends at the forward after its backward, which only the
+        # backward's hooks see. Frameworks that mark phases time them all.
+        if self.manual or self.adapter is not None or self.optimizer is None:
+            self.phase_every = 1
         self._describe(inner)
+        # Read-back leaves the training thread where events complete on
+        # their own (a GPU's); host timers complete at once.
+        if self.cuda if background_read is None else background_read:
+            self._start_reader()
 
     def _describe(self, inner):
         run = self.run
@@ -260,9 +280,11 @@ class Watcher(PhaseMarks, StepReader):
                         cur = None
             if cur is None:
                 cur = self._open()
-                cur.fwd.append([cur.ev_start, None])
-            else:
+                if cur.phases:
+                    cur.fwd.append([cur.ev_start, None])
+            elif cur.phases:
                 cur.fwd.append([self.pool.record(), None])
+            cur.fwd_open = True
             self._count_batch(cur, args, kwargs)
         except Exception as e:
             self.run._warn_once("fwdpre", "deepseed: forward hook: %s", e)
@@ -270,12 +292,15 @@ class Watcher(PhaseMarks, StepReader):
     def _fwd_post(self, module, args, out):
         try:
             cur = self.cur
-            if cur is None or not cur.fwd or cur.fwd[-1][1] is not None or in_backward():
+            if cur is None or not cur.fwd_open or in_backward():
                 return
-            cur.fwd[-1][1] = self.pool.record()
+            cur.fwd_open = False
             loss = output_loss(out)
             if loss is not None:
                 cur.losses.append(self.fetch.add(loss))
+            if not cur.phases:
+                return
+            cur.fwd[-1][1] = self.pool.record()
             # The backward begins at the loss when the model computes it, else
             # at its first output (a loss computed outside the model begins
             # its backward there too).
@@ -345,6 +370,9 @@ class Watcher(PhaseMarks, StepReader):
         try:
             cur = self.cur
             if cur is None:
+                return
+            if not cur.phases:
+                self._grad_norm(cur)
                 return
             self._end_open_backward(cur)
             if cur.bwd and cur.sync_end is None:
@@ -417,10 +445,11 @@ class Watcher(PhaseMarks, StepReader):
         cur.ev_start = self.pool.record()
         if self.profiler is not None and cur.step % self.layer_every == 0:
             cur.layer = self.profiler.arm()
+        cur.phases = self.phase_every == 1 or cur.step % self.phase_every == 0 or cur.layer is not None
         if self.pending:
             self.pending[-1].nxt_start = cur.ev_start
         self.cur = cur
-        if self.pending:
+        if self.pending and self.reader is None:
             self.poll()
         return cur
 
@@ -523,6 +552,7 @@ class Watcher(PhaseMarks, StepReader):
         if self.closed_flag:
             return
         self.closed_flag = True
+        self._stop_reader(wait)
         for h in self.handles:
             try:
                 h.remove()
@@ -531,14 +561,18 @@ class Watcher(PhaseMarks, StepReader):
         if self.adapter is not None:
             self.adapter.detach()
         if self.cur is not None:
-            if self.cur.fwd:
+            if self.cur.fwd or not self.cur.phases:
                 self._close(self.pool.record())
             else:
                 self.cur = None
         if self.profiler is not None:
             self.profiler.disarm()
         if wait:
-            self.poll(wait=True)
+            if self.reader is not None:
+                with self._read_lock:
+                    self.poll(wait=True)
+            else:
+                self.poll(wait=True)
         else:
             self.pending.clear()
 

@@ -88,7 +88,7 @@ HOOK_VARIANTS = {
     "layers_every_step": ({"layer_every": 1}, {}),
 }
 # Options the previous package may not have.
-NEW_ONLY = {"norm_every_step": ({}, {"grad_norm_every": 1})}
+NEW_ONLY = {"norm_every_step": ({}, {"grad_norm_every": 1}), "phases_every_step": ({}, {"phase_every": 1})}
 
 
 def start_hook(variant, model, opt, url):
@@ -173,15 +173,18 @@ def bench_tiny(a, url):
     table = []
     for v in variants:
         med = statistics.median(res[v])
-        table.append({"variant": v, "us_per_step_median": med, "all": res[v], "added_us": med - base,
-                      "info": infos.get(v)})
+        # The difference to the no-hook measurement of the same round, whose
+        # median drifts less with the machine than a difference of medians.
+        paired = statistics.median(x - b for x, b in zip(res[v], res["no_hook"]))
+        table.append({"variant": v, "us_per_step_median": med, "all": res[v], "added_us": paired,
+                      "added_us_of_medians": med - base, "info": infos.get(v)})
     return table
 
 
 def bench_config(a, batch, seq, url):
     model, opt = bert_large()
     data = batches(8, batch, seq)
-    variants = ["no_hook", "default", "layers_every_step", "norm_every_step"]
+    variants = ["no_hook", "default", "layers_every_step", "norm_every_step", "phases_every_step"]
     if "old_" in PACKAGES:
         variants += ["old_default"]
     if a.seed_logger:
@@ -204,8 +207,9 @@ def bench_config(a, batch, seq, url):
     table = []
     for v in variants:
         med = statistics.median(res[v])
-        table.append({"variant": v, "steps_per_s_median": med, "all": res[v],
-                      "slowdown_pct": (base - med) / base * 100.0, "info": infos.get(v)})
+        paired = statistics.median((b - x) / b * 100.0 for x, b in zip(res[v], res["no_hook"]))
+        table.append({"variant": v, "steps_per_s_median": med, "all": res[v], "slowdown_pct": paired,
+                      "slowdown_pct_of_medians": (base - med) / base * 100.0, "info": infos.get(v)})
     del model, opt, data
     torch.cuda.empty_cache()
     return table

@@ -83,13 +83,18 @@ def primitives():
     return out
 
 
-def profile_loop(pkg_prefix, url, steps=500):
+def profile_loop(pkg_prefix, url, steps=500, layer_every=None):
     torch.manual_seed(0)
     model = TinyMLP().cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(32, 256, device="cuda")
     y = torch.randn(32, 1, device="cuda")
-    run = bench.start_hook(pkg_prefix + "default", model, opt, url)
+    if layer_every is None:
+        run = bench.start_hook(pkg_prefix + "default", model, opt, url)
+    else:
+        run = bench.PACKAGES[pkg_prefix].init(project="bench", name="profile", collector_url=url,
+                                              handle_signals=False, layer_every=layer_every)
+        run.watch(model, optimizer=opt)
 
     def step():
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -117,17 +122,20 @@ def profile_loop(pkg_prefix, url, steps=500):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--old")
+    ap.add_argument("--layer-every", type=int, help="profile with this layer period instead of the default")
+    ap.add_argument("--no-primitives", action="store_true")
     a = ap.parse_args()
     if a.old:
         bench.load_old(a.old)
     from tests.capture import Capture
     cap = Capture()
-    print("primitive costs, µs per call (host time, launch included):")
-    for k, v in primitives().items():
-        print("  %-32s %s" % (k, v))
+    if not a.no_primitives:
+        print("primitive costs, µs per call (host time, launch included):")
+        for k, v in primitives().items():
+            print("  %-32s %s" % (k, v))
     for prefix in bench.PACKAGES:
         print("\n==== cProfile, %shook at defaults, 500 tiny-MLP steps ====" % (prefix or "this "))
-        print(profile_loop(prefix, cap.url))
+        print(profile_loop(prefix, cap.url, layer_every=a.layer_every))
     cap.close()
 
 

@@ -123,6 +123,28 @@ class Module:
         return out
 
 
+class Optimizer:
+    """An optimizer with step hooks and one parameter group."""
+
+    def __init__(self, params=(), lr=0.01):
+        self.param_groups = [{"params": list(params), "lr": lr}]
+        self._pre, self._post = [], []
+
+    def register_step_pre_hook(self, fn):
+        self._pre.append(fn)
+        return _Handle(self._pre, fn)
+
+    def register_step_post_hook(self, fn):
+        self._post.append(fn)
+        return _Handle(self._post, fn)
+
+    def step(self):
+        for fn in list(self._pre):
+            fn(self, (), {})
+        for fn in list(self._post):
+            fn(self, (), {})
+
+
 def _stack(ts):
     return Tensor(sum(t.value for t in ts) / max(1, len(ts)), (len(ts),))
 
@@ -133,6 +155,7 @@ def _module():
     m.Tensor = Tensor
     m.float16, m.bfloat16, m.float32 = "float16", "bfloat16", "float32"
     m.nn = types.SimpleNamespace(Module=Module, ModuleList=type("ModuleList", (list,), {}))
+    m.optim = types.SimpleNamespace(Optimizer=Optimizer)
     m.cuda = types.SimpleNamespace(is_available=lambda: False)
     m.version = types.SimpleNamespace(cuda=None)
     m.is_grad_enabled = lambda: True

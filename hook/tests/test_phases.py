@@ -1,0 +1,115 @@
+"""Which steps carry forward, backward and optimizer times: every step of a
+distributed run, every phase_every-th step of a single process (10 by
+default), and step time, loss, lr and samples on every step either way.
+Through the real watcher with the torch stand-in of faketorch."""
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HOOK)
+
+import deepseed  # noqa: E402
+
+from . import faketorch  # noqa: E402
+
+PHASES = ("forward_ms", "backward_ms", "optimizer_ms")
+
+
+class PhaseSamplingTest(unittest.TestCase):
+    def setUp(self):
+        self.addCleanup(faketorch.install())
+        tmp = tempfile.TemporaryDirectory(prefix="deepseed-test-")
+        self.addCleanup(tmp.cleanup)
+        self.dir = tmp.name
+        log = logging.getLogger("deepseed")
+        self.addCleanup(log.setLevel, log.level)
+        log.setLevel(logging.ERROR)
+
+    def train(self, name, steps=25, **watch):
+        torch = sys.modules["torch"]
+        path = os.path.join(self.dir, name + ".ndjson")
+        run = deepseed.init(project="phases", run_id=name, file=path, handle_signals=False, layer_every=0)
+        model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
+        opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+        run.watch(model, optimizer=opt, grad_norm_every=0, **watch)
+        for _ in range(steps):
+            loss = model(torch.Tensor(0.0, (4, 8)))
+            loss.backward_reached()
+            opt.step()
+        run.finish()
+        with open(path) as f:
+            return [r for r in map(json.loads, f) if r["kind"] == "step"]
+
+    def assert_every_step_measured(self, steps):
+        for s in steps:
+            self.assertGreaterEqual(s["step_ms"], 0.0, s)
+            self.assertEqual(s["loss"], 2.0, s)
+            self.assertEqual(s["lr"], 0.125, s)
+            self.assertEqual(s["samples"], 4, s)
+
+    def test_single_process_times_phases_every_tenth_step(self):
+        steps = self.train("single")
+        self.assertEqual(len(steps), 25)
+        self.assert_every_step_measured(steps)
+        timed = [s["step"] for s in steps if all(k in s for k in PHASES)]
+        self.assertEqual(timed, [s["step"] for s in steps if s["step"] % 10 == 0])
+        self.assertEqual(len(timed), 2)
+        for s in steps:
+            if s["step"] not in timed:
+                self.assertFalse(any(k in s for k in PHASES), s)
+
+    def test_phase_every_one_times_every_step(self):
+        steps = self.train("every", phase_every=1)
+        self.assert_every_step_measured(steps)
+        self.assertTrue(all(all(k in s for k in PHASES) for s in steps))
+
+    def test_environment_sets_the_period(self):
+        with mock.patch.dict(os.environ, {"DEEPSEED_PHASE_EVERY": "5"}):
+            steps = self.train("env")
+        timed = [s["step"] for s in steps if "forward_ms" in s]
+        self.assertEqual(timed, [s["step"] for s in steps if s["step"] % 5 == 0])
+
+    def test_background_reader_emits_every_step_in_order(self):
+        # The reader thread a GPU run uses, here on host timers: records
+        # leave while training runs, in step order, none lost at finish.
+        torch = sys.modules["torch"]
+        path = os.path.join(self.dir, "bg.ndjson")
+        run = deepseed.init(project="phases", run_id="bg", file=path, handle_signals=False, layer_every=0)
+        model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
+        opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+        w = run.watch(model, optimizer=opt, grad_norm_every=0, background_read=True)
+        self.assertTrue(w.reader.is_alive())
+        emitted_while_training = 0
+        for i in range(200):
+            loss = model(torch.Tensor(0.0, (4, 8)))
+            loss.backward_reached()
+            opt.step()
+            if i % 20 == 19:
+                time.sleep(0.05)  # the reader's turn
+                emitted_while_training = run.steps_logged
+        self.assertGreater(emitted_while_training, 100, "the reader emitted nothing while training ran")
+        run.finish()
+        self.assertFalse(w.reader.is_alive())
+        with open(path) as f:
+            steps = [r for r in map(json.loads, f) if r["kind"] == "step"]
+        self.assertEqual([s["step"] for s in steps], list(range(1, 201)))
+        self.assert_every_step_measured(steps)
+
+    def test_distributed_run_times_every_step(self):
+        env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
+        with mock.patch.dict(os.environ, env):
+            steps = self.train("dist")
+        self.assertEqual(len(steps), 25)
+        self.assert_every_step_measured(steps)
+        self.assertTrue(all(all(k in s for k in PHASES) for s in steps))
+
+
+if __name__ == "__main__":
+    unittest.main()
