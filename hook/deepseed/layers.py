@@ -96,13 +96,11 @@ class LayerProfiler:
         self.cur = None  # per-row {"fwd": [[a,b]], "bstart": [...], "bend": [...]}
         # The hooks are made once; arming only registers them.
         self._fns = [(self._pre(i), self._post(i)) for i in range(len(self.modules))]
-        self._params = None
+        # A module whose inputs need no gradient (embeddings) ends its
+        # backward when its last parameter gradient is accumulated.
+        self._params = [[p for p in m.parameters() if p.requires_grad] for m in self.modules]
 
     def arm(self):
-        if self._params is None:
-            # A module whose inputs need no gradient (embeddings) ends its
-            # backward when its last parameter gradient is accumulated.
-            self._params = [[p for p in m.parameters() if p.requires_grad] for m in self.modules]
         self.cur = [{"fwd": [], "bstart": [], "bend": [], "params": ps} for ps in self._params]
         add = self.handles.append
         for m, (pre, post) in zip(self.modules, self._fns):

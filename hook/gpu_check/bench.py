@@ -111,13 +111,16 @@ def timed(variant, model, opt, steps, warmup, url, step_fn):
         if i == warmup:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            c0 = time.process_time()
         step_fn(i)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    info = {}
+    # CPU time of every thread (the hook's reader and sender included):
+    # what a launch-bound step pays, without the wall clock's scheduling noise.
+    info = {"cpu_s": time.process_time() - c0}
     if run is not None:
         run.finish()
-        info = {"steps_logged": run.steps_logged, "dropped": run.sender.dropped}
+        info.update(steps_logged=run.steps_logged, dropped=run.sender.dropped)
     return dt, info
 
 
@@ -164,8 +167,11 @@ def bench_tiny(a, url):
     for i in range(50):
         step(i)
 
+    cpu = {v: [] for v in variants}
+
     def measure(v):
         dt, info = timed(v, model, opt, a.tiny_steps, a.warmup * 5, url, step)
+        cpu[v].append(info.pop("cpu_s") / a.tiny_steps * 1e6)
         return dt / a.tiny_steps * 1e6, info
 
     res, infos = rounds(variants, a.tiny_repeats, measure, "tiny")
@@ -176,8 +182,10 @@ def bench_tiny(a, url):
         # The difference to the no-hook measurement of the same round, whose
         # median drifts less with the machine than a difference of medians.
         paired = statistics.median(x - b for x, b in zip(res[v], res["no_hook"]))
+        cpu_paired = statistics.median(x - b for x, b in zip(cpu[v], cpu["no_hook"]))
         table.append({"variant": v, "us_per_step_median": med, "all": res[v], "added_us": paired,
-                      "added_us_of_medians": med - base, "info": infos.get(v)})
+                      "added_us_of_medians": med - base, "cpu_us_per_step_median": statistics.median(cpu[v]),
+                      "added_cpu_us": cpu_paired, "info": infos.get(v)})
     return table
 
 
@@ -189,6 +197,8 @@ def bench_config(a, batch, seq, url):
         variants += ["old_default"]
     if a.seed_logger:
         variants.append("seed_logger")
+    if a.variants:
+        variants = ["no_hook"] + [v for v in variants if v in a.variants.split(",") and v != "no_hook"]
     for _ in range(8):  # warm the GPU, allocator and kernels once
         train_step(model, opt, data[0])
     torch.cuda.synchronize()
@@ -200,6 +210,7 @@ def bench_config(a, batch, seq, url):
         else:
             fn = lambda i: train_step(model, opt, data[i % len(data)])  # noqa: E731
         dt, info = timed(v, model, opt, a.steps, a.warmup, url, fn)
+        info.pop("cpu_s", None)
         return a.steps / dt, info
 
     res, infos = rounds(variants, a.repeats, measure, "%dx%d" % (batch, seq))
@@ -228,6 +239,7 @@ def main():
     ap.add_argument("--tiny-repeats", type=int, default=9)
     ap.add_argument("--seed-logger", action="store_true", help="also the seed's logger on BERT-large")
     ap.add_argument("--old", help="another deepseed package directory to compare with")
+    ap.add_argument("--variants", default="", help="BERT-large variants to run beside no_hook (default: all)")
     a = ap.parse_args()
     if a.old:
         load_old(a.old)
@@ -251,11 +263,11 @@ def main():
     if a.tiny:
         print("\ntiny MLP (8 x Linear 256, batch 32, AdamW), %d steps per measurement, median of %d interleaved "
               "rounds" % (a.tiny_steps, a.tiny_repeats))
-        print("| variant | µs/step | added µs/step | spread (min-max) |")
-        print("|---|---|---|---|")
+        print("| variant | µs/step | added µs/step | added CPU µs/step (all threads) | spread (min-max) |")
+        print("|---|---|---|---|---|")
         for r in out["tiny"]:
-            print("| %s | %.0f | %+.0f | %.0f-%.0f |" % (r["variant"], r["us_per_step_median"], r["added_us"],
-                                                        min(r["all"]), max(r["all"])))
+            print("| %s | %.0f | %+.0f | %+.0f | %.0f-%.0f |" % (r["variant"], r["us_per_step_median"], r["added_us"],
+                                                                r["added_cpu_us"], min(r["all"]), max(r["all"])))
     for cfg, table in out["configs"].items():
         print("\nBERT-large batch x seq %s, %d steps per measurement, median of %d interleaved rounds"
               % (cfg, a.steps, a.repeats))

@@ -77,8 +77,9 @@ def main():
 
     # The first profiled step is the profiler's warm-up (tracing starts during
     # it and slows the host), as torch.profiler.schedule(warmup=1) treats it:
-    # it is traced but not compared.
-    prof_steps = list(range(41, 47))
+    # it is traced but not compared. The hook times phases on every 10th step
+    # and on layer steps: 40, 45 and 50 are compared.
+    prof_steps = list(range(39, 52))
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                               torch.profiler.ProfilerActivity.CUDA])
     state_bytes = None
@@ -124,12 +125,14 @@ def main():
     check("every step present", nums == list(range(1, a.steps + 1)), {"first": nums[:3], "last": nums[-3:],
                                                                       "n": len(nums)})
     keys = ("step_ms", "forward_ms", "backward_ms", "optimizer_ms")
-    # Phases every 10th step (a single process's PHASE_EVERY), step time on every step.
-    def timed(r):
-        return keys if r["step"] % 10 == 0 else keys[:1]
+    # Phases every 10th step (a single process's PHASE_EVERY) and on layer
+    # steps, step time on every step.
+    def phase_step(r):
+        return r["step"] % 10 == 0 or r["step"] % a.layer_every == 0
 
-    bad = [r["step"] for r in steps if not all(isinstance(r.get(k), (int, float)) and r[k] > 0 for k in timed(r))
-           or (r["step"] % 10 != 0 and any(k in r for k in keys[1:]))]
+    bad = [r["step"] for r in steps
+           if not all(isinstance(r.get(k), (int, float)) and r[k] > 0 for k in (keys if phase_step(r) else keys[:1]))
+           or (not phase_step(r) and any(k in r for k in keys[1:]))]
     check("timings positive, phases every 10th step", not bad, {"bad_steps": bad[:10]})
     over = [(r["step"], r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"], r["step_ms"]) for r in steps
             if all(k in r for k in keys) and r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"] > r["step_ms"]
@@ -180,6 +183,8 @@ def main():
     prof_ms = profiler_times(a.trace)
     rows = []
     for s in prof_steps[1:]:
+        if s % 10 and s % a.layer_every:
+            continue
         st = by_step.get(s, {})
         pf, pb = prof_ms.get("fwd_%d" % s), prof_ms.get("bwd_%d" % s)
         rows.append({"step": s, "hook_fwd": st.get("forward_ms"), "prof_fwd": pf, "hook_bwd": st.get("backward_ms"),
