@@ -52,8 +52,8 @@ def main():
     a = ap.parse_args()
     if a.old:
         bench.load_old(a.old)
-    from tests.capture import Capture
-    cap = Capture()
+    from common import CaptureProcess
+    cap = CaptureProcess()
     torch.manual_seed(0)
     model = TinyMLP().cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -27,13 +27,12 @@ import statistics
 import sys
 import time
 
-from common import HOOK, batches, bert_large, train_step
+from common import HOOK, CaptureProcess, batches, bert_large, train_step
 
 import torch  # noqa: E402
 
 sys.path.insert(0, HOOK)
 import deepseed  # noqa: E402
-from tests.capture import Capture  # noqa: E402
 
 PACKAGES = {"": deepseed}
 
@@ -88,7 +87,8 @@ HOOK_VARIANTS = {
     "layers_every_step": ({"layer_every": 1}, {}),
 }
 # Options the previous package may not have.
-NEW_ONLY = {"norm_every_step": ({}, {"grad_norm_every": 1}), "phases_every_step": ({}, {"phase_every": 1})}
+NEW_ONLY = {"norm_every_step": ({}, {"grad_norm_every": 1}), "phases_every_step": ({}, {"phase_every": 1}),
+            "inline_read": ({}, {"background_read": False})}
 
 
 def start_hook(variant, model, opt, url):
@@ -243,7 +243,7 @@ def main():
     a = ap.parse_args()
     if a.old:
         load_old(a.old)
-    cap = Capture()
+    cap = CaptureProcess()
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "steps": a.steps,
            "warmup": a.warmup, "repeats": a.repeats, "configs": {}}
 
@@ -258,7 +258,7 @@ def main():
         batch, seq = (int(x) for x in cfg.split("x"))
         out["configs"][cfg] = bench_config(a, batch, seq, cap.url)
         save()
-    out["records_received"] = len(cap.records())
+    out["records_received"] = cap.close()
     save()
     if a.tiny:
         print("\ntiny MLP (8 x Linear 256, batch 32, AdamW), %d steps per measurement, median of %d interleaved "
@@ -276,7 +276,6 @@ def main():
         for r in table:
             print("| %s | %.3f | %+.2f %% | %.2f-%.2f |" % (r["variant"], r["steps_per_s_median"], r["slowdown_pct"],
                                                           min(r["all"]), max(r["all"])))
-    cap.close()
 
 
 if __name__ == "__main__":

@@ -44,3 +44,24 @@ def train_step(model, opt, b):
     opt.step()
     opt.zero_grad(set_to_none=True)
     return out.loss
+
+
+class CaptureProcess:
+    """The capture server (tests/capture.py) in a process of its own, as the
+    collector is in production: run in the benchmark's process, its decoding
+    of every record would take the interpreter from the training thread and
+    count against the hook. close() returns how many records arrived."""
+
+    def __init__(self):
+        import subprocess
+        code = ("import sys; sys.path.insert(0, %r); from tests.capture import Capture; c = Capture(); "
+                "print(c.url, flush=True); sys.stdin.read(); print(len(c.records()), flush=True)" % HOOK)
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            raise RuntimeError("capture server did not start")
+
+    def close(self):
+        out, _ = self.proc.communicate("", timeout=60)
+        return int(out.strip() or 0)

@@ -127,8 +127,8 @@ def main():
     a = ap.parse_args()
     if a.old:
         bench.load_old(a.old)
-    from tests.capture import Capture
-    cap = Capture()
+    from common import CaptureProcess
+    cap = CaptureProcess()
     if not a.no_primitives:
         print("primitive costs, µs per call (host time, launch included):")
         for k, v in primitives().items():
