@@ -113,6 +113,9 @@ class StepReader:
         return True
 
     def _slot_events(self, slot):
+        if not slot.fwd and not slot.bwd and slot.opt is None and slot.layer is None and slot.sync_end is None:
+            # A step without phase events: its start and end, never shared.
+            return [e for e in (slot.ev_start, slot.ev_end) if e is not None]
         evs = [slot.ev_start, slot.ev_end, slot.sync_end]
         if slot.opt is not None:
             evs.extend(slot.opt)
@@ -169,7 +172,6 @@ class StepReader:
         return False
 
     def _emit(self, slot):
-        f = {}
         try:
             def ms(pairs):
                 tot, n = 0.0, 0
@@ -179,33 +181,40 @@ class StepReader:
                         n += 1
                 return tot if n else None
 
+            # What the watcher measured goes into the record as it is (known
+            # fields, finite or clamped numbers); what a caller or framework
+            # added (extra, device values, logged fields) goes through the
+            # run's checks after it, and wins over a measured field.
+            rec = {}
             end = slot.nxt_start if slot.nxt_start is not None else slot.ev_end
             if slot.ev_start is not None and end is not None:
-                f["step_ms"] = max(0.0, slot.ev_start.elapsed_time(end))
-            fw = ms(slot.fwd)
-            if fw is not None:
-                f["forward_ms"] = max(0.0, fw)
-            bw = ms(slot.bwd)
-            if bw is not None:
-                f["backward_ms"] = max(0.0, bw)
+                rec["step_ms"] = round_ms(max(0.0, slot.ev_start.elapsed_time(end)))
+            if slot.fwd:
+                fw = ms(slot.fwd)
+                if fw is not None:
+                    rec["forward_ms"] = round_ms(max(0.0, fw))
+            if slot.bwd:
+                bw = ms(slot.bwd)
+                if bw is not None:
+                    rec["backward_ms"] = round_ms(max(0.0, bw))
             if slot.opt is not None:
                 op = ms((slot.opt,))
                 if op is not None:
-                    f["optimizer_ms"] = max(0.0, op)
+                    rec["optimizer_ms"] = round_ms(max(0.0, op))
             # The step's synchronisation fields, from its own events: the
             # record is built once they (and its values) have arrived.
             sync = self._sync_fields(slot)
             if slot.data_ms is not None:
                 iw = sync.get("input_wait_ms")
-                f["data_ms"] = slot.data_ms if iw is None else max(0.0, slot.data_ms - iw)
+                rec["data_ms"] = round_ms(slot.data_ms if iw is None else max(0.0, slot.data_ms - iw))
             if self.mem is not None:
-                f["gpu_mem_peak_gb"], f["gpu_mem_reserved_gb"] = self.mem
-            f.update(sync)
+                rec["gpu_mem_peak_gb"], rec["gpu_mem_reserved_gb"] = self.mem
+            rec.update(sync)
             if slot.samples:
-                f["samples"] = slot.samples
+                rec["samples"] = int(slot.samples)
             if slot.tokens:
-                f["tokens"] = slot.tokens
-            f.update(slot.extra)
+                rec["tokens"] = int(slot.tokens)
+            f = dict(slot.extra) if slot.extra else {}
             for k, box in slot.boxes:
                 if k == "loss+":
                     f["loss"] = sum(b.value for b in box)
@@ -223,7 +232,7 @@ class StepReader:
                 end_ns = slot.close_ns
             t = end_ns / 1e9 if end_ns is not None else None
             with self.run._lock:
-                self.run._emit_watched_step(slot.step, f, None, t)
+                self.run._emit_watched_step(slot.step, f, None, t, measured=rec)
                 if slot.layer is not None:
                     self._emit_layers(slot, t)
         except Exception as e:
@@ -267,17 +276,17 @@ class StepReader:
             if bwd_end is not None:
                 out["sync_ns"] = self._wall_ns(bwd_end)
                 if slot.sync_end is not None:
-                    out["sync_wait_ms"] = max(0.0, bwd_end.elapsed_time(slot.sync_end))
+                    out["sync_wait_ms"] = round_ms(max(0.0, bwd_end.elapsed_time(slot.sync_end)))
             if slot.data_ms is not None and self.last_end_wall_ns is not None and self.last_close_ns is not None:
                 busy = (self.last_end_wall_ns - self.last_close_ns) / 1e6
-                out["input_wait_ms"] = min(max(0.0, busy), slot.data_ms)
+                out["input_wait_ms"] = round_ms(min(max(0.0, busy), slot.data_ms))
             end = slot.ev_end
             self.last_end_wall_ns = self._wall_ns(end) if end is not None else None
             self.last_close_ns = slot.close_ns
         elif slot.host_arrive_ns is not None:
             out["sync_ns"] = slot.host_arrive_ns
             if slot.host_release_ns is not None:
-                out["sync_wait_ms"] = max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6)
+                out["sync_wait_ms"] = round_ms(max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6))
         return {k: v for k, v in out.items() if v is not None}
 
     def _emit_layers(self, slot, t=None):

@@ -382,13 +382,17 @@ class Run:
             return
         fields["step_ms"] = (now - last_t) * 1000.0 / (step - last_step)
 
-    def _emit_watched_step(self, step, fields, tensors, t=None):
+    def _emit_watched_step(self, step, fields, tensors, t=None, measured=None):
         """Called by the watcher with a finished step's measurements: plain
         numbers, read from the device already (tensors only from callers
         that pass them). t is when the step ended (epoch seconds); the
-        record is built later, when its timings have been read back."""
+        record is built later, when its timings have been read back.
+        measured holds fields the watcher made itself, already in the
+        record's form; fields go through the checks after them."""
         rec = {"kind": "step", "run_id": self.run_id, "rank": self.rank, "step": int(step),
                "time": t if t is not None else time.time()}
+        if measured:
+            rec.update(measured)
         for k, v in fields.items():
             t = type(v)
             if t is not float and t is not int:

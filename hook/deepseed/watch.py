@@ -469,13 +469,14 @@ class Watcher(PhaseMarks, StepReader):
             self.mem_read_at = now
             self.mem = _peak_memory_gb(self.dev_index)
         extra = cur.extra
-        parts = extra.pop("_loss_parts", None)
+        parts = extra.pop("_loss_parts", None) if extra else None
         if parts and "loss" not in cur.ukeys:
             cur.boxes.append(("loss+", parts))
         elif cur.losses and "loss" not in cur.ukeys:
             cur.boxes.append(("loss", cur.losses))
-        for k in [k for k, v in extra.items() if isinstance(v, torch.Tensor)]:
-            cur.boxes.append((k, self.fetch.add(extra.pop(k))))
+        if extra:
+            for k in [k for k, v in extra.items() if isinstance(v, torch.Tensor)]:
+                cur.boxes.append((k, self.fetch.add(extra.pop(k))))
         self.pending.append(cur)
         self.cur = None
         # Values leave in batches, but before the steps waiting on them
