@@ -292,13 +292,13 @@ class StepReader:
     def _emit_layers(self, slot, t=None):
         fwd, bwd = [], []
         for row in slot.layer:
-            t = 0.0
+            tot = 0.0
             n = 0
             for a, b in row["fwd"]:
                 if b is not None:
-                    t += a.elapsed_time(b)
+                    tot += a.elapsed_time(b)
                     n += 1
-            fwd.append(round_ms(t) if n else float("nan"))
+            fwd.append(round_ms(tot) if n else float("nan"))
             bs, be = row["bstart"], row["bend"]
             if bs and len(be) >= len(bs):
                 bwd.append(round_ms(sum(max(0.0, a.elapsed_time(b)) for a, b in zip(bs, be))))

@@ -102,6 +102,33 @@ class PhaseSamplingTest(unittest.TestCase):
         self.assertEqual([s["step"] for s in steps], list(range(1, 201)))
         self.assert_every_step_measured(steps)
 
+    def test_layer_records_carry_their_steps_time(self):
+        # A layers record is stamped with its step's end, as the step record
+        # is: not with a duration mistaken for a time.
+        torch = sys.modules["torch"]
+        path = os.path.join(self.dir, "layers.ndjson")
+        run = deepseed.init(project="phases", run_id="layers", file=path, handle_signals=False, layer_every=5)
+        a, b = torch.nn.Module(forward=lambda x: x), torch.nn.Module(forward=lambda x: x)
+        model = torch.nn.Module(forward=lambda x: b(a(x)) and torch.Tensor(2.0, requires_grad=True),
+                                children=[a, b])
+        opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+        before = time.time()
+        run.watch(model, optimizer=opt, grad_norm_every=0, layers=["0", "1"])
+        for _ in range(12):
+            loss = model(torch.Tensor(0.0, (4, 8), requires_grad=True))
+            loss.backward_reached()
+            opt.step()
+        run.finish()
+        with open(path) as f:
+            recs = list(map(json.loads, f))
+        steps = {r["step"]: r for r in recs if r["kind"] == "step"}
+        layers = [r for r in recs if r["kind"] == "layers"]
+        self.assertEqual([r["step"] for r in layers], [5, 10])
+        for r in layers:
+            self.assertEqual(r["names"], ["0", "1"])
+            self.assertGreaterEqual(r["time"], before)
+            self.assertEqual(r["time"], steps[r["step"]]["time"])
+
     def test_distributed_run_times_every_step(self):
         env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
         with mock.patch.dict(os.environ, env):
