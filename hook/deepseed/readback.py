@@ -80,9 +80,15 @@ class StepReader:
         while not stop.wait(READ_EVERY_S):
             try:
                 while not stop.is_set():
+                    # The step is built under the read lock (in order, with
+                    # the clock state it updates) and handed to the run
+                    # outside it: the reader never waits for the run's lock
+                    # while holding its own, which close() takes.
                     with self._read_lock:
-                        if not self._poll_one(False):
-                            break
+                        took, built = self._take_one(False)
+                    if not took:
+                        break
+                    self._deliver(built)
                     time.sleep(READ_YIELD_S)
             except Exception as e:  # pragma: no cover - defensive: the reader must not die
                 self.run._warn_once("reader", "deepseed: reading step timings: %s", e)
@@ -95,7 +101,7 @@ class StepReader:
             return
         self._reader_stop.set()
         if wait and r is not threading.current_thread():
-            r.join(5.0)
+            r.join(2.0)
 
     def _ready(self, slot):
         # Events of one stream complete in order: once the next step's start
@@ -139,21 +145,25 @@ class StepReader:
         first."""
         if wait:
             self.fetch.flush()
-        while self._poll_one(wait):
-            pass
+        while True:
+            took, built = self._take_one(wait)
+            if not took:
+                return
+            self._deliver(built)
 
-    def _poll_one(self, wait):
-        """Emits the oldest finished step if it can be; False when none
-        was."""
+    def _take_one(self, wait):
+        """Takes the oldest finished step off the queue if it can be and
+        builds its records: (True, records, or None when they could not be
+        read), or (False, None) when no step was ready."""
         while self.pending:
             slot = self.pending[0]
             # A step waits for the next one to begin (its step time runs to
             # that start) unless the run is closing.
             if slot.nxt_start is None and not wait:
-                return False
+                return False, None
             if not wait and not self._ready(slot):
                 if len(self.pending) <= MAX_PENDING:
-                    return False
+                    return False, None
                 self.run._warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
                 self.pending.popleft()
                 continue
@@ -167,11 +177,25 @@ class StepReader:
                         if b.batch is not None:
                             b.batch.poll(wait=True)
             self.pending.popleft()
-            self._emit(slot)
-            return True
-        return False
+            return True, self._build(slot)
+        return False, None
 
-    def _emit(self, slot):
+    def _deliver(self, built):
+        """Hands a step's records, made by _build, to the run."""
+        if built is None:
+            return
+        step, fields, t, measured, layers = built
+        try:
+            with self.run._lock:
+                self.run._emit_watched_step(step, fields, None, t, measured=measured)
+                if layers is not None:
+                    self.run._send(layers)
+        except Exception as e:
+            self.run._warn_once("emit", "deepseed: sending step timings: %s", e)
+
+    def _build(self, slot):
+        """The step record's parts and the layers record of a step whose
+        events completed; returns its events to the pool."""
         try:
             def ms(pairs):
                 tot, n = 0.0, 0
@@ -231,12 +255,11 @@ class StepReader:
             if end_ns is None:
                 end_ns = slot.close_ns
             t = end_ns / 1e9 if end_ns is not None else None
-            with self.run._lock:
-                self.run._emit_watched_step(slot.step, f, None, t, measured=rec)
-                if slot.layer is not None:
-                    self._emit_layers(slot, t)
+            layers = self._layers_record(slot, t) if slot.layer is not None else None
+            return slot.step, f, t, rec, layers
         except Exception as e:
             self.run._warn_once("emit", "deepseed: reading step timings: %s", e)
+            return None
         finally:
             nxt = slot.nxt_start
             for ev in self._slot_events(slot):
@@ -289,7 +312,7 @@ class StepReader:
                 out["sync_wait_ms"] = round_ms(max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6))
         return {k: v for k, v in out.items() if v is not None}
 
-    def _emit_layers(self, slot, t=None):
+    def _layers_record(self, slot, t=None):
         fwd, bwd = [], []
         for row in slot.layer:
             tot = 0.0
@@ -307,4 +330,4 @@ class StepReader:
         rec = {"kind": "layers", "run_id": self.run.run_id, "rank": self.run.rank, "step": int(slot.step),
                "time": t if t is not None else time.time(), "names": list(self.layer_names), "forward_ms": fwd,
                "backward_ms": bwd}
-        self.run._send(rec)
+        return rec

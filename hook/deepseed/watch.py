@@ -569,11 +569,16 @@ class Watcher(PhaseMarks, StepReader):
         if self.profiler is not None:
             self.profiler.disarm()
         if wait:
-            if self.reader is not None:
-                with self._read_lock:
-                    self.poll(wait=True)
-            else:
+            if self.reader is None:
                 self.poll(wait=True)
+            elif self._read_lock.acquire(timeout=2.0):
+                # The reader holds it only while it builds one step.
+                try:
+                    self.poll(wait=True)
+                finally:
+                    self._read_lock.release()
+            else:  # pragma: no cover - a reader stuck inside the device
+                self.run._warn_once("readerstuck", "deepseed: %d steps not read at close", len(self.pending))
         else:
             self.pending.clear()
 

@@ -102,6 +102,32 @@ class PhaseSamplingTest(unittest.TestCase):
         self.assertEqual([s["step"] for s in steps], list(range(1, 201)))
         self.assert_every_step_measured(steps)
 
+    def test_close_inside_the_runs_lock_is_bounded_and_loses_nothing(self):
+        # A signal handler that finishes the run can interrupt the training
+        # thread inside the run's lock while the reader waits for that lock
+        # to hand over a step it built.
+        torch = sys.modules["torch"]
+        path = os.path.join(self.dir, "lock.ndjson")
+        run = deepseed.init(project="phases", run_id="lock", file=path, handle_signals=False, layer_every=0)
+        model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
+        opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+        w = run.watch(model, optimizer=opt, grad_norm_every=0, background_read=True)
+        with run._lock:
+            for _ in range(50):
+                loss = model(torch.Tensor(0.0, (4, 8)))
+                loss.backward_reached()
+                opt.step()
+            time.sleep(0.1)  # the reader builds a step and waits for the lock
+            t0 = time.monotonic()
+            w.close(wait=True)
+            self.assertLess(time.monotonic() - t0, 4.0, "close() waited for the reader that waits for it")
+        w.reader.join(2.0)
+        self.assertFalse(w.reader.is_alive())
+        run.finish()
+        with open(path) as f:
+            steps = [r["step"] for r in map(json.loads, f) if r["kind"] == "step"]
+        self.assertEqual(sorted(steps), list(range(1, 51)))
+
     def test_layer_records_carry_their_steps_time(self):
         # A layers record is stamped with its step's end, as the step record
         # is: not with a duration mistaken for a time.
