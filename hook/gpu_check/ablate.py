@@ -15,7 +15,6 @@ import statistics
 import time
 
 import bench
-from bench import TinyMLP
 
 import torch  # noqa: E402
 
@@ -59,18 +58,7 @@ def main():
         bench.load_old(a.old)
     from common import CaptureProcess
     cap = CaptureProcess()
-    torch.manual_seed(0)
-    model = TinyMLP().cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    xs = [torch.randn(32, 256, device="cuda") for _ in range(4)]
-    ys = [torch.randn(32, 1, device="cuda") for _ in range(4)]
-
-    def step(i):
-        out = model(xs[i % 4])
-        loss = torch.nn.functional.mse_loss(out, ys[i % 4])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    model, opt, step = bench.tiny_setup()
 
     table = {}
     for prefix, pkg in bench.PACKAGES.items():

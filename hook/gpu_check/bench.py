@@ -149,7 +149,8 @@ class TinyMLP(torch.nn.Module):
         return self.head(x)
 
 
-def bench_tiny(a, url):
+def tiny_setup():
+    """The tiny MLP, its AdamW and a step function of the step's index."""
     torch.manual_seed(0)
     model = TinyMLP().cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -163,6 +164,11 @@ def bench_tiny(a, url):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    return model, opt, step
+
+
+def bench_tiny(a, url):
+    model, opt, step = tiny_setup()
     variants = ["no_hook"] + [p + v for p in PACKAGES for v in HOOK_VARIANTS] + list(NEW_ONLY)
     for i in range(50):
         step(i)

@@ -4,10 +4,8 @@ default), and step time, loss, lr and samples on every step either way.
 Through the real watcher with the torch stand-in of faketorch."""
 
 import json
-import logging
 import os
 import sys
-import tempfile
 import time
 import unittest
 from unittest import mock
@@ -18,6 +16,7 @@ sys.path.insert(0, HOOK)
 import deepseed  # noqa: E402
 
 from . import faketorch  # noqa: E402
+from .cases import quiet_tempdir  # noqa: E402
 
 PHASES = ("forward_ms", "backward_ms", "optimizer_ms")
 
@@ -25,27 +24,36 @@ PHASES = ("forward_ms", "backward_ms", "optimizer_ms")
 class PhaseSamplingTest(unittest.TestCase):
     def setUp(self):
         self.addCleanup(faketorch.install())
-        tmp = tempfile.TemporaryDirectory(prefix="deepseed-test-")
-        self.addCleanup(tmp.cleanup)
-        self.dir = tmp.name
-        log = logging.getLogger("deepseed")
-        self.addCleanup(log.setLevel, log.level)
-        log.setLevel(logging.ERROR)
+        self.dir = quiet_tempdir(self)
 
-    def train(self, name, steps=25, **watch):
+    def watched(self, name, **watch):
+        """A run to a file and a watched model whose loss is 2.0; returns
+        the run, the watcher, a function that trains n steps, and a
+        function that reads the step records back."""
         torch = sys.modules["torch"]
         path = os.path.join(self.dir, name + ".ndjson")
         run = deepseed.init(project="phases", run_id=name, file=path, handle_signals=False, layer_every=0)
         model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
         opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
-        run.watch(model, optimizer=opt, grad_norm_every=0, **watch)
-        for _ in range(steps):
-            loss = model(torch.Tensor(0.0, (4, 8)))
-            loss.backward_reached()
-            opt.step()
+        w = run.watch(model, optimizer=opt, grad_norm_every=0, **watch)
+
+        def train(n):
+            for _ in range(n):
+                loss = model(torch.Tensor(0.0, (4, 8)))
+                loss.backward_reached()
+                opt.step()
+
+        def steps():
+            with open(path) as f:
+                return [r for r in map(json.loads, f) if r["kind"] == "step"]
+
+        return run, w, train, steps
+
+    def train(self, name, steps=25, **watch):
+        run, _, train, read = self.watched(name, **watch)
+        train(steps)
         run.finish()
-        with open(path) as f:
-            return [r for r in map(json.loads, f) if r["kind"] == "step"]
+        return read()
 
     def assert_every_step_measured(self, steps):
         for s in steps:
@@ -79,26 +87,17 @@ class PhaseSamplingTest(unittest.TestCase):
     def test_background_reader_emits_every_step_in_order(self):
         # The reader thread a GPU run uses, here on host timers: records
         # leave while training runs, in step order, none lost at finish.
-        torch = sys.modules["torch"]
-        path = os.path.join(self.dir, "bg.ndjson")
-        run = deepseed.init(project="phases", run_id="bg", file=path, handle_signals=False, layer_every=0)
-        model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
-        opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
-        w = run.watch(model, optimizer=opt, grad_norm_every=0, background_read=True)
+        run, w, train, read = self.watched("bg", background_read=True)
         self.assertTrue(w.reader.is_alive())
         emitted_while_training = 0
-        for i in range(200):
-            loss = model(torch.Tensor(0.0, (4, 8)))
-            loss.backward_reached()
-            opt.step()
-            if i % 20 == 19:
-                time.sleep(0.05)  # the reader's turn
-                emitted_while_training = run.steps_logged
+        for _ in range(10):
+            train(20)
+            time.sleep(0.05)  # the reader's turn
+            emitted_while_training = run.steps_logged
         self.assertGreater(emitted_while_training, 100, "the reader emitted nothing while training ran")
         run.finish()
         self.assertFalse(w.reader.is_alive())
-        with open(path) as f:
-            steps = [r for r in map(json.loads, f) if r["kind"] == "step"]
+        steps = read()
         self.assertEqual([s["step"] for s in steps], list(range(1, 201)))
         self.assert_every_step_measured(steps)
 
@@ -106,17 +105,9 @@ class PhaseSamplingTest(unittest.TestCase):
         # A signal handler that finishes the run can interrupt the training
         # thread inside the run's lock while the reader waits for that lock
         # to hand over a step it built.
-        torch = sys.modules["torch"]
-        path = os.path.join(self.dir, "lock.ndjson")
-        run = deepseed.init(project="phases", run_id="lock", file=path, handle_signals=False, layer_every=0)
-        model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
-        opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
-        w = run.watch(model, optimizer=opt, grad_norm_every=0, background_read=True)
+        run, w, train, read = self.watched("lock", background_read=True)
         with run._lock:
-            for _ in range(50):
-                loss = model(torch.Tensor(0.0, (4, 8)))
-                loss.backward_reached()
-                opt.step()
+            train(50)
             time.sleep(0.1)  # the reader builds a step and waits for the lock
             t0 = time.monotonic()
             w.close(wait=True)
@@ -124,9 +115,7 @@ class PhaseSamplingTest(unittest.TestCase):
         w.reader.join(2.0)
         self.assertFalse(w.reader.is_alive())
         run.finish()
-        with open(path) as f:
-            steps = [r["step"] for r in map(json.loads, f) if r["kind"] == "step"]
-        self.assertEqual(sorted(steps), list(range(1, 51)))
+        self.assertEqual(sorted(s["step"] for s in read()), list(range(1, 51)))
 
     def test_layer_records_carry_their_steps_time(self):
         # A layers record is stamped with its step's end, as the step record

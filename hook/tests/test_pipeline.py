@@ -5,10 +5,8 @@ stage. No real pipeline has run through this: the engine's calls, timers
 and attributes are modelled on DeepSpeed's source."""
 
 import json
-import logging
 import os
 import sys
-import tempfile
 import time
 import types
 import unittest
@@ -20,6 +18,7 @@ sys.path.insert(0, HOOK)
 import deepseed  # noqa: E402
 
 from . import faketorch  # noqa: E402
+from .cases import quiet_tempdir  # noqa: E402
 
 FWD_S, BWD_S, OPT_S = 0.002, 0.003, 0.004
 
@@ -152,13 +151,7 @@ def read(path):
 class PipelineTest(unittest.TestCase):
     def setUp(self):
         self.addCleanup(faketorch.install())
-        tmp = tempfile.TemporaryDirectory(prefix="deepseed-test-")
-        self.addCleanup(tmp.cleanup)
-        self.dir = tmp.name
-        # Offline runs say at the end where their records are: not news here.
-        log = logging.getLogger("deepseed")
-        self.addCleanup(log.setLevel, log.level)
-        log.setLevel(logging.ERROR)
+        self.dir = quiet_tempdir(self)
 
     def train(self, rank, steps=6, **kw):
         env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}

@@ -4,10 +4,8 @@ scheduler, and the Hugging Face and Lightning callbacks, whose framework
 objects are faked with the attributes the callbacks read."""
 
 import json
-import logging
 import os
 import sys
-import tempfile
 import types
 import unittest
 from unittest import mock
@@ -17,6 +15,8 @@ sys.path.insert(0, HOOK)
 
 import deepseed  # noqa: E402
 from deepseed import env  # noqa: E402
+
+from .cases import quiet_tempdir  # noqa: E402
 
 
 class Callback:
@@ -42,13 +42,7 @@ def fake_modules():
 
 class TotalStepsTest(unittest.TestCase):
     def setUp(self):
-        tmp = tempfile.TemporaryDirectory(prefix="deepseed-test-")
-        self.addCleanup(tmp.cleanup)
-        self.dir = tmp.name
-        # Offline runs say at the end where their records are: not news here.
-        log = logging.getLogger("deepseed")
-        self.addCleanup(log.setLevel, log.level)
-        log.setLevel(logging.ERROR)
+        self.dir = quiet_tempdir(self)
         self.n = 0
 
     def run_file(self):
