@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import time
 
@@ -55,11 +56,25 @@ GRAD_NORM_EVERY = 10
 # measures them every PHASE_EVERY steps (DEEPSEED_PHASE_EVERY,
 # phase_every=), a distributed run every step (the per-rank truth compares
 # the ranks' steps one by one). Step time, data time, loss, lr and
-# throughput come every step.
+# throughput come every step. The timed steps fall half way between the
+# layer steps (phase_offset), so that the layer profiler's own cost never
+# lands in the phase times a breakdown averages.
 PHASE_EVERY = 10
 MEM_EVERY_S = 1.0
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
+
+
+def phase_offset(phase_every, layer_every):
+    """The step number modulo phase_every of the steps whose phases are
+    timed: phase_every // 2, moved by one where that would meet the layer
+    steps (every layer_every) at every turn."""
+    off = phase_every // 2
+    if layer_every > 1:
+        g = math.gcd(phase_every, layer_every)
+        if g > 1 and off % g == 0:
+            off = (off + 1) % phase_every
+    return off
 
 
 def _param_count(model):
@@ -175,6 +190,7 @@ class Watcher(PhaseMarks, StepReader):
         # backward's hooks see. Frameworks that mark phases time them all.
         if self.manual or self.adapter is not None or self.optimizer is None:
             self.phase_every = 1
+        self.phase_off = phase_offset(self.phase_every, self.layer_every if self.profiler is not None else 0)
         self._describe(inner)
         # Read-back leaves the training thread where events complete on
         # their own (a GPU's); host timers complete at once.
@@ -445,7 +461,11 @@ class Watcher(PhaseMarks, StepReader):
         cur.ev_start = self.pool.record()
         if self.profiler is not None and cur.step % self.layer_every == 0:
             cur.layer = self.profiler.arm()
-        cur.phases = self.phase_every == 1 or cur.step % self.phase_every == 0 or cur.layer is not None
+        if self.phase_every == 1:
+            cur.phases = True
+        else:
+            # A layer step is no phase step unless every step is a layer step.
+            cur.phases = cur.step % self.phase_every == self.phase_off and (cur.layer is None or self.layer_every == 1)
         if self.pending:
             self.pending[-1].nxt_start = cur.ev_start
         self.cur = cur

@@ -1,7 +1,8 @@
 """Which steps carry forward, backward and optimizer times: every step of a
 distributed run, every phase_every-th step of a single process (10 by
-default), and step time, loss, lr and samples on every step either way.
-Through the real watcher with the torch stand-in of faketorch."""
+default: 5, 15, 25, half way between the layer steps), and step time, loss,
+lr and samples on every step either way. Through the real watcher with the
+torch stand-in of faketorch."""
 
 import json
 import os
@@ -67,8 +68,7 @@ class PhaseSamplingTest(unittest.TestCase):
         self.assertEqual(len(steps), 25)
         self.assert_every_step_measured(steps)
         timed = [s["step"] for s in steps if all(k in s for k in PHASES)]
-        self.assertEqual(timed, [s["step"] for s in steps if s["step"] % 10 == 0])
-        self.assertEqual(len(timed), 2)
+        self.assertEqual(timed, [5, 15, 25])
         for s in steps:
             if s["step"] not in timed:
                 self.assertFalse(any(k in s for k in PHASES), s)
@@ -82,7 +82,7 @@ class PhaseSamplingTest(unittest.TestCase):
         with mock.patch.dict(os.environ, {"DEEPSEED_PHASE_EVERY": "5"}):
             steps = self.train("env")
         timed = [s["step"] for s in steps if "forward_ms" in s]
-        self.assertEqual(timed, [s["step"] for s in steps if s["step"] % 5 == 0])
+        self.assertEqual(timed, [2, 7, 12, 17, 22])
 
     def test_background_reader_emits_every_step_in_order(self):
         # The reader thread a GPU run uses, here on host timers: records
@@ -143,6 +143,18 @@ class PhaseSamplingTest(unittest.TestCase):
             self.assertEqual(r["names"], ["0", "1"])
             self.assertGreaterEqual(r["time"], before)
             self.assertEqual(r["time"], steps[r["step"]]["time"])
+        # The phases of a layer step would carry the layer profiler's cost:
+        # with layers every 5 steps they are timed on 6, 16, ….
+        self.assertEqual([s for s in sorted(steps) if "forward_ms" in steps[s]], [6])
+
+    def test_phase_steps_fall_between_layer_steps(self):
+        from deepseed.watch import phase_offset
+        for every, layers in ((10, 10), (10, 5), (10, 20), (10, 2), (5, 10), (4, 2), (2, 2), (10, 0), (10, 1)):
+            off = phase_offset(every, layers)
+            phase_steps = [s for s in range(1, 200) if s % every == off]
+            self.assertGreaterEqual(len(phase_steps), 199 // every, (every, layers, off))
+            if layers > 1:
+                self.assertFalse([s for s in phase_steps if s % layers == 0], (every, layers, off))
 
     def test_distributed_run_times_every_step(self):
         env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
