@@ -15,6 +15,7 @@ the training thread, at a step's open and at the run's end."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -27,6 +28,33 @@ MAX_PENDING = 64
 ANCHOR_KEEP = 256
 READ_EVERY_S = 0.02
 READ_YIELD_S = 2e-5
+
+
+class WindowMax:
+    """The largest of the last `keep` values appended, kept as they come
+    (a queue of decreasing candidates) instead of scanned at every read."""
+
+    __slots__ = ("keep", "n", "q")
+
+    def __init__(self, keep):
+        self.keep = keep
+        self.n = 0
+        self.q = collections.deque()  # (index, value), values decreasing
+
+    def append(self, v):
+        q = self.q
+        while q and q[-1][1] <= v:
+            q.pop()
+        q.append((self.n, v))
+        self.n += 1
+        while q[0][0] < self.n - self.keep:
+            q.popleft()
+
+    def max(self):
+        return self.q[0][1]
+
+    def __len__(self):
+        return min(self.n, self.keep)
 
 
 class _Slot:
@@ -284,7 +312,7 @@ class StepReader:
         """Wall-clock ns of a completed event, or None."""
         if not self.anchor or ev is None:
             return None
-        return max(self.anchor_walls) + int(self.anchor.elapsed_time(ev) * 1e6)
+        return self.anchor_walls.max() + int(self.anchor.elapsed_time(ev) * 1e6)
 
     def _sync_fields(self, slot):
         """sync_ns, sync_wait_ms and input_wait_ms of an emitted step."""

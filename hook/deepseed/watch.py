@@ -42,7 +42,7 @@ import torch
 from .layers import BLOCK_LIST_NAMES, EMBED_NAMES, ENC_DEC_NAMES, HEAD_NAMES, WRAPPER_PARTS  # noqa: F401
 from .layers import LayerProfiler, _clean_name, find_layers
 from .phases import PhaseMarks
-from .readback import ANCHOR_KEEP, MAX_PENDING, StepReader, _Slot  # noqa: F401
+from .readback import ANCHOR_KEEP, MAX_PENDING, StepReader, WindowMax, _Slot  # noqa: F401
 from .torch_utils import (EventPool, Fetcher, _graph_task_id, _queue_callback, fused_grad_norm, in_backward,
                           iter_tensors, output_loss)
 
@@ -152,7 +152,7 @@ class Watcher(PhaseMarks, StepReader):
         # Device-to-wall-clock anchor: an event and the candidate wall
         # times (ns) of it, each a lower bound; the newest ANCHOR_KEEP count.
         self.anchor = None
-        self.anchor_walls = collections.deque(maxlen=ANCHOR_KEEP)
+        self.anchor_walls = WindowMax(ANCHOR_KEEP)
         self.last_end_wall_ns = None  # the previous emitted step's end, wall clock
         self.last_close_ns = None
 

@@ -156,6 +156,20 @@ class PhaseSamplingTest(unittest.TestCase):
             if layers > 1:
                 self.assertFalse([s for s in phase_steps if s % layers == 0], (every, layers, off))
 
+    def test_anchor_window_keeps_the_largest_of_the_newest(self):
+        # The device clock's anchor is the largest of the newest lower bounds.
+        import random
+        from deepseed.readback import WindowMax
+        rng = random.Random(7)
+        for keep in (1, 2, 5, 256):
+            w, seen = WindowMax(keep), []
+            for _ in range(2000):
+                v = rng.choice((rng.randint(0, 50), rng.randint(0, 10**12)))
+                w.append(v)
+                seen.append(v)
+                self.assertEqual(w.max(), max(seen[-keep:]))
+                self.assertEqual(len(w), min(len(seen), keep))
+
     def test_distributed_run_times_every_step(self):
         env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
         with mock.patch.dict(os.environ, env):
