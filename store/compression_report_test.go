@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -124,8 +125,12 @@ func loadRealistic(t *testing.T, s *store.Store, anchor time.Time) {
 	if _, err := s.WriteBatch(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
+	// DEEPSEED_GEN_PERIOD=10 generates what the hook sends by default in a
+	// single process (norm, layers and phases every 10th step); unset, all
+	// of them on every step, as the figures of decision 0009 were taken.
+	period, _ := strconv.Atoi(os.Getenv("DEEPSEED_GEN_PERIOD"))
 	g := storetest.GenRun{ID: "gen", Ranks: 1, Steps: 20000, Start: anchor.Add(-30 * time.Hour), Every: 5400 * time.Millisecond,
-		Seed: 11, Layers: 24, EvalEvery: 20}
+		Seed: 11, Layers: 24, EvalEvery: 20, Period: period}
 	writeLines(t, s, 4000, g.StepLines(0, 0, g.Steps, 0))
 	writeLines(t, s, 4000, g.EvalLines())
 	writeLines(t, s, 8000, g.GPULines("gen-node", 8))

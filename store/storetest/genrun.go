@@ -22,6 +22,11 @@ type GenRun struct {
 	Layers int // transformer blocks; embeddings and head come on top
 	// EvalEvery is the step interval of evaluations (0: none).
 	EvalEvery int
+	// Period, when above 0, sends what the hook samples as a single
+	// process does by default: the gradient norm and a layers record
+	// every Period steps, forward/backward/optimizer/communication times
+	// on the steps half way between. 0 sends all of them on every step.
+	Period int
 }
 
 // LayerNames returns the run's layer names, as the hook reports them.
@@ -56,16 +61,24 @@ func (g GenRun) StepLines(rank, from, to int, shift time.Duration) []string {
 		stepMS := ms(412 * (1 + 0.03*rng.NormFloat64()))
 		loss := f32(2.1 + 8*math.Exp(-float64(i)/900) + 0.08*rng.NormFloat64())
 		lr := 3e-4 * math.Min(1, float64(i+1)/500) * (0.5 + 0.5*math.Cos(math.Pi*float64(i)/float64(g.Steps)))
-		out = append(out, fmt.Sprintf(`{"kind":"step","run_id":%q,"rank":%d,"step":%d,"time":%q,"epoch":%g,"loss":%g,"lr":%g,`+
-			`"grad_norm":%g,"loss_scale":65536,"samples":32,"tokens":16384,"throughput_sps":%g,"step_ms":%g,`+
-			`"forward_ms":%g,"backward_ms":%g,"optimizer_ms":%g,"comm_ms":%g,"data_ms":%g,`+
-			`"gpu_util_pct":%g,"gpu_mem_used_gb":%g,"gpu_mem_peak_gb":%g,"cpu_util_pct":%g}`,
-			g.ID, rank, i, t, float64(i)/float64(g.Steps)*3, loss, lr,
-			f32(0.4+1.5*math.Exp(-float64(i)/400)+0.05*rng.ExpFloat64()), 32000/stepMS, stepMS,
-			ms(stepMS*(0.31+0.01*rng.NormFloat64())), ms(stepMS*(0.46+0.01*rng.NormFloat64())), ms(stepMS*(0.12+0.005*rng.NormFloat64())),
-			ms(stepMS*(0.07+0.01*rng.NormFloat64())), ms(math.Abs(stepMS*(0.02+0.01*rng.NormFloat64()))),
-			math.Round(math.Min(100, 91+4*rng.NormFloat64())), float64(int64(61.2e9+3e8*rng.NormFloat64()))/1e9,
-			float64(int64(63.9e9+1e8*rng.NormFloat64()))/1e9, math.Round(10*(101+9*rng.NormFloat64()))/10))
+		norm := f32(0.4 + 1.5*math.Exp(-float64(i)/400) + 0.05*rng.ExpFloat64())
+		fwdMS, bwdMS, optMS := ms(stepMS*(0.31+0.01*rng.NormFloat64())), ms(stepMS*(0.46+0.01*rng.NormFloat64())), ms(stepMS*(0.12+0.005*rng.NormFloat64()))
+		commMS, dataMS := ms(stepMS*(0.07+0.01*rng.NormFloat64())), ms(math.Abs(stepMS*(0.02+0.01*rng.NormFloat64())))
+		gpuUtil, memUsed := math.Round(math.Min(100, 91+4*rng.NormFloat64())), float64(int64(61.2e9+3e8*rng.NormFloat64()))/1e9
+		memPeak, cpuUtil := float64(int64(63.9e9+1e8*rng.NormFloat64()))/1e9, math.Round(10*(101+9*rng.NormFloat64()))/10
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"kind":"step","run_id":%q,"rank":%d,"step":%d,"time":%q,"epoch":%g,"loss":%g,"lr":%g,`,
+			g.ID, rank, i, t, float64(i)/float64(g.Steps)*3, loss, lr)
+		if g.Period <= 0 || i%g.Period == 0 {
+			fmt.Fprintf(&b, `"grad_norm":%g,`, norm)
+		}
+		fmt.Fprintf(&b, `"loss_scale":65536,"samples":32,"tokens":16384,"throughput_sps":%g,"step_ms":%g,`, 32000/stepMS, stepMS)
+		if g.Period <= 0 || i%g.Period == g.Period/2 {
+			fmt.Fprintf(&b, `"forward_ms":%g,"backward_ms":%g,"optimizer_ms":%g,"comm_ms":%g,`, fwdMS, bwdMS, optMS, commMS)
+		}
+		fmt.Fprintf(&b, `"data_ms":%g,"gpu_util_pct":%g,"gpu_mem_used_gb":%g,"gpu_mem_peak_gb":%g,"cpu_util_pct":%g}`,
+			dataMS, gpuUtil, memUsed, memPeak, cpuUtil)
+		out = append(out, b.String())
 		fwd := make([]string, len(names))
 		bwd := make([]string, len(names))
 		for j := range names {
@@ -73,6 +86,9 @@ func (g GenRun) StepLines(rank, from, to int, shift time.Duration) []string {
 			v := base[j] * (1 + 0.04*rng.NormFloat64())
 			fwd[j] = fmt.Sprint(ms(v))
 			bwd[j] = fmt.Sprint(ms(v * (1.9 + 0.1*rng.Float64())))
+		}
+		if g.Period > 0 && i%g.Period != 0 {
+			continue
 		}
 		out = append(out, fmt.Sprintf(`{"kind":"layers","run_id":%q,"rank":%d,"step":%d,"time":%q,"names":%s,"forward_ms":[%s],"backward_ms":[%s]}`,
 			g.ID, rank, i, t, nameList, strings.Join(fwd, ","), strings.Join(bwd, ",")))
