@@ -493,6 +493,13 @@ class Run:
                 estimate from the model (see deepseed.flops).
             peak_tflops: the GPU's peak TFLOP/s for MFU, instead of the
                 table's.
+            phase_every: time forward, backward and optimizer every N steps
+                (default: 10 in a single process, 1 in a distributed run;
+                DEEPSEED_PHASE_EVERY). Step time, loss, lr and throughput
+                come every step.
+            grad_norm_every: the hook's gradient norm every N steps (10).
+            background_read: read events back on a thread of its own
+                (default: on a GPU).
         """
         try:
             from .watch import Watcher
