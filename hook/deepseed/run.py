@@ -493,13 +493,9 @@ class Run:
                 estimate from the model (see deepseed.flops).
             peak_tflops: the GPU's peak TFLOP/s for MFU, instead of the
                 table's.
-            phase_every: time forward, backward and optimizer every N steps
-                (default: 10 in a single process, 1 in a distributed run;
-                DEEPSEED_PHASE_EVERY). Step time, loss, lr and throughput
-                come every step.
-            grad_norm_every: the hook's gradient norm every N steps (10).
-            background_read: read events back on a thread of its own
-                (default: on a GPU).
+            phase_every, grad_norm_every, background_read: forward/backward/
+                optimizer timing and gradient norm periods (10; phases every
+                step in a distributed run), events read on a thread (GPU).
         """
         try:
             from .watch import Watcher
