@@ -62,11 +62,7 @@ def args_parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", action="store_true", help="run as a torchrun worker (set by the launcher)")
     ap.add_argument("--out", default="dist_check.json", help="results JSON")
-    ap.add_argument("--records", default="", help="also write every captured record here (.ndjson.gz)")
-    ap.add_argument("--collector", default="", help="deepseed binary: run `collect` in front of the capture server")
-    ap.add_argument("--collector-log", default="", help="collector's log file (default: beside --out)")
-    ap.add_argument("--hook-port", type=int, default=9464)
-    ap.add_argument("--metrics-port", type=int, default=9400)
+    add_capture_args(ap, "", "also write every captured record here (.ndjson.gz)")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--steps", type=int, default=40)
@@ -245,6 +241,16 @@ def start_collector(a, server_url, log_path):
         p.terminate()
         return None, "collector did not listen on %d within 15 s (see its log)" % a.hook_port
     return p, argv
+
+
+def add_capture_args(ap, records, records_help):
+    """The options capture_front() and drain_capture() read: where the
+    captured records go, and the collector to run in front of the capture."""
+    ap.add_argument("--records", default=records, help=records_help)
+    ap.add_argument("--collector", default="", help="deepseed binary: run `collect` in front of the capture server")
+    ap.add_argument("--collector-log", default="", help="collector's log file (default: beside --out)")
+    ap.add_argument("--hook-port", type=int, default=9464)
+    ap.add_argument("--metrics-port", type=int, default=9400)
 
 
 def capture_front(a, log_name):

@@ -50,6 +50,8 @@ HOOK = os.path.dirname(HERE)
 sys.path.insert(0, HOOK)
 sys.path.insert(0, HERE)
 
+from dist_check import add_capture_args  # noqa: E402
+
 SHAPES = {  # name: (layers, width, heads)
     "160m": (12, 768, 12),
     "410m": (24, 1024, 16),
@@ -86,11 +88,7 @@ def args_parser():
     ap.add_argument("--configs", default=",".join(CONFIGS), help="configurations to run, in order")
     ap.add_argument("--steps-scale", type=float, default=1.0, help="multiply every configuration's steps")
     ap.add_argument("--out", default="report_check.json", help="results JSON")
-    ap.add_argument("--records", default="report_records.ndjson.gz", help="captured records (.ndjson.gz)")
-    ap.add_argument("--collector", default="", help="deepseed binary: run `collect` in front of the capture server")
-    ap.add_argument("--collector-log", default="")
-    ap.add_argument("--hook-port", type=int, default=9464)
-    ap.add_argument("--metrics-port", type=int, default=9400)
+    add_capture_args(ap, "report_records.ndjson.gz", "captured records (.ndjson.gz)")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=180, help="seconds one configuration may take")
     ap.add_argument("--budget", type=float, default=480, help="seconds for all; later configurations are skipped")

@@ -49,16 +49,14 @@ HOOK = os.path.dirname(HERE)
 sys.path.insert(0, HOOK)
 sys.path.insert(0, HERE)
 
+from dist_check import add_capture_args  # noqa: E402
+
 
 def args_parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", action="store_true", help="run as a torchrun worker (set by the launcher)")
     ap.add_argument("--out", default="straggler_check.json", help="results JSON")
-    ap.add_argument("--records", default="straggler_records.ndjson.gz", help="captured records (.ndjson.gz)")
-    ap.add_argument("--collector", default="", help="deepseed binary: run `collect` in front of the capture server")
-    ap.add_argument("--collector-log", default="")
-    ap.add_argument("--hook-port", type=int, default=9464)
-    ap.add_argument("--metrics-port", type=int, default=9400)
+    add_capture_args(ap, "straggler_records.ndjson.gz", "captured records (.ndjson.gz)")
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--nan-steps", type=int, default=30)
     ap.add_argument("--sleep-ms", type=float, default=30)
