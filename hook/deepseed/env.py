@@ -26,6 +26,21 @@ def _env_int(*names):
     return None
 
 
+def env_period(name, default):
+    """A step period from environment variable name: its whole number, or
+    default, with a warning, when it holds something else (a typo must not
+    stop the training script nor switch the watcher off)."""
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        import logging
+        logging.getLogger("deepseed").warning("deepseed: %s=%r is not a whole number; using %s", name, v, default)
+        return default
+
+
 def dist_info():
     """Returns (rank, local_rank, world_size).
 

@@ -48,7 +48,7 @@ class Run:
         self.finished = False
         self.status = None
         self.started = time.time()
-        self.layer_every = int(os.environ.get("DEEPSEED_LAYER_EVERY", layer_every) or 0)
+        self.layer_every = int(env.env_period("DEEPSEED_LAYER_EVERY", layer_every) or 0)
         self.flush_timeout = float(flush_timeout if flush_timeout is not None
                                    else os.environ.get("DEEPSEED_FLUSH_TIMEOUT", 5.0))
 

@@ -34,12 +34,12 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import os
 import time
 
 import torch
 
 from .layers import BLOCK_LIST_NAMES, EMBED_NAMES, ENC_DEC_NAMES, HEAD_NAMES, WRAPPER_PARTS  # noqa: F401
+from .env import env_period
 from .layers import LayerProfiler, _clean_name, find_layers
 from .phases import PhaseMarks
 from .readback import ANCHOR_KEEP, MAX_PENDING, StepReader, WindowMax, _Slot  # noqa: F401
@@ -119,10 +119,10 @@ class Watcher(PhaseMarks, StepReader):
         self.layer_every = int(layer_every or 0)
         self.grad_norm = grad_norm
         if grad_norm_every is None:
-            grad_norm_every = os.environ.get("DEEPSEED_GRAD_NORM_EVERY", GRAD_NORM_EVERY)
+            grad_norm_every = env_period("DEEPSEED_GRAD_NORM_EVERY", GRAD_NORM_EVERY)
         self.grad_norm_every = max(0, int(grad_norm_every or 0))
         if phase_every is None:
-            phase_every = os.environ.get("DEEPSEED_PHASE_EVERY") or (1 if run.world_size > 1 else PHASE_EVERY)
+            phase_every = env_period("DEEPSEED_PHASE_EVERY", 1 if run.world_size > 1 else PHASE_EVERY)
         self.phase_every = max(1, int(phase_every))
         self.user_grad_norm = False
         self.sharded_grads = False

@@ -170,6 +170,30 @@ class PhaseSamplingTest(unittest.TestCase):
                 self.assertEqual(w.max(), max(seen[-keep:]))
                 self.assertEqual(len(w), min(len(seen), keep))
 
+    def test_a_period_that_is_no_number_keeps_the_default(self):
+        # A typo in a period must neither stop the script nor switch the
+        # watcher off: the default holds and the log says which variable.
+        env = {"DEEPSEED_PHASE_EVERY": "ten", "DEEPSEED_LAYER_EVERY": "x", "DEEPSEED_GRAD_NORM_EVERY": "1O"}
+        torch = sys.modules["torch"]
+        path = os.path.join(self.dir, "typo.ndjson")
+        with mock.patch.dict(os.environ, env), self.assertLogs("deepseed", "WARNING") as logs:
+            run = deepseed.init(project="phases", run_id="typo", file=path, handle_signals=False)
+            model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
+            opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+            w = run.watch(model, optimizer=opt)
+            for _ in range(12):
+                model(torch.Tensor(0.0, (4, 8))).backward_reached()
+                opt.step()
+            run.finish()
+        self.assertIsNotNone(w, "watch() gave up")
+        self.assertEqual((run.layer_every, w.phase_every, w.grad_norm_every), (10, 10, 10))
+        with open(path) as f:
+            timed = [r["step"] for r in map(json.loads, f) if r["kind"] == "step" and "forward_ms" in r]
+        self.assertEqual(timed, [5])
+        said = "\n".join(logs.output)
+        for name in env:
+            self.assertIn(name, said)
+
     def test_distributed_run_times_every_step(self):
         env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
         with mock.patch.dict(os.environ, env):
