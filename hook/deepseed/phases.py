@@ -4,13 +4,28 @@ DeepSpeed pipeline engine's train_batch() hooks, where one train_batch()
 is one step.
 
 PhaseMarks holds these methods of the Watcher (a base class of it); they
-open, mark and close the same step state as its hooks do."""
+open, mark and close the same step state as its hooks do. phase_offset
+says which steps a single process times the phases of."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .torch_utils import _queue_callback
+
+
+def phase_offset(phase_every, layer_every):
+    """The step number modulo phase_every of the steps whose phases are
+    timed: phase_every // 2, moved by one where that would meet the layer
+    steps (every layer_every) at every turn."""
+    off = phase_every // 2
+    if layer_every > 1:
+        g = math.gcd(phase_every, layer_every)
+        if g > 1 and off % g == 0:
+            off = (off + 1) % phase_every
+    return off
 
 
 class PhaseMarks:

@@ -312,3 +312,24 @@ def in_backward():
     """True inside an autograd backward pass (activation recomputation
     runs forwards there, which must not count as forward time)."""
     return _graph_task_id is not None and _graph_task_id() != -1
+
+
+def _peak_memory_gb(index):
+    """Peak allocated and reserved GB of a device since the process began
+    (or the last reset), from the allocator's nested statistics: the flat
+    torch.cuda.memory_stats() costs a hundred Python calls more."""
+    try:
+        st = torch._C._cuda_memoryStats(index)
+        return st["allocated_bytes"]["all"]["peak"] / 1e9, st["reserved_bytes"]["all"]["peak"] / 1e9
+    except Exception:
+        try:
+            return (torch.cuda.max_memory_allocated(index) / 1e9, torch.cuda.max_memory_reserved(index) / 1e9)
+        except Exception:
+            return None
+
+
+def _torch_versions():
+    v = {"torch": str(torch.__version__)}
+    if torch.version.cuda:
+        v["cuda"] = str(torch.version.cuda)
+    return v

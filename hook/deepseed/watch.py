@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import time
 
 import torch
@@ -41,10 +40,10 @@ import torch
 from .layers import BLOCK_LIST_NAMES, EMBED_NAMES, ENC_DEC_NAMES, HEAD_NAMES, WRAPPER_PARTS  # noqa: F401
 from .env import env_period
 from .layers import LayerProfiler, _clean_name, find_layers
-from .phases import PhaseMarks
+from .phases import PhaseMarks, phase_offset
 from .readback import ANCHOR_KEEP, MAX_PENDING, StepReader, WindowMax, _Slot  # noqa: F401
-from .torch_utils import (EventPool, Fetcher, _graph_task_id, _queue_callback, fused_grad_norm, in_backward,
-                          iter_tensors, output_loss)
+from .torch_utils import (EventPool, Fetcher, _graph_task_id, _peak_memory_gb, _queue_callback, _torch_versions,
+                          fused_grad_norm, in_backward, iter_tensors, output_loss)
 
 log = logging.getLogger("deepseed")
 
@@ -63,18 +62,6 @@ PHASE_EVERY = 10
 MEM_EVERY_S = 1.0
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
-
-
-def phase_offset(phase_every, layer_every):
-    """The step number modulo phase_every of the steps whose phases are
-    timed: phase_every // 2, moved by one where that would meet the layer
-    steps (every layer_every) at every turn."""
-    off = phase_every // 2
-    if layer_every > 1:
-        g = math.gcd(phase_every, layer_every)
-        if g > 1 and off % g == 0:
-            off = (off + 1) % phase_every
-    return off
 
 
 def _param_count(model):
@@ -603,28 +590,7 @@ class Watcher(PhaseMarks, StepReader):
             self.pending.clear()
 
 
-def _peak_memory_gb(index):
-    """Peak allocated and reserved GB of a device since the process began
-    (or the last reset), from the allocator's nested statistics: the flat
-    torch.cuda.memory_stats() costs a hundred Python calls more."""
-    try:
-        st = torch._C._cuda_memoryStats(index)
-        return st["allocated_bytes"]["all"]["peak"] / 1e9, st["reserved_bytes"]["all"]["peak"] / 1e9
-    except Exception:
-        try:
-            return (torch.cuda.max_memory_allocated(index) / 1e9, torch.cuda.max_memory_reserved(index) / 1e9)
-        except Exception:
-            return None
-
-
 def _is_deepspeed_engine(obj):
     return any(c.__name__ in ("DeepSpeedEngine", "PipelineEngine", "DeepSpeedHybridEngine")
                for c in type(obj).__mro__) or (hasattr(obj, "is_gradient_accumulation_boundary")
                                                and hasattr(obj, "module") and hasattr(obj, "backward"))
-
-
-def _torch_versions():
-    v = {"torch": str(torch.__version__)}
-    if torch.version.cuda:
-        v["cuda"] = str(torch.version.cuda)
-    return v
