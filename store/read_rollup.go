@@ -126,9 +126,15 @@ func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 		// read here. A write committed before the read is seen by every
 		// statement below; one committed later leaves its marker behind
 		// for the next refresh.
+		//
+		// A chunk takes whole blocks, the oldest steps first, for every
+		// rank marked in them: the figures across ranks (rollup_spread.go)
+		// are recomputed once per block, so a chunk that took a block for
+		// some ranks only would recompute it again in the next one.
 		rows, err := tx.Query(ctx, `
-			SELECT rank, block, seq FROM rollup_dirty WHERE run_id = $1
-			ORDER BY rank, block LIMIT $2`, runID, refreshChunk)
+			SELECT rank, block, seq FROM rollup_dirty WHERE run_id = $1 AND block <= coalesce(
+				(SELECT block FROM rollup_dirty WHERE run_id = $1 ORDER BY block, rank OFFSET $2 - 1 LIMIT 1), 9223372036854775807)
+			ORDER BY rank, block`, runID, refreshChunk)
 		if err != nil {
 			return fmt.Errorf("read markers: %w", err)
 		}
@@ -166,6 +172,9 @@ func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 			return err
 		}
 		if err := refreshLayerBlocks(ctx, tx, runID, keys); err != nil {
+			return err
+		}
+		if err := refreshSpreadBlocks(ctx, tx, runID, keys); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `
@@ -271,6 +280,7 @@ type stepBucket struct {
 	key       bucketKey
 	firstStep int64
 	firstTime int64 // microseconds since the PostgreSQL epoch
+	lastTime  int64
 	m         []metricAcc
 }
 
@@ -299,10 +309,10 @@ r AS (
 	ON s.run_id = $1 AND s.rank = d.rank AND s.step >= d.lo * 100 AND s.step < (d.hi + 1) * 100
 	WHERE jsonb_typeof(s.metrics) = 'object'
 )
-INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, min, max, sum, count)
-SELECT $1, rank, 100, bucket, metric, first_step, first_time, mn, mx, sm, n FROM (
+INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+SELECT $1, rank, 100, bucket, metric, first_step, first_time, last_time, mn, mx, sm, n FROM (
 	SELECT r.rank, r.step / 100 AS bucket, 'metrics.' || kv.key AS metric,
-	       min(r.step) AS first_step, (array_agg(r.time ORDER BY r.step))[1] AS first_time,
+	       min(r.step) AS first_step, (array_agg(r.time ORDER BY r.step))[1] AS first_time, max(r.time) AS last_time,
 	       min(v) AS mn, max(v) AS mx, sum(v) AS sm, count(v) AS n
 	FROM r, jsonb_each_text(r.metrics) kv,
 	     LATERAL (SELECT CASE WHEN kv.value ~* '^\s*[-+]?([0-9.]+([eE][-+]?[0-9]+)?|NaN|Infinity|inf)\s*$'
@@ -314,9 +324,9 @@ SELECT $1, rank, 100, bucket, metric, first_step, first_time, mn, mx, sm, n FROM
 // buckets of width $5 = $4 / 10 from those finer rows.
 const parentMetricsSQL = `
 WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS p(rank, bucket))
-INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, min, max, sum, count)
+INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
 SELECT $1, m.rank, $4, m.bucket * $5 / $4, m.metric, min(m.first_step),
-       (array_agg(m.first_time ORDER BY m.first_step))[1], min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
+       (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time), min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
 FROM p JOIN metric_rollups m
 ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5
    AND m.bucket >= p.bucket * $4 / $5 AND m.bucket < (p.bucket + 1) * $4 / $5
@@ -358,16 +368,16 @@ func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 	}
 	out := make([][]any, 0, len(buckets)*len(rollupMetrics))
 	for _, b := range buckets {
-		ft := pgTime(b.firstTime)
+		ft, lt := pgTime(b.firstTime), pgTime(b.lastTime)
 		for i, a := range b.m {
 			if a.n > 0 {
 				out = append(out, []any{runID, b.key.rank, int32(100), b.key.bucket, rollupMetrics[i],
-					b.firstStep, ft, a.min, a.max, a.sum, a.n})
+					b.firstStep, ft, lt, a.min, a.max, a.sum, a.n})
 			}
 		}
 	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollups"},
-		[]string{"run_id", "rank", "width", "bucket", "metric", "first_step", "first_time", "min", "max", "sum", "count"},
+		[]string{"run_id", "rank", "width", "bucket", "metric", "first_step", "first_time", "last_time", "min", "max", "sum", "count"},
 		pgx.CopyFromRows(out)); err != nil {
 		return fmt.Errorf("write metric rollups: %w", err)
 	}
@@ -391,7 +401,7 @@ func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 		}
 		child = parents
 	}
-	return nil
+	return refreshTotals(ctx, tx, runID, uniqueRanks(keys), nil)
 }
 
 // foldSteps folds rows of stepColumns into width-100 buckets, returned in
@@ -414,7 +424,7 @@ func foldSteps(rows pgx.Rows) ([]*stepBucket, error) {
 		if b == nil || b.key != k {
 			b = byKey[k]
 			if b == nil {
-				b = &stepBucket{key: k, firstStep: step, firstTime: tm, m: make([]metricAcc, len(rollupMetrics))}
+				b = &stepBucket{key: k, firstStep: step, firstTime: tm, lastTime: tm, m: make([]metricAcc, len(rollupMetrics))}
 				byKey[k] = b
 			}
 			last = b
@@ -422,6 +432,7 @@ func foldSteps(rows pgx.Rows) ([]*stepBucket, error) {
 		if step < b.firstStep {
 			b.firstStep, b.firstTime = step, tm
 		}
+		b.lastTime = max(b.lastTime, tm)
 		b.m[0].add(float64(step))
 		if v[3] != nil {
 			if len(v[3]) != 1 {

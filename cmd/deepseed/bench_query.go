@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/ingest"
+)
+
+const benchQueryNotes = `
+The tool first writes the runs through the server's own ingest API
+(POST /api/v1/ingest, gzip NDJSON, --connections at a time): one run of
+--ranks ranks and --steps steps, a layers record of --layers layers every
+--layer-every steps, an evaluation every 500 steps, one GPU sample a
+second for every rank's GPU (--gpus-per-node to a node), one rank planted
+30 ms late at the all-reduce; and --compare-runs more runs of the same
+shape and --compare-steps steps, for the comparison of runs. Runs that
+already hold steps are not written again (--prefix names them), so a
+second call times the same data.
+
+Then every query the provisioned dashboards make for a run is sent
+--rounds times, the queries interleaved within each round, and each one's
+median, p95, largest time and answer size are printed. --warmup rounds
+come first and are not counted.`
+
+// BenchQuery is "deepseed bench query".
+func benchQuery(ctx context.Context, args []string) error {
+	f := newEnvFlags("bench query")
+	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL (ingest and query)")
+	queryServer := f.String("query-server", "", "", "query from this server instead (a query replica); defaults to --server")
+	token := f.String("token", "DEEPSEED_TOKEN", "", "ingest token, sent as Authorization: Bearer")
+	readToken := f.String("read-token", "DEEPSEED_READ_TOKEN", "", "read token; defaults to --token")
+	prefix := f.String("prefix", "", "fleet", "run ids are PREFIX-RANKSxSTEPS and PREFIX-RANKSxSTEPS-cN")
+	ranks := f.String("ranks", "", "128", "ranks of the run")
+	steps := f.String("steps", "", "3000", "steps of the run")
+	layers := f.String("layers", "", "26", "layers of the model")
+	layerEvery := f.String("layer-every", "", "10", "steps between layers records (the hook's default)")
+	gpusPerNode := f.String("gpus-per-node", "", "8", "GPUs (ranks) a node")
+	compareRuns := f.String("compare-runs", "", "4", "more runs to compare the run with")
+	compareSteps := f.String("compare-steps", "", "300", "steps of each of those runs")
+	conns := f.String("connections", "", "4", "concurrent ingest requests while loading")
+	rounds := f.String("rounds", "", "9", "timed rounds")
+	warmup := f.String("warmup", "", "1", "rounds before the timed ones")
+	only := f.String("only", "", "", "time only the queries whose names contain this")
+	f.setUsage("deepseed bench query [flags]", "Load a run of many ranks through ingest and time every dashboard query of it.", benchQueryNotes)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	var errs []error
+	num := func(name, v string, lo int) int {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo {
+			errs = append(errs, fmt.Errorf("--%s: want a whole number of at least %d, got %q", name, lo, v))
+		}
+		return n
+	}
+	run := fleetRun{ranks: num("ranks", *ranks, 1), steps: num("steps", *steps, 1), layers: num("layers", *layers, 1),
+		layerEvery: num("layer-every", *layerEvery, 0), evalEvery: 500, gpusPerNode: num("gpus-per-node", *gpusPerNode, 1),
+		start: time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)}
+	nCompare, nCompareSteps := num("compare-runs", *compareRuns, 0), num("compare-steps", *compareSteps, 1)
+	nConns, nRounds, nWarm := num("connections", *conns, 1), num("rounds", *rounds, 1), num("warmup", *warmup, 0)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	base, err := url.Parse(strings.TrimRight(*server, "/"))
+	if err != nil || base.Host == "" {
+		return fmt.Errorf("--server: want a URL such as http://localhost:8080, got %q", *server)
+	}
+	qbase := base
+	if *queryServer != "" {
+		if qbase, err = url.Parse(strings.TrimRight(*queryServer, "/")); err != nil || qbase.Host == "" {
+			return fmt.Errorf("--query-server: want a URL, got %q", *queryServer)
+		}
+	}
+	if *readToken == "" {
+		*readToken = *token
+	}
+	run.runID = fmt.Sprintf("%s-%dx%d", *prefix, run.ranks, run.steps)
+	run.straggler = run.ranks / 3
+	runs := []fleetRun{run}
+	for i := 1; i <= nCompare; i++ {
+		c := run
+		c.runID, c.steps, c.straggler = fmt.Sprintf("%s-c%d", run.runID, i), nCompareSteps, -1
+		runs = append(runs, c)
+	}
+	ingestURL := base.String() + "/api/v1/ingest"
+	for i, r := range runs {
+		if err := loadFleetRun(ctx, qbase.String(), ingestURL, *token, *readToken, r, nConns, i > 0); err != nil {
+			return err
+		}
+	}
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.runID
+	}
+	return timeQueries(ctx, qbase.String()+"/api/v1", *readToken, benchQueries(run, ids), nRounds, nWarm, *only)
+}
+
+// loadFleetRun writes r unless the server already has its steps.
+func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken string, r fleetRun, conns int, end bool) error {
+	body, _, err := benchGet(ctx, queryBase+"/api/v1/runs/"+url.PathEscape(r.runID), readToken)
+	if err == nil && strings.Contains(string(body), `"steps":`) && !strings.Contains(string(body), `"steps":0,`) {
+		fmt.Fprintf(os.Stderr, "%s: already loaded\n", r.runID)
+		return nil
+	}
+	post := func(recs []api.Record) (int, error) {
+		gz, err := ingest.EncodeNDJSON(recs, true)
+		if err != nil {
+			return 0, err
+		}
+		res, err := postWithRetry(ctx, ingestURL, token, gz)
+		if err != nil {
+			return 0, fmt.Errorf("load %s: %w", r.runID, err)
+		}
+		if res.Accepted+res.Duplicates != len(recs) {
+			return 0, fmt.Errorf("load %s: server took %d + %d duplicates of %d records", r.runID, res.Accepted, res.Duplicates, len(recs))
+		}
+		return len(recs), nil
+	}
+	if _, err := post([]api.Record{r.runRecord()}); err != nil {
+		return err
+	}
+	// A batch is about 5,000 step records, as a busy collector sends.
+	per := int64(max(1, 5000/r.ranks))
+	var next, sent atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	errc := make(chan error, conns)
+	for c := 0; c < conns; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				from := next.Add(per) - per
+				if from >= int64(r.steps) || ctx.Err() != nil {
+					return
+				}
+				recs := append(r.stepRecords(from, per), r.gpuRecords(from, per)...)
+				n, err := post(recs)
+				if err != nil {
+					errc <- err
+					return
+				}
+				if total := sent.Add(int64(n)); from/per%50 == 0 {
+					fmt.Fprintf(os.Stderr, "%s: step %d of %d, %d records, %.0f records/s\n", r.runID, from, r.steps, total,
+						float64(total)/time.Since(start).Seconds())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return err
+	}
+	if end {
+		if _, err := post([]api.Record{r.endRecord()}); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "%s: %d records in %s (%.0f records/s)\n", r.runID, sent.Load(), time.Since(start).Round(time.Second),
+		float64(sent.Load())/time.Since(start).Seconds())
+	return nil
+}
+
+// benchQueryCase is one dashboard query.
+type benchQueryCase struct{ name, path string }
+
+// benchQueries are the queries the provisioned dashboards make for run r
+// (ids: r first, then the runs it is compared with).
+func benchQueries(r fleetRun, ids []string) []benchQueryCase {
+	id := url.PathEscape(r.runID)
+	q := url.QueryEscape(r.runID)
+	cmp := make([]string, len(ids))
+	for i, s := range ids {
+		cmp[i] = "run=" + url.QueryEscape(s)
+	}
+	return []benchQueryCase{
+		{"summary", "/runs/" + id},
+		{"runs list", "/runs?limit=50"},
+		{"series loss", "/runs/" + id + "/series?metric=loss&max_points=1000"},
+		{"series step_ms all ranks", "/runs/" + id + "/series?metric=step_ms&rank=all&max_points=1000"},
+		{"series lateness all ranks", "/runs/" + id + "/series?metric=lateness_ms&rank=all&max_points=1000"},
+		{"ranks", "/runs/" + id + "/ranks"},
+		{"breakdown", "/runs/" + id + "/breakdown"},
+		{"heatmap", "/runs/" + id + "/heatmap?max_steps=500"},
+		{"evals", "/runs/" + id + "/evals"},
+		{"memory", "/runs/" + id + "/memory"},
+		{"compare 5 runs", "/compare?" + strings.Join(cmp, "&")},
+		{"gpus of the run", "/gpus?run_id=" + q + "&max_points=1000"},
+		{"annotations", "/annotations?run_id=" + q},
+		{"alerts", "/alerts?run_id=" + q},
+	}
+}
+
+// timeQueries sends every case rounds times, interleaved, and prints
+// each one's median, p95 and largest time and its answer's size.
+func timeQueries(ctx context.Context, base, token string, cases []benchQueryCase, rounds, warmup int, only string) error {
+	var sel []benchQueryCase
+	for _, c := range cases {
+		if only == "" || strings.Contains(c.name, only) {
+			sel = append(sel, c)
+		}
+	}
+	durs := make([][]time.Duration, len(sel))
+	size := make([]int, len(sel))
+	for round := 0; round < warmup+rounds; round++ {
+		for i, c := range sel {
+			start := time.Now()
+			body, code, err := benchGet(ctx, base+c.path, token)
+			d := time.Since(start)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("%s: status %d: %.300s", c.name, code, body)
+			}
+			if round >= warmup {
+				durs[i] = append(durs[i], d)
+				size[i] = len(body)
+			}
+		}
+	}
+	fmt.Printf("%-28s %10s %10s %10s %12s\n", "query", "p50 ms", "p95 ms", "max ms", "bytes")
+	for i, c := range sel {
+		d := durs[i]
+		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+		ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+		fmt.Printf("%-28s %10.1f %10.1f %10.1f %12d\n", c.name, ms(quantile(d, 0.5)), ms(quantile(d, 0.95)), ms(d[len(d)-1]), size[i])
+	}
+	return nil
+}
+
+func benchGet(ctx context.Context, u, token string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	return body, res.StatusCode, err
+}

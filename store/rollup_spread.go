@@ -1,0 +1,196 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Rollups across ranks (docs/scale.md). A block of 100 steps is refreshed
+// whole, for every rank, whenever any rank wrote into it: the figures
+// below compare the ranks of each step, so one late rank changes everyone's.
+
+// SyncMetrics are the per-rank metrics computed across the ranks of each
+// step, rolled up beside the step metrics (in metric_rollups) over the
+// steps that every rank of the run reported:
+//
+//	lateness_ms        arrival at the step's synchronisation point after the
+//	                   first rank's, host clocks aligned by an offset
+//	                   estimated over each block (docs/ranks.md)
+//	busy_ms            step time less the wait in the collective
+//	straggler_wait_ms  wait in the collective beyond the shortest wait of
+//	                   the step: time lost to the slowest rank
+//	last_arrival       1 when the rank arrived last (and late), else 0
+var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_arrival"}
+
+// syncRollupSQL computes the width-100 rollups of SyncMetrics of every rank
+// of run $1 in the blocks $2.
+const syncRollupSQL = `
+WITH RECURSIVE rk AS (
+	(SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1)
+	UNION ALL
+	SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > rk.rank ORDER BY s.rank LIMIT 1)
+	FROM rk WHERE rk.rank IS NOT NULL
+), ranks AS (
+	SELECT rank FROM rk WHERE rank IS NOT NULL
+), s AS (
+	SELECT DISTINCT ON (s.rank, s.step) s.rank, s.step, s.time, s.sync_ns::float8 / 1e6 AS a, s.sync_wait_ms AS w, s.step_ms
+	FROM ranks r CROSS JOIN unnest($2::bigint[]) AS b(block)
+	JOIN steps s ON s.run_id = $1 AND s.rank = r.rank AND s.step >= b.block * 100 AND s.step < (b.block + 1) * 100
+	ORDER BY s.rank, s.step, s.time DESC
+), c AS (
+	SELECT * FROM (
+		SELECT s.*, count(*) OVER st AS nr, count(a) OVER st AS na, count(w) OVER st AS nw FROM s WINDOW st AS (PARTITION BY step)
+	) x WHERE nr = (SELECT count(*) FROM ranks) AND nr >= 2
+), off AS (
+	SELECT rank, step / 100 AS block, percentile_cont(0.5) WITHIN GROUP (ORDER BY rel) AS off FROM (
+		SELECT rank, step, (a + w) - min(a + w) OVER (PARTITION BY step) AS rel FROM c WHERE na = nr AND nw = nr
+	) x GROUP BY rank, step / 100
+), l AS (
+	SELECT c.rank, c.step, c.time, greatest(c.step_ms - coalesce(c.w, 0), 0) AS busy,
+	       CASE WHEN c.na = c.nr THEN (c.a - coalesce(off.off, 0)) - min(c.a - coalesce(off.off, 0)) OVER (PARTITION BY c.step)
+	            WHEN c.nw = c.nr THEN max(c.w) OVER (PARTITION BY c.step) - c.w END AS late,
+	       CASE WHEN c.nw = c.nr THEN c.w - min(c.w) OVER (PARTITION BY c.step) END AS excess
+	FROM c LEFT JOIN off ON off.rank = c.rank AND off.block = c.step / 100
+), m AS (
+	SELECT *, max(late) OVER (PARTITION BY step) AS latest FROM l
+)
+INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+SELECT $1, rank, 100, step / 100, v.metric, min(step), (array_agg(time ORDER BY step))[1], max(time), min(v.x), max(v.x), sum(v.x), count(v.x)
+FROM m, LATERAL (VALUES ('lateness_ms', late), ('busy_ms', busy), ('straggler_wait_ms', excess),
+	('last_arrival', CASE WHEN late IS NULL THEN NULL WHEN late = latest AND latest > 0 THEN 1.0 ELSE 0.0 END)) AS v(metric, x)
+GROUP BY rank, step / 100, v.metric HAVING count(v.x) > 0`
+
+// parentSyncSQL recomputes, for every rank, the rollups of SyncMetrics of
+// width $3 in the buckets $2 from the rows of width $4 = $3 / 10.
+const parentSyncSQL = `
+INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+SELECT $1, m.rank, $3, m.bucket * $4 / $3, m.metric, min(m.first_step),
+       (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time), min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
+FROM unnest($2::bigint[]) AS p(bucket) JOIN metric_rollups m
+ON m.run_id = $1 AND m.width = $4 AND m.bucket >= p.bucket * ($3 / $4) AND m.bucket < (p.bucket + 1) * ($3 / $4)
+WHERE m.metric = ANY($5)
+GROUP BY m.rank, m.metric, m.bucket * $4 / $3`
+
+// spreadSQL recomputes metric_spread of width $2 in the buckets $3 from
+// every rank's rollups of the same buckets.
+const spreadSQL = `
+INSERT INTO metric_spread (run_id, metric, width, bucket, first_step, first_time, last_time, min, max, sum, count, ranks,
+	mean_min, mean_p5, mean_p50, mean_p95, mean_max, max_rank)
+SELECT $1, metric, $2, bucket, fs, ft, lt, mn, mx, sm, n, nr, mean_min, q[1], q[2], q[3], mean_max, max_rank FROM (
+	SELECT metric, bucket, min(first_step) AS fs, (array_agg(first_time ORDER BY first_step))[1] AS ft, max(last_time) AS lt,
+	       min(min) AS mn, max(max) AS mx, sum(sum) AS sm, sum(count)::bigint AS n, count(*)::int AS nr,
+	       min(mean) AS mean_min, max(mean) AS mean_max,
+	       percentile_cont(ARRAY[0.05, 0.5, 0.95]) WITHIN GROUP (ORDER BY mean) AS q,
+	       (array_agg(rank ORDER BY mean DESC, rank))[1] AS max_rank
+	FROM (
+		SELECT m.*, m.sum / m.count AS mean
+		FROM unnest($3::bigint[]) AS p(bucket) JOIN metric_rollups m
+		ON m.run_id = $1 AND m.width = $2 AND m.bucket = p.bucket
+		WHERE m.rank >= 0 AND m.count > 0
+	) x GROUP BY metric, bucket
+) g`
+
+// refreshSpreadBlocks recomputes, for the blocks that keys touch, every
+// rank's SyncMetrics rollups and the run's metric_spread at every width.
+// It runs in the refresh's transaction, after the metric rollups of keys.
+func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey) error {
+	blocks := make([]int64, 0, len(keys))
+	for _, k := range keys {
+		blocks = append(blocks, k.bucket)
+	}
+	slices.Sort(blocks)
+	blocks = slices.Compact(blocks)
+	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollups WHERE run_id = $1 AND width = 100 AND bucket = ANY($2) AND metric = ANY($3)`,
+		runID, blocks, SyncMetrics); err != nil {
+		return fmt.Errorf("clear synchronisation rollups: %w", err)
+	}
+	if _, err := tx.Exec(ctx, syncRollupSQL, runID, blocks); err != nil {
+		return fmt.Errorf("compute synchronisation rollups: %w", err)
+	}
+	child := blocks
+	for i, w := range RollupWidths {
+		buckets := child
+		if i > 0 {
+			cw := RollupWidths[i-1]
+			buckets = make([]int64, 0, len(child))
+			for _, b := range child {
+				buckets = append(buckets, b*cw/w)
+			}
+			buckets = slices.Compact(buckets)
+			if _, err := tx.Exec(ctx, `DELETE FROM metric_rollups WHERE run_id = $1 AND width = $2 AND bucket = ANY($3) AND metric = ANY($4)`,
+				runID, w, buckets, SyncMetrics); err != nil {
+				return fmt.Errorf("clear synchronisation rollups of width %d: %w", w, err)
+			}
+			if _, err := tx.Exec(ctx, parentSyncSQL, runID, buckets, w, cw, SyncMetrics); err != nil {
+				return fmt.Errorf("compute synchronisation rollups of width %d: %w", w, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM metric_spread WHERE run_id = $1 AND width = $2 AND bucket = ANY($3)`,
+			runID, w, buckets); err != nil {
+			return fmt.Errorf("clear spread of width %d: %w", w, err)
+		}
+		if _, err := tx.Exec(ctx, spreadSQL, runID, w, buckets); err != nil {
+			return fmt.Errorf("compute spread of width %d: %w", w, err)
+		}
+		child = buckets
+	}
+	var ranks []int32
+	rows, err := tx.Query(ctx, `SELECT DISTINCT rank FROM metric_rollups WHERE run_id = $1 AND width = $2 AND bucket = ANY($3) ORDER BY 1`,
+		runID, RollupWidths[len(RollupWidths)-1], child)
+	if err == nil {
+		ranks, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	}
+	if err != nil {
+		return fmt.Errorf("list ranks: %w", err)
+	}
+	if err := refreshTotals(ctx, tx, runID, ranks, SyncMetrics); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM metric_spread WHERE run_id = $1 AND width = $2`, runID, TotalWidth); err != nil {
+		return fmt.Errorf("clear spread of the whole run: %w", err)
+	}
+	if _, err := tx.Exec(ctx, spreadSQL, runID, TotalWidth, []int64{0}); err != nil {
+		return fmt.Errorf("compute spread of the whole run: %w", err)
+	}
+	return nil
+}
+
+// TotalWidth is the width of the rollups of a rank's whole run (bucket 0),
+// which sum its rollups of the widest width: a view of a thousand ranks
+// reads one row a rank and metric.
+const TotalWidth = 0
+
+// refreshTotals recomputes the whole-run rollups of ranks from their
+// widest rollups, for metrics (nil: every metric).
+func refreshTotals(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, metrics []string) error {
+	w := RollupWidths[len(RollupWidths)-1]
+	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollups m USING unnest($2::int[]) AS r(rank)
+		WHERE m.run_id = $1 AND m.rank = r.rank AND m.width = $3 AND ($4::text[] IS NULL OR m.metric = ANY($4))`,
+		runID, ranks, TotalWidth, metrics); err != nil {
+		return fmt.Errorf("clear whole-run rollups: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+		SELECT $1, m.rank, $3, 0, m.metric, min(m.first_step), (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time),
+		       min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
+		FROM unnest($2::int[]) AS r(rank) JOIN metric_rollups m ON m.run_id = $1 AND m.rank = r.rank AND m.width = $4
+		WHERE $5::text[] IS NULL OR m.metric = ANY($5)
+		GROUP BY m.rank, m.metric`, runID, ranks, TotalWidth, w, metrics); err != nil {
+		return fmt.Errorf("compute whole-run rollups: %w", err)
+	}
+	return nil
+}
+
+// uniqueRanks returns the distinct ranks of keys (sorted by rank).
+func uniqueRanks(keys []bucketKey) []int32 {
+	var out []int32
+	for _, k := range keys {
+		if len(out) == 0 || out[len(out)-1] != k.rank {
+			out = append(out, k.rank)
+		}
+	}
+	return out
+}
