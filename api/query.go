@@ -129,6 +129,46 @@ type SeriesResponse struct {
 	RunID     string   `json:"run_id"`
 	MaxPoints int      `json:"max_points"`
 	Series    []Series `json:"series"`
+	// With rank=all on a run of more than MaxRankSeries ranks, the ranks
+	// come back as a distribution per metric (Spread) and Series holds
+	// only the ranks a user must see: the top ranks by the metric's mean
+	// over the run (top=, 3 by default) and any named beside all
+	// (rank=all&rank=7). Ranks is then the number of ranks of the run
+	// and Notice says so.
+	Spread []SeriesSpread `json:"spread,omitempty"`
+	Ranks  int            `json:"ranks,omitempty"`
+	Notice string         `json:"notice,omitempty"`
+}
+
+// MaxRankSeries is the most ranks for which rank=all answers one series
+// per rank.
+const MaxRankSeries = 16
+
+// SeriesSpread is the distribution of one metric over the ranks of a run,
+// bucket by bucket (each point BucketSteps steps, at least 100).
+type SeriesSpread struct {
+	Metric      string        `json:"metric"`
+	Unit        string        `json:"unit"`
+	BucketSteps int64         `json:"bucket_steps"`
+	Points      []SpreadPoint `json:"points"`
+}
+
+// SpreadPoint is one bucket of a SeriesSpread: the lowest, 5th
+// percentile, median, 95th percentile and highest of the ranks' means over
+// the bucket, the mean over every rank's values, how many ranks reported,
+// and the rank with the highest mean. In a bucket wider than the rollup it
+// reads, the percentiles are the count-weighted means of the rollups'.
+type SpreadPoint struct {
+	Step    int64     `json:"step"`
+	Time    time.Time `json:"time"`
+	Min     Float     `json:"min"`
+	P5      Float     `json:"p5"`
+	Median  Float     `json:"median"`
+	P95     Float     `json:"p95"`
+	Max     Float     `json:"max"`
+	Mean    Float     `json:"mean"`
+	Ranks   int       `json:"ranks"`
+	MaxRank int       `json:"max_rank"`
 }
 
 // Series is one metric of one rank. When downsampled, each point stands
@@ -233,8 +273,32 @@ type RanksResponse struct {
 	// arrival times at the synchronisation point), "waits" (their waits in
 	// the collective) or "" (neither recorded: the straggler flag then
 	// falls back to step times, which synchronous training makes equal).
-	LatenessFrom string     `json:"lateness_from"`
-	Ranks        []RankStat `json:"ranks"`
+	LatenessFrom string `json:"lateness_from"`
+	// FromStep is the first step summarised (the steady state's, or
+	// from_step). Basis says how: "steps" (every raw row: medians as
+	// named) or "rollups" (runs past a few thousand rank-steps: the
+	// per-rank figures are means over whole blocks of 100 steps from the
+	// block holding FromStep, median_step_ms is the mean step time,
+	// p95_step_ms and clock_offset_ms are null; docs/scale.md).
+	FromStep int64      `json:"from_step"`
+	Basis    string     `json:"basis"`
+	Ranks    []RankStat `json:"ranks"`
+	// Hosts rolls the ranks up by host, the slowest first, so that a slow
+	// node shows as one row.
+	Hosts []HostStat `json:"hosts"`
+}
+
+// HostStat is the ranks of one host in GET /runs/{id}/ranks.
+type HostStat struct {
+	Host           string `json:"host"` // "" for ranks of no known host
+	Ranks          int    `json:"ranks"`
+	Stragglers     int    `json:"stragglers"`      // ranks flagged
+	WorstRank      int    `json:"worst_rank"`      // the rank with the largest lateness (or step time)
+	MaxLatenessMS  *Float `json:"max_lateness_ms"` // null without lateness
+	MeanLatenessMS *Float `json:"mean_lateness_ms"`
+	MaxStepMS      *Float `json:"max_step_ms"`
+	MeanGPUUtil    *Float `json:"mean_gpu_util_pct"`
+	MaxScore       *Float `json:"max_straggler_score"`
 }
 
 // RankStat is one rank's steady-state timing.

@@ -3,7 +3,6 @@ package query
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 
 	"github.com/labstack/echo/v4"
@@ -189,91 +188,4 @@ func estimateMemory(m api.RunMeta, cfg json.RawMessage) *store.MemoryRow {
 		row.ParamsDevice = m.OffloadParams
 	}
 	return row
-}
-
-func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
-	r, err := h.run(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	pct := h.opt.StragglerPct
-	if s := c.QueryParam("straggler_pct"); s != "" {
-		var v float64
-		if _, err := fmt.Sscan(s, &v); err != nil || !finite(v) || v < 0 || v > 1000 {
-			return nil, bad("straggler_pct", "want a number between 0 and 1000, got %q", s)
-		}
-		pct = v
-	}
-	ranks, err := h.store.RunRanks(ctx, r.RunID)
-	if err != nil {
-		return nil, err
-	}
-	out := api.RanksResponse{RunID: r.RunID, StragglerPct: api.Float(pct), Ranks: []api.RankStat{}}
-	if len(ranks) == 0 {
-		return out, nil
-	}
-	from, err := h.steadyParam(ctx, c, r.RunID, ranks[0])
-	if err != nil {
-		return nil, err
-	}
-	agg, err := h.store.SteadyByRank(ctx, r.RunID, from, -1)
-	if err != nil {
-		return nil, err
-	}
-	hosts, err := h.store.RankHosts(ctx, r.RunID)
-	if err != nil {
-		return nil, err
-	}
-	syncs, src, err := h.store.RankSyncs(ctx, r.RunID, from)
-	if err != nil {
-		return nil, err
-	}
-	out.LatenessFrom = src
-	byRank := map[int]store.RankSync{}
-	var busy []float64
-	for _, s := range syncs {
-		byRank[s.Rank] = s
-		if s.BusyMS != nil {
-			busy = append(busy, *s.BusyMS)
-		}
-	}
-	medBusy := Median(busy)
-	var medians []float64
-	for _, a := range agg {
-		if a.MedianStepMS != nil {
-			medians = append(medians, *a.MedianStepMS)
-		}
-	}
-	med := Median(medians)
-	if len(medians) > 0 {
-		out.MedianStepMS = api.Float(med)
-	}
-	for _, a := range agg {
-		st := api.RankStat{Rank: a.Rank, Host: hosts[a.Rank], Steps: a.Rows, MeanGPUUtil: fp(a.GPUUtil),
-			PeakMemGB: fp(a.PeakGPUMemGB), MedianStepMS: api.Float(math.NaN()), P95StepMS: api.Float(math.NaN())}
-		if a.MedianStepMS != nil {
-			st.MedianStepMS = api.Float(*a.MedianStepMS)
-			st.Straggler = len(medians) > 1 && *a.MedianStepMS > med*(1+pct/100)
-		}
-		if a.P95StepMS != nil {
-			st.P95StepMS = api.Float(*a.P95StepMS)
-		}
-		if a.WaitMS != nil {
-			st.WaitMS = api.Float(*a.WaitMS)
-		}
-		if sy, ok := byRank[a.Rank]; ok {
-			st.LatenessMS, st.BusyMS, st.SyncWaitMS = fp(sy.LatenessMS), fp(sy.BusyMS), fp(sy.SyncWaitMS)
-			st.InputWaitMS, st.LastPct, st.ClockOffsetMS, st.StragglerScore = fp(sy.InputWaitMS), fp(sy.LastPct), fp(sy.ClockOffsetMS), fp(sy.Score)
-			if sy.MeanSyncWaitMS != nil {
-				st.WaitMS = api.Float(*sy.MeanSyncWaitMS)
-			}
-			// Lateness decides when recorded: step times are equal under
-			// synchronous training, whoever is slow.
-			if src != "" {
-				st.Straggler = sy.LatenessMS != nil && medBusy > 0 && *sy.LatenessMS > medBusy*pct/100
-			}
-		}
-		out.Ranks = append(out.Ranks, st)
-	}
-	return out, nil
 }

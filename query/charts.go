@@ -59,10 +59,28 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	all, named, err := rankAll(c)
+	if err != nil {
+		return nil, err
+	}
+	top, err := intParam(c, "top", 3, 0, maxTopRanks)
+	if err != nil {
+		return nil, err
+	}
 	var ranks []int
-	if c.QueryParam("rank") == "all" {
+	if all {
 		if ranks, err = h.store.RunRanks(ctx, r.RunID); err != nil {
 			return nil, err
+		}
+		if len(ranks) > api.MaxRankSeries {
+			window, err := windowParams(c)
+			if err != nil {
+				return nil, err
+			}
+			if _, _, err := stepRange(c, 0, api.MaxStep); err != nil {
+				return nil, err
+			}
+			return h.spreadSeries(ctx, c, r, metrics, ranks, named, int(top), int(maxPoints), window)
 		}
 	} else {
 		rank, err := h.rankParam(ctx, c, r.RunID)
@@ -108,15 +126,20 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 			}
 			p := planBuckets(from, to, int(maxPoints))
 			var bs *buckets
-			if store.IsRankMetric(m) {
-				bs, err = across.buckets(ctx, rank, m, p)
-			} else {
-				if p.Rollup > 0 && !refreshed {
-					if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
-						return nil, err
-					}
-					refreshed = true
+			if p.Rollup > 0 && !refreshed {
+				if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+					return nil, err
 				}
+				refreshed = true
+			}
+			switch {
+			case m == "lateness_ms" && p.Rollup > 0:
+				// Rolled up block by block (store.SyncMetrics): a long run's
+				// lateness is not recomputed from every rank's rows.
+				bs, err = h.rollupBuckets(ctx, r.RunID, rank, m, p)
+			case store.IsRankMetric(m):
+				bs, err = across.buckets(ctx, rank, m, p)
+			default:
 				bs, err = h.seriesBuckets(ctx, r.RunID, rank, m, p)
 			}
 			if err != nil {

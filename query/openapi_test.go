@@ -23,7 +23,7 @@ import (
 var handlerParams = map[string][]string{
 	"/runs":               {"project", "status", "tag", "sweep", "limit", "offset"},
 	"/runs/:id":           {},
-	"/runs/:id/series":    {"metric", "rank", "from_step", "to_step", "from", "to", "max_points"},
+	"/runs/:id/series":    {"metric", "rank", "from_step", "to_step", "from", "to", "max_points", "top"},
 	"/runs/:id/heatmap":   {"pass", "max_steps", "rank", "from_step", "to_step"},
 	"/runs/:id/evals":     {},
 	"/runs/:id/breakdown": {"from_step", "rank"},

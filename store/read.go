@@ -178,11 +178,11 @@ type RunStats struct {
 // RunStats computes whole-run figures over all ranks from the widest
 // rollups, and the final loss of the lowest rank from the raw rows.
 func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
-	w := RollupWidths[len(RollupWidths)-1]
+	// One row a metric: the spread of the whole run holds the aggregate
+	// over every rank (rollup_spread.go).
 	rows, err := s.Pool.Query(ctx, `
-		SELECT metric, min(rank) = max(rank) OR true, min(min), max(max), sum(sum), sum(count)::bigint
-		FROM metric_rollups WHERE run_id = $1 AND width = $2
-		GROUP BY metric`, runID, w)
+		SELECT metric, true, min, max, sum, count FROM metric_spread WHERE run_id = $1 AND width = $2 AND bucket = 0`,
+		runID, TotalWidth)
 	if err != nil {
 		return nil, fmt.Errorf("store: run stats of %s: %w", runID, err)
 	}
@@ -231,10 +231,12 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	}
 	// Steps and span of the lowest rank.
 	err = s.Pool.QueryRow(ctx, `
-		SELECT coalesce(sum(count), 0)::bigint, min(min)::bigint, max(max)::bigint FROM metric_rollups
-		WHERE run_id = $1 AND width = $2 AND metric = 'step'
-		  AND rank = (SELECT min(rank) FROM metric_rollups WHERE run_id = $1 AND width = $2 AND metric = 'step')`,
-		runID, w).Scan(&st.Rows, &st.FirstStep, &st.LastStep)
+		SELECT count, min::bigint, max::bigint FROM metric_rollups
+		WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1`,
+		runID, TotalWidth).Scan(&st.Rows, &st.FirstStep, &st.LastStep)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: run span of %s: %w", runID, err)
 	}
@@ -471,11 +473,18 @@ func (s *Store) Memory(ctx context.Context, runID string) (*MemoryRow, error) {
 	return &m, nil
 }
 
-// RankHosts returns the host of each rank, from the GPU samples
-// attributed to the run.
+// rankHostSamples is how many of a run's newest GPU samples RankHosts
+// reads: every GPU of a thousand-rank run samples a few times in them.
+const rankHostSamples = 16384
+
+// RankHosts returns the host of each rank, from the newest GPU samples
+// attributed to the run (a bounded number of them, newest first: a rank
+// whose GPU has sent nothing for long has no host).
 func (s *Store) RankHosts(ctx context.Context, runID string) (map[int]string, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (rank) rank, host FROM gpu_samples
-		WHERE run_id = $1 AND rank IS NOT NULL ORDER BY rank, time DESC`, runID)
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (rank) rank, host FROM (
+			SELECT rank, host, time FROM gpu_samples WHERE run_id = $1 AND run_id <> '' AND rank IS NOT NULL
+			ORDER BY time DESC LIMIT $2
+		) g ORDER BY rank, time DESC`, runID, rankHostSamples)
 	if err != nil {
 		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
 	}

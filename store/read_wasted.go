@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,84 +42,79 @@ var DefaultWasteRules = WasteRules{IdleUtilPct: 10, StallMin: 5 * time.Minute, S
 const msPerHour = 3.6e6
 
 // WastedGPUHours computes a run's wasted GPU-hours; running says whether
-// the run is still running (its silence up to now may be a stall).
+// the run is still running (its silence up to now may be a stall). The
+// work does not grow with ranks × steps: the ranks come from an index
+// skip, the straggler waits from the run's spread (refresh its rollups
+// first), stalls and skipped steps from the lowest rank's rollups with
+// raw rows only in the blocks that hold one, idle time from the idle
+// samples alone.
 func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, now time.Time, rules WasteRules) (Wasted, error) {
 	var w Wasted
-	var ranks int
-	var lowest *int
-	var medStep *float64
-	err := s.Pool.QueryRow(ctx, `WITH r AS (SELECT min(rank) AS lo, count(DISTINCT rank) AS n FROM steps WHERE run_id = $1)
-		SELECT r.n, r.lo, (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms) FROM steps
-			WHERE run_id = $1 AND rank = r.lo AND step_ms > 0) FROM r`, runID).Scan(&ranks, &lowest, &medStep)
+	ranks, err := s.stepRanks(ctx, runID)
 	if err != nil {
-		return w, fmt.Errorf("store: wasted GPU-hours of %s: %w", runID, err)
+		return w, err
 	}
 	var stallLo, stallHi []time.Time
-	if lowest != nil {
-		med := 0.0
-		if medStep != nil {
-			med = *medStep
+	if len(ranks) > 0 {
+		lowest := ranks[0]
+		med, err := s.medianStepMS(ctx, runID, lowest)
+		if err != nil {
+			return w, err
 		}
 		limit := max(rules.StallMin, time.Duration(rules.StallSteps*med*float64(time.Millisecond)))
-		rows, err := s.Pool.Query(ctx, `SELECT t, next FROM (
-				SELECT time AS t, lead(time) OVER (ORDER BY step, time) AS next FROM steps WHERE run_id = $1 AND rank = $2
-			) g WHERE next - t > make_interval(secs => $3)`, runID, *lowest, limit.Seconds())
+		gaps, err := s.stepGaps(ctx, runID, lowest, limit)
 		if err != nil {
-			return w, fmt.Errorf("store: stalls of %s: %w", runID, err)
+			return w, err
 		}
-		for rows.Next() {
-			var lo, hi time.Time
-			if err := rows.Scan(&lo, &hi); err != nil {
-				rows.Close()
-				return w, fmt.Errorf("store: stalls of %s: %w", runID, err)
-			}
-			stallLo, stallHi = append(stallLo, lo), append(stallHi, hi)
-			w.StalledGPUH += float64(ranks) * (float64(hi.Sub(lo).Milliseconds()) - med) / msPerHour
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return w, fmt.Errorf("store: stalls of %s: %w", runID, err)
+		for _, g := range gaps {
+			stallLo, stallHi = append(stallLo, g[0]), append(stallHi, g[1])
+			w.StalledGPUH += float64(len(ranks)) * (float64(g[1].Sub(g[0]).Milliseconds()) - med) / msPerHour
 		}
 		if running {
 			var last time.Time
 			err := s.Pool.QueryRow(ctx, `SELECT time FROM steps WHERE run_id = $1 AND rank = $2 ORDER BY step DESC, time DESC LIMIT 1`,
-				runID, *lowest).Scan(&last)
+				runID, lowest).Scan(&last)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return w, fmt.Errorf("store: newest step of %s: %w", runID, err)
 			}
 			if err == nil && now.Sub(last) > limit {
 				stallLo, stallHi = append(stallLo, last), append(stallHi, now)
-				w.StalledGPUH += float64(ranks) * (float64(now.Sub(last).Milliseconds()) - med) / msPerHour
+				w.StalledGPUH += float64(len(ranks)) * (float64(now.Sub(last).Milliseconds()) - med) / msPerHour
 			}
 		}
 		var skipped *float64
-		if err := s.Pool.QueryRow(ctx, `SELECT sum(step_ms) FROM steps WHERE run_id = $1 AND rank = $2 AND skipped AND step_ms > 0`,
-			runID, *lowest).Scan(&skipped); err != nil {
+		if err := s.Pool.QueryRow(ctx, `SELECT sum(s.step_ms) FROM metric_rollups m JOIN steps s
+				ON s.run_id = m.run_id AND s.rank = m.rank AND s.step >= m.bucket * 100 AND s.step < (m.bucket + 1) * 100
+			WHERE m.run_id = $1 AND m.rank = $2 AND m.width = 100 AND m.metric = 'skipped' AND m.sum > 0
+			  AND s.skipped AND s.step_ms > 0`, runID, lowest).Scan(&skipped); err != nil {
 			return w, fmt.Errorf("store: skipped steps of %s: %w", runID, err)
 		}
 		if skipped != nil {
-			w.SkippedGPUH = float64(ranks) * *skipped / msPerHour
+			w.SkippedGPUH = float64(len(ranks)) * *skipped / msPerHour
 		}
 		var strag *float64
-		if err := s.Pool.QueryRow(ctx, `SELECT sum(w - lo) FROM (
-				SELECT sync_wait_ms AS w, min(sync_wait_ms) OVER st AS lo, count(sync_wait_ms) OVER st AS n
-				FROM (SELECT DISTINCT ON (rank, step) rank, step, sync_wait_ms FROM steps WHERE run_id = $1
-					ORDER BY rank, step, time DESC) d
-				WINDOW st AS (PARTITION BY step)
-			) x WHERE n = $2 AND n >= 2`, runID, ranks).Scan(&strag); err != nil {
+		if err := s.Pool.QueryRow(ctx, `SELECT sum FROM metric_spread WHERE run_id = $1 AND metric = 'straggler_wait_ms' AND width = $2 AND bucket = 0`,
+			runID, TotalWidth).Scan(&strag); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return w, fmt.Errorf("store: straggler waits of %s: %w", runID, err)
 		}
 		if strag != nil {
 			w.StragglerGPUH = *strag / msPerHour
 		}
 	}
+	// Each idle sample counts until its GPU's next sample of the run (at
+	// most a minute); the threshold is a literal so that the partial index
+	// of idle samples serves it.
+	idle := strconv.FormatFloat(rules.IdleUtilPct, 'g', -1, 64)
 	var idleS *float64
-	if err := s.Pool.QueryRow(ctx, `SELECT sum(least(extract(epoch FROM next - time), 60)) FROM (
-			SELECT time, util_pct, lead(time) OVER (PARTITION BY host, gpu ORDER BY time) AS next
-			FROM gpu_samples WHERE run_id = $1 AND run_id <> '' AND util_pct IS NOT NULL
-		) g WHERE util_pct < $2 AND next IS NOT NULL
-		  AND NOT EXISTS (SELECT 1 FROM unnest($3::timestamptz[], $4::timestamptz[]) AS st(lo, hi) WHERE g.time >= st.lo AND g.time < st.hi)`,
-		runID, rules.IdleUtilPct, stallLo, stallHi).Scan(&idleS); err != nil {
+	if err := s.Pool.QueryRow(ctx, `SELECT sum(least(extract(epoch FROM n.next - g.time), 60)) FROM (
+			SELECT host, gpu, time FROM gpu_samples WHERE run_id = $1 AND run_id <> '' AND util_pct < `+idle+`
+		) g CROSS JOIN LATERAL (
+			SELECT min(s.time) AS next FROM gpu_samples s WHERE s.host = g.host AND s.gpu = g.gpu
+			  AND s.time > g.time AND s.time <= g.time + interval '1 hour' AND s.run_id = $1 AND s.util_pct IS NOT NULL
+		) n
+		WHERE n.next IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM unnest($2::timestamptz[], $3::timestamptz[]) AS st(lo, hi) WHERE g.time >= st.lo AND g.time < st.hi)`,
+		runID, stallLo, stallHi).Scan(&idleS); err != nil {
 		return w, fmt.Errorf("store: idle GPU time of %s: %w", runID, err)
 	}
 	if idleS != nil {
@@ -126,4 +122,80 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 	}
 	w.TotalGPUH = w.IdleGPUH + w.StragglerGPUH + w.StalledGPUH + w.SkippedGPUH
 	return w, nil
+}
+
+// stepRanks returns the ranks that recorded steps, skipping through the
+// index.
+func (s *Store) stepRanks(ctx context.Context, runID string) ([]int, error) {
+	rows, err := s.Pool.Query(ctx, `
+		WITH RECURSIVE r AS (
+			(SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1)
+			UNION ALL
+			SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > r.rank ORDER BY s.rank LIMIT 1)
+			FROM r WHERE r.rank IS NOT NULL
+		)
+		SELECT rank FROM r WHERE rank IS NOT NULL`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: ranks of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("store: ranks of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// medianRawSteps is how many steps of one rank medianStepMS reads row by
+// row; longer runs use the median of their blocks' means.
+const medianRawSteps = 20000
+
+// medianStepMS is the median positive step time of one rank, 0 when none.
+func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float64, error) {
+	var med *float64
+	err := s.Pool.QueryRow(ctx, `
+		WITH n AS (SELECT count(*) AS n FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3 + 1) x)
+		SELECT CASE WHEN (SELECT n FROM n) <= $3 THEN
+			(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms) FROM steps WHERE run_id = $1 AND rank = $2 AND step_ms > 0)
+		ELSE
+			(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY sum / count) FROM metric_rollups
+			 WHERE run_id = $1 AND rank = $2 AND width = 100 AND metric = 'step_ms' AND count > 0 AND sum > 0)
+		END`, runID, rank, medianRawSteps).Scan(&med)
+	if err != nil {
+		return 0, fmt.Errorf("store: median step time of %s: %w", runID, err)
+	}
+	if med == nil {
+		return 0, nil
+	}
+	return *med, nil
+}
+
+// stepGaps returns the gaps longer than limit between consecutive steps of
+// one rank, as [from, to] pairs. Only blocks whose steps span more than
+// limit, and the joins between consecutive blocks, can hold one: rows are
+// read in those blocks only.
+func (s *Store) stepGaps(ctx context.Context, runID string, rank int, limit time.Duration) ([][2]time.Time, error) {
+	rows, err := s.Pool.Query(ctx, `
+		WITH b AS (
+			SELECT bucket, first_time, last_time, lag(last_time) OVER (ORDER BY bucket) AS prev_last
+			FROM metric_rollups WHERE run_id = $1 AND rank = $2 AND width = 100 AND metric = 'step'
+		), wide AS (
+			SELECT bucket FROM b WHERE last_time - first_time > make_interval(secs => $3)
+			   OR first_time - prev_last > make_interval(secs => $3)
+		)
+		SELECT t, next FROM (
+			SELECT s.time AS t, lead(s.time) OVER (PARTITION BY wide.bucket ORDER BY s.step, s.time) AS next
+			FROM wide JOIN steps s ON s.run_id = $1 AND s.rank = $2 AND s.step >= (wide.bucket - 1) * 100 AND s.step < (wide.bucket + 1) * 100
+		) g WHERE next - t > make_interval(secs => $3) GROUP BY t, next ORDER BY t`, runID, rank, limit.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("store: stalls of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]time.Time, error) {
+		var g [2]time.Time
+		err := r.Scan(&g[0], &g[1])
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: stalls of %s: %w", runID, err)
+	}
+	return out, nil
 }

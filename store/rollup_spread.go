@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -193,4 +194,58 @@ func uniqueRanks(keys []bucketKey) []int32 {
 		}
 	}
 	return out
+}
+
+// SpreadRow is one bucket of metric_spread: the aggregate over every
+// rank's rows and the distribution of the ranks' means.
+type SpreadRow struct {
+	Bucket           int64
+	FirstStep        int64
+	FirstTime        time.Time
+	Min, Max, Sum    float64
+	Count            int64
+	Ranks            int
+	MeanMin, P5, P50 float64
+	P95, MeanMax     float64
+	MaxRank          int
+}
+
+// MetricSpread reads the spread of metric over the buckets [fromBucket,
+// toBucket] of width w.
+func (s *Store) MetricSpread(ctx context.Context, runID, metric string, w, fromBucket, toBucket int64) ([]SpreadRow, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT bucket, first_step, first_time, coalesce(min, 'NaN'), coalesce(max, 'NaN'), coalesce(sum, 'NaN'), count, ranks,
+		       coalesce(mean_min, 'NaN'), coalesce(mean_p5, 'NaN'), coalesce(mean_p50, 'NaN'), coalesce(mean_p95, 'NaN'),
+		       coalesce(mean_max, 'NaN'), coalesce(max_rank, -1)
+		FROM metric_spread WHERE run_id = $1 AND metric = $2 AND width = $3 AND bucket >= $4 AND bucket <= $5
+		ORDER BY bucket`, runID, metric, w, fromBucket, toBucket)
+	if err != nil {
+		return nil, fmt.Errorf("store: spread of %s of %s: %w", metric, runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpreadRow, error) {
+		var p SpreadRow
+		err := r.Scan(&p.Bucket, &p.FirstStep, &p.FirstTime, &p.Min, &p.Max, &p.Sum, &p.Count, &p.Ranks,
+			&p.MeanMin, &p.P5, &p.P50, &p.P95, &p.MeanMax, &p.MaxRank)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: spread of %s of %s: %w", metric, runID, err)
+	}
+	return out, nil
+}
+
+// TopRanks returns up to k ranks with the largest whole-run mean of
+// metric, largest first (a NaN mean counts as largest).
+func (s *Store) TopRanks(ctx context.Context, runID, metric string, k int) ([]int, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT rank FROM metric_rollups WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = $3 AND count > 0
+		ORDER BY sum / count DESC NULLS LAST, rank LIMIT $4`, runID, TotalWidth, metric, k)
+	if err != nil {
+		return nil, fmt.Errorf("store: top ranks of %s by %s: %w", runID, metric, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("store: top ranks of %s by %s: %w", runID, metric, err)
+	}
+	return out, nil
 }

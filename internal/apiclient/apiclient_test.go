@@ -174,7 +174,7 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 	if s := *series.JSON200.Series; len(s) != 1 || *s[0].Metric != "loss" || len(*s[0].Points) == 0 {
 		t.Errorf("getRunSeries without metric: %s, want the loss", series.Body)
 	}
-	all, metric := "all", []string{"step_ms", "lr"}
+	all, metric := []string{"all"}, []string{"step_ms", "lr"}
 	series, err = reader.GetRunSeriesWithResponse(ctx, bert, &apiclient.GetRunSeriesParams{Rank: &all, Metric: &metric})
 	call("getRunSeries", series, err)
 	if n := len(*series.JSON200.Series); n < 2 {

@@ -74,31 +74,31 @@ func (e AlertState) Valid() bool {
 
 // Defines values for CompareRowSources.
 const (
-	GpuSamples        CompareRowSources = "gpu_samples"
-	GpuSamplesRun     CompareRowSources = "gpu_samples_run"
-	HookAllocatedPeak CompareRowSources = "hook_allocated_peak"
-	HookReservedPeak  CompareRowSources = "hook_reserved_peak"
-	HostSamples       CompareRowSources = "host_samples"
-	HostSamplesNear   CompareRowSources = "host_samples_near"
-	Steps             CompareRowSources = "steps"
+	CompareRowSourcesGpuSamples        CompareRowSources = "gpu_samples"
+	CompareRowSourcesGpuSamplesRun     CompareRowSources = "gpu_samples_run"
+	CompareRowSourcesHookAllocatedPeak CompareRowSources = "hook_allocated_peak"
+	CompareRowSourcesHookReservedPeak  CompareRowSources = "hook_reserved_peak"
+	CompareRowSourcesHostSamples       CompareRowSources = "host_samples"
+	CompareRowSourcesHostSamplesNear   CompareRowSources = "host_samples_near"
+	CompareRowSourcesSteps             CompareRowSources = "steps"
 )
 
 // Valid indicates whether the value is a known member of the CompareRowSources enum.
 func (e CompareRowSources) Valid() bool {
 	switch e {
-	case GpuSamples:
+	case CompareRowSourcesGpuSamples:
 		return true
-	case GpuSamplesRun:
+	case CompareRowSourcesGpuSamplesRun:
 		return true
-	case HookAllocatedPeak:
+	case CompareRowSourcesHookAllocatedPeak:
 		return true
-	case HookReservedPeak:
+	case CompareRowSourcesHookReservedPeak:
 		return true
-	case HostSamples:
+	case CompareRowSourcesHostSamples:
 		return true
-	case HostSamplesNear:
+	case CompareRowSourcesHostSamplesNear:
 		return true
-	case Steps:
+	case CompareRowSourcesSteps:
 		return true
 	default:
 		return false
@@ -339,6 +339,24 @@ const (
 func (e ProcessKind) Valid() bool {
 	switch e {
 	case ProcessKindProcess:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RanksResponseBasis.
+const (
+	RanksResponseBasisRollups RanksResponseBasis = "rollups"
+	RanksResponseBasisSteps   RanksResponseBasis = "steps"
+)
+
+// Valid indicates whether the value is a known member of the RanksResponseBasis enum.
+func (e RanksResponseBasis) Valid() bool {
+	switch e {
+	case RanksResponseBasisRollups:
+		return true
+	case RanksResponseBasisSteps:
 		return true
 	default:
 		return false
@@ -1084,6 +1102,34 @@ type HostProcess struct {
 	RunId    *string `json:"run_id,omitempty"`
 }
 
+// HostStat the ranks of one host
+type HostStat struct {
+	// Host host name; empty for ranks of no known host
+	Host *string `json:"host,omitempty"`
+
+	// MaxLatenessMs largest lateness of its ranks; null without lateness
+	MaxLatenessMs *Float `json:"max_lateness_ms,omitempty"`
+
+	// MaxStepMs largest median step time of its ranks
+	MaxStepMs *Float `json:"max_step_ms,omitempty"`
+
+	// MaxStragglerScore largest newest straggler score of its ranks
+	MaxStragglerScore *Float `json:"max_straggler_score,omitempty"`
+
+	// MeanGpuUtilPct mean GPU utilisation of its ranks
+	MeanGpuUtilPct *Float `json:"mean_gpu_util_pct,omitempty"`
+
+	// MeanLatenessMs mean lateness of its ranks
+	MeanLatenessMs *Float `json:"mean_lateness_ms,omitempty"`
+	Ranks          *int   `json:"ranks,omitempty"`
+
+	// Stragglers ranks flagged as stragglers
+	Stragglers *int `json:"stragglers,omitempty"`
+
+	// WorstRank the rank with the largest lateness (or step time)
+	WorstRank *int `json:"worst_rank,omitempty"`
+}
+
 // ImportDocument The seed dashboard's export, training_metrics.json. Field-name variants of the export are accepted.
 type ImportDocument struct {
 	Evaluations          *[]map[string]interface{} `json:"evaluations,omitempty"`
@@ -1338,6 +1384,15 @@ type RankStat struct {
 
 // RanksResponse defines model for RanksResponse.
 type RanksResponse struct {
+	// Basis steps: every raw row, medians as named. rollups: a run past 20,000 rank-steps is read from its rollups, so the work is a few rows a rank whatever its length (docs/scale.md): per-rank figures are means over whole blocks of 100 steps from from_step, median_step_ms is the mean step time, lateness_ms, busy_ms and sync_wait_ms are means, p95_step_ms is NaN and clock_offset_ms null
+	Basis *RanksResponseBasis `json:"basis,omitempty"`
+
+	// FromStep first step summarised: the steady state's or from_step (with basis rollups, rounded down to a multiple of 100)
+	FromStep *int64 `json:"from_step,omitempty"`
+
+	// Hosts the ranks rolled up by host, the host with the latest rank (or slowest step) first
+	Hosts *[]HostStat `json:"hosts,omitempty"`
+
 	// LatenessFrom what lateness came from: arrival times, waits in the collective, or nothing recorded (the straggler flag then falls back to step times)
 	LatenessFrom *RanksResponseLatenessFrom `json:"lateness_from,omitempty"`
 
@@ -1349,6 +1404,9 @@ type RanksResponse struct {
 	// StragglerPct A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	StragglerPct *Float `json:"straggler_pct,omitempty"`
 }
+
+// RanksResponseBasis steps: every raw row, medians as named. rollups: a run past 20,000 rank-steps is read from its rollups, so the work is a few rows a rank whatever its length (docs/scale.md): per-rank figures are means over whole blocks of 100 steps from from_step, median_step_ms is the mean step time, lateness_ms, busy_ms and sync_wait_ms are means, p95_step_ms is NaN and clock_offset_ms null
+type RanksResponseBasis string
 
 // RanksResponseLatenessFrom what lateness came from: arrival times, waits in the collective, or nothing recorded (the straggler flag then falls back to step times)
 type RanksResponseLatenessFrom string
@@ -1639,9 +1697,54 @@ type Series struct {
 
 // SeriesResponse defines model for SeriesResponse.
 type SeriesResponse struct {
-	MaxPoints *int      `json:"max_points,omitempty"`
-	RunId     *string   `json:"run_id,omitempty"`
-	Series    *[]Series `json:"series,omitempty"`
+	MaxPoints *int `json:"max_points,omitempty"`
+
+	// Notice with a spread: what the answer holds instead of one series per rank
+	Notice *string `json:"notice,omitempty"`
+
+	// Ranks with a spread: the number of ranks of the run
+	Ranks  *int      `json:"ranks,omitempty"`
+	RunId  *string   `json:"run_id,omitempty"`
+	Series *[]Series `json:"series,omitempty"`
+
+	// Spread with rank=all on a run of more than 16 ranks: each metric's distribution over the ranks (series then holds only the top ranks and those named)
+	Spread *[]SeriesSpread `json:"spread,omitempty"`
+}
+
+// SeriesSpread the distribution of one metric over the ranks of a run, bucket by bucket
+type SeriesSpread struct {
+	// BucketSteps steps per bucket, at least 100
+	BucketSteps *int64         `json:"bucket_steps,omitempty"`
+	Metric      *string        `json:"metric,omitempty"`
+	Points      *[]SpreadPoint `json:"points,omitempty"`
+	Unit        *string        `json:"unit,omitempty"`
+}
+
+// SpreadPoint one bucket of a spread: the lowest, 5th percentile, median, 95th percentile and highest of the ranks' means over the bucket (in a bucket wider than its rollup the percentiles are count-weighted means of the rollups'), the mean of every rank's values, the ranks that reported and the rank with the highest mean
+type SpreadPoint struct {
+	// Max A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
+	Max *Float `json:"max,omitempty"`
+
+	// MaxRank the rank with the highest mean; -1 when unknown
+	MaxRank *int `json:"max_rank,omitempty"`
+
+	// Mean A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
+	Mean *Float `json:"mean,omitempty"`
+
+	// Median A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
+	Median *Float `json:"median,omitempty"`
+
+	// Min A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
+	Min *Float `json:"min,omitempty"`
+
+	// P5 A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
+	P5 *Float `json:"p5,omitempty"`
+
+	// P95 A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
+	P95   *Float     `json:"p95,omitempty"`
+	Ranks *int       `json:"ranks,omitempty"`
+	Step  *int64     `json:"step,omitempty"`
+	Time  *time.Time `json:"time,omitempty"`
 }
 
 // Step defines model for Step.
@@ -1976,8 +2079,8 @@ type GetRunSeriesParams struct {
 	// Metric metric name, repeatable or comma-separated, at most 32; default loss. A step metric (loss, lr, grad_norm, loss_scale, throughput_sps, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms, gpu_util_pct, gpu_mem_used_gb, …), skipped, metrics.NAME for a metric the training script recorded, or a per-rank series computed across the ranks of each step (docs/ranks.md): lateness_ms (arrival at the synchronisation point after the step's first rank, host clocks corrected by the clock offsets GET /runs/{id}/ranks estimates over the steady state) and straggler_score (the EWMA the straggler alert fires on, a fraction of the ranks' median busy time, stored by the alert evaluator). A bucket of these averages the steps of its rank
 	Metric *[]string `form:"metric,omitempty" json:"metric,omitempty"`
 
-	// Rank rank number, or "all" for one series per rank; default: the run's lowest rank (0 for an ordinary run)
-	Rank *string `form:"rank,omitempty" json:"rank,omitempty"`
+	// Rank rank number, or "all": one series per rank for a run of up to 16 ranks; past 16, the ranks' distribution per bucket (spread, buckets of at least 100 steps) and the series of the top ranks by the first metric's mean (top=) and of any ranks named beside all (repeatable or comma-separated: rank=all&rank=7, at most 16). Default: the run's lowest rank (0 for an ordinary run)
+	Rank *[]string `form:"rank,omitempty" json:"rank,omitempty"`
 
 	// FromStep first step to include; default: the first step recorded
 	FromStep *int `form:"from_step,omitempty" json:"from_step,omitempty"`
@@ -1993,6 +2096,9 @@ type GetRunSeriesParams struct {
 
 	// MaxPoints at most this many buckets per series; each keeps its min and max
 	MaxPoints *int `form:"max_points,omitempty" json:"max_points,omitempty"`
+
+	// Top with rank=all on a run of more than 16 ranks: how many of the ranks with the highest mean of the first metric come back as series beside the distribution
+	Top *int `form:"top,omitempty" json:"top,omitempty"`
 }
 
 // GetSweepParams defines parameters for GetSweep.
@@ -5734,7 +5840,7 @@ func NewGetRunSeriesRequest(server string, id string, params *GetRunSeriesParams
 
 		if params.Rank != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rank", *params.Rank, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rank", *params.Rank, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -5795,6 +5901,18 @@ func NewGetRunSeriesRequest(server string, id string, params *GetRunSeriesParams
 		if params.MaxPoints != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_points", *params.MaxPoints, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Top != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "top", *params.Top, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -1,0 +1,208 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
+)
+
+// ranks answers GET /runs/{id}/ranks: every rank's steady-state figures,
+// the stragglers flagged, and the ranks rolled up by host. A run of up to
+// store.ExactRankRows rank-steps is read row by row; a larger one from
+// its rollups (docs/scale.md), so the work is a few rows a rank whatever
+// the number of steps.
+func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
+	r, err := h.run(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	pct := h.opt.StragglerPct
+	if s := c.QueryParam("straggler_pct"); s != "" {
+		var v float64
+		if _, err := fmt.Sscan(s, &v); err != nil || !finite(v) || v < 0 || v > 1000 {
+			return nil, bad("straggler_pct", "want a number between 0 and 1000, got %q", s)
+		}
+		pct = v
+	}
+	ranks, err := h.store.RunRanks(ctx, r.RunID)
+	if err != nil {
+		return nil, err
+	}
+	out := api.RanksResponse{RunID: r.RunID, StragglerPct: api.Float(pct), Ranks: []api.RankStat{}, Hosts: []api.HostStat{}, Basis: "steps"}
+	if len(ranks) == 0 {
+		return out, nil
+	}
+	from, err := h.steadyParam(ctx, c, r.RunID, ranks[0])
+	if err != nil {
+		return nil, err
+	}
+	out.FromStep = from
+	agg, syncs, src, err := h.rankFigures(ctx, r.RunID, from, &out)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := h.store.RankHosts(ctx, r.RunID)
+	if err != nil {
+		return nil, err
+	}
+	out.LatenessFrom = src
+	byRank := map[int]store.RankSync{}
+	var busy []float64
+	for _, s := range syncs {
+		byRank[s.Rank] = s
+		if s.BusyMS != nil {
+			busy = append(busy, *s.BusyMS)
+		}
+	}
+	medBusy := Median(busy)
+	var medians []float64
+	for _, a := range agg {
+		if a.MedianStepMS != nil {
+			medians = append(medians, *a.MedianStepMS)
+		}
+	}
+	med := Median(medians)
+	if len(medians) > 0 {
+		out.MedianStepMS = api.Float(med)
+	}
+	for _, a := range agg {
+		st := api.RankStat{Rank: a.Rank, Host: hosts[a.Rank], Steps: a.Rows, MeanGPUUtil: fp(a.GPUUtil),
+			PeakMemGB: fp(a.PeakGPUMemGB), MedianStepMS: api.Float(math.NaN()), P95StepMS: api.Float(math.NaN())}
+		if a.MedianStepMS != nil {
+			st.MedianStepMS = api.Float(*a.MedianStepMS)
+			st.Straggler = len(medians) > 1 && *a.MedianStepMS > med*(1+pct/100)
+		}
+		if a.P95StepMS != nil {
+			st.P95StepMS = api.Float(*a.P95StepMS)
+		}
+		if a.WaitMS != nil {
+			st.WaitMS = api.Float(*a.WaitMS)
+		}
+		if sy, ok := byRank[a.Rank]; ok {
+			st.LatenessMS, st.BusyMS, st.SyncWaitMS = fp(sy.LatenessMS), fp(sy.BusyMS), fp(sy.SyncWaitMS)
+			st.InputWaitMS, st.LastPct, st.ClockOffsetMS, st.StragglerScore = fp(sy.InputWaitMS), fp(sy.LastPct), fp(sy.ClockOffsetMS), fp(sy.Score)
+			if sy.MeanSyncWaitMS != nil {
+				st.WaitMS = api.Float(*sy.MeanSyncWaitMS)
+			}
+			// Lateness decides when recorded: step times are equal under
+			// synchronous training, whoever is slow.
+			if src != "" {
+				st.Straggler = sy.LatenessMS != nil && medBusy > 0 && *sy.LatenessMS > medBusy*pct/100
+			}
+		}
+		out.Ranks = append(out.Ranks, st)
+	}
+	out.Hosts = hostStats(out.Ranks)
+	return out, nil
+}
+
+// rankFigures reads every rank's steady-state aggregates and
+// synchronisation figures from step from on: row by row for a small run,
+// from the rollups for a large one (out.Basis and out.FromStep say which).
+func (h *Handler) rankFigures(ctx context.Context, runID string, from int64, out *api.RanksResponse) ([]store.SteadyRank, []store.RankSync, string, error) {
+	if _, err := h.store.RefreshRollups(ctx, runID); err != nil {
+		return nil, nil, "", err
+	}
+	n, err := h.store.StepRows(ctx, runID, from)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if n <= store.ExactRankRows {
+		agg, err := h.store.SteadyByRank(ctx, runID, from, -1)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		syncs, src, err := h.store.RankSyncs(ctx, runID, from)
+		return agg, syncs, src, err
+	}
+	rr, err := h.store.RankRollups(ctx, runID, from, -1)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	src, err := h.store.LatenessSource(ctx, runID)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	out.Basis, out.FromStep = "rollups", from/100*100
+	agg := make([]store.SteadyRank, len(rr))
+	syncs := make([]store.RankSync, 0, len(rr))
+	for i, x := range rr {
+		agg[i] = x.SteadyRank
+		if x.Sync.Steps > 0 || x.Sync.Score != nil {
+			syncs = append(syncs, x.Sync)
+		}
+	}
+	return agg, syncs, src, nil
+}
+
+// hostStats rolls ranks up by host, the host with the latest rank (or the
+// slowest step) first.
+func hostStats(ranks []api.RankStat) []api.HostStat {
+	type acc struct {
+		api.HostStat
+		worst            float64
+		lateSum, utilSum float64
+		lateN, utilN     int
+	}
+	by := map[string]*acc{}
+	var order []string
+	for _, r := range ranks {
+		a := by[r.Host]
+		if a == nil {
+			a = &acc{HostStat: api.HostStat{Host: r.Host, WorstRank: r.Rank}, worst: math.Inf(-1)}
+			by[r.Host] = a
+			order = append(order, r.Host)
+		}
+		a.Ranks++
+		if r.Straggler {
+			a.Stragglers++
+		}
+		key := float64(r.MedianStepMS)
+		if r.LatenessMS != nil {
+			key = float64(*r.LatenessMS)
+			a.lateSum += key
+			a.lateN++
+			if a.MaxLatenessMS == nil || *r.LatenessMS > *a.MaxLatenessMS {
+				a.MaxLatenessMS = r.LatenessMS
+			}
+		}
+		if finite(key) && key > a.worst {
+			a.worst, a.WorstRank = key, r.Rank
+		}
+		if v := r.MedianStepMS; finite(float64(v)) && (a.MaxStepMS == nil || v > *a.MaxStepMS) {
+			a.MaxStepMS = &v
+		}
+		if r.MeanGPUUtil != nil && finite(float64(*r.MeanGPUUtil)) {
+			a.utilSum += float64(*r.MeanGPUUtil)
+			a.utilN++
+		}
+		if r.StragglerScore != nil && (a.MaxScore == nil || *r.StragglerScore > *a.MaxScore) {
+			a.MaxScore = r.StragglerScore
+		}
+	}
+	out := make([]api.HostStat, 0, len(order))
+	for _, hname := range order {
+		a := by[hname]
+		if a.lateN > 0 {
+			a.MeanLatenessMS = fv(a.lateSum / float64(a.lateN))
+		}
+		if a.utilN > 0 {
+			a.MeanGPUUtil = fv(a.utilSum / float64(a.utilN))
+		}
+		out = append(out, a.HostStat)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		wi, wj := by[out[i].Host].worst, by[out[j].Host].worst
+		if wi != wj {
+			return wi > wj
+		}
+		return out[i].Host < out[j].Host
+	})
+	return out
+}
