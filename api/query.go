@@ -103,6 +103,10 @@ type RunDetail struct {
 	OpenAlerts int64 `json:"open_alerts"`
 	// Wasted is the GPU time the run wasted, by cause.
 	Wasted WastedGPUHours `json:"wasted"`
+	// ReplicaLagS is, for a running run read from a hot standby, how many
+	// seconds the standby's data is behind the primary's; absent
+	// elsewhere (docs/scale-out.md).
+	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
 }
 
 // WastedGPUHours is the GPU-hours a run wasted, by cause (docs/ranks.md):
@@ -129,6 +133,8 @@ type SeriesResponse struct {
 	RunID     string   `json:"run_id"`
 	MaxPoints int      `json:"max_points"`
 	Series    []Series `json:"series"`
+	// ReplicaLagS is as in RunDetail.
+	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
 }
 
 // Series is one metric of one rank. When downsampled, each point stands

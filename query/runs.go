@@ -75,6 +75,9 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 	if d.Wasted, err = h.wasted(ctx, r); err != nil {
 		return nil, err
 	}
+	if d.ReplicaLagS, err = h.replicaLag(ctx, c, r); err != nil {
+		return nil, err
+	}
 	if d.Versions == nil {
 		d.Versions = map[string]string{}
 	}
@@ -97,7 +100,7 @@ func orEmpty(b json.RawMessage) json.RawMessage {
 // summary builds the summary cards of a run, refreshing its rollups first
 // so that whole-run figures include the latest steps.
 func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary, *store.RunStats, error) {
-	if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+	if err := h.refreshRollups(ctx, r.RunID); err != nil {
 		return nil, nil, err
 	}
 	st, err := h.store.RunStats(ctx, r.RunID)
