@@ -1353,11 +1353,29 @@ type RanksResponse struct {
 // RanksResponseLatenessFrom what lateness came from: arrival times, waits in the collective, or nothing recorded (the straggler flag then falls back to step times)
 type RanksResponseLatenessFrom string
 
+// ReadDatabase defines model for ReadDatabase.
+type ReadDatabase struct {
+	Error *string `json:"error,omitempty"`
+	Ready bool    `json:"ready"`
+
+	// ReplicaLagS on a standby: how many seconds its data is behind the primary's; 0 when it has replayed all it received
+	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
+
+	// Standby true when it is a hot standby (PostgreSQL in recovery)
+	Standby bool `json:"standby"`
+}
+
 // Readiness defines model for Readiness.
 type Readiness struct {
 	Error *string        `json:"error,omitempty"`
 	Mode  *ReadinessMode `json:"mode,omitempty"`
-	Ready bool           `json:"ready"`
+
+	// PrimaryError On a query server given --read-database-url, ready because its read database answers: what is wrong with the primary. Reads go on; rollups are not refreshed and the alert detectors and job routes wait for the primary.
+	PrimaryError *string `json:"primary_error,omitempty"`
+
+	// ReadDatabase On a server given --read-database-url: the database the query routes read from.
+	ReadDatabase *ReadDatabase `json:"read_database,omitempty"`
+	Ready        bool          `json:"ready"`
 }
 
 // ReadinessMode defines model for Readiness.Mode.
@@ -1506,11 +1524,14 @@ type RunDetail struct {
 	Precision      *string     `json:"precision,omitempty"`
 	Project        *string     `json:"project,omitempty"`
 	Ranks          *[]int      `json:"ranks,omitempty"`
-	RunId          *string     `json:"run_id,omitempty"`
-	SkippedSteps   *int64      `json:"skipped_steps,omitempty"`
-	StartedAt      *time.Time  `json:"started_at,omitempty"`
-	Status         *string     `json:"status,omitempty"`
-	Steps          *int64      `json:"steps,omitempty"`
+
+	// ReplicaLagS For a running run read from a hot standby (a query server given --read-database-url): how many seconds the standby's data is behind the primary's, the same figure as the X-DeepSeed-Replica-Lag header. Absent elsewhere. See docs/scale-out.md.
+	ReplicaLagS  *Float     `json:"replica_lag_s,omitempty"`
+	RunId        *string    `json:"run_id,omitempty"`
+	SkippedSteps *int64     `json:"skipped_steps,omitempty"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	Status       *string    `json:"status,omitempty"`
+	Steps        *int64     `json:"steps,omitempty"`
 
 	// Summary any JSON value, as sent
 	Summary interface{} `json:"summary,omitempty"`
@@ -1639,9 +1660,12 @@ type Series struct {
 
 // SeriesResponse defines model for SeriesResponse.
 type SeriesResponse struct {
-	MaxPoints *int      `json:"max_points,omitempty"`
-	RunId     *string   `json:"run_id,omitempty"`
-	Series    *[]Series `json:"series,omitempty"`
+	MaxPoints *int `json:"max_points,omitempty"`
+
+	// ReplicaLagS For a running run read from a hot standby (a query server given --read-database-url): how many seconds the standby's data is behind the primary's, the same figure as the X-DeepSeed-Replica-Lag header. Absent elsewhere. See docs/scale-out.md.
+	ReplicaLagS *Float    `json:"replica_lag_s,omitempty"`
+	RunId       *string   `json:"run_id,omitempty"`
+	Series      *[]Series `json:"series,omitempty"`
 }
 
 // Step defines model for Step.
@@ -3429,6 +3453,8 @@ type ClientInterface interface {
 
 	// GetReadiness Readiness: the database answers and every migration is applied
 	//
+	// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
+	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
@@ -4077,6 +4103,8 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 }
 
 // GetReadiness Readiness: the database answers and every migration is applied
+//
+// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6357,6 +6385,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadinessWithResponse Readiness: the database answers and every migration is applied
 	//
+	// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
@@ -7688,6 +7718,11 @@ func (r ListRunsResponse) ContentType() string {
 	return ""
 }
 
+// GetRunResponse200Headers the declared response headers of an HTTP 200 response for GetRun
+type GetRunResponse200Headers struct {
+	XDeepSeedReplicaLag *float32
+}
+
 type GetRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7701,6 +7736,8 @@ type GetRunResponse struct {
 	JSON404 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Error
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRunResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8164,6 +8201,11 @@ func (r GetRunRanksResponse) ContentType() string {
 	return ""
 }
 
+// GetRunSeriesResponse200Headers the declared response headers of an HTTP 200 response for GetRunSeries
+type GetRunSeriesResponse200Headers struct {
+	XDeepSeedReplicaLag *float32
+}
+
 type GetRunSeriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8177,6 +8219,8 @@ type GetRunSeriesResponse struct {
 	JSON404 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Error
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRunSeriesResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9046,6 +9090,8 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 }
 
 // GetReadinessWithResponse Readiness: the database answers and every migration is applied
+//
+// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10161,6 +10207,19 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 
 	}
 
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRunResponse200Headers
+		if values := rsp.Header.Values("X-DeepSeed-Replica-Lag"); len(values) > 0 {
+			var value float32
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-DeepSeed-Replica-Lag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "number", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XDeepSeedReplicaLag = &value
+		}
+		response.Headers200 = &headers
+	}
+
 	return response, nil
 }
 
@@ -10530,6 +10589,19 @@ func ParseGetRunSeriesResponse(rsp *http.Response) (*GetRunSeriesResponse, error
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRunSeriesResponse200Headers
+		if values := rsp.Header.Values("X-DeepSeed-Replica-Lag"); len(values) > 0 {
+			var value float32
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-DeepSeed-Replica-Lag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "number", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XDeepSeedReplicaLag = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
