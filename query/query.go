@@ -55,8 +55,9 @@ type Handler struct {
 	log   *slog.Logger
 	// behindUntil (Unix nanoseconds) is set when the standby did not
 	// replay a refresh within ReplayWait: until then reads do not wait
-	// for it again (see refreshRollups).
-	behindUntil atomic.Int64
+	// for it again. primaryAwayUntil is set when the primary was
+	// unavailable: until then reads do not refresh (see refreshRollups).
+	behindUntil, primaryAwayUntil atomic.Int64
 }
 
 // New returns the query handlers over s.

@@ -164,6 +164,23 @@ func TestQueryServerReadsFromStandby(t *testing.T) {
 		getJSON(t, runURL, &d)
 		return d.ReplicaLagS != nil && *d.ReplicaLagS == 0
 	})
+
+	// With the primary gone the query server stays ready on its standby,
+	// says what is wrong with the primary, and answers reads.
+	ingest(stepsBody("rep-run", 2000, 2100))
+	waitFor(t, "the last steps on the standby", func() bool { return lastStep() == 2099 })
+	pair.StopPrimary(t)
+	waitFor(t, "readyz naming the primary's problem", func() bool {
+		var rd Readiness
+		getJSON(t, qs.url+"/readyz", &rd)
+		return rd.Ready && rd.PrimaryError != ""
+	})
+	for i := 0; i < 3; i++ {
+		if _, n := lastPoint(); n < 2000 {
+			t.Fatalf("series with the primary away: %d steps, want the 2,000 the standby's rollups hold", n)
+		}
+		getJSON(t, runURL, &d)
+	}
 }
 
 // A server whose only database is a standby refuses to run, saying which

@@ -19,6 +19,7 @@ type Replicated struct {
 	PrimaryURL, StandbyURL string
 
 	standbyAdmin string
+	primary      *store.LocalPostgres
 }
 
 // NewReplicated starts a primary and a streaming replica of it made with
@@ -59,7 +60,7 @@ func NewReplicated(t testing.TB) *Replicated {
 	})
 	r := &Replicated{
 		PrimaryURL: WithDatabase(admin, "deepseed"), StandbyURL: WithDatabase(sadmin, "deepseed"),
-		standbyAdmin: sadmin,
+		standbyAdmin: sadmin, primary: primary,
 	}
 	// The standby answers once it has reached a consistent state.
 	deadline := time.Now().Add(time.Minute)
@@ -87,6 +88,15 @@ func (r *Replicated) PauseReplay(t testing.TB) {
 func (r *Replicated) ResumeReplay(t testing.TB) {
 	t.Helper()
 	r.standbyExec(t, `SELECT pg_wal_replay_resume()`)
+}
+
+// StopPrimary stops the primary (fast shutdown); the standby stays up,
+// read-only, trying to reconnect.
+func (r *Replicated) StopPrimary(t testing.TB) {
+	t.Helper()
+	if err := r.primary.Stop(); err != nil {
+		t.Fatalf("storetest: stop primary: %v", err)
+	}
 }
 
 func (r *Replicated) standbyExec(t testing.TB, sql string) {
