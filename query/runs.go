@@ -53,6 +53,12 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The lag is read before the run's figures: they are at least as
+	// fresh as it says.
+	lag, err := h.replicaLag(ctx, c, r)
+	if err != nil {
+		return nil, err
+	}
 	s, st, err := h.summary(ctx, r)
 	if err != nil {
 		return nil, err
@@ -67,15 +73,12 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 		RunSummary: *s,
 		Meta:       orEmpty(r.Meta), Config: orEmpty(r.Config), Params: orEmpty(r.Params), Summary: orEmpty(r.Summary),
 		Command: meta.Command, GitCommit: meta.GitCommit, Versions: meta.Versions, Host: meta.Host,
-		Ranks: ranks, Metrics: st.UserMetrics,
+		Ranks: ranks, Metrics: st.UserMetrics, ReplicaLagS: lag,
 	}
 	if d.OpenAlerts, err = alerts.OpenCount(ctx, h.store, r.RunID); err != nil {
 		return nil, err
 	}
 	if d.Wasted, err = h.wasted(ctx, r); err != nil {
-		return nil, err
-	}
-	if d.ReplicaLagS, err = h.replicaLag(ctx, c, r); err != nil {
 		return nil, err
 	}
 	if d.Versions == nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -37,6 +38,9 @@ type ReadDatabase struct {
 	Error       string     `json:"error,omitempty"`
 }
 
+// readPrefix starts the readiness problems of the read database.
+const readPrefix = "read database "
+
 // readyz answers 200 when every database the server's role answers from
 // is reachable and migrated: the primary for ingest and for a server of
 // both roles, the read database for a query server given one (the
@@ -60,9 +64,12 @@ func (s *Server) readyz(c echo.Context) error {
 		out.Error = primaryWhy
 		return c.JSON(http.StatusServiceUnavailable, out)
 	case readWhy != "":
-		s.noteNotReady("read database "+readWhy, readErr)
-		out.Error = "read database " + readWhy
+		s.noteNotReady(readPrefix+readWhy, readErr)
+		out.Error = readPrefix + readWhy
 		return c.JSON(http.StatusServiceUnavailable, out)
+	}
+	if s.reading() {
+		s.readReady.Store(true)
 	}
 	s.noteNotReady("", nil)
 	out.Ready, out.Mode, out.PrimaryError = true, s.Mode(), primaryWhy
@@ -114,10 +121,10 @@ func (s *Server) noteNotReady(why string, err error) {
 	switch {
 	case why == "":
 		s.log.Info("ready")
-	case !s.prepared.Load():
+	case !s.prepared.Load(), strings.HasPrefix(why, readPrefix) && !s.readReady.Load():
 		// Not ready while starting is the normal course: the migrations
 		// are being applied, or the database is being waited for (Prepare
-		// logs that).
+		// logs that), or a standby has yet to replay the migrations.
 		s.log.Info("not ready yet: starting", "reason", why)
 	case err != nil:
 		s.log.Warn("not ready", "reason", why, "err", err)

@@ -55,6 +55,8 @@ type Server struct {
 	// primaryState is the last problem of the primary logged by a query
 	// server that reads from a standby, "" while it answers.
 	primaryState atomic.Value
+	// readReady is set once the read database has been ready.
+	readReady atomic.Bool
 }
 
 // New builds the server over one database. It touches neither the

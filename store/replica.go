@@ -33,13 +33,15 @@ type Replication struct {
 func (s *Store) Replication(ctx context.Context) (Replication, error) {
 	var r Replication
 	var lagS float64
+	// CASE, not AND: pg_is_wal_replay_paused() fails on a primary, and
+	// only CASE fixes the order in which PostgreSQL evaluates.
 	err := s.Pool.QueryRow(ctx, `
 		SELECT pg_is_in_recovery(),
 		       CASE WHEN NOT pg_is_in_recovery() THEN 0
 		            WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
 		            ELSE greatest(0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))
 		       END::float8,
-		       pg_is_in_recovery() AND pg_is_wal_replay_paused()`).Scan(&r.Standby, &lagS, &r.Paused)
+		       CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END`).Scan(&r.Standby, &lagS, &r.Paused)
 	if err != nil {
 		return Replication{}, fmt.Errorf("store: read replication state: %w", err)
 	}
