@@ -103,6 +103,10 @@ type RunDetail struct {
 	OpenAlerts int64 `json:"open_alerts"`
 	// Wasted is the GPU time the run wasted, by cause.
 	Wasted WastedGPUHours `json:"wasted"`
+	// ReplicaLagS is, for a running run read from a hot standby, how many
+	// seconds the standby's data is behind the primary's; absent
+	// elsewhere (docs/scale-out.md).
+	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
 }
 
 // WastedGPUHours is the GPU-hours a run wasted, by cause (docs/ranks.md):
@@ -138,6 +142,8 @@ type SeriesResponse struct {
 	Spread []SeriesSpread `json:"spread,omitempty"`
 	Ranks  int            `json:"ranks,omitempty"`
 	Notice string         `json:"notice,omitempty"`
+	// ReplicaLagS is as in RunDetail.
+	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
 }
 
 // MaxRankSeries is the most ranks for which rank=all answers one series

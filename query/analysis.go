@@ -127,7 +127,7 @@ func (h *Handler) memory(ctx context.Context, c echo.Context) (any, error) {
 		add("optimizer", m.Optim, m.OptimDevice)
 		add("activations", m.Activations, "gpu")
 	}
-	if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+	if err := h.refreshRollups(ctx, r.RunID); err != nil {
 		return nil, err
 	}
 	st, err := h.store.RunStats(ctx, r.RunID)

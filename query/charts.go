@@ -100,6 +100,11 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 	refreshed := false
 	across := newRankSeries(h, r.RunID)
 	out := api.SeriesResponse{RunID: r.RunID, MaxPoints: int(maxPoints), Series: []api.Series{}}
+	// The lag is read before the data: the answer is at least as fresh as
+	// it says.
+	if out.ReplicaLagS, err = h.replicaLag(ctx, c, r); err != nil {
+		return nil, err
+	}
 	for _, rank := range ranks {
 		first, last, ok, err := h.store.StepSpan(ctx, r.RunID, rank)
 		if err != nil {
@@ -127,7 +132,7 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 			p := planBuckets(from, to, int(maxPoints))
 			var bs *buckets
 			if p.Rollup > 0 && !refreshed {
-				if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+				if err := h.refreshRollups(ctx, r.RunID); err != nil {
 					return nil, err
 				}
 				refreshed = true
@@ -203,7 +208,7 @@ func (h *Handler) heatmap(ctx context.Context, c echo.Context) (any, error) {
 	}
 	p := planBuckets(from, to, int(maxSteps))
 	if p.Rollup > 0 {
-		if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+		if err := h.refreshRollups(ctx, r.RunID); err != nil {
 			return nil, err
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -37,6 +38,14 @@ type Options struct {
 	StragglerPct float64
 	// Timeout bounds the database work of one request; 0 means 30s.
 	Timeout time.Duration
+	// Primary, when set and not the store New was given, is the primary
+	// database and the handler's store a hot standby of it: rollups are
+	// refreshed on the primary before reads from the standby, and answers
+	// about running runs say how far the standby is behind.
+	Primary *store.Store
+	// ReplayWait bounds how long a read waits for the standby to replay a
+	// refresh made on the primary; 0 means 2s.
+	ReplayWait time.Duration
 }
 
 // Handler serves the query routes.
@@ -44,6 +53,11 @@ type Handler struct {
 	store *store.Store
 	opt   Options
 	log   *slog.Logger
+	// behindUntil (Unix nanoseconds) is set when the standby did not
+	// replay a refresh within ReplayWait: until then reads do not wait
+	// for it again. primaryAwayUntil is set when the primary was
+	// unavailable: until then reads do not refresh (see refreshRollups).
+	behindUntil, primaryAwayUntil atomic.Int64
 }
 
 // New returns the query handlers over s.
@@ -56,6 +70,9 @@ func New(s *store.Store, opt Options) *Handler {
 	}
 	if opt.Timeout <= 0 {
 		opt.Timeout = 30 * time.Second
+	}
+	if opt.ReplayWait <= 0 {
+		opt.ReplayWait = defaultReplayWait
 	}
 	return &Handler{store: s, opt: opt, log: opt.Logger}
 }
@@ -121,7 +138,13 @@ func (h *Handler) wrap(f handlerFunc) echo.HandlerFunc {
 		case store.IsUnavailable(err):
 			h.log.Warn("query: database unavailable", "path", c.Path(), "err", err)
 			c.Response().Header().Set("Retry-After", "5")
-			return c.JSON(http.StatusServiceUnavailable, api.Error{Error: "database unavailable"})
+			msg := "database unavailable"
+			if store.IsReadOnly(err) {
+				// A standby where the primary belongs (or a failover under
+				// way): the read needed a rollup refresh it refuses.
+				msg = "database unavailable: it is a read-only standby"
+			}
+			return c.JSON(http.StatusServiceUnavailable, api.Error{Error: msg})
 		}
 		h.log.Error("query failed", "path", c.Path(), "err", err)
 		return c.JSON(http.StatusInternalServerError, api.Error{Error: "internal error"})

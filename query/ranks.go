@@ -106,7 +106,7 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 // synchronisation figures from step from on: row by row for a small run,
 // from the rollups for a large one (out.Basis and out.FromStep say which).
 func (h *Handler) rankFigures(ctx context.Context, runID string, from int64, out *api.RanksResponse) ([]store.SteadyRank, []store.RankSync, string, error) {
-	if _, err := h.store.RefreshRollups(ctx, runID); err != nil {
+	if err := h.refreshRollups(ctx, runID); err != nil {
 		return nil, nil, "", err
 	}
 	n, err := h.store.StepRows(ctx, runID, from)

@@ -53,6 +53,12 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The lag is read before the run's figures: they are at least as
+	// fresh as it says.
+	lag, err := h.replicaLag(ctx, c, r)
+	if err != nil {
+		return nil, err
+	}
 	s, st, err := h.summary(ctx, r)
 	if err != nil {
 		return nil, err
@@ -67,7 +73,7 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 		RunSummary: *s,
 		Meta:       orEmpty(r.Meta), Config: orEmpty(r.Config), Params: orEmpty(r.Params), Summary: orEmpty(r.Summary),
 		Command: meta.Command, GitCommit: meta.GitCommit, Versions: meta.Versions, Host: meta.Host,
-		Ranks: ranks, Metrics: st.UserMetrics,
+		Ranks: ranks, Metrics: st.UserMetrics, ReplicaLagS: lag,
 	}
 	if d.OpenAlerts, err = alerts.OpenCount(ctx, h.store, r.RunID); err != nil {
 		return nil, err
@@ -97,7 +103,7 @@ func orEmpty(b json.RawMessage) json.RawMessage {
 // summary builds the summary cards of a run, refreshing its rollups first
 // so that whole-run figures include the latest steps.
 func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary, *store.RunStats, error) {
-	if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+	if err := h.refreshRollups(ctx, r.RunID); err != nil {
 		return nil, nil, err
 	}
 	st, err := h.store.RunStats(ctx, r.RunID)

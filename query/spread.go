@@ -59,7 +59,7 @@ func (h *Handler) spreadSeries(ctx context.Context, c echo.Context, r *store.Run
 	}
 	out := api.SeriesResponse{RunID: r.RunID, MaxPoints: maxPoints, Series: []api.Series{}, Spread: []api.SeriesSpread{},
 		Ranks: len(ranks)}
-	if _, err := h.store.RefreshRollups(ctx, r.RunID); err != nil {
+	if err := h.refreshRollups(ctx, r.RunID); err != nil {
 		return nil, err
 	}
 	first, last, ok, err := h.store.StepSpan(ctx, r.RunID, ranks[0])

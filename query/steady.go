@@ -76,7 +76,7 @@ func Median(v []float64) float64 {
 
 // steadyFrom returns the steady state's first step of a rank of a run.
 func (h *Handler) steadyFrom(ctx context.Context, runID string, rank int) (int64, error) {
-	if _, err := h.store.RefreshRollups(ctx, runID); err != nil {
+	if err := h.refreshRollups(ctx, runID); err != nil {
 		return 0, err
 	}
 	pts, err := h.store.StepMSTimeline(ctx, runID, rank, steadyMaxRaw)

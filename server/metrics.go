@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"log/slog"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,4 +96,25 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(poolEmpty, float64(s.EmptyAcquireCount()))
 	counter(poolCanceled, float64(s.CanceledAcquireCount()))
 	counter(poolWait, s.AcquireDuration().Seconds())
+}
+
+// replicaCollector reads, at each scrape, how far the database the query
+// routes read from is behind the primary. It is registered only on a
+// server given a read database; the gauge is 0 when that database is not
+// a standby, and absent while it does not answer.
+type replicaCollector struct{ st *store.Store }
+
+var replicaLag = prometheus.NewDesc("deepseed_replica_lag_seconds",
+	"How far the data of the database the query routes read from is behind the primary's, in seconds (0 when it is not a hot standby).", nil, nil)
+
+func (replicaCollector) Describe(ch chan<- *prometheus.Desc) { ch <- replicaLag }
+
+func (r replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rep, err := r.st.Replication(ctx)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(replicaLag, prometheus.GaugeValue, rep.Lag.Seconds())
 }

@@ -96,7 +96,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"GPUResponse": api.GPUResponse{}, "GPUSeries": api.GPUSeries{}, "TimePoint": api.TimePoint{},
 		"AnnotationsResponse": api.AnnotationsResponse{}, "Annotation": api.Annotation{},
 		"AlertList": api.AlertList{}, "Alert": api.Alert{}, "WastedGPUHours": api.WastedGPUHours{},
-		"Readiness": Readiness{},
+		"Readiness": Readiness{}, "ReadDatabase": ReadDatabase{},
 	}
 	for name, v := range types {
 		s, ok := doc.Components.Schemas[name]

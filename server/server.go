@@ -3,7 +3,9 @@
 // probes, Prometheus metrics, JSON errors and graceful shutdown.
 //
 // Usage:
-//  1. srv := server.New(cfg, st, logger)
+//  1. srv := server.New(cfg, st, logger), or server.NewReading(cfg,
+//     primary, standby, logger) for a server whose query routes read from
+//     a hot standby of the primary (docs/scale-out.md)
 //  2. err := srv.ListenAndServe(ctx) — applies migrations in the
 //     background (retrying while the database is away), serves until ctx
 //     is cancelled, then finishes in-flight requests and returns nil.
@@ -36,7 +38,8 @@ const APIPrefix = "/api/v1"
 // Server is DeepSeed's HTTP API over one store.
 type Server struct {
 	cfg   Config
-	store *store.Store
+	store *store.Store // the primary: writes, migrations, background jobs
+	read  *store.Store // what the query routes read: the primary or a standby of it
 	log   *slog.Logger
 	echo  *echo.Echo
 	auth  *authenticator
@@ -49,19 +52,37 @@ type Server struct {
 	mode atomic.Value
 	// notReady is the last readiness problem logged, "" once ready.
 	notReady atomic.Value
+	// primaryState is the last problem of the primary logged by a query
+	// server that reads from a standby, "" while it answers.
+	primaryState atomic.Value
+	// readReady is set once the read database has been ready.
+	readReady atomic.Bool
 }
 
-// New builds the server. It touches neither the network nor the database:
-// ListenAndServe or Serve start both.
+// New builds the server over one database. It touches neither the
+// network nor the database: ListenAndServe or Serve start both.
 func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
+	return NewReading(cfg, st, st, log)
+}
+
+// NewReading builds a server whose query routes read from read, a hot
+// standby of primary (or primary itself), while everything that writes
+// runs on primary: ingest, the job routes, migrations, the rollup
+// refresher, the alert detectors and retention. A read that needs fresh
+// rollups has them refreshed on primary first (see query.Options).
+func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: st, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens), prom: newServerMetrics(st)}
+	if read == nil {
+		read = primary
+	}
+	s := &Server{cfg: cfg, store: primary, read: read, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens), prom: newServerMetrics(primary)}
 	s.auth.add(ScopeSubmit, cfg.SubmitTokens)
 	s.auth.add(ScopeAgent, cfg.AgentTokens)
 	s.mode.Store("")
 	s.notReady.Store("")
+	s.primaryState.Store("")
 	if cfg.Open() {
 		log.Warn("NO API TOKENS CONFIGURED: the API is open to anyone who can reach it; set DEEPSEED_INGEST_TOKENS and DEEPSEED_READ_TOKENS to require bearer tokens")
 	}
@@ -85,14 +106,18 @@ func New(cfg Config, st *store.Store, log *slog.Logger) *Server {
 	g := e.Group(APIPrefix, s.auth.middleware)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
 		// ingest.New names its own component in the log.
-		ih := ingest.New(st, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 		ih.Register(g)
 		s.prom.reg.MustRegister(ih)
 	}
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
-		query.New(st, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct}).Register(g)
-		s.prom.reg.MustRegister(alerts.Collector{Store: st})
-		s.jobs = jobs.New(st, jobs.Options{Logger: log.With("component", "jobs"), HeartbeatTimeout: cfg.JobHeartbeatTimeout})
+		query.New(read, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct, Primary: primary}).Register(g)
+		s.prom.reg.MustRegister(alerts.Collector{Store: read})
+		if s.reading() {
+			s.prom.reg.MustRegister(replicaCollector{read})
+		}
+		// The job routes write (queueing, claims, reports): primary only.
+		s.jobs = jobs.New(primary, jobs.Options{Logger: log.With("component", "jobs"), HeartbeatTimeout: cfg.JobHeartbeatTimeout})
 		s.jobs.Register(g)
 	}
 	s.echo = e
@@ -174,6 +199,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
+// reading reports whether the query routes read from a database other
+// than the primary.
+func (s *Server) reading() bool { return s.read != s.store }
+
 func (s *Server) roleName() string {
 	if s.cfg.Role == "" {
 		return RoleAll
@@ -212,6 +241,10 @@ func (s *Server) Prepare(ctx context.Context) error {
 		// failure, when the error changes and once a minute.
 		if why := store.NeedsOperator(err); why != "" {
 			return fmt.Errorf("database: %s", why)
+		}
+		if errors.Is(err, store.ErrStandby) {
+			return fmt.Errorf("database: %w: it takes no migrations and no writes. Give the primary as --database-url (DEEPSEED_DATABASE_URL); "+
+				"a query server reads from the standby with --read-database-url (DEEPSEED_READ_DATABASE_URL) beside it (docs/scale-out.md)", err)
 		}
 		if msg := err.Error(); attempt == 1 || msg != lastErr || time.Since(lastLog) >= time.Minute {
 			s.log.Warn("database not reachable yet; retrying until it is", "attempt", attempt, "retry_in", backoff.String(), "err", err)
@@ -317,58 +350,6 @@ func (s *Server) runRetention(ctx context.Context) {
 
 func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// Readiness answers GET /readyz.
-type Readiness struct {
-	Ready bool   `json:"ready"`
-	Mode  string `json:"mode,omitempty"`
-	Error string `json:"error,omitempty"`
-}
-
-func (s *Server) readyz(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
-	defer cancel()
-	// Migrated runs one query: it proves the database answers and that
-	// every migration is in, whoever applied it.
-	// The answer says why in general words; the details (the database's
-	// address, its error) go to the log, once each time they change, and
-	// never to whoever can reach the port.
-	ok, err := s.store.Migrated(ctx)
-	switch {
-	case err != nil:
-		s.noteNotReady("database unreachable", err)
-		return c.JSON(http.StatusServiceUnavailable, Readiness{Error: "database unreachable"})
-	case !ok:
-		s.noteNotReady("migrations pending", nil)
-		return c.JSON(http.StatusServiceUnavailable, Readiness{Error: "migrations pending"})
-	}
-	s.noteNotReady("", nil)
-	return c.JSON(http.StatusOK, Readiness{Ready: true, Mode: s.Mode()})
-}
-
-// noteNotReady logs why the server is not ready when that changes.
-func (s *Server) noteNotReady(why string, err error) {
-	detail := why
-	if err != nil {
-		detail += ": " + err.Error()
-	}
-	if prev, _ := s.notReady.Swap(detail).(string); prev == detail {
-		return
-	}
-	switch {
-	case why == "":
-		s.log.Info("ready")
-	case !s.prepared.Load():
-		// Not ready while starting is the normal course: the migrations
-		// are being applied, or the database is being waited for (Prepare
-		// logs that).
-		s.log.Info("not ready yet: starting", "reason", why)
-	case err != nil:
-		s.log.Warn("not ready", "reason", why, "err", err)
-	default:
-		s.log.Warn("not ready", "reason", why)
-	}
 }
 
 // handleError writes every error as an [api.Error] JSON body.

@@ -38,6 +38,8 @@ func IsUnavailable(err error) bool {
 			return true
 		case pe.Code == "40001", pe.Code == "40P01": // serialization failure, deadlock: retrying succeeds
 			return true
+		case pe.Code == "25006": // read_only_sql_transaction: see IsReadOnly
+			return true
 		}
 		return false
 	}
@@ -57,6 +59,17 @@ func IsUnavailable(err error) bool {
 	// pgx reports a connection that died under a statement this way.
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
+}
+
+// IsReadOnly reports whether err is a write refused because the database
+// is a hot standby (SQLSTATE 25006). IsUnavailable counts it too: during
+// a failover the address of the primary may lead to a standby for a
+// while, and the same write succeeds once it leads to the new primary. A
+// server configured with a standby as its primary stops at start instead
+// (see ErrStandby).
+func IsReadOnly(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "25006"
 }
 
 // IsDataError reports whether err is the database refusing a value of the

@@ -135,6 +135,15 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
 	defer conn.Release()
+	// A standby refuses every write: say so rather than fail on the first
+	// CREATE with "cannot execute … in a read-only transaction".
+	var standby bool
+	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
+		return nil, fmt.Errorf("migrate: ask whether the database is a standby: %w", err)
+	}
+	if standby {
+		return nil, fmt.Errorf("migrate: %w", ErrStandby)
+	}
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationLock)); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)
 	}

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/store"
 )
 
 // ServeCommand runs the HTTP API.
@@ -26,8 +30,16 @@ job routes that start processes still need a submit or agent token.
 Clients send "Authorization: Bearer <token>".
 
 Endpoints: /api/v1/... (ingest and query; see /api/v1/openapi.json),
-/healthz (process up), /readyz (database reachable and migrated),
-/metrics (Prometheus text format).
+/healthz (process up), /readyz (database reachable and migrated; with
+--read-database-url the read database too), /metrics (Prometheus text
+format).
+
+Scale-out: ingest servers (--role ingest) write to the primary; query
+servers (--role query) may read from a hot standby with
+--read-database-url while --database-url names the primary, where they
+refresh rollups and run the background jobs. Answers about a running run
+then carry replica_lag_s. A --database-url that leads to a standby is an
+error at start (see docs/scale-out.md).
 
 At start the server applies pending migrations, retrying for as long as the
 database server is unreachable (it stays up, answers /readyz 503, logs the
@@ -55,6 +67,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"how often the detectors look at running runs for alerts (see docs/alerts.md); off turns them off")
 	jobTimeout := f.String("job-heartbeat-timeout", "DEEPSEED_JOB_HEARTBEAT_TIMEOUT", def.JobHeartbeatTimeout.String(),
 		"silence of an agent after which its running jobs are marked lost, and retried when they have retries left (see docs/jobs.md)")
+	readURL := f.String("read-database-url", "DEEPSEED_READ_DATABASE_URL", "",
+		"PostgreSQL URL the query routes read from, typically a hot standby of --database-url (which then takes every write: ingest, jobs, rollup refreshes, alerts, retention); needs --database-url and a role of query or all; see docs/scale-out.md")
 	db := addDBFlags(f)
 	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
 	if err := f.parse(args); err != nil {
@@ -95,6 +109,20 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if cfg.ShutdownTimeout, err = server.ParseDuration(*shutdown); err != nil {
 		errs = append(errs, &server.FieldError{Field: "shutdown-timeout", Value: *shutdown, Msg: err.Error()})
 	}
+	readDB := strings.TrimSpace(*readURL)
+	switch {
+	case readDB == "":
+	case dbc.databaseURL == "":
+		// A private PostgreSQL has no standby to read from.
+		errs = append(errs, &server.FieldError{Field: "read-database-url", Value: "…", Msg: "needs --database-url, the primary it is a standby of"})
+	case cfg.Role == server.RoleIngest:
+		errs = append(errs, &server.FieldError{Field: "read-database-url", Value: "…", Msg: "only query routes read from it: use it with --role query or all"})
+	default:
+		if _, err := pgx.ParseConfig(readDB); err != nil {
+			// The URL may hold a password: name the field, not the value.
+			errs = append(errs, &server.FieldError{Field: "read-database-url", Value: "…", Msg: "not a valid PostgreSQL URL or DSN"})
+		}
+	}
 	errs = append(errs, unreportedFieldErrors(cfg.Validate(), errs)...)
 	if len(errs) > 0 {
 		return configError("serve", errs)
@@ -111,7 +139,15 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeDB()
-	return server.New(cfg, st, log).ListenAndServe(ctx)
+	read := st
+	if readDB != "" {
+		if read, err = store.Open(ctx, readDB, log.With("component", "store", "database", "read")); err != nil {
+			return fmt.Errorf("open read database: %w", err)
+		}
+		defer read.Close()
+		log.Info("query routes read from the read database; writes and background jobs go to the primary")
+	}
+	return server.NewReading(cfg, st, read, log).ListenAndServe(ctx)
 }
 
 // unreportedFieldErrors returns the field errors of err (a joined error)

@@ -1411,11 +1411,29 @@ type RanksResponseBasis string
 // RanksResponseLatenessFrom what lateness came from: arrival times, waits in the collective, or nothing recorded (the straggler flag then falls back to step times)
 type RanksResponseLatenessFrom string
 
+// ReadDatabase defines model for ReadDatabase.
+type ReadDatabase struct {
+	Error *string `json:"error,omitempty"`
+	Ready bool    `json:"ready"`
+
+	// ReplicaLagS on a standby: how many seconds its data is behind the primary's; 0 when it has replayed all it received
+	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
+
+	// Standby true when it is a hot standby (PostgreSQL in recovery)
+	Standby bool `json:"standby"`
+}
+
 // Readiness defines model for Readiness.
 type Readiness struct {
 	Error *string        `json:"error,omitempty"`
 	Mode  *ReadinessMode `json:"mode,omitempty"`
-	Ready bool           `json:"ready"`
+
+	// PrimaryError On a query server given --read-database-url, ready because its read database answers: what is wrong with the primary. Reads go on; rollups are not refreshed and the alert detectors and job routes wait for the primary.
+	PrimaryError *string `json:"primary_error,omitempty"`
+
+	// ReadDatabase On a server given --read-database-url: the database the query routes read from.
+	ReadDatabase *ReadDatabase `json:"read_database,omitempty"`
+	Ready        bool          `json:"ready"`
 }
 
 // ReadinessMode defines model for Readiness.Mode.
@@ -1564,11 +1582,14 @@ type RunDetail struct {
 	Precision      *string     `json:"precision,omitempty"`
 	Project        *string     `json:"project,omitempty"`
 	Ranks          *[]int      `json:"ranks,omitempty"`
-	RunId          *string     `json:"run_id,omitempty"`
-	SkippedSteps   *int64      `json:"skipped_steps,omitempty"`
-	StartedAt      *time.Time  `json:"started_at,omitempty"`
-	Status         *string     `json:"status,omitempty"`
-	Steps          *int64      `json:"steps,omitempty"`
+
+	// ReplicaLagS For a running run read from a hot standby (a query server given --read-database-url): how many seconds the standby's data is behind the primary's, the same figure as the X-DeepSeed-Replica-Lag header. Absent elsewhere. See docs/scale-out.md.
+	ReplicaLagS  *Float     `json:"replica_lag_s,omitempty"`
+	RunId        *string    `json:"run_id,omitempty"`
+	SkippedSteps *int64     `json:"skipped_steps,omitempty"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	Status       *string    `json:"status,omitempty"`
+	Steps        *int64     `json:"steps,omitempty"`
 
 	// Summary any JSON value, as sent
 	Summary interface{} `json:"summary,omitempty"`
@@ -1703,9 +1724,12 @@ type SeriesResponse struct {
 	Notice *string `json:"notice,omitempty"`
 
 	// Ranks with a spread: the number of ranks of the run
-	Ranks  *int      `json:"ranks,omitempty"`
-	RunId  *string   `json:"run_id,omitempty"`
-	Series *[]Series `json:"series,omitempty"`
+	Ranks *int `json:"ranks,omitempty"`
+
+	// ReplicaLagS For a running run read from a hot standby (a query server given --read-database-url): how many seconds the standby's data is behind the primary's, the same figure as the X-DeepSeed-Replica-Lag header. Absent elsewhere. See docs/scale-out.md.
+	ReplicaLagS *Float    `json:"replica_lag_s,omitempty"`
+	RunId       *string   `json:"run_id,omitempty"`
+	Series      *[]Series `json:"series,omitempty"`
 
 	// Spread with rank=all on a run of more than 16 ranks: each metric's distribution over the ranks (series then holds only the top ranks and those named)
 	Spread *[]SeriesSpread `json:"spread,omitempty"`
@@ -3535,6 +3559,8 @@ type ClientInterface interface {
 
 	// GetReadiness Readiness: the database answers and every migration is applied
 	//
+	// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
+	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
@@ -4183,6 +4209,8 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 }
 
 // GetReadiness Readiness: the database answers and every migration is applied
+//
+// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6475,6 +6503,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadinessWithResponse Readiness: the database answers and every migration is applied
 	//
+	// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
@@ -7806,6 +7836,11 @@ func (r ListRunsResponse) ContentType() string {
 	return ""
 }
 
+// GetRunResponse200Headers the declared response headers of an HTTP 200 response for GetRun
+type GetRunResponse200Headers struct {
+	XDeepSeedReplicaLag *float32
+}
+
 type GetRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7819,6 +7854,8 @@ type GetRunResponse struct {
 	JSON404 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Error
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRunResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8282,6 +8319,11 @@ func (r GetRunRanksResponse) ContentType() string {
 	return ""
 }
 
+// GetRunSeriesResponse200Headers the declared response headers of an HTTP 200 response for GetRunSeries
+type GetRunSeriesResponse200Headers struct {
+	XDeepSeedReplicaLag *float32
+}
+
 type GetRunSeriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8295,6 +8337,8 @@ type GetRunSeriesResponse struct {
 	JSON404 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Error
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRunSeriesResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9164,6 +9208,8 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 }
 
 // GetReadinessWithResponse Readiness: the database answers and every migration is applied
+//
+// A server given --read-database-url also reports its read database (ready, standby, replica lag). It answers 200 when the databases its role answers from are reachable and migrated: the primary for ingest and for both roles; for a query server, the read database (a primary that is away is then reported in primary_error).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10279,6 +10325,19 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 
 	}
 
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRunResponse200Headers
+		if values := rsp.Header.Values("X-DeepSeed-Replica-Lag"); len(values) > 0 {
+			var value float32
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-DeepSeed-Replica-Lag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "number", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XDeepSeedReplicaLag = &value
+		}
+		response.Headers200 = &headers
+	}
+
 	return response, nil
 }
 
@@ -10648,6 +10707,19 @@ func ParseGetRunSeriesResponse(rsp *http.Response) (*GetRunSeriesResponse, error
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRunSeriesResponse200Headers
+		if values := rsp.Header.Values("X-DeepSeed-Replica-Lag"); len(values) > 0 {
+			var value float32
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-DeepSeed-Replica-Lag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "number", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XDeepSeedReplicaLag = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil

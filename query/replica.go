@@ -1,0 +1,96 @@
+package query
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
+)
+
+// ReplicaLagHeader carries, on the answers that give replica_lag_s, the
+// same figure in seconds, for clients that read headers only.
+const ReplicaLagHeader = "X-DeepSeed-Replica-Lag"
+
+// defaultReplayWait bounds how long a read on a standby waits for the
+// standby to replay the rollups it just had refreshed on the primary.
+const defaultReplayWait = 2 * time.Second
+
+// backOff is how long reads stop waiting for a standby that did not
+// replay a refresh within ReplayWait, and stop trying a primary that was
+// unavailable.
+const backOff = 10 * time.Second
+
+// reading reports whether the handler reads from a database other than
+// the one it writes to: a hot standby of it (docs/scale-out.md).
+func (h *Handler) reading() bool { return h.opt.Primary != nil && h.opt.Primary != h.store }
+
+// refreshRollups brings the rollups of runID up to date before a read
+// that uses them. On a server that reads from a standby the refresh runs
+// on the primary, and the read then waits, up to ReplayWait, for the
+// standby to replay it; past that it reads what the standby has, which
+// is as far behind as the replica lag says, and for backOff reads do not
+// wait at all. A primary that cannot be reached leaves the rollups as the
+// standby has them, and for backOff reads do not try it: reads go on
+// while the primary is away.
+func (h *Handler) refreshRollups(ctx context.Context, runID string) error {
+	if !h.reading() {
+		_, err := h.store.RefreshRollups(ctx, runID)
+		return err
+	}
+	now := time.Now().UnixNano()
+	if now < h.primaryAwayUntil.Load() {
+		return nil
+	}
+	n, err := h.opt.Primary.RefreshRollups(ctx, runID)
+	switch {
+	case err != nil && store.IsUnavailable(err) && ctx.Err() == nil:
+		h.primaryAwayUntil.Store(time.Now().Add(backOff).UnixNano())
+		h.log.Warn("rollups not refreshed: the primary is unavailable; reading the standby's rollups as they are, without trying the primary again for a while",
+			"run_id", runID, "retry_in", backOff.String(), "err", err)
+		return nil
+	case err != nil:
+		return err
+	case n == 0 || now < h.behindUntil.Load():
+		return nil
+	}
+	lsn, err := h.opt.Primary.WALPosition(ctx)
+	if err != nil {
+		h.log.Warn("rollups refreshed on the primary, but its WAL position is unknown; reading the standby as it is", "run_id", runID, "err", err)
+		return nil
+	}
+	caught, err := h.store.WaitReplayed(ctx, lsn, h.opt.ReplayWait)
+	if err != nil {
+		return err
+	}
+	if !caught {
+		// A standby this far behind (paused, or replaying a backlog) is
+		// not waited for again for a while: a list of runs refreshes each
+		// of them, and the answers say how far behind it is.
+		h.behindUntil.Store(time.Now().Add(backOff).UnixNano())
+	}
+	return nil
+}
+
+// replicaLag returns, for a running run read from a standby, how far the
+// standby is behind its primary, and sets ReplicaLagHeader; nil elsewhere.
+// The figure matters while a run runs: its newest steps may not be on
+// the standby yet. A finished run's data no longer changes.
+func (h *Handler) replicaLag(ctx context.Context, c echo.Context, r *store.RunRow) (*api.Float, error) {
+	if !h.reading() || r.Status != api.StatusRunning {
+		return nil, nil
+	}
+	rep, err := h.store.Replication(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !rep.Standby {
+		return nil, nil
+	}
+	s := rep.Lag.Seconds()
+	c.Response().Header().Set(ReplicaLagHeader, strconv.FormatFloat(s, 'f', 3, 64))
+	return fv(s), nil
+}
