@@ -169,7 +169,7 @@ func (h *Handler) compareRow(ctx context.Context, r *store.RunRow) (*api.Compare
 		if err != nil {
 			return nil, err
 		}
-		agg, err := h.store.SteadyByRank(ctx, r.RunID, from, -1)
+		agg, err := h.steadyRanks(ctx, r.RunID, from)
 		if err != nil {
 			return nil, err
 		}

@@ -206,3 +206,29 @@ func hostStats(ranks []api.RankStat) []api.HostStat {
 	})
 	return out
 }
+
+// steadyRanks returns every rank's steady-state aggregates from step from
+// on: row by row for a small run, from the rollups for a large one (then
+// from the block holding from, and medians are means; see
+// store.RankRollup).
+func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64) ([]store.SteadyRank, error) {
+	if err := h.refreshRollups(ctx, runID); err != nil {
+		return nil, err
+	}
+	n, err := h.store.StepRows(ctx, runID, from)
+	if err != nil {
+		return nil, err
+	}
+	if n <= store.ExactRankRows {
+		return h.store.SteadyByRank(ctx, runID, from, -1)
+	}
+	rr, err := h.store.RankRollups(ctx, runID, from, -1)
+	if err != nil {
+		return nil, err
+	}
+	agg := make([]store.SteadyRank, len(rr))
+	for i, x := range rr {
+		agg[i] = x.SteadyRank
+	}
+	return agg, nil
+}

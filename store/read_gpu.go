@@ -23,14 +23,65 @@ type GPUSampleStats struct {
 // [from, to] (zero times: unbounded).
 func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.Time) (*GPUSampleStats, error) {
 	var g GPUSampleStats
-	err := s.Pool.QueryRow(ctx, `SELECT max(mem_used_bytes), avg(mem_used_bytes), avg(util_pct), max(mem_total_bytes),
-		count(mem_used_bytes), count(util_pct)
-		FROM gpu_samples WHERE run_id = $1 AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time <= $3)`,
-		runID, nullTime(from), nullTime(to)).Scan(&g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes, &g.Samples, &g.UtilSamples)
+	// The minutes wholly inside the window from their sums (gpu_minutes),
+	// the parts of minutes at its edges from the samples.
+	w := minuteSplit(from, to)
+	err := s.Pool.QueryRow(ctx, `
+		WITH p AS (
+			SELECT max(mem_max) AS mx, sum(mem_sum) AS ms, sum(mem_n) AS mn, sum(util_sum) AS us, sum(util_n) AS un, max(total_max) AS tm
+			FROM gpu_minutes WHERE run_id = $1 AND $2::timestamptz IS NOT NULL AND minute >= $2 AND minute < $3
+			UNION ALL
+			SELECT max(mem_used_bytes), sum(mem_used_bytes), count(mem_used_bytes), sum(util_pct), count(util_pct), max(mem_total_bytes)
+			FROM gpu_samples WHERE run_id = $1 AND run_id <> '' AND (
+			     ($4::timestamptz IS NOT NULL AND time >= $4 AND time < $5)
+			  OR ($6::timestamptz IS NOT NULL AND time >= $6 AND time <= $7))
+		)
+		SELECT max(mx), sum(ms) / nullif(sum(mn), 0), sum(us) / nullif(sum(un), 0), max(tm),
+		       coalesce(sum(mn), 0)::bigint, coalesce(sum(un), 0)::bigint FROM p`,
+		runID, w.minLo, w.minHi, w.rawLo1, w.rawHi1, w.rawLo2, w.rawHi2).
+		Scan(&g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes, &g.Samples, &g.UtilSamples)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu samples of %s: %w", runID, err)
 	}
 	return &g, nil
+}
+
+// minuteWindow splits a time window into the whole minutes [minLo, minHi)
+// that per-minute sums serve and at most two ranges of samples at its
+// edges: [rawLo1, rawHi1) and [rawLo2, rawHi2]. A nil bound of a minute
+// range means none; a zero from or to is unbounded.
+type minuteWindow struct {
+	minLo, minHi   *time.Time
+	rawLo1, rawHi1 *time.Time
+	rawLo2, rawHi2 *time.Time
+}
+
+var (
+	timeMin = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	timeMax = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func minuteSplit(from, to time.Time) minuteWindow {
+	if from.IsZero() {
+		from = timeMin
+	}
+	if to.IsZero() {
+		to = timeMax
+	}
+	lo := from.Truncate(time.Minute)
+	if lo.Before(from) {
+		lo = lo.Add(time.Minute)
+	}
+	hi := to.Truncate(time.Minute)
+	if !lo.Before(hi) {
+		// No whole minute: every sample of the window is read.
+		return minuteWindow{rawLo2: &from, rawHi2: &to}
+	}
+	w := minuteWindow{minLo: &lo, minHi: &hi, rawLo2: &hi, rawHi2: &to}
+	if from.Before(lo) {
+		w.rawLo1, w.rawHi1 = &from, &lo
+	}
+	return w
 }
 
 // RunHosts returns the hosts a run's processes ran on, sorted: those of
@@ -39,7 +90,13 @@ func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.
 // the time range bounds the scan).
 func (s *Store) RunHosts(ctx context.Context, runID string, from, to time.Time) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `
-		SELECT host FROM gpu_samples WHERE run_id = $1
+		WITH RECURSIVE g AS (
+			(SELECT host FROM gpu_minutes WHERE run_id = $1 ORDER BY host LIMIT 1)
+			UNION ALL
+			SELECT (SELECT m.host FROM gpu_minutes m WHERE m.run_id = $1 AND m.host > g.host ORDER BY m.host LIMIT 1)
+			FROM g WHERE g.host IS NOT NULL
+		)
+		SELECT host FROM g WHERE host IS NOT NULL
 		UNION
 		SELECT h.host FROM host_samples h
 		WHERE h.time >= $2 AND h.time <= $3 AND jsonb_typeof(h.processes) = 'array'
@@ -64,17 +121,25 @@ type HostCPUStats struct {
 }
 
 // HostCPU averages the CPU utilisation of the host samples of hosts in
-// [from, to]: each host's samples are averaged, then the hosts.
+// [from, to] (whole minutes from host_minutes, the edges from the
+// samples): each host's samples are averaged, then the hosts.
 func (s *Store) HostCPU(ctx context.Context, hosts []string, from, to time.Time) (*HostCPUStats, error) {
 	var h HostCPUStats
 	if len(hosts) == 0 {
 		return &h, nil
 	}
+	w := minuteSplit(from, to)
 	err := s.Pool.QueryRow(ctx, `
 		SELECT avg(c), coalesce(sum(n), 0)::bigint FROM (
-			SELECT avg(cpu_util_pct) AS c, count(cpu_util_pct) AS n FROM host_samples
-			WHERE host = ANY($1) AND time >= $2 AND time <= $3 AND cpu_util_pct IS NOT NULL
-			GROUP BY host) x`, hosts, from, to).Scan(&h.MeanPct, &h.Samples)
+			SELECT sum(cs) / sum(cn) AS c, sum(cn) AS n FROM (
+				SELECT host, cpu_sum AS cs, cpu_n AS cn FROM host_minutes
+				WHERE host = ANY($1) AND $2::timestamptz IS NOT NULL AND minute >= $2 AND minute < $3 AND cpu_n > 0
+				UNION ALL
+				SELECT host, cpu_util_pct, 1 FROM host_samples
+				WHERE host = ANY($1) AND cpu_util_pct IS NOT NULL AND (
+				     ($4::timestamptz IS NOT NULL AND time >= $4 AND time < $5)
+				  OR ($6::timestamptz IS NOT NULL AND time >= $6 AND time <= $7))
+			) u GROUP BY host) x`, hosts, w.minLo, w.minHi, w.rawLo1, w.rawHi1, w.rawLo2, w.rawHi2).Scan(&h.MeanPct, &h.Samples)
 	if err != nil {
 		return nil, fmt.Errorf("store: host cpu of %v: %w", hosts, err)
 	}

@@ -60,9 +60,36 @@ const (
 
 	// Samples from several collectors may overlap: inserting in key order
 	// keeps two batches from waiting on each other's rows crosswise.
-	mergeGPU = `INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING`
+	// The samples written (not those already stored) are added to their
+	// minute's sums in the same statement; each collector adds to its own
+	// host's rows, so concurrent batches of one run do not queue on them.
+	mergeGPU = `WITH ins AS (
+		INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING
+		RETURNING run_id, host, time, util_pct, mem_used_bytes, mem_total_bytes
+	), m AS (
+		INSERT INTO gpu_minutes AS m (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, total_max)
+		SELECT run_id, host, date_trunc('minute', time), count(*), count(mem_used_bytes), sum(mem_used_bytes), max(mem_used_bytes),
+		       count(util_pct), sum(util_pct), max(mem_total_bytes)
+		FROM ins WHERE run_id <> '' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+		ON CONFLICT (run_id, host, minute) DO UPDATE SET samples = m.samples + EXCLUDED.samples,
+			mem_n = m.mem_n + EXCLUDED.mem_n, mem_sum = coalesce(m.mem_sum + EXCLUDED.mem_sum, m.mem_sum, EXCLUDED.mem_sum),
+			mem_max = greatest(m.mem_max, EXCLUDED.mem_max), util_n = m.util_n + EXCLUDED.util_n,
+			util_sum = coalesce(m.util_sum + EXCLUDED.util_sum, m.util_sum, EXCLUDED.util_sum),
+			total_max = greatest(m.total_max, EXCLUDED.total_max)
+	)
+	SELECT count(*) FROM ins`
 
-	mergeHost = `INSERT INTO host_samples SELECT * FROM tmp_host_samples ORDER BY host, time ON CONFLICT DO NOTHING`
+	mergeHost = `WITH ins AS (
+		INSERT INTO host_samples SELECT * FROM tmp_host_samples ORDER BY host, time ON CONFLICT DO NOTHING
+		RETURNING host, time, cpu_util_pct
+	), m AS (
+		INSERT INTO host_minutes AS m (host, minute, cpu_n, cpu_sum)
+		SELECT host, date_trunc('minute', time), count(cpu_util_pct), sum(cpu_util_pct)
+		FROM ins GROUP BY 1, 2 ORDER BY 1, 2
+		ON CONFLICT (host, minute) DO UPDATE SET cpu_n = m.cpu_n + EXCLUDED.cpu_n,
+			cpu_sum = coalesce(m.cpu_sum + EXCLUDED.cpu_sum, m.cpu_sum, EXCLUDED.cpu_sum)
+	)
+	SELECT count(*) FROM ins`
 
 	// A resent breakdown without a time gets a new one; it only counts as
 	// an update when its numbers differ.
@@ -114,9 +141,9 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 		case api.KindEval:
 			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeEvals, count: true})
 		case api.KindGPU:
-			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeGPU})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeGPU, count: true})
 		case api.KindHost:
-			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeHost})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeHost, count: true})
 		case api.KindMemory:
 			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeMemory})
 		case api.KindEvent:

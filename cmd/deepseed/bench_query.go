@@ -199,7 +199,7 @@ func benchQueries(r fleetRun, ids []string) []benchQueryCase {
 		{"evals", "/runs/" + id + "/evals"},
 		{"memory", "/runs/" + id + "/memory"},
 		{"compare 5 runs", "/compare?" + strings.Join(cmp, "&")},
-		{"gpus of the run", "/gpus?run_id=" + q + "&max_points=1000"},
+		{"gpus of a node", "/gpus?run_id=" + q + "&host=" + url.QueryEscape(r.host(0)) + "&max_points=1000"},
 		{"annotations", "/annotations?run_id=" + q},
 		{"alerts", "/alerts?run_id=" + q},
 	}
