@@ -38,7 +38,7 @@ func (h *Handler) breakdown(ctx context.Context, c echo.Context) (any, error) {
 		return nil, err
 	}
 	out := api.Breakdown{RunID: r.RunID, Rank: rank, FromStep: from, ToStep: from, Parts: []api.BreakdownPart{}}
-	agg, err := h.store.SteadyByRank(ctx, r.RunID, from, rank)
+	agg, err := h.steadyRanks(ctx, r.RunID, from, rank)
 	if err != nil {
 		return nil, err
 	}

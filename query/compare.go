@@ -169,7 +169,7 @@ func (h *Handler) compareRow(ctx context.Context, r *store.RunRow) (*api.Compare
 		if err != nil {
 			return nil, err
 		}
-		agg, err := h.steadyRanks(ctx, r.RunID, from)
+		agg, err := h.steadyRanks(ctx, r.RunID, from, -1)
 		if err != nil {
 			return nil, err
 		}

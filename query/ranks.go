@@ -109,7 +109,7 @@ func (h *Handler) rankFigures(ctx context.Context, runID string, from int64, out
 	if err := h.refreshRollups(ctx, runID); err != nil {
 		return nil, nil, "", err
 	}
-	n, err := h.store.StepRows(ctx, runID, from)
+	n, err := h.store.StepRows(ctx, runID, from, -1)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -207,22 +207,22 @@ func hostStats(ranks []api.RankStat) []api.HostStat {
 	return out
 }
 
-// steadyRanks returns every rank's steady-state aggregates from step from
-// on: row by row for a small run, from the rollups for a large one (then
-// from the block holding from, and medians are means; see
-// store.RankRollup).
-func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64) ([]store.SteadyRank, error) {
+// steadyRanks returns the steady-state aggregates of every rank (rank <
+// 0) or of one, from step from on: row by row for a small run, from the
+// rollups for a large one (then from the block holding from, and medians
+// are means; see store.RankRollup).
+func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64, rank int) ([]store.SteadyRank, error) {
 	if err := h.refreshRollups(ctx, runID); err != nil {
 		return nil, err
 	}
-	n, err := h.store.StepRows(ctx, runID, from)
+	n, err := h.store.StepRows(ctx, runID, from, rank)
 	if err != nil {
 		return nil, err
 	}
 	if n <= store.ExactRankRows {
-		return h.store.SteadyByRank(ctx, runID, from, -1)
+		return h.store.SteadyByRank(ctx, runID, from, rank)
 	}
-	rr, err := h.store.RankRollups(ctx, runID, from, -1)
+	rr, err := h.store.RankRollups(ctx, runID, from, rank)
 	if err != nil {
 		return nil, err
 	}

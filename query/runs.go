@@ -181,7 +181,7 @@ func (h *Handler) estimateFinish(ctx context.Context, r *store.RunRow, s *api.Ru
 		if err != nil {
 			return err
 		}
-		agg, err := h.store.SteadyByRank(ctx, r.RunID, from, ranks[0])
+		agg, err := h.steadyRanks(ctx, r.RunID, from, ranks[0])
 		if err != nil {
 			return err
 		}

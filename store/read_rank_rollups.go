@@ -235,14 +235,15 @@ func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error
 	return src, nil
 }
 
-// StepRows estimates the raw step rows of a run from step >= from on, from
-// its whole-run rollups (0 before they exist): how much a raw read would
-// cost.
-func (s *Store) StepRows(ctx context.Context, runID string, from int64) (int64, error) {
+// StepRows estimates the raw step rows of a run (of one rank when rank >=
+// 0) from step >= from on, from its whole-run rollups (0 before they
+// exist): how much a raw read would cost.
+func (s *Store) StepRows(ctx context.Context, runID string, from int64, rank int) (int64, error) {
 	var n int64
 	err := s.Pool.QueryRow(ctx, `
 		SELECT coalesce(sum(count * greatest(0, least(1, (max - $2 + 1) / greatest(max - min + 1, 1)))), 0)::bigint
-		FROM metric_rollups WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = 'step'`, runID, from).Scan(&n)
+		FROM metric_rollups WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = 'step' AND ($3 < 0 OR rank = $3)`,
+		runID, from, rank).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: step rows of %s: %w", runID, err)
 	}
