@@ -24,6 +24,9 @@ const defaultReplayWait = 2 * time.Second
 // unavailable.
 const backOff = 10 * time.Second
 
+// readRefreshBlocks bounds the rollup markers one read refreshes itself.
+const readRefreshBlocks = 1000
+
 // reading reports whether the handler reads from a database other than
 // the one it writes to: a hot standby of it (docs/scale-out.md).
 func (h *Handler) reading() bool { return h.opt.Primary != nil && h.opt.Primary != h.store }
@@ -36,16 +39,22 @@ func (h *Handler) reading() bool { return h.opt.Primary != nil && h.opt.Primary 
 // wait at all. A primary that cannot be reached leaves the rollups as the
 // standby has them, and for backOff reads do not try it: reads go on
 // while the primary is away.
+//
+// A read refreshes at most readRefreshBlocks markers (whole chunks): a
+// backlog larger than that (a bulk import, ingest outrunning the
+// background refresher) is left to the background refresher, and the
+// read answers from the rollups as they are rather than wait for all of
+// it.
 func (h *Handler) refreshRollups(ctx context.Context, runID string) error {
 	if !h.reading() {
-		_, err := h.store.RefreshRollups(ctx, runID)
+		_, _, err := h.store.RefreshRollupsUpTo(ctx, runID, readRefreshBlocks)
 		return err
 	}
 	now := time.Now().UnixNano()
 	if now < h.primaryAwayUntil.Load() {
 		return nil
 	}
-	n, err := h.opt.Primary.RefreshRollups(ctx, runID)
+	n, _, err := h.opt.Primary.RefreshRollupsUpTo(ctx, runID, readRefreshBlocks)
 	switch {
 	case err != nil && store.IsUnavailable(err) && ctx.Err() == nil:
 		h.primaryAwayUntil.Store(time.Now().Add(backOff).UnixNano())
