@@ -15,7 +15,7 @@ import (
 // overall median; leading outliers after that point are skipped too.
 const (
 	steadyTol    = 0.15
-	steadyMaxRaw = 20000 // longer runs are judged on their width-100 rollups
+	steadyMaxRaw = 2000 // longer runs are judged on their width-100 rollups
 )
 
 // steadyStart returns the first step of the steady state of pts (step

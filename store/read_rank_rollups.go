@@ -22,7 +22,7 @@ import (
 
 // ExactRankRows is how many raw step rows (ranks × steps) the per-rank
 // views read row by row; larger runs are read from rollups.
-const ExactRankRows = 20000
+const ExactRankRows = 5000
 
 // rankRollupMetrics are the metrics RankRollups reads.
 var rankRollupMetrics = []string{"step", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms",

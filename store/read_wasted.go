@@ -147,7 +147,7 @@ func (s *Store) stepRanks(ctx context.Context, runID string) ([]int, error) {
 
 // medianRawSteps is how many steps of one rank medianStepMS reads row by
 // row; longer runs use the median of their blocks' means.
-const medianRawSteps = 20000
+const medianRawSteps = 2000
 
 // medianStepMS is the median positive step time of one rank, 0 when none.
 func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float64, error) {

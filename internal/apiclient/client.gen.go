@@ -1384,7 +1384,7 @@ type RankStat struct {
 
 // RanksResponse defines model for RanksResponse.
 type RanksResponse struct {
-	// Basis steps: every raw row, medians as named. rollups: a run past 20,000 rank-steps is read from its rollups, so the work is a few rows a rank whatever its length (docs/scale.md): per-rank figures are means over whole blocks of 100 steps from from_step, median_step_ms is the mean step time, lateness_ms, busy_ms and sync_wait_ms are means, p95_step_ms is NaN and clock_offset_ms null
+	// Basis steps: every raw row, medians as named. rollups: a run past 5,000 rank-steps is read from its rollups, so the work is a few rows a rank whatever its length (docs/scale.md): per-rank figures are means over whole blocks of 100 steps from from_step, median_step_ms is the mean step time, lateness_ms, busy_ms and sync_wait_ms are means, p95_step_ms is NaN and clock_offset_ms null
 	Basis *RanksResponseBasis `json:"basis,omitempty"`
 
 	// FromStep first step summarised: the steady state's or from_step (with basis rollups, rounded down to a multiple of 100)
@@ -1405,7 +1405,7 @@ type RanksResponse struct {
 	StragglerPct *Float `json:"straggler_pct,omitempty"`
 }
 
-// RanksResponseBasis steps: every raw row, medians as named. rollups: a run past 20,000 rank-steps is read from its rollups, so the work is a few rows a rank whatever its length (docs/scale.md): per-rank figures are means over whole blocks of 100 steps from from_step, median_step_ms is the mean step time, lateness_ms, busy_ms and sync_wait_ms are means, p95_step_ms is NaN and clock_offset_ms null
+// RanksResponseBasis steps: every raw row, medians as named. rollups: a run past 5,000 rank-steps is read from its rollups, so the work is a few rows a rank whatever its length (docs/scale.md): per-rank figures are means over whole blocks of 100 steps from from_step, median_step_ms is the mean step time, lateness_ms, busy_ms and sync_wait_ms are means, p95_step_ms is NaN and clock_offset_ms null
 type RanksResponseBasis string
 
 // RanksResponseLatenessFrom what lateness came from: arrival times, waits in the collective, or nothing recorded (the straggler flag then falls back to step times)
