@@ -17,8 +17,14 @@ type plan struct {
 	Rollup   int64
 }
 
+// maxRawSpan is the most steps a series or heatmap reads row by row: a
+// longer span is read from rollups of at least 100 steps, so a chart's
+// work stays within about 10,000 rows whatever max_points asks.
+const maxRawSpan = 10000
+
 // planBuckets picks the narrowest aligned bucket width that cuts
-// [from, to] into at most maxPoints buckets. From 100 steps per bucket on,
+// [from, to] into at most maxPoints buckets (and no narrower than 100
+// steps past maxRawSpan). From 100 steps per bucket on,
 // the width is a multiple of the widest rollup width that fits, so whole
 // rollup buckets compose each output bucket.
 func planBuckets(from, to int64, maxPoints int) plan {
@@ -34,6 +40,11 @@ func planBuckets(from, to int64, maxPoints int) plan {
 		if w >= rw {
 			r = rw
 		}
+	}
+	// A span too long to read row by row is cut into rollup buckets even
+	// when that leaves fewer than maxPoints of them.
+	if r == 0 && span > maxRawSpan {
+		r, w = store.RollupWidths[0], store.RollupWidths[0]
 	}
 	step := int64(1)
 	if r > 0 {
