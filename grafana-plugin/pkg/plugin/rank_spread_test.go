@@ -14,53 +14,8 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/experimental"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/fleettest"
 )
-
-// fleetRanksPerHost is how many ranks (one GPU each) share a node in
-// fleetRecords.
-const fleetRanksPerHost = 8
-
-// fleetHost is the node of a rank of fleetRecords.
-func fleetHost(run string, rank int) string {
-	return fmt.Sprintf("%s-node-%d", run, rank/fleetRanksPerHost)
-}
-
-// fleetRecords is a synchronous data-parallel run of ranks ranks and steps
-// steps, as the hook and the collectors would send it: every rank arrives
-// at the all-reduce at the end of backward after 140 ms and a jitter of
-// up to 4 ms, rank late 30 ms later (-1: none), and every rank leaves when
-// the last arrives. Each node's collector sends a GPU sample of each of
-// its ranks, which tells the server the ranks' hosts.
-func fleetRecords(run string, ranks, steps, late int) []map[string]any {
-	recs := []map[string]any{{"kind": "run", "run_id": run, "project": "fleet", "started_at": ts(0)}}
-	for step := range steps {
-		start := time.Duration(step) * 200 * time.Millisecond
-		arrive := make([]float64, ranks)
-		last := 0.0
-		for r := range arrive {
-			arrive[r] = 140 + float64((step*31+r*17)%100)/25
-			if r == late {
-				arrive[r] += 30
-			}
-			last = max(last, arrive[r])
-		}
-		for r := range ranks {
-			recs = append(recs, map[string]any{
-				"kind": "step", "run_id": run, "rank": r, "step": step, "time": ts(start + 180*time.Millisecond),
-				"step_ms": last + 25, "comm_ms": 5, "data_ms": 1.5,
-				"sync_ns": t0.Add(start).UnixNano() + int64(arrive[r]*1e6), "sync_wait_ms": last - arrive[r] + 0.2,
-			})
-		}
-	}
-	for r := range ranks {
-		recs = append(recs, map[string]any{
-			"kind": "gpu", "time": ts(time.Second), "host": fleetHost(run, r), "gpu": r % fleetRanksPerHost,
-			"uuid": fmt.Sprintf("GPU-%s-%d", run, r), "name": "H100", "run_id": run, "rank": r,
-			"util_pct": 95, "mem_used_bytes": 60e9, "mem_total_bytes": 80e9,
-		})
-	}
-	return recs
-}
 
 // A run of more than api.MaxRankSeries ranks reads on the Ranks dashboard
 // as a band (the ranks' distribution) and the lines of the top ranks, the
@@ -68,9 +23,10 @@ func fleetRecords(run string, ranks, steps, late int) []map[string]any {
 // A run of fewer ranks keeps one line per rank.
 func TestQueryDataRankSpread(t *testing.T) {
 	const straggler = 13
+	fleet := fleettest.Run{ID: "fleet-24", Ranks: 24, Steps: 300, Late: straggler, Start: t0}
 	base := startServer(t)
-	ingest(t, base, fleetRecords("fleet-24", 24, 300, straggler))
-	ingest(t, base, fleetRecords("fleet-8", 8, 300, 5))
+	ingest(t, base, fleet.Records())
+	ingest(t, base, fleettest.Run{ID: "fleet-8", Ranks: 8, Steps: 300, Late: 5, Start: t0}.Records())
 
 	tp := startPlugin(t)
 	req := &backend.QueryDataRequest{PluginContext: pluginContext("rank-spread", base, readToken)}
@@ -171,8 +127,8 @@ func TestQueryDataRankSpread(t *testing.T) {
 			t.Fatalf("hosts: %d frames, want one of 3 rows", len(fr))
 		}
 		h := fr[0]
-		if host := h.Fields[0].At(0).(string); host != fleetHost("fleet-24", straggler) {
-			t.Errorf("slowest host %q, want the straggler's %q", host, fleetHost("fleet-24", straggler))
+		if host := h.Fields[0].At(0).(string); host != fleet.Host(straggler) {
+			t.Errorf("slowest host %q, want the straggler's %q", host, fleet.Host(straggler))
 		}
 		if worst := *h.Fields[3].At(0).(*int64); worst != straggler {
 			t.Errorf("worst rank of the slowest host %d, want %d", worst, straggler)
