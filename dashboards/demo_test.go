@@ -373,7 +373,7 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 		opt, _ := o.Matcher.Options.(string)
 		switch o.Matcher.ID {
 		case "byName":
-			if !slices.Contains(names, opt) {
+			if !slices.Contains(names, opt) && !(bandFields(t, p)[opt] && !hasBand(t, p, frames)) {
 				t.Errorf("override byName %q: no such field in %v", opt, names)
 			}
 		case "byRegexp":
@@ -428,6 +428,18 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 					t.Errorf("convertFieldType of %q: no such field in %v", c.TargetField, names)
 				}
 			}
+		case "sortBy":
+			var o struct {
+				Sort []struct {
+					Field string `json:"field"`
+				} `json:"sort"`
+			}
+			_ = json.Unmarshal(tr.Options, &o)
+			for _, by := range o.Sort {
+				if !slices.Contains(names, by.Field) {
+					t.Errorf("sortBy %q: no such field in %v", by.Field, names)
+				}
+			}
 		case "organize":
 			var o map[string]map[string]any
 			_ = json.Unmarshal(tr.Options, &o)
@@ -440,6 +452,37 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 			}
 		}
 	}
+}
+
+// bandFields are the fields of the ranks' distribution a panel's rank=all
+// series queries get on a run of more than api.MaxRankSeries ranks.
+func bandFields(t *testing.T, p fullPanel) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, raw := range p.Targets {
+		var q dashboards.Query
+		if err := json.Unmarshal(raw, &q); err != nil {
+			t.Fatalf("target %s: %v", raw, err)
+		}
+		if q.QueryType != api.QuerySeries || q.Rank != "all" {
+			continue
+		}
+		for _, m := range q.Metrics {
+			for _, quantile := range api.SpreadQuantiles {
+				out[api.SpreadField(m, quantile)] = true
+			}
+		}
+	}
+	return out
+}
+
+// hasBand reports whether the frames hold a distribution over the ranks:
+// a run of up to api.MaxRankSeries ranks has none, and the band's
+// overrides then match nothing, as they should.
+func hasBand(t *testing.T, p fullPanel, frames data.Frames) bool {
+	t.Helper()
+	band := bandFields(t, p)
+	return slices.ContainsFunc(fieldNames(frames), func(n string) bool { return band[n] })
 }
 
 // checkStepFrames checks what a step chart or heatmap draws: x is the
