@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/dashboards"
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 	"github.com/deepseed/deepseed/internal/fleettest"
@@ -107,6 +109,37 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 	if bands != 7 {
 		t.Errorf("%d panels drew a band, want the 5 step charts with data and the 2 GPU charts", bands)
 	}
+}
+
+// bandFields are the fields of the ranks' distribution a panel's rank=all
+// series queries get on a run of more than api.MaxRankSeries ranks.
+func bandFields(t *testing.T, p fullPanel) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, raw := range p.Targets {
+		var q dashboards.Query
+		if err := json.Unmarshal(raw, &q); err != nil {
+			t.Fatalf("target %s: %v", raw, err)
+		}
+		if q.QueryType != api.QuerySeries || q.Rank != "all" {
+			continue
+		}
+		for _, m := range q.Metrics {
+			for _, quantile := range api.SpreadQuantiles {
+				out[api.SpreadField(m, quantile)] = true
+			}
+		}
+	}
+	return out
+}
+
+// hasBand reports whether the frames hold a distribution over the ranks:
+// a run of up to api.MaxRankSeries ranks has none, and the band's
+// overrides then match nothing, as they should.
+func hasBand(t *testing.T, p fullPanel, frames data.Frames) bool {
+	t.Helper()
+	band := bandFields(t, p)
+	return slices.ContainsFunc(fieldNames(frames), func(n string) bool { return band[n] })
 }
 
 // ingestRecords posts NDJSON records to the server.
