@@ -33,6 +33,9 @@ type PluginQuery struct {
 	GPU  string `json:"gpu,omitempty"`  // gpus: index or "" for all
 
 	StragglerPct float64 `json:"stragglerPct,omitempty"` // ranks
+	// Part picks what a ranks query answers: "" the per-rank table,
+	// PartHosts the ranks rolled up by host, the slowest host first.
+	Part string `json:"part,omitempty"`
 
 	// Format "numeric" answers run_summary, ranks and alerts as one
 	// numeric-wide frame (each figure a number field labelled run_id, and
@@ -73,6 +76,32 @@ const (
 	QueryQuotas      = "quotas"       // numeric-wide: GPU-hours used per project, its limit as max
 	QuerySweepTrials = "sweep_trials" // table: a sweep's trials, params as columns, best first
 )
+
+// Parts of a ranks query ([PluginQuery.Part]).
+const (
+	PartRanks = ""      // one row per rank
+	PartHosts = "hosts" // one row per host, the slowest first
+)
+
+// The quantiles of a series query's distribution frame: with rank=all on
+// a run of more than MaxRankSeries ranks, each metric comes back as one
+// frame whose fields are the metric's distribution over the ranks, named
+// SpreadField(metric, q) for each q of SpreadQuantiles.
+const (
+	SpreadMin    = "min"
+	SpreadP5     = "p5"
+	SpreadMedian = "median"
+	SpreadP95    = "p95"
+	SpreadMax    = "max"
+)
+
+// SpreadQuantiles lists the distribution's fields, lowest first.
+var SpreadQuantiles = []string{SpreadMin, SpreadP5, SpreadMedian, SpreadP95, SpreadMax}
+
+// SpreadField is the display name of one quantile of a metric's
+// distribution over the ranks ("lateness_ms p95 of ranks"), which panels
+// name in their overrides (a band filled from p5 to p95).
+func SpreadField(metric, quantile string) string { return metric + " " + quantile + " of ranks" }
 
 // AllValue is the value of a picker's "All" on the jobs dashboard: no
 // filter.

@@ -373,7 +373,7 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 		opt, _ := o.Matcher.Options.(string)
 		switch o.Matcher.ID {
 		case "byName":
-			if !slices.Contains(names, opt) {
+			if !slices.Contains(names, opt) && !(bandFields(t, p)[opt] && !hasBand(t, p, frames)) {
 				t.Errorf("override byName %q: no such field in %v", opt, names)
 			}
 		case "byRegexp":
@@ -426,6 +426,18 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 			for _, c := range o.Conversions {
 				if !slices.Contains(names, c.TargetField) {
 					t.Errorf("convertFieldType of %q: no such field in %v", c.TargetField, names)
+				}
+			}
+		case "sortBy":
+			var o struct {
+				Sort []struct {
+					Field string `json:"field"`
+				} `json:"sort"`
+			}
+			_ = json.Unmarshal(tr.Options, &o)
+			for _, by := range o.Sort {
+				if !slices.Contains(names, by.Field) {
+					t.Errorf("sortBy %q: no such field in %v", by.Field, names)
 				}
 			}
 		case "organize":

@@ -26,6 +26,9 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	y := uint32(0)
 	b = b.WithRow(row("Stragglers", y))
 	y++
+	b = b.WithPanel(topStragglers(gridPos(0, y, 12, 9)))
+	b = b.WithPanel(hostTable(gridPos(12, y, 12, 9)))
+	y += 9
 	b = b.WithPanel(rankTable(gridPos(0, y, 24, 9)))
 	y += 9
 	b = b.WithPanel(rankBars("Busy time per rank", "busy_ms", "Busy", "ms", gridPos(0, y, 8, 8)))
@@ -39,30 +42,30 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithRow(row("Per rank by step", y))
 	y++
 	b = b.WithPanel(stragglerScoreChart(gridPos(0, y, 12, 9)))
-	b = b.WithPanel(stepChart("Lateness per rank",
+	b = b.WithPanel(rankStepChart("Lateness per rank",
 		"How long after the first rank each rank reached the end of its backward, by step, host clocks corrected by the offsets in the Ranks table. A straggler's line sits above the others from the step it became slow; all lines near 0 means no rank keeps the others waiting.", "ms",
-		gridPos(12, y, 12, 9), stepQuery("all", "lateness_ms")).Min(0))
+		gridPos(12, y, 12, 9), "lateness_ms"))
 	y += 9
-	b = b.WithPanel(stepChart("Wait in the collective per rank",
-		"How long each rank waited at the end of backward for the others, by step: every rank but the straggler waits; the straggler's line sits at the bottom.", "ms",
-		gridPos(0, y, 12, 9), stepQuery("all", "sync_wait_ms")).Min(0))
-	b = b.WithPanel(stepChart("Step time per rank", "Step time of every rank by step. Under synchronous training every rank's step time is equal; lateness and waits name the straggler.", "ms",
-		gridPos(12, y, 12, 9), stepQuery("all", "step_ms")).Min(0))
+	b = b.WithPanel(rankStepChart("Wait in the collective per rank",
+		"How long each rank waited at the end of backward for the others, by step: every rank but the straggler waits; the straggler's line sits at the bottom (on a large run, at the bottom of the band: the lines drawn are the ranks that wait most).", "ms",
+		gridPos(0, y, 12, 9), "sync_wait_ms"))
+	b = b.WithPanel(rankStepChart("Step time per rank", "Step time of every rank by step. Under synchronous training every rank's step time is equal; lateness and waits name the straggler.", "ms",
+		gridPos(12, y, 12, 9), "step_ms"))
 	y += 9
-	b = b.WithPanel(stepChart("Communication time per rank", "Time in collectives not overlapped with compute, by step.", "ms",
-		gridPos(0, y, 12, 9), stepQuery("all", "comm_ms")).Min(0))
-	b = b.WithPanel(stepChart("Data loading time per rank", "Time waiting for the next batch, by step.", "ms",
-		gridPos(12, y, 12, 9), stepQuery("all", "data_ms")).Min(0))
+	b = b.WithPanel(rankStepChart("Communication time per rank", "Time in collectives not overlapped with compute, by step.", "ms",
+		gridPos(0, y, 12, 9), "comm_ms"))
+	b = b.WithPanel(rankStepChart("Data loading time per rank", "Time waiting for the next batch, by step.", "ms",
+		gridPos(12, y, 12, 9), "data_ms"))
 	y += 9
 
 	// GPU samples are taken by time: these keep a time axis fitted to the
 	// run, each point's step in the tooltip.
 	b = b.WithRow(row("GPUs per rank (over time)", y))
 	y++
-	b = b.WithPanel(runTimeSeries("GPU utilisation per rank", "Utilisation of each rank's GPU over the run's time; the tooltip gives each point's step.", "percent",
-		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct")).Min(0).Max(100))
-	b = b.WithPanel(runTimeSeries("GPU memory per rank", "GPU memory in use on each rank over the run's time; the tooltip gives each point's step.", "decgbytes",
-		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb")).Min(0))
+	b = b.WithPanel(rankBand(runTimeSeries("GPU utilisation per rank", "Utilisation of each rank's GPU over the run's time; the tooltip gives each point's step. "+bandNote, "percent",
+		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct")).Min(0).Max(100), "gpu_util_pct"))
+	b = b.WithPanel(rankBand(runTimeSeries("GPU memory per rank", "GPU memory in use on each rank over the run's time; the tooltip gives each point's step. "+bandNote, "decgbytes",
+		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb")).Min(0), "gpu_mem_used_gb"))
 	y += 9
 
 	b = b.WithRow(row("Alerts", y))
@@ -83,15 +86,115 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 func ranksQuery() api.PluginQuery { return runQuery(api.QueryRanks) }
 
 func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
-	return dataTable("Ranks",
-		"Steady-state timing of each rank. Busy: step time less the wait in the end-of-backward collective. Lateness: arrival there after the first rank (medians). Straggler: median lateness above the margin (a share of the median busy time); without recorded arrivals, median step time above the run's median by the margin.",
+	return stragglerFlag(dataTable("Ranks",
+		"Steady-state timing of each rank. Busy: step time less the wait in the end-of-backward collective. Lateness: arrival there after the first rank (medians; on a long run, means over blocks of 100 steps). Straggler: median lateness above the margin (a share of the median busy time); without recorded arrivals, median step time above the run's median by the margin.",
+		pos, ranksQuery()))
+}
+
+// stragglerFlag colours the ranks frame's straggler flag.
+func stragglerFlag(p *table.PanelBuilder) *table.PanelBuilder {
+	return p.OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
+		prop("custom.cellOptions", map[string]any{"type": "color-background"}),
+		prop("mappings", []any{map[string]any{"type": "value", "options": map[string]any{
+			"true":  map[string]any{"text": "straggler", "color": "red", "index": 0},
+			"false": map[string]any{"text": "ok", "color": "green", "index": 1},
+		}}}),
+	})
+}
+
+// topStragglerRows is how many ranks the Top stragglers table lists.
+const topStragglerRows = 10
+
+// topStragglers is the ranks table cut to the latest ranks: what a run of
+// a thousand ranks needs first. Grafana sorts and cuts the rows; the
+// figures are the server's.
+func topStragglers(pos dashboard.GridPos) *table.PanelBuilder {
+	return stragglerFlag(dataTable("Top stragglers",
+		fmt.Sprintf("The %d ranks that reach the end of backward latest (median lateness over the steady state; on a long run, the mean over blocks of 100 steps), with their host, straggler score (the newest EWMA of lateness over busy time), share of steps they arrived last and busy time. Every rank is in the Ranks table below.", topStragglerRows),
 		pos, ranksQuery()).
-		OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "sortBy",
+			Options: map[string]any{"fields": map[string]any{}, "sort": []any{map[string]any{"field": "Lateness", "desc": true}}},
+		}).
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "limit",
+			Options: map[string]any{"limitField": topStragglerRows},
+		}).
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id: "filterFieldsByName",
+			Options: map[string]any{"include": map[string]any{"names": []string{"Rank", "Host", "Lateness", "Straggler score",
+				"Arrived last", "Busy", "Wait in collective", "Straggler"}}},
+		}))
+}
+
+// hostsQuery asks for the ranks of $run rolled up by host.
+func hostsQuery() api.PluginQuery {
+	q := ranksQuery()
+	q.Part = api.PartHosts
+	return q
+}
+
+// hostTable is the ranks rolled up by host, the slowest first, so that a
+// slow node reads as one row however many ranks it holds.
+func hostTable(pos dashboard.GridPos) *table.PanelBuilder {
+	one := 1.0
+	return dataTable("Hosts",
+		"The ranks of each host, the slowest host first (the one holding the latest rank): how many of its ranks are stragglers, its worst rank, the largest and mean lateness of its ranks, its largest step time, mean GPU utilisation and largest straggler score. A slow node shows as one row with many stragglers; one slow GPU as one straggler on an otherwise ordinary host.",
+		pos, hostsQuery()).
+		OverrideByRegexp(fieldRegexp("stragglers"), []dashboard.DynamicConfigValue{
 			prop("custom.cellOptions", map[string]any{"type": "color-background"}),
-			prop("mappings", []any{map[string]any{"type": "value", "options": map[string]any{
-				"true":  map[string]any{"text": "straggler", "color": "red", "index": 0},
-				"false": map[string]any{"text": "ok", "color": "green", "index": 1},
-			}}}),
+			prop("thresholds", dashboard.ThresholdsConfig{Mode: dashboard.ThresholdsModeAbsolute, Steps: []dashboard.Threshold{
+				{Value: nil, Color: "green"}, {Value: &one, Color: "red"},
+			}}),
+		})
+}
+
+// bandNote says how a per-rank chart reads past api.MaxRankSeries ranks.
+var bandNote = fmt.Sprintf("Past %d ranks a line per rank would be unreadable: the chart shows the ranks' distribution by buckets of at least 100 steps instead, the median a line, a band from the 5th to the 95th percentile and a fainter one from the lowest to the highest rank, with the lines of the three ranks of the highest mean over the run (the panel's notice says so).",
+	api.MaxRankSeries)
+
+// rankStepChart is one step metric of every rank by step, a band past
+// api.MaxRankSeries ranks.
+func rankStepChart(title, description, unit string, pos dashboard.GridPos, metric string) *trend.PanelBuilder {
+	return rankBand(stepChart(title, description+" "+bandNote, unit, pos, stepQuery("all", metric)).Min(0), metric)
+}
+
+// Colours of the distribution band.
+const (
+	bandColor   = "blue"
+	medianColor = "dark-blue"
+)
+
+// rankBand draws the distribution the plugin answers for rank=all past
+// api.MaxRankSeries ranks (fields api.SpreadField): the median as a line,
+// a band from p5 to p95 inside a fainter one from min to max, each filled
+// with Grafana's fill-below-to between its edges. A run of fewer ranks has
+// no such fields, and keeps its line per rank.
+func rankBand[P interface {
+	OverrideByName(string, []dashboard.DynamicConfigValue) P
+}](p P, metric string) P {
+	name := func(q string) string { return api.SpreadField(metric, q) }
+	color := func(c string) dashboard.DynamicConfigValue {
+		return prop("color", map[string]any{"mode": "fixed", "fixedColor": c})
+	}
+	// The lower edges carry no fill of their own (it would run to the
+	// axis) and stay out of the legend: the upper edge names the band.
+	lower := []dashboard.DynamicConfigValue{
+		prop("custom.lineWidth", 0), prop("custom.fillOpacity", 0), color(bandColor),
+		prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
+	}
+	upper := func(to string, opacity int) []dashboard.DynamicConfigValue {
+		return []dashboard.DynamicConfigValue{
+			prop("custom.lineWidth", 0), prop("custom.fillBelowTo", name(to)), prop("custom.fillOpacity", opacity), color(bandColor),
+		}
+	}
+	return p.
+		OverrideByName(name(api.SpreadMax), upper(api.SpreadMin, 12)).
+		OverrideByName(name(api.SpreadMin), lower).
+		OverrideByName(name(api.SpreadP95), upper(api.SpreadP5, 30)).
+		OverrideByName(name(api.SpreadP5), lower).
+		OverrideByName(name(api.SpreadMedian), []dashboard.DynamicConfigValue{
+			prop("custom.lineWidth", 2), prop("custom.fillOpacity", 0), color(medianColor),
 		})
 }
 
@@ -110,7 +213,10 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 		// field of the ranks frame.
 		XField("Rank name").
 		XTickLabelRotation(0).
-		ShowValue(common.VisibilityModeAlways).
+		// Values and labels thin out as bars narrow: every bar of a few
+		// ranks is labelled, a thousand ranks' bars are not smeared.
+		ShowValue(common.VisibilityModeAuto).
+		XTickLabelSpacing(60).
 		Stacking(common.StackingModeNone).
 		Unit(unit).
 		Min(0).
@@ -123,10 +229,9 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 // where a rank's line crosses it is when the alert opened.
 func stragglerScoreChart(pos dashboard.GridPos) *trend.PanelBuilder {
 	limit := alerts.Defaults().StragglerPct / 100
-	return stepChart("Straggler score per rank",
+	return rankStepChart("Straggler score per rank",
 		fmt.Sprintf("Each rank's straggler score by step: an EWMA of its lateness as a share of the ranks' median busy time. The rank whose line rises is the straggler, from the step where it leaves 0; the straggler alert fires while a score is above the dashed line (%g %%, the default straggler_pct; a run's own setting may differ). Scores are stored by the alert evaluator, so a run it has not scored shows none.", limit*100),
-		"percentunit", pos, stepQuery("all", "straggler_score")).
-		Min(0).
+		"percentunit", pos, "straggler_score").
 		Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
 			{Value: nil, Color: "green"},
 			{Value: &limit, Color: "red"},

@@ -248,8 +248,11 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		if err := d.client.get(ctx, runPath(q.RunID, "ranks"), p, &r); err != nil {
 			return nil, err
 		}
-		if q.Format == FormatNumeric {
+		switch {
+		case q.Format == FormatNumeric:
 			return data.Frames{ranksNumericFrame(q.RunID, r)}, nil
+		case q.Part == api.PartHosts:
+			return data.Frames{hostsFrame(r)}, nil
 		}
 		return data.Frames{ranksFrame(r)}, nil
 

@@ -232,13 +232,16 @@ func flattenJSON(rows []kv, section, prefix string, raw json.RawMessage) []kv {
 
 // seriesFrames gives one frame per metric and rank: x (time, or step for
 // the trend panel), the value, and optionally the bucket's min and max.
+// On a run of more than api.MaxRankSeries ranks, rank=all answers the
+// ranks' distribution (spreadFrames, first) and the series of the ranks
+// the server picked; its notice says so on the first frame.
 func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 	ranks := map[int]bool{}
 	for _, s := range r.Series {
 		ranks[s.Rank] = true
 	}
 	perRank := q.Rank == "all" || len(ranks) > 1
-	frames := make(data.Frames, 0, len(r.Series))
+	frames := spreadFrames(q, r)
 	for _, s := range r.Series {
 		display := s.Metric
 		if perRank {
@@ -270,7 +273,7 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 		f.Meta.Custom = map[string]any{"bucket_steps": s.BucketSteps}
 		frames = append(frames, f)
 	}
-	return frames
+	return withNotice(frames, "series", r.Notice)
 }
 
 // stepField is the step of each point beside a time axis: shown in the
@@ -461,33 +464,6 @@ func compareFrame(c api.CompareResponse) *data.Frame {
 	if c.Baseline != "" {
 		f.Meta = &data.FrameMeta{Custom: map[string]any{"baseline": c.Baseline}}
 	}
-	return f
-}
-
-// ranksFrame is the per-rank table (and the bars of step time per rank).
-func ranksFrame(r api.RanksResponse) *data.Frame {
-	rows := r.Ranks
-	f := data.NewFrame("ranks",
-		intCol(rows, "rank", "Rank", func(s api.RankStat) *int64 { return i64(int64(s.Rank)) }),
-		// The rank as a name, for the x axis of bar charts, which label
-		// bars with a string field.
-		strCol(rows, "rank_name", "Rank name", func(s api.RankStat) string { return "rank " + strconv.Itoa(s.Rank) }),
-		strCol(rows, "host", "Host", func(s api.RankStat) string { return s.Host }),
-		intCol(rows, "steps", "Steps", func(s api.RankStat) *int64 { return i64(s.Steps) }),
-		numCol(rows, "median_step_ms", "ms", "Median step", func(s api.RankStat) *float64 { return fv(s.MedianStepMS) }),
-		numCol(rows, "p95_step_ms", "ms", "p95 step", func(s api.RankStat) *float64 { return fv(s.P95StepMS) }),
-		numCol(rows, "mean_gpu_util_pct", "percent", "Mean GPU util", func(s api.RankStat) *float64 { return fp(s.MeanGPUUtil) }),
-		numCol(rows, "peak_gpu_mem_gb", "decgbytes", "Peak GPU memory", func(s api.RankStat) *float64 { return fp(s.PeakMemGB) }),
-		numCol(rows, "wait_ms", "ms", "Waiting on others", func(s api.RankStat) *float64 { return fv(s.WaitMS) }),
-		numCol(rows, "busy_ms", "ms", "Busy", func(s api.RankStat) *float64 { return fp(s.BusyMS) }),
-		numCol(rows, "sync_wait_ms", "ms", "Wait in collective", func(s api.RankStat) *float64 { return fp(s.SyncWaitMS) }),
-		numCol(rows, "lateness_ms", "ms", "Lateness", func(s api.RankStat) *float64 { return fp(s.LatenessMS) }),
-		numCol(rows, "last_pct", "percent", "Arrived last", func(s api.RankStat) *float64 { return fp(s.LastPct) }),
-		numCol(rows, "straggler_score", "percentunit", "Straggler score", func(s api.RankStat) *float64 { return fp(s.StragglerScore) }),
-		boolCol(rows, "straggler", "Straggler", func(s api.RankStat) bool { return s.Straggler }),
-	)
-	f.Meta = &data.FrameMeta{Custom: map[string]any{"median_step_ms": fv(r.MedianStepMS), "straggler_pct": fv(r.StragglerPct),
-		"lateness_from": r.LatenessFrom}}
 	return f
 }
 

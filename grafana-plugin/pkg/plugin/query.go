@@ -107,6 +107,18 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 	default:
 		return q, &QueryError{Field: "format", Msg: fmt.Sprintf("%q: want numeric, table or nothing", q.Format)}
 	}
+	switch q.Part {
+	case api.PartRanks:
+	case api.PartHosts:
+		if q.QueryType != api.QueryRanks {
+			return q, &QueryError{Field: "part", Msg: "hosts is for ranks"}
+		}
+		if q.Format != "" {
+			return q, &QueryError{Field: "part", Msg: "hosts has no numeric format"}
+		}
+	default:
+		return q, &QueryError{Field: "part", Msg: fmt.Sprintf("%q: want hosts or nothing", q.Part)}
+	}
 	if q.MaxSteps < 0 {
 		return q, &QueryError{Field: "maxSteps", Msg: "must not be negative"}
 	}

@@ -22,6 +22,7 @@ func TestParseQuery(t *testing.T) {
 		`{"queryType":"compare","sweep":"s"}`,
 		`{"queryType":"gpus","host":"$host","gpu":"3","metrics":["util_pct"]}`,
 		`{"queryType":"ranks","runId":"r","stragglerPct":10}`,
+		`{"queryType":"ranks","runId":"r","part":"hosts"}`,
 		`{"queryType":"annotations"}`,
 	}
 	for _, g := range good {
@@ -46,6 +47,9 @@ func TestParseQuery(t *testing.T) {
 		{`{"queryType":"compare"}`, "runIds"},
 		{`{"queryType":"gpus","gpu":"first"}`, "gpu"},
 		{`{"queryType":"ranks","runId":"r","stragglerPct":-3}`, "stragglerPct"},
+		{`{"queryType":"ranks","runId":"r","part":"gpus"}`, "part"},
+		{`{"queryType":"ranks","runId":"r","part":"hosts","format":"numeric"}`, "part"},
+		{`{"queryType":"series","runId":"r","metrics":["loss"],"part":"hosts"}`, "part"},
 	}
 	for _, b := range bad {
 		_, err := ParseQuery(json.RawMessage(b.query))

@@ -76,6 +76,12 @@ describe('QueryEditor', () => {
     expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ maxSteps: 200 }));
   });
 
+  it('asks a ranks query for the per-host roll-up', async () => {
+    const { onChange } = setup({ queryType: 'ranks', runId: 'r' });
+    await userEvent.click(screen.getByText('Hosts'));
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ queryType: 'ranks', part: 'hosts' }));
+  });
+
   it('takes runs, a sweep and a baseline for compare', () => {
     const { onChange } = setup({ queryType: 'compare', runIds: ['$run'] });
     expect(screen.getByLabelText('Runs')).toBeInTheDocument();

@@ -35,6 +35,11 @@ const passOptions: Array<SelectableValue<'forward' | 'backward'>> = [
   { value: 'backward', label: 'Backward' },
 ];
 
+const partOptions: Array<SelectableValue<string>> = [
+  { value: '', label: 'Ranks' },
+  { value: 'hosts', label: 'Hosts' },
+];
+
 const goalOptions: Array<SelectableValue<string>> = [
   { value: '', label: 'Auto' },
   { value: 'max', label: 'Max' },
@@ -207,6 +212,13 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource }: Props) 
         <InlineFieldRow>
           <InlineField label="Straggler %" labelWidth={LABEL} tooltip="Margin over the median step time past which a rank is flagged">
             <Input aria-label="Straggler %" width={12} placeholder="10" {...num('stragglerPct')} />
+          </InlineField>
+          <InlineField label="Rows" labelWidth={10} tooltip="One row per rank, or the ranks rolled up by host, the slowest first">
+            <RadioButtonGroup
+              options={partOptions}
+              value={query.part || ''}
+              onChange={(v) => update({ part: v === 'hosts' ? 'hosts' : undefined })}
+            />
           </InlineField>
         </InlineFieldRow>
       )}

@@ -1,0 +1,168 @@
+package dashboards_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/dashboards"
+	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
+	"github.com/deepseed/deepseed/internal/fleettest"
+)
+
+// TestRanksDashboardPastSixteenRanks runs every panel of the Ranks
+// dashboard through the plugin on a run of more than api.MaxRankSeries
+// ranks, one of them planted late, and checks what the user would see:
+// each per-rank chart gets the band its overrides fill and the lines of the
+// top ranks (the straggler's among the lateness lines), and the Hosts
+// table names the straggler's node first.
+func TestRanksDashboardPastSixteenRanks(t *testing.T) {
+	const straggler = 13
+	base, readToken, ingestToken := startServer(t)
+	start := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	run := fleettest.Run{ID: "fleet-24", Ranks: 24, Steps: 300, Late: straggler, Start: start}
+	ingestRecords(t, base, ingestToken, run.Records())
+
+	ctx := context.Background()
+	inst, err := plugin.NewDatasource(ctx, backend.DataSourceInstanceSettings{
+		UID: dashboards.DatasourceUID, Name: "DeepSeed",
+		JSONData:                []byte(fmt.Sprintf(`{"url":%q}`, base)),
+		DecryptedSecureJSONData: map[string]string{"token": readToken},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := inst.(*plugin.Datasource)
+	raw, err := os.ReadFile(filepath.Join(jsonDir, dashboards.UIDRanks+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc fullDashboard
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	timeRange := backend.TimeRange{From: start.Add(-time.Hour), To: start.Add(time.Hour)}
+	vars, _ := pickVariables(ctx, t, ds, doc, timeRange)
+	if vars["run"] != run.ID {
+		t.Fatalf("run picked: %q, want %q", vars["run"], run.ID)
+	}
+	// Scores and alerts come from the detectors' evaluator, which this
+	// server does not run on a run of two years ago.
+	blank := []string{"Straggler score per rank", "Open alerts"}
+	bands := 0
+	for _, p := range doc.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		t.Run(p.Title, func(t *testing.T) {
+			frames, err := runPanel(ctx, ds, p, vars, timeRange)
+			if slices.Contains(blank, p.Title) {
+				if !errors.Is(err, errBlank) {
+					t.Errorf("panel shows data now (%v); check it and remove it from the blank ones", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPanelFields(t, p, frames)
+			checkStepFrames(t, p, frames)
+			if band := bandFields(t, p); len(band) > 0 {
+				bands++
+				if !hasBand(t, p, frames) {
+					t.Fatalf("no band among %v", fieldNames(frames))
+				}
+				var ranks []string
+				for _, f := range frames[1:] {
+					for _, fl := range f.Fields {
+						if r, ok := fl.Labels["rank"]; ok {
+							ranks = append(ranks, r)
+						}
+					}
+				}
+				if len(ranks) != 3 || (p.Title == "Lateness per rank" && !slices.Contains(ranks, fmt.Sprint(straggler))) {
+					t.Errorf("lines of ranks %v beside the band: want the top 3 (the lateness chart's with rank %d)", ranks, straggler)
+				}
+				if n := frames[0].Meta; n == nil || len(n.Notices) == 0 || !strings.Contains(n.Notices[0].Text, "24 ranks") {
+					t.Errorf("band frame meta %+v: want the notice naming the 24 ranks", n)
+				}
+			}
+			if p.Title == "Hosts" {
+				if host, _ := frames[0].Fields[0].ConcreteAt(0); host != run.Host(straggler) {
+					t.Errorf("first host %v, want the straggler's %s", host, run.Host(straggler))
+				}
+			}
+		})
+	}
+	if bands != 7 {
+		t.Errorf("%d panels drew a band, want the 5 step charts with data and the 2 GPU charts", bands)
+	}
+}
+
+// bandFields are the fields of the ranks' distribution a panel's rank=all
+// series queries get on a run of more than api.MaxRankSeries ranks.
+func bandFields(t *testing.T, p fullPanel) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, raw := range p.Targets {
+		var q dashboards.Query
+		if err := json.Unmarshal(raw, &q); err != nil {
+			t.Fatalf("target %s: %v", raw, err)
+		}
+		if q.QueryType != api.QuerySeries || q.Rank != "all" {
+			continue
+		}
+		for _, m := range q.Metrics {
+			for _, quantile := range api.SpreadQuantiles {
+				out[api.SpreadField(m, quantile)] = true
+			}
+		}
+	}
+	return out
+}
+
+// hasBand reports whether the frames hold a distribution over the ranks:
+// a run of up to api.MaxRankSeries ranks has none, and the band's
+// overrides then match nothing, as they should.
+func hasBand(t *testing.T, p fullPanel, frames data.Frames) bool {
+	t.Helper()
+	band := bandFields(t, p)
+	return slices.ContainsFunc(fieldNames(frames), func(n string) bool { return band[n] })
+}
+
+// ingestRecords posts NDJSON records to the server.
+func ingestRecords(t *testing.T, base, token string, recs []map[string]any) {
+	t.Helper()
+	var b strings.Builder
+	for _, r := range recs {
+		line, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/ingest", strings.NewReader(b.String()))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("ingest: %s", res.Status)
+	}
+}

@@ -1,0 +1,147 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+	"github.com/grafana/grafana-plugin-sdk-go/experimental"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/fleettest"
+)
+
+// A run of more than api.MaxRankSeries ranks reads on the Ranks dashboard
+// as a band (the ranks' distribution) and the lines of the top ranks, the
+// straggler among them; its hosts table names the straggler's node first.
+// A run of fewer ranks keeps one line per rank.
+func TestQueryDataRankSpread(t *testing.T) {
+	const straggler = 13
+	fleet := fleettest.Run{ID: "fleet-24", Ranks: 24, Steps: 300, Late: straggler, Start: t0}
+	base := startServer(t)
+	ingest(t, base, fleet.Records())
+	ingest(t, base, fleettest.Run{ID: "fleet-8", Ranks: 8, Steps: 300, Late: 5, Start: t0}.Records())
+
+	tp := startPlugin(t)
+	req := &backend.QueryDataRequest{PluginContext: pluginContext("rank-spread", base, readToken)}
+	queries := map[string]string{
+		"series_rank_spread": `{"queryType":"series","runId":"fleet-24","metrics":["lateness_ms"],"rank":"all","xAxis":"step"}`,
+		"spread_time":        `{"queryType":"series","runId":"fleet-24","metrics":["sync_wait_ms"],"rank":"all","withStep":true}`,
+		"small":              `{"queryType":"series","runId":"fleet-8","metrics":["lateness_ms"],"rank":"all","xAxis":"step"}`,
+		"ranks_hosts":        `{"queryType":"ranks","runId":"fleet-24","part":"hosts"}`,
+		"ranks":              `{"queryType":"ranks","runId":"fleet-24"}`,
+	}
+	for _, ref := range slices.Sorted(maps.Keys(queries)) {
+		req.Queries = append(req.Queries, backend.DataQuery{RefID: ref, JSON: json.RawMessage(queries[ref]), MaxDataPoints: 1000,
+			TimeRange: backend.TimeRange{From: t0.Add(-time.Hour), To: t0.Add(time.Hour)}})
+	}
+	resp, err := tp.Client.QueryData(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := func(t *testing.T, ref string) data.Frames {
+		t.Helper()
+		dr := resp.Responses[ref]
+		if dr.Error != nil {
+			t.Fatalf("%s: query failed: %v", ref, dr.Error)
+		}
+		return dr.Frames
+	}
+
+	t.Run("band", func(t *testing.T) {
+		dr := resp.Responses["series_rank_spread"]
+		experimental.CheckGoldenJSONResponse(t, "testdata", "series_rank_spread.golden", &dr, *update)
+		fr := frames(t, "series_rank_spread")
+		band := fr[0]
+		want := []string{"Step"}
+		for _, q := range api.SpreadQuantiles {
+			want = append(want, api.SpreadField("lateness_ms", q))
+		}
+		var got []string
+		for _, f := range band.Fields {
+			got = append(got, f.Config.DisplayNameFromDS)
+			if f.Name != "step" && f.Config.Unit != "ms" {
+				t.Errorf("%s: unit %q, want ms", f.Name, f.Config.Unit)
+			}
+		}
+		if !slices.Equal(got, want) || band.Rows() == 0 {
+			t.Fatalf("band frame %s, %d rows: want fields %v", frameSummary(band), band.Rows(), want)
+		}
+		if band.Meta == nil || len(band.Meta.Notices) != 1 || band.Meta.Notices[0].Severity != data.NoticeSeverityInfo ||
+			band.Meta.Notices[0].Text == "" {
+			t.Errorf("band frame meta %+v: want the server's notice, severity info", band.Meta)
+		}
+		// The lowest never exceeds the median, nor the median the highest;
+		// the straggler's 30 ms stand out as the highest.
+		lo, mid, hi := band.Fields[1], band.Fields[3], band.Fields[5]
+		for i := range band.Rows() {
+			l, m, h := lo.At(i).(float64), mid.At(i).(float64), hi.At(i).(float64)
+			if l > m || m > h || h < 25 {
+				t.Errorf("bucket %d: min %v, median %v, max %v", i, l, m, h)
+			}
+		}
+		var ranks []string
+		for _, f := range fr[1:] {
+			if len(f.Fields) != 2 || f.Fields[0].Name != "step" {
+				t.Fatalf("rank frame %s: want step and a value", frameSummary(f))
+			}
+			ranks = append(ranks, f.Fields[1].Labels["rank"])
+		}
+		if len(ranks) != 3 || !slices.Contains(ranks, fmt.Sprint(straggler)) {
+			t.Errorf("rank lines %v: want the top 3, rank %d among them", ranks, straggler)
+		}
+	})
+
+	t.Run("band on time", func(t *testing.T) {
+		band := frames(t, "spread_time")[0]
+		if len(band.Fields) != 7 || band.Fields[0].Name != "time" || band.Fields[1].Name != "step" ||
+			band.Fields[4].Config.DisplayNameFromDS != "sync_wait_ms median of ranks" {
+			t.Fatalf("band frame %s: want time, step and the five quantiles", frameSummary(band))
+		}
+	})
+
+	t.Run("few ranks", func(t *testing.T) {
+		fr := frames(t, "small")
+		if len(fr) != 8 {
+			t.Fatalf("%d frames, want one per rank of 8", len(fr))
+		}
+		for i, f := range fr {
+			if f.Meta != nil && len(f.Meta.Notices) > 0 {
+				t.Errorf("frame %d has notices %v", i, f.Meta.Notices)
+			}
+			if v := f.Fields[1]; v.Labels["rank"] != fmt.Sprint(i) || v.Config.DisplayNameFromDS != fmt.Sprintf("lateness_ms rank %d", i) {
+				t.Errorf("frame %d: %s %v", i, v.Config.DisplayNameFromDS, v.Labels)
+			}
+		}
+	})
+
+	t.Run("hosts", func(t *testing.T) {
+		fr := frames(t, "ranks_hosts")
+		if len(fr) != 1 || fr[0].Rows() != 3 {
+			t.Fatalf("hosts: %d frames, want one of 3 rows", len(fr))
+		}
+		h := fr[0]
+		if host := h.Fields[0].At(0).(string); host != fleet.Host(straggler) {
+			t.Errorf("slowest host %q, want the straggler's %q", host, fleet.Host(straggler))
+		}
+		if worst := *h.Fields[3].At(0).(*int64); worst != straggler {
+			t.Errorf("worst rank of the slowest host %d, want %d", worst, straggler)
+		}
+		if late := h.Fields[4]; late.Config.DisplayNameFromDS != "Max lateness" || *late.At(0).(*float64) < 25 {
+			t.Errorf("%s of the slowest host: %v", late.Config.DisplayNameFromDS, late.At(0))
+		}
+	})
+
+	t.Run("ranks", func(t *testing.T) {
+		fr := frames(t, "ranks")
+		if len(fr) != 1 || fr[0].Rows() != 24 || fr[0].Meta.Custom.(map[string]any)["basis"] != "steps" {
+			t.Fatalf("ranks: %d frames, want one of 24 rows from steps", len(fr))
+		}
+	})
+}
