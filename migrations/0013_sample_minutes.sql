@@ -34,3 +34,17 @@ FROM gpu_samples WHERE run_id <> '' GROUP BY 1, 2, 3;
 INSERT INTO host_minutes (host, minute, cpu_n, cpu_sum)
 SELECT host, date_trunc('minute', time), count(cpu_util_pct), sum(cpu_util_pct)
 FROM host_samples GROUP BY 1, 2;
+
+-- Where each rank of a run runs: the host of its newest GPU sample, kept
+-- by the same statement, one row a rank.
+CREATE TABLE rank_hosts (
+    run_id text NOT NULL,
+    rank   integer NOT NULL,
+    host   text NOT NULL,
+    time   timestamptz NOT NULL,
+    PRIMARY KEY (run_id, rank)
+);
+
+INSERT INTO rank_hosts (run_id, rank, host, time)
+SELECT DISTINCT ON (run_id, rank) run_id, rank, host, time FROM gpu_samples
+WHERE run_id <> '' AND rank IS NOT NULL ORDER BY run_id, rank, time DESC;

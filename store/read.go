@@ -136,23 +136,24 @@ func (s *Store) RunCode(ctx context.Context, runID string) (json.RawMessage, err
 	return code, nil
 }
 
-// RunRanks returns the ranks that recorded steps or layers, ascending. It
-// skips through the index instead of reading every row.
+// RunRanks returns the ranks that recorded steps or layers, ascending.
+// It skips through the indexes of the rollups and of the markers of rows
+// not rolled up yet, which are small, plain tables: a rank's rows are
+// marked in the transaction that writes them and rolled up from the
+// markers, so every rank with rows is in one or the other. The steps
+// themselves, compressed on TimescaleDB, are not read.
 func (s *Store) RunRanks(ctx context.Context, runID string) ([]int, error) {
-	rows, err := s.Pool.Query(ctx, `
-		WITH RECURSIVE r AS (
-			(SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1)
+	skip := func(name, table string) string {
+		return name + ` AS (
+			(SELECT rank FROM ` + table + ` WHERE run_id = $1 ORDER BY rank LIMIT 1)
 			UNION ALL
-			SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > r.rank ORDER BY s.rank LIMIT 1)
-			FROM r WHERE r.rank IS NOT NULL
-		),
-		l AS (
-			(SELECT rank FROM layer_times WHERE run_id = $1 ORDER BY rank LIMIT 1)
-			UNION ALL
-			SELECT (SELECT s.rank FROM layer_times s WHERE s.run_id = $1 AND s.rank > l.rank ORDER BY s.rank LIMIT 1)
-			FROM l WHERE l.rank IS NOT NULL
-		)
-		SELECT rank FROM r WHERE rank IS NOT NULL UNION SELECT rank FROM l WHERE rank IS NOT NULL ORDER BY 1`, runID)
+			SELECT (SELECT t.rank FROM ` + table + ` t WHERE t.run_id = $1 AND t.rank > ` + name + `.rank ORDER BY t.rank LIMIT 1)
+			FROM ` + name + ` WHERE ` + name + `.rank IS NOT NULL
+		)`
+	}
+	rows, err := s.Pool.Query(ctx, `WITH RECURSIVE `+skip("m", "metric_rollups")+`, `+skip("l", "layer_rollups")+`, `+skip("d", "rollup_dirty")+`
+		SELECT rank FROM m WHERE rank IS NOT NULL UNION SELECT rank FROM l WHERE rank IS NOT NULL
+		UNION SELECT rank FROM d WHERE rank IS NOT NULL ORDER BY 1`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: ranks of %s: %w", runID, err)
 	}
@@ -230,22 +231,30 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 		st.PeakGPUMemGB = p
 	}
 	// Steps and span of the lowest rank.
+	lowest := -1
 	err = s.Pool.QueryRow(ctx, `
-		SELECT count, min::bigint, max::bigint FROM metric_rollups
+		SELECT rank, count, min::bigint, max::bigint FROM metric_rollups
 		WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1`,
-		runID, TotalWidth).Scan(&st.Rows, &st.FirstStep, &st.LastStep)
+		runID, TotalWidth).Scan(&lowest, &st.Rows, &st.FirstStep, &st.LastStep)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: run span of %s: %w", runID, err)
 	}
-	err = s.Pool.QueryRow(ctx, `
-		SELECT loss FROM steps WHERE run_id = $1 AND loss IS NOT NULL
-		  AND rank = (SELECT min(rank) FROM steps WHERE run_id = $1)
-		ORDER BY step DESC, time DESC LIMIT 1`, runID).Scan(&st.FinalLoss)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("store: final loss of %s: %w", runID, err)
+	if lowest >= 0 {
+		// The newest loss of the lowest rank, looked for in its last
+		// 1,000 steps first: on compressed chunks a step range reads a
+		// batch or two, a whole rank's steps every batch.
+		const newest = `SELECT loss FROM steps WHERE run_id = $1 AND rank = $2 AND step >= $3 AND loss IS NOT NULL
+			ORDER BY step DESC, time DESC LIMIT 1`
+		err = s.Pool.QueryRow(ctx, newest, runID, lowest, *st.LastStep-1000).Scan(&st.FinalLoss)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = s.Pool.QueryRow(ctx, newest, runID, lowest, int64(0)).Scan(&st.FinalLoss)
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("store: final loss of %s: %w", runID, err)
+		}
 	}
 	return st, nil
 }
@@ -473,18 +482,10 @@ func (s *Store) Memory(ctx context.Context, runID string) (*MemoryRow, error) {
 	return &m, nil
 }
 
-// rankHostSamples is how many of a run's newest GPU samples RankHosts
-// reads: every GPU of a thousand-rank run samples a few times in them.
-const rankHostSamples = 16384
-
-// RankHosts returns the host of each rank, from the newest GPU samples
-// attributed to the run (a bounded number of them, newest first: a rank
-// whose GPU has sent nothing for long has no host).
+// RankHosts returns the host of each rank: the host of its newest GPU
+// sample attributed to the run (rank_hosts, kept by ingest).
 func (s *Store) RankHosts(ctx context.Context, runID string) (map[int]string, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (rank) rank, host FROM (
-			SELECT rank, host, time FROM gpu_samples WHERE run_id = $1 AND run_id <> '' AND rank IS NOT NULL
-			ORDER BY time DESC LIMIT $2
-		) g ORDER BY rank, time DESC`, runID, rankHostSamples)
+	rows, err := s.Pool.Query(ctx, `SELECT rank, host FROM rank_hosts WHERE run_id = $1`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
 	}

@@ -222,10 +222,16 @@ func (s *Store) newestScores(ctx context.Context, runID string, out []RankRollup
 // "arrivals" (sync_ns), "waits" (sync_wait_ms only) or "".
 func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error) {
 	var src string
+	// The lowest rank and its last step from the rollups, so that only
+	// the newest block of its rows is read.
 	err := s.Pool.QueryRow(ctx, `
+		WITH r AS (
+			SELECT rank, max::bigint AS last FROM metric_rollups
+			WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1
+		)
 		SELECT CASE WHEN sync_ns IS NOT NULL THEN 'arrivals' WHEN sync_wait_ms IS NOT NULL THEN 'waits' ELSE '' END
-		FROM steps WHERE run_id = $1 AND rank = (SELECT min(rank) FROM steps WHERE run_id = $1)
-		ORDER BY step DESC, time DESC LIMIT 1`, runID).Scan(&src)
+		FROM r JOIN steps s ON s.run_id = $1 AND s.rank = r.rank AND s.step >= r.last - 100
+		ORDER BY s.step DESC, s.time DESC LIMIT 1`, runID, TotalWidth).Scan(&src)
 	if err == pgx.ErrNoRows {
 		return "", nil
 	}

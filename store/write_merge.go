@@ -65,7 +65,7 @@ const (
 	// host's rows, so concurrent batches of one run do not queue on them.
 	mergeGPU = `WITH ins AS (
 		INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING
-		RETURNING run_id, host, time, util_pct, mem_used_bytes, mem_total_bytes
+		RETURNING run_id, rank, host, time, util_pct, mem_used_bytes, mem_total_bytes
 	), m AS (
 		INSERT INTO gpu_minutes AS m (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, total_max)
 		SELECT run_id, host, date_trunc('minute', time), count(*), count(mem_used_bytes), sum(mem_used_bytes), max(mem_used_bytes),
@@ -76,6 +76,11 @@ const (
 			mem_max = greatest(m.mem_max, EXCLUDED.mem_max), util_n = m.util_n + EXCLUDED.util_n,
 			util_sum = coalesce(m.util_sum + EXCLUDED.util_sum, m.util_sum, EXCLUDED.util_sum),
 			total_max = greatest(m.total_max, EXCLUDED.total_max)
+	), h AS (
+		INSERT INTO rank_hosts AS h (run_id, rank, host, time)
+		SELECT DISTINCT ON (run_id, rank) run_id, rank, host, time FROM ins
+		WHERE run_id <> '' AND rank IS NOT NULL ORDER BY run_id, rank, time DESC
+		ON CONFLICT (run_id, rank) DO UPDATE SET host = EXCLUDED.host, time = EXCLUDED.time WHERE h.time <= EXCLUDED.time
 	)
 	SELECT count(*) FROM ins`
 
