@@ -55,9 +55,13 @@ func (s *Store) Timings(ctx context.Context, runID string, rank int, from, to in
 // point the mean of its bucket), which is enough to find where the step
 // time settles.
 func (s *Store) StepMSTimeline(ctx context.Context, runID string, rank int, maxRaw int) ([]RawPoint, error) {
+	// The rank's rows from its whole-run rollup when it has one (counting
+	// the steps would read them); else counted, at most maxRaw+1.
 	var n int64
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3) x`,
-		runID, rank, maxRaw+1).Scan(&n); err != nil {
+	if err := s.Pool.QueryRow(ctx, `SELECT coalesce(
+		(SELECT count FROM metric_rollups WHERE run_id = $1 AND rank = $2 AND width = $4 AND bucket = 0 AND metric = 'step'),
+		(SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3) x))`,
+		runID, rank, maxRaw+1, TotalWidth).Scan(&n); err != nil {
 		return nil, fmt.Errorf("store: count steps of %s: %w", runID, err)
 	}
 	if n <= int64(maxRaw) {

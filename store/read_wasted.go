@@ -50,7 +50,7 @@ const msPerHour = 3.6e6
 // samples alone.
 func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, now time.Time, rules WasteRules) (Wasted, error) {
 	var w Wasted
-	ranks, err := s.stepRanks(ctx, runID)
+	ranks, err := s.RunRanks(ctx, runID)
 	if err != nil {
 		return w, err
 	}
@@ -72,8 +72,10 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 		}
 		if running {
 			var last time.Time
-			err := s.Pool.QueryRow(ctx, `SELECT time FROM steps WHERE run_id = $1 AND rank = $2 ORDER BY step DESC, time DESC LIMIT 1`,
-				runID, lowest).Scan(&last)
+			err := s.Pool.QueryRow(ctx, `SELECT time FROM steps WHERE run_id = $1 AND rank = $2
+				AND step >= coalesce((SELECT max::bigint FROM metric_rollups
+					WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket = 0 AND metric = 'step'), 0) - 100
+				ORDER BY step DESC, time DESC LIMIT 1`, runID, lowest, TotalWidth).Scan(&last)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return w, fmt.Errorf("store: newest step of %s: %w", runID, err)
 			}
@@ -124,27 +126,6 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 	return w, nil
 }
 
-// stepRanks returns the ranks that recorded steps, skipping through the
-// index.
-func (s *Store) stepRanks(ctx context.Context, runID string) ([]int, error) {
-	rows, err := s.Pool.Query(ctx, `
-		WITH RECURSIVE r AS (
-			(SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1)
-			UNION ALL
-			SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > r.rank ORDER BY s.rank LIMIT 1)
-			FROM r WHERE r.rank IS NOT NULL
-		)
-		SELECT rank FROM r WHERE rank IS NOT NULL`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("store: ranks of %s: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil, fmt.Errorf("store: ranks of %s: %w", runID, err)
-	}
-	return out, nil
-}
-
 // medianRawSteps is how many steps of one rank medianStepMS reads row by
 // row; longer runs use the median of their blocks' means.
 const medianRawSteps = 2000
@@ -152,14 +133,17 @@ const medianRawSteps = 2000
 // medianStepMS is the median positive step time of one rank, 0 when none.
 func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float64, error) {
 	var med *float64
+	// The rank's row count from its whole-run rollup: counting its
+	// steps would read them (decompress them, on compressed chunks).
 	err := s.Pool.QueryRow(ctx, `
-		WITH n AS (SELECT count(*) AS n FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3 + 1) x)
+		WITH n AS (SELECT coalesce((SELECT count FROM metric_rollups
+			WHERE run_id = $1 AND rank = $2 AND width = $4 AND bucket = 0 AND metric = 'step'), 0) AS n)
 		SELECT CASE WHEN (SELECT n FROM n) <= $3 THEN
 			(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms) FROM steps WHERE run_id = $1 AND rank = $2 AND step_ms > 0)
 		ELSE
 			(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY sum / count) FROM metric_rollups
 			 WHERE run_id = $1 AND rank = $2 AND width = 100 AND metric = 'step_ms' AND count > 0 AND sum > 0)
-		END`, runID, rank, medianRawSteps).Scan(&med)
+		END`, runID, rank, medianRawSteps, TotalWidth).Scan(&med)
 	if err != nil {
 		return 0, fmt.Errorf("store: median step time of %s: %w", runID, err)
 	}
