@@ -13,6 +13,7 @@ CREATE TABLE gpu_minutes (
     mem_max   double precision,
     util_n    bigint NOT NULL,
     util_sum  double precision,
+    util_min  double precision,
     total_max double precision,
     PRIMARY KEY (run_id, host, minute)
 );
@@ -26,9 +27,9 @@ CREATE TABLE host_minutes (
 );
 CREATE INDEX host_minutes_minute ON host_minutes (minute);
 
-INSERT INTO gpu_minutes (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, total_max)
+INSERT INTO gpu_minutes (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, util_min, total_max)
 SELECT run_id, host, date_trunc('minute', time), count(*), count(mem_used_bytes), sum(mem_used_bytes), max(mem_used_bytes),
-       count(util_pct), sum(util_pct), max(mem_total_bytes)
+       count(util_pct), sum(util_pct), min(util_pct), max(mem_total_bytes)
 FROM gpu_samples WHERE run_id <> '' GROUP BY 1, 2, 3;
 
 INSERT INTO host_minutes (host, minute, cpu_n, cpu_sum)

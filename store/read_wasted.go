@@ -104,12 +104,17 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 		}
 	}
 	// Each idle sample counts until its GPU's next sample of the run (at
-	// most a minute); the threshold is a literal so that the partial index
-	// of idle samples serves it.
+	// most a minute). Only the minutes whose lowest utilisation is under
+	// the threshold (gpu_minutes) are read; the threshold is a literal so
+	// that the partial index of idle samples serves them on plain
+	// PostgreSQL.
 	idle := strconv.FormatFloat(rules.IdleUtilPct, 'g', -1, 64)
 	var idleS *float64
 	if err := s.Pool.QueryRow(ctx, `SELECT sum(least(extract(epoch FROM n.next - g.time), 60)) FROM (
-			SELECT host, gpu, time FROM gpu_samples WHERE run_id = $1 AND run_id <> '' AND util_pct < `+idle+`
+			SELECT s.host, s.gpu, s.time FROM gpu_minutes m JOIN gpu_samples s
+			ON s.run_id = $1 AND s.run_id <> '' AND s.time >= m.minute AND s.time < m.minute + interval '1 minute'
+			   AND s.host = m.host AND s.util_pct < `+idle+`
+			WHERE m.run_id = $1 AND m.util_min < `+idle+`
 		) g CROSS JOIN LATERAL (
 			SELECT min(s.time) AS next FROM gpu_samples s WHERE s.host = g.host AND s.gpu = g.gpu
 			  AND s.time > g.time AND s.time <= g.time + interval '1 hour' AND s.run_id = $1 AND s.util_pct IS NOT NULL

@@ -67,14 +67,15 @@ const (
 		INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING
 		RETURNING run_id, rank, host, time, util_pct, mem_used_bytes, mem_total_bytes
 	), m AS (
-		INSERT INTO gpu_minutes AS m (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, total_max)
+		INSERT INTO gpu_minutes AS m (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, util_min, total_max)
 		SELECT run_id, host, date_trunc('minute', time), count(*), count(mem_used_bytes), sum(mem_used_bytes), max(mem_used_bytes),
-		       count(util_pct), sum(util_pct), max(mem_total_bytes)
+		       count(util_pct), sum(util_pct), min(util_pct), max(mem_total_bytes)
 		FROM ins WHERE run_id <> '' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
 		ON CONFLICT (run_id, host, minute) DO UPDATE SET samples = m.samples + EXCLUDED.samples,
 			mem_n = m.mem_n + EXCLUDED.mem_n, mem_sum = coalesce(m.mem_sum + EXCLUDED.mem_sum, m.mem_sum, EXCLUDED.mem_sum),
 			mem_max = greatest(m.mem_max, EXCLUDED.mem_max), util_n = m.util_n + EXCLUDED.util_n,
 			util_sum = coalesce(m.util_sum + EXCLUDED.util_sum, m.util_sum, EXCLUDED.util_sum),
+			util_min = least(m.util_min, EXCLUDED.util_min),
 			total_max = greatest(m.total_max, EXCLUDED.total_max)
 	), h AS (
 		INSERT INTO rank_hosts AS h (run_id, rank, host, time)
