@@ -85,10 +85,11 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 			}
 		}
 		var skipped *float64
-		if err := s.Pool.QueryRow(ctx, `SELECT sum(s.step_ms) FROM metric_rollups m JOIN steps s
-				ON s.run_id = m.run_id AND s.rank = m.rank AND s.step >= m.bucket * 100 AND s.step < (m.bucket + 1) * 100
-			WHERE m.run_id = $1 AND m.rank = $2 AND m.width = 100 AND m.metric = 'skipped' AND m.sum > 0
-			  AND s.skipped AND s.step_ms > 0`, runID, lowest).Scan(&skipped); err != nil {
+		if err := s.Pool.QueryRow(ctx, `SELECT sum(s.step_ms) FROM metric_rollups m CROSS JOIN LATERAL (
+				SELECT step_ms FROM steps s WHERE s.run_id = m.run_id AND s.rank = m.rank
+				  AND s.step >= m.bucket * 100 AND s.step < (m.bucket + 1) * 100 AND s.skipped AND s.step_ms > 0
+			) s
+			WHERE m.run_id = $1 AND m.rank = $2 AND m.width = 100 AND m.metric = 'skipped' AND m.sum > 0`, runID, lowest).Scan(&skipped); err != nil {
 			return w, fmt.Errorf("store: skipped steps of %s: %w", runID, err)
 		}
 		if skipped != nil {
@@ -111,9 +112,11 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 	idle := strconv.FormatFloat(rules.IdleUtilPct, 'g', -1, 64)
 	var idleS *float64
 	if err := s.Pool.QueryRow(ctx, `SELECT sum(least(extract(epoch FROM n.next - g.time), 60)) FROM (
-			SELECT s.host, s.gpu, s.time FROM gpu_minutes m JOIN gpu_samples s
-			ON s.run_id = $1 AND s.run_id <> '' AND s.time >= m.minute AND s.time < m.minute + interval '1 minute'
-			   AND s.host = m.host AND s.util_pct < `+idle+`
+			SELECT s.host, s.gpu, s.time FROM gpu_minutes m CROSS JOIN LATERAL (
+				SELECT s.host, s.gpu, s.time FROM gpu_samples s
+				WHERE s.run_id = $1 AND s.run_id <> '' AND s.time >= m.minute AND s.time < m.minute + interval '1 minute'
+				  AND s.host = m.host AND s.util_pct < `+idle+`
+			) s
 			WHERE m.run_id = $1 AND m.util_min < `+idle+`
 		) g CROSS JOIN LATERAL (
 			SELECT min(s.time) AS next FROM gpu_samples s WHERE s.host = g.host AND s.gpu = g.gpu
@@ -173,7 +176,10 @@ func (s *Store) stepGaps(ctx context.Context, runID string, rank int, limit time
 		)
 		SELECT t, next FROM (
 			SELECT s.time AS t, lead(s.time) OVER (PARTITION BY wide.bucket ORDER BY s.step, s.time) AS next
-			FROM wide JOIN steps s ON s.run_id = $1 AND s.rank = $2 AND s.step >= (wide.bucket - 1) * 100 AND s.step < (wide.bucket + 1) * 100
+			FROM wide CROSS JOIN LATERAL (
+				SELECT step, time FROM steps s WHERE s.run_id = $1 AND s.rank = $2
+				  AND s.step >= (wide.bucket - 1) * 100 AND s.step < (wide.bucket + 1) * 100
+			) s
 		) g WHERE next - t > make_interval(secs => $3) GROUP BY t, next ORDER BY t`, runID, rank, limit.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("store: stalls of %s: %w", runID, err)
