@@ -191,7 +191,8 @@ func (s *Store) newestScores(ctx context.Context, runID string, out []RankRollup
 	}
 	rows, err := s.Pool.Query(ctx, `
 		SELECT r.rank, x.step, x.score FROM unnest($2::int[]) AS r(rank),
-		LATERAL (SELECT step, score FROM rank_scores WHERE run_id = $1 AND rank = r.rank ORDER BY step DESC LIMIT 1) x`, runID, ranks)
+		LATERAL (SELECT step, score FROM rank_scores WHERE run_id = $1 AND rank = r.rank
+			ORDER BY run_id DESC, rank DESC, step DESC LIMIT 1) x`, runID, ranks)
 	if err != nil {
 		return fmt.Errorf("store: straggler scores of %s: %w", runID, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,6 +105,9 @@ func benchQuery(ctx context.Context, args []string) error {
 	ids := make([]string, len(runs))
 	for i, r := range runs {
 		ids[i] = r.runID
+		if err := waitRolledUp(ctx, qbase.String(), *readToken, r); err != nil {
+			return err
+		}
 	}
 	return timeQueries(ctx, qbase.String()+"/api/v1", *readToken, benchQueries(run, ids), nRounds, nWarm, *only)
 }
@@ -258,4 +262,35 @@ func benchGet(ctx context.Context, u, token string) ([]byte, int, error) {
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	return body, res.StatusCode, err
+}
+
+// waitRolledUp waits, at most ten minutes, until the server's summary of r
+// counts every step of its lowest rank: its rollups have caught up with
+// the load, so the timed queries do not pay for the refresh.
+func waitRolledUp(ctx context.Context, queryBase, token string, r fleetRun) error {
+	start := time.Now()
+	for {
+		body, code, err := benchGet(ctx, queryBase+"/api/v1/runs/"+url.PathEscape(r.runID), token)
+		if err != nil {
+			return fmt.Errorf("summary of %s: %w", r.runID, err)
+		}
+		var sum struct {
+			Steps int64 `json:"steps"`
+		}
+		if code == http.StatusOK && json.Unmarshal(body, &sum) == nil && sum.Steps >= int64(r.steps) {
+			if waited := time.Since(start); waited > time.Second {
+				fmt.Fprintf(os.Stderr, "%s: rollups caught up after %s\n", r.runID, waited.Round(time.Second))
+			}
+			return nil
+		}
+		if time.Since(start) > 10*time.Minute {
+			fmt.Fprintf(os.Stderr, "%s: rollups still behind after 10 minutes (%d of %d steps); timing anyway\n", r.runID, sum.Steps, r.steps)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
