@@ -43,6 +43,10 @@ type RetentionResult struct {
 	GPUSamples  int64 // GPU samples dropped by their own time
 	HostSamples int64 // host samples dropped by their own time (plain PostgreSQL)
 	Chunks      int64 // TimescaleDB chunks dropped: host samples, GPU aggregate, emptied chunks
+	// Failures counts the runs that could not be dropped and the other
+	// steps of the pass that failed; each is logged, and the pass goes on
+	// without it.
+	Failures int
 	// Skipped is true when another process was running the job.
 	Skipped bool
 }
@@ -51,7 +55,11 @@ type RetentionResult struct {
 // keep. keep <= 0 keeps everything. Each run is dropped in its own
 // transaction, under the locks that ingest and the rollup refresher take
 // for it, and only if it is still inactive then: a run written to while
-// the job runs stays whole.
+// the job runs stays whole. A run that cannot be dropped is logged with
+// its id and counted in the result's Failures, and the pass goes on with
+// the others (the next pass tries it again); so are the steps after the
+// runs. The error is for a pass that could not run at all, or was
+// cancelled.
 func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (RetentionResult, error) {
 	var res RetentionResult
 	if keep <= 0 {
@@ -80,6 +88,20 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 	if err := conn.QueryRow(ctx, `SELECT now() - $1::interval`, pgInterval(keep)).Scan(&cutoff); err != nil {
 		return res, fmt.Errorf("retention: compute cutoff: %w", err)
 	}
+	ts, err := timescaleTables(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+	// failed logs a step that failed and counts it, unless the pass was
+	// cancelled, which ends it.
+	failed := func(msg string, err error, attrs ...any) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("retention: cancelled: %w", err)
+		}
+		res.Failures++
+		s.log.Error(msg, append(attrs, "err", err)...)
+		return nil
+	}
 	after := ""
 	for {
 		rows, err := conn.Query(ctx, `SELECT run_id FROM runs WHERE updated_at < $1 AND run_id > $2
@@ -94,7 +116,10 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 		for _, id := range ids {
 			dropped, err := s.dropExpiredRun(ctx, id, cutoff)
 			if err != nil {
-				return res, err
+				if err := failed("retention: run not dropped; the pass goes on with the others", err, "run_id", id); err != nil {
+					return res, err
+				}
+				continue
 			}
 			if dropped {
 				res.Runs++
@@ -110,25 +135,27 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 	tag, err := conn.Exec(ctx, `DELETE FROM gpu_samples g WHERE time < $1
 		AND (run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`, cutoff)
 	if err != nil {
-		return res, fmt.Errorf("retention: drop old GPU samples: %w", err)
+		if err := failed("retention: GPU samples of no run not dropped", err); err != nil {
+			return res, err
+		}
 	}
 	res.GPUSamples = tag.RowsAffected()
 
-	ts, err := timescaleTables(ctx, conn)
-	if err != nil {
-		return res, err
-	}
 	if ts["host_samples"] {
 		// Whole chunks: host samples belong to no run.
 		var n int64
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM drop_chunks('host_samples', older_than => $1::timestamptz)`, cutoff).Scan(&n); err != nil {
-			return res, fmt.Errorf("retention: drop host_samples chunks: %w", err)
+			if err := failed("retention: host_samples chunks not dropped", err); err != nil {
+				return res, err
+			}
 		}
 		res.Chunks += n
 	} else {
 		tag, err := conn.Exec(ctx, `DELETE FROM host_samples WHERE time < $1`, cutoff)
 		if err != nil {
-			return res, fmt.Errorf("retention: drop old host samples: %w", err)
+			if err := failed("retention: old host samples not dropped", err); err != nil {
+				return res, err
+			}
 		}
 		res.HostSamples = tag.RowsAffected()
 	}
@@ -136,7 +163,9 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 		n, err := dropEmptyChunks(ctx, conn, cutoff)
 		res.Chunks += n
 		if err != nil {
-			return res, err
+			if err := failed("retention: empty chunks not dropped", err); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil
