@@ -114,7 +114,7 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 			return res, fmt.Errorf("retention: list expired runs: %w", err)
 		}
 		for _, id := range ids {
-			dropped, err := s.dropExpiredRun(ctx, id, cutoff)
+			dropped, err := s.dropExpiredRun(ctx, id, cutoff, ts["gpu_samples"])
 			if err != nil {
 				if err := failed("retention: run not dropped; the pass goes on with the others", err, "run_id", id); err != nil {
 					return res, err
@@ -132,14 +132,13 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 		after = ids[len(ids)-1]
 	}
 
-	tag, err := conn.Exec(ctx, `DELETE FROM gpu_samples g WHERE time < $1
-		AND (run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`, cutoff)
-	if err != nil {
+	if n, err := s.dropUnattributedGPUSamples(ctx, cutoff, ts["gpu_samples"]); err != nil {
 		if err := failed("retention: GPU samples of no run not dropped", err); err != nil {
 			return res, err
 		}
+	} else {
+		res.GPUSamples = n
 	}
-	res.GPUSamples = tag.RowsAffected()
 
 	if ts["host_samples"] {
 		// Whole chunks: host samples belong to no run.
@@ -172,8 +171,10 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 }
 
 // dropExpiredRun drops run id whole if its last activity is still before
-// cutoff once the run's locks are held.
-func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time) (bool, error) {
+// cutoff once the run's locks are held. gpuHypertable says gpu_samples is
+// a TimescaleDB hypertable, whose compressed chunks are searched for the
+// run's samples by segment.
+func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time, gpuHypertable bool) (bool, error) {
 	dropped := false
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		// The run's lock, which every batch of the run holds shared (see
@@ -193,6 +194,13 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time)
 			return nil // written to meanwhile, or gone
 		}
 		for _, t := range runTables {
+			if t == "gpu_samples" {
+				f := sampleFilter{`g.run_id = $1`, []any{id}}
+				if _, err := deleteGPUSamples(ctx, tx, gpuHypertable, time.Time{}, f, f); err != nil {
+					return fmt.Errorf("delete from gpu_samples: %w", err)
+				}
+				continue
+			}
 			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = $1`, id); err != nil {
 				return fmt.Errorf("delete from %s: %w", t, err)
 			}
@@ -204,6 +212,38 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time)
 		return false, fmt.Errorf("retention: drop run %s: %w", id, err)
 	}
 	return dropped, nil
+}
+
+// dropUnattributedGPUSamples drops the GPU samples older than cutoff that
+// belong to no run: no run id, or the id of a run that does not exist.
+// The ids of the runs that do not exist are read first, so that each
+// delete compares run_id with a value (see deleteGPUSamples). A run
+// created between the two keeps none of its samples older than cutoff,
+// as when it is created just after the pass.
+func (s *Store) dropUnattributedGPUSamples(ctx context.Context, cutoff time.Time, gpuHypertable bool) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT DISTINCT run_id FROM gpu_samples g
+			WHERE time < $1 AND run_id <> '' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id)`, cutoff)
+		if err != nil {
+			return fmt.Errorf("list runs that do not exist: %w", err)
+		}
+		gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("list runs that do not exist: %w", err)
+		}
+		filters := []sampleFilter{{`g.time < $1 AND g.run_id = ''`, []any{cutoff}}}
+		for _, id := range gone {
+			filters = append(filters, sampleFilter{`g.time < $1 AND g.run_id = $2`, []any{cutoff, id}})
+		}
+		whole := sampleFilter{`g.time < $1 AND (g.run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`, []any{cutoff}}
+		n, err = deleteGPUSamples(ctx, tx, gpuHypertable, cutoff, whole, filters...)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("retention: drop old GPU samples of no run: %w", err)
+	}
+	return n, nil
 }
 
 // timescaleTables returns the hypertables and continuous aggregates of
