@@ -65,16 +65,18 @@ type sampleFilter struct {
 // zero), and must be false for every row of the chunks that start later.
 func deleteGPUSamples(ctx context.Context, tx pgx.Tx, hypertable bool, notAfter time.Time, whole sampleFilter, filters ...sampleFilter) (int64, error) {
 	var deleted int64
+	// For this transaction only, every statement is planned with its
+	// values: TimescaleDB reads them to skip the batches that do not match,
+	// and PostgreSQL needs a run id to use the index of attributed samples
+	// (gpu_samples_run, WHERE run_id <> ''); a generic plan hides both.
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
+		return 0, fmt.Errorf("set plan_cache_mode: %w", err)
+	}
 	if hypertable {
-		// For this transaction only: the rows of shared segments are
-		// decompressed, however many there are; and every statement is
-		// planned with its values, which TimescaleDB reads to skip the
-		// batches that do not match (a generic plan hides them).
+		// And the rows of shared segments are decompressed, however many
+		// there are.
 		if _, err := tx.Exec(ctx, `SET LOCAL timescaledb.max_tuples_decompressed_per_dml_transaction = 0`); err != nil {
 			return 0, fmt.Errorf("lift the decompression limit: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
-			return 0, fmt.Errorf("set plan_cache_mode: %w", err)
 		}
 		chunks, err := compressedGPUChunks(ctx, tx, notAfter)
 		if err != nil {
