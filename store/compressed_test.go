@@ -316,9 +316,7 @@ func TestSetupTimescaleKeepsUnchangedPolicies(t *testing.T) {
 // and a rank with only new steps get their own, and every rank ends with
 // each step once, the resumed ones carrying the resume's values.
 func TestCompressedResumeOfSeveralRanks(t *testing.T) {
-	if !storetest.Mode(t).Timescale {
-		t.Skip("needs TimescaleDB: this machine's PostgreSQL has no timescaledb extension (the suite runs on plain PostgreSQL)")
-	}
+	needTimescale(t)
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	start := time.Now().Add(-30 * 24 * time.Hour).Truncate(24 * time.Hour)

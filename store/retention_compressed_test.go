@@ -9,15 +9,6 @@ import (
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
-// needTimescale skips the test or benchmark where the tests run on plain
-// PostgreSQL.
-func needTimescale(t testing.TB) {
-	t.Helper()
-	if !storetest.Mode(t).Timescale {
-		t.Skip("needs TimescaleDB: this machine's PostgreSQL has no timescaledb extension (the suite runs on plain PostgreSQL)")
-	}
-}
-
 // gpuSpan inserts 1 Hz samples of GPUs 0 to gpus-1 of host, attributed to
 // run (none when ""), for the seconds [from, to) after start: what a
 // collector writes, with SQL, so that a million rows take seconds.
