@@ -121,6 +121,42 @@ func TestApplyRetentionDropsCompressedSamplesOfNoRun(t *testing.T) {
 	}
 }
 
+// The samples of a run alone on its host those days go as whole
+// compressed batches: nothing is decompressed into the chunk, whose own
+// table does not grow.
+func TestApplyRetentionDropsOwnedSegmentsWithoutDecompressing(t *testing.T) {
+	needTimescale(t)
+	ctx := context.Background()
+	s := storetest.NewStore(t)
+	day := time.Now().Add(-200 * 24 * time.Hour).Truncate(24 * time.Hour)
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO runs (run_id, updated_at)
+		VALUES ('big', now() - interval '100 days'), ('kept', now())`); err != nil {
+		t.Fatal(err)
+	}
+	gpuSpan(t, s, "big", "node-a", 8, day, 0, 15000)
+	gpuSpan(t, s, "kept", "node-b", 8, day, 0, 15000)
+	compressGPUSamples(t, s, "big")
+	size := func() int {
+		t.Helper()
+		return mustCount(t, s, `SELECT sum(pg_relation_size(format('%I.%I', chunk_schema, chunk_name)))::int
+			FROM timescaledb_information.chunks WHERE hypertable_name = 'gpu_samples'`)
+	}
+	before := size()
+	res, err := s.ApplyRetention(ctx, 90*24*time.Hour)
+	if err != nil || res.Failures != 0 || res.Runs != 1 {
+		t.Fatalf("ApplyRetention = %+v, %v; want run big dropped", res, err)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM gpu_samples WHERE run_id = 'big'`); n != 0 {
+		t.Fatalf("run big keeps %d samples", n)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM gpu_samples WHERE run_id = 'kept'`); n != 120000 {
+		t.Fatalf("run kept has %d samples, want 120,000", n)
+	}
+	if after := size(); after != before {
+		t.Errorf("the chunk's own table went from %d to %d bytes: samples were decompressed into it", before, after)
+	}
+}
+
 // BenchmarkRetentionCompressedGPU times what dropping a million GPU
 // samples from compressed chunks costs, two chunks of 8 GPUs beside
 // another host's million that stay: the retention pass against the

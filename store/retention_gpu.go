@@ -102,8 +102,19 @@ func deleteGPUSamples(ctx context.Context, tx pgx.Tx, hypertable bool, notAfter 
 
 // compressedGPUChunks returns the compressed chunks of gpu_samples that
 // start before notAfter (all of them when it is zero). The table of a
-// chunk's compressed batches is named only in TimescaleDB's catalog.
+// chunk's compressed batches is named only in TimescaleDB's catalog
+// (2.x: _timescaledb_catalog.chunk.compressed_chunk_id); with a catalog
+// that names it otherwise, or a chunk that has no such table, it returns
+// none, and deleteGPUSamples deletes by its filters alone.
 func compressedGPUChunks(ctx context.Context, tx pgx.Tx, notAfter time.Time) ([]compressedChunk, error) {
+	var known bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = to_regclass('_timescaledb_catalog.chunk') AND attname = 'compressed_chunk_id' AND NOT attisdropped)`).Scan(&known); err != nil {
+		return nil, fmt.Errorf("read TimescaleDB's catalog: %w", err)
+	}
+	if !known {
+		return nil, nil
+	}
 	var bound any // NULL: no bound
 	if !notAfter.IsZero() {
 		bound = notAfter
