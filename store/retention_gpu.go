@@ -13,7 +13,7 @@ import (
 // gpu_samples is segmented by host and GPU (see hypertables), not by run.
 // A DELETE on it that filters on run_id makes TimescaleDB decompress every
 // compressed batch holding a matching row into its chunk and then delete
-// the rows: about 5 s per million samples, as much disk written and left
+// the rows: 5 to 10 s per million samples, as much disk written and left
 // to vacuum, and an error (SQLSTATE 53400) once a transaction has
 // decompressed more than timescaledb.max_tuples_decompressed_per_dml_transaction
 // rows (100,000 by default). TimescaleDB deletes whole compressed batches
