@@ -18,13 +18,17 @@ import (
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // serverMetrics is what GET /metrics shows: the HTTP request counters of
-// this server, the ingest handler's own metrics, the database pool and the
-// Go runtime and process, in a registry the server owns (never the
-// process-wide default one, so two servers in one process stay apart).
+// this server, the ingest handler's own metrics, the retention job's
+// failures, the database pool and the Go runtime and process, in a
+// registry the server owns (never the process-wide default one, so two
+// servers in one process stay apart).
 type serverMetrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// retentionFailures counts what the retention job could not do: a run
+	// it could not drop, another step of a pass, or a whole pass.
+	retentionFailures prometheus.Counter
 }
 
 func newServerMetrics(st *store.Store) *serverMetrics {
@@ -39,8 +43,12 @@ func newServerMetrics(st *store.Store) *serverMetrics {
 			Help:    "Time from a request's arrival to its answer, by route template.",
 			Buckets: latencyBuckets,
 		}, []string{"route"}),
+		retentionFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "deepseed_retention_failures_total",
+			Help: "Runs the retention job could not drop, other steps of its passes that failed, and passes that could not run; each is logged.",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, poolCollector{st},
+	m.reg.MustRegister(m.requests, m.duration, m.retentionFailures, poolCollector{st},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -58,6 +58,7 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 		"deepseed_ingest_duplicates_total":            "COUNTER",
 		"deepseed_ingest_combined_batches_total":      "COUNTER",
 		"deepseed_ingest_combine_fallbacks_total":     "COUNTER",
+		"deepseed_retention_failures_total":           "COUNTER",
 		"deepseed_db_pool_total_conns":                "GAUGE",
 		"deepseed_db_pool_acquire_wait_seconds_total": "COUNTER",
 		"process_resident_memory_bytes":               "GAUGE",

@@ -330,11 +330,20 @@ func (s *Server) runRetention(ctx context.Context) {
 	for {
 		start := time.Now()
 		res, err := s.store.ApplyRetention(ctx, s.cfg.Retention)
+		// The store logs each failure of a pass that ran (a run with its
+		// id); the counter sums them.
+		s.prom.retentionFailures.Add(float64(res.Failures))
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
+			s.prom.retentionFailures.Inc()
 			log.Error("retention pass failed; retrying at the next one", "err", err, "next_in", every.String())
+		case res.Failures > 0:
+			log.Warn("retention pass left what failed for the next one", "horizon", FormatDuration(s.cfg.Retention),
+				"failures", res.Failures, "runs_dropped", res.Runs, "gpu_samples_dropped", res.GPUSamples,
+				"host_samples_dropped", res.HostSamples, "chunks_dropped", res.Chunks,
+				"took", time.Since(start).Round(time.Millisecond).String(), "next_in", every.String())
 		case res.Runs > 0 || res.GPUSamples > 0 || res.HostSamples > 0 || res.Chunks > 0:
 			log.Info("retention pass", "horizon", FormatDuration(s.cfg.Retention), "runs_dropped", res.Runs,
 				"gpu_samples_dropped", res.GPUSamples, "host_samples_dropped", res.HostSamples,

@@ -310,3 +310,49 @@ func TestSetupTimescaleKeepsUnchangedPolicies(t *testing.T) {
 		}
 	}
 }
+
+// A resume of several ranks in one batch on compressed chunks: ranks that
+// resend the same steps share their statements, a rank with another range
+// and a rank with only new steps get their own, and every rank ends with
+// each step once, the resumed ones carrying the resume's values.
+func TestCompressedResumeOfSeveralRanks(t *testing.T) {
+	needTimescale(t)
+	ctx := context.Background()
+	s := storetest.NewStore(t)
+	start := time.Now().Add(-30 * 24 * time.Hour).Truncate(24 * time.Hour)
+	g := storetest.GenRun{ID: "multi", Ranks: 4, Steps: 600, Start: start, Every: 3 * time.Minute, Seed: 3, Layers: 4}
+	for rank := range g.Ranks {
+		writeLines(t, s, 2000, g.StepLines(rank, 0, g.Steps, 0))
+	}
+	compressAll(t, s)
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM rollup_dirty`); err != nil {
+		t.Fatal(err)
+	}
+	var resume []string
+	resume = append(resume, g.StepLines(0, 500, 600, time.Hour)...)
+	resume = append(resume, g.StepLines(1, 500, 600, time.Hour)...)
+	resume = append(resume, g.StepLines(2, 550, 600, time.Hour)...)
+	resume = append(resume, g.StepLines(3, 600, 650, time.Hour)...) // new steps only
+	res, err := s.WriteBatch(ctx, mustDecodeTB(t, resume...))
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	wantResult(t, res, len(resume), 0)
+	for rank, want := range map[int]struct{ steps, resumed int }{0: {600, 100}, 1: {600, 100}, 2: {600, 50}, 3: {650, 50}} {
+		if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'multi' AND rank = $1`, rank); n != want.steps {
+			t.Errorf("rank %d has %d steps, want %d (each step once)", rank, n, want.steps)
+		}
+		if n := mustCount(t, s, `SELECT count(DISTINCT step) FROM layer_times WHERE run_id = 'multi' AND rank = $1`, rank); n != want.steps {
+			t.Errorf("rank %d has layers for %d steps, want %d", rank, n, want.steps)
+		}
+		// The resume came an hour later: its steps are the ones stamped
+		// after the run's own time for them.
+		if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'multi' AND rank = $1
+			AND time > $2::timestamptz + step * interval '3 minutes' + interval '30 minutes'`, rank, start); n != want.resumed {
+			t.Errorf("rank %d has %d steps with the resume's time, want %d", rank, n, want.resumed)
+		}
+		if n := mustCount(t, s, `SELECT count(*) FROM rollup_dirty WHERE run_id = 'multi' AND rank = $1`, rank); n == 0 {
+			t.Errorf("rank %d: no rollup block marked dirty by the resume", rank)
+		}
+	}
+}

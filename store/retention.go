@@ -43,6 +43,10 @@ type RetentionResult struct {
 	GPUSamples  int64 // GPU samples dropped by their own time
 	HostSamples int64 // host samples dropped by their own time (plain PostgreSQL)
 	Chunks      int64 // TimescaleDB chunks dropped: host samples, GPU aggregate, emptied chunks
+	// Failures counts the runs that could not be dropped and the other
+	// steps of the pass that failed; each is logged, and the pass goes on
+	// without it.
+	Failures int
 	// Skipped is true when another process was running the job.
 	Skipped bool
 }
@@ -51,7 +55,11 @@ type RetentionResult struct {
 // keep. keep <= 0 keeps everything. Each run is dropped in its own
 // transaction, under the locks that ingest and the rollup refresher take
 // for it, and only if it is still inactive then: a run written to while
-// the job runs stays whole.
+// the job runs stays whole. A run that cannot be dropped is logged with
+// its id and counted in the result's Failures, and the pass goes on with
+// the others (the next pass tries it again); so are the steps after the
+// runs. The error is for a pass that could not run at all, or was
+// cancelled.
 func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (RetentionResult, error) {
 	var res RetentionResult
 	if keep <= 0 {
@@ -80,6 +88,20 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 	if err := conn.QueryRow(ctx, `SELECT now() - $1::interval`, pgInterval(keep)).Scan(&cutoff); err != nil {
 		return res, fmt.Errorf("retention: compute cutoff: %w", err)
 	}
+	ts, err := timescaleTables(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+	// failed logs a step that failed and counts it, unless the pass was
+	// cancelled, which ends it.
+	failed := func(msg string, err error, attrs ...any) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("retention: cancelled: %w", err)
+		}
+		res.Failures++
+		s.log.Error(msg, append(attrs, "err", err)...)
+		return nil
+	}
 	after := ""
 	for {
 		rows, err := conn.Query(ctx, `SELECT run_id FROM runs WHERE updated_at < $1 AND run_id > $2
@@ -92,9 +114,12 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 			return res, fmt.Errorf("retention: list expired runs: %w", err)
 		}
 		for _, id := range ids {
-			dropped, err := s.dropExpiredRun(ctx, id, cutoff)
+			dropped, err := s.dropExpiredRun(ctx, id, cutoff, ts["gpu_samples"])
 			if err != nil {
-				return res, err
+				if err := failed("retention: run not dropped; the pass goes on with the others", err, "run_id", id); err != nil {
+					return res, err
+				}
+				continue
 			}
 			if dropped {
 				res.Runs++
@@ -107,44 +132,55 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 		after = ids[len(ids)-1]
 	}
 
-	tag, err := conn.Exec(ctx, `DELETE FROM gpu_samples g WHERE time < $1
-		AND (run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`, cutoff)
-	if err != nil {
-		return res, fmt.Errorf("retention: drop old GPU samples: %w", err)
+	if n, err := s.dropUnattributedGPUSamples(ctx, cutoff, ts["gpu_samples"]); err != nil {
+		if err := failed("retention: GPU samples of no run not dropped", err); err != nil {
+			return res, err
+		}
+	} else {
+		res.GPUSamples = n
 	}
-	res.GPUSamples = tag.RowsAffected()
 
-	ts, err := timescaleTables(ctx, conn)
-	if err != nil {
-		return res, err
-	}
 	if ts["host_samples"] {
 		// Whole chunks: host samples belong to no run.
 		var n int64
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM drop_chunks('host_samples', older_than => $1::timestamptz)`, cutoff).Scan(&n); err != nil {
-			return res, fmt.Errorf("retention: drop host_samples chunks: %w", err)
+			if err := failed("retention: host_samples chunks not dropped", err); err != nil {
+				return res, err
+			}
 		}
 		res.Chunks += n
 	} else {
 		tag, err := conn.Exec(ctx, `DELETE FROM host_samples WHERE time < $1`, cutoff)
 		if err != nil {
-			return res, fmt.Errorf("retention: drop old host samples: %w", err)
+			if err := failed("retention: old host samples not dropped", err); err != nil {
+				return res, err
+			}
 		}
 		res.HostSamples = tag.RowsAffected()
+	}
+	// The per-minute sums of host samples go by their own time too.
+	if _, err := conn.Exec(ctx, `DELETE FROM host_minutes WHERE minute < date_trunc('minute', $1::timestamptz)`, cutoff); err != nil {
+		if err := failed("retention: old host minutes not dropped", err); err != nil {
+			return res, err
+		}
 	}
 	if len(ts) > 0 {
 		n, err := dropEmptyChunks(ctx, conn, cutoff)
 		res.Chunks += n
 		if err != nil {
-			return res, err
+			if err := failed("retention: empty chunks not dropped", err); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil
 }
 
 // dropExpiredRun drops run id whole if its last activity is still before
-// cutoff once the run's locks are held.
-func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time) (bool, error) {
+// cutoff once the run's locks are held. gpuHypertable says gpu_samples is
+// a TimescaleDB hypertable, whose compressed chunks are searched for the
+// run's samples by segment.
+func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time, gpuHypertable bool) (bool, error) {
 	dropped := false
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		// The run's lock, which every batch of the run holds shared (see
@@ -164,6 +200,13 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time)
 			return nil // written to meanwhile, or gone
 		}
 		for _, t := range runTables {
+			if t == "gpu_samples" {
+				f := sampleFilter{`g.run_id = $1`, []any{id}}
+				if _, err := deleteGPUSamples(ctx, tx, gpuHypertable, time.Time{}, f, f); err != nil {
+					return fmt.Errorf("delete from gpu_samples: %w", err)
+				}
+				continue
+			}
 			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = $1`, id); err != nil {
 				return fmt.Errorf("delete from %s: %w", t, err)
 			}
@@ -175,6 +218,38 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time)
 		return false, fmt.Errorf("retention: drop run %s: %w", id, err)
 	}
 	return dropped, nil
+}
+
+// dropUnattributedGPUSamples drops the GPU samples older than cutoff that
+// belong to no run: no run id, or the id of a run that does not exist.
+// The ids of the runs that do not exist are read first, so that each
+// delete compares run_id with a value (see deleteGPUSamples). A run
+// created between the two keeps none of its samples older than cutoff,
+// as when it is created just after the pass.
+func (s *Store) dropUnattributedGPUSamples(ctx context.Context, cutoff time.Time, gpuHypertable bool) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT DISTINCT run_id FROM gpu_samples g
+			WHERE time < $1 AND run_id <> '' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id)`, cutoff)
+		if err != nil {
+			return fmt.Errorf("list runs that do not exist: %w", err)
+		}
+		gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("list runs that do not exist: %w", err)
+		}
+		filters := []sampleFilter{{`g.time < $1 AND g.run_id = ''`, []any{cutoff}}}
+		for _, id := range gone {
+			filters = append(filters, sampleFilter{`g.time < $1 AND g.run_id = $2`, []any{cutoff, id}})
+		}
+		whole := sampleFilter{`g.time < $1 AND (g.run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`, []any{cutoff}}
+		n, err = deleteGPUSamples(ctx, tx, gpuHypertable, cutoff, whole, filters...)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("retention: drop old GPU samples of no run: %w", err)
+	}
+	return n, nil
 }
 
 // timescaleTables returns the hypertables and continuous aggregates of

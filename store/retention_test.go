@@ -1,8 +1,12 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +37,7 @@ func rowsOf(t *testing.T, s *store.Store, id string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, tbl := range []string{"runs", "steps", "layer_times", "evals", "events", "memory_breakdowns",
-		"gpu_samples", "rollup_dirty", "metric_rollups", "layer_rollups"} {
+		"gpu_samples", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups"} {
 		out[tbl] = mustCount(t, s, "SELECT count(*) FROM "+tbl+" WHERE run_id = $1", id)
 	}
 	return out
@@ -117,6 +121,12 @@ func TestApplyRetention(t *testing.T) {
 	}
 	if n := mustCount(t, s, `SELECT count(*) FROM host_samples WHERE time < now() - interval '90 days'`); n != 0 {
 		t.Errorf("%d old host samples left, want 0", n)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM host_minutes WHERE minute < now() - interval '90 days'`); n != 0 {
+		t.Errorf("%d minutes of old host samples left, want 0", n)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM host_minutes`); n != 1 {
+		t.Errorf("%d minutes of host samples left, want the recent sample's", n)
 	}
 	if n := mustCount(t, s, `SELECT count(*) FROM host_samples`); n != 1 {
 		t.Errorf("%d host samples left, want 1 (the recent one)", n)
@@ -203,5 +213,78 @@ func TestApplyRetentionYieldsToConcurrentWrite(t *testing.T) {
 	}
 	if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'busy'`); n != 250 {
 		t.Fatalf("busy run has %d steps after the job, want 250", n)
+	}
+}
+
+// holdRun makes every delete of run id's runs row fail, as a real fault
+// would (a trigger raising an error), until the returned func is called.
+func holdRun(t *testing.T, s *store.Store, id string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Pool.Exec(ctx, `CREATE FUNCTION test_hold_run() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'run % is held by the test', OLD.run_id; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool.Exec(ctx, `CREATE TRIGGER test_hold_run BEFORE DELETE ON runs FOR EACH ROW
+		WHEN (OLD.run_id = '`+id+`') EXECUTE FUNCTION test_hold_run()`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := s.Pool.Exec(ctx, `DROP TRIGGER test_hold_run ON runs`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A run that cannot be dropped does not hold the others back: the run
+// after it is dropped in the same pass, the failure is counted and logged
+// with the failing run's id, the failing run stays whole, and the next
+// pass, once the fault is gone, drops it.
+func TestApplyRetentionGoesPastAFailingRun(t *testing.T) {
+	ctx := context.Background()
+	var logged bytes.Buffer
+	s, err := store.Open(ctx, storetest.NewDatabase(t), slog.New(slog.NewTextHandler(&logged, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Timescale = storetest.Mode(t).Timescale
+	longAgo := time.Now().Add(-200 * 24 * time.Hour)
+	// "a-held" sorts first: the pass meets it before "b-small".
+	mustWrite(t, s, runRecords("a-held", longAgo)...)
+	mustWrite(t, s, runRecords("b-small", longAgo)...)
+	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
+		t.Fatal(err)
+	}
+	before := rowsOf(t, s, "a-held")
+	release := holdRun(t, s, "a-held")
+
+	res, err := s.ApplyRetention(ctx, 90*24*time.Hour)
+	if err != nil {
+		t.Fatalf("ApplyRetention: %v; want the pass to go on past the failing run", err)
+	}
+	if res.Runs != 1 || res.Failures != 1 {
+		t.Errorf("ApplyRetention = %+v; want 1 run dropped and 1 failure", res)
+	}
+	for tbl, n := range rowsOf(t, s, "b-small") {
+		if n != 0 {
+			t.Errorf("run b-small still has %d rows in %s", n, tbl)
+		}
+	}
+	if after := rowsOf(t, s, "a-held"); !reflect.DeepEqual(after, before) {
+		t.Errorf("run a-held rows %v -> %v; want it whole", before, after)
+	}
+	if out := logged.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "run_id=a-held") ||
+		!strings.Contains(out, "held by the test") {
+		t.Errorf("log does not name the failing run and its error:\n%s", out)
+	}
+
+	release()
+	res, err = s.ApplyRetention(ctx, 90*24*time.Hour)
+	if err != nil || res.Runs != 1 || res.Failures != 0 {
+		t.Fatalf("pass after the fault = %+v, %v; want a-held dropped", res, err)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM runs`); n != 0 {
+		t.Fatalf("%d runs left, want 0", n)
 	}
 }

@@ -12,6 +12,15 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 
+// needTimescale skips the test or benchmark where the tests run on plain
+// PostgreSQL.
+func needTimescale(t testing.TB) {
+	t.Helper()
+	if !storetest.Mode(t).Timescale {
+		t.Skip("needs TimescaleDB: this machine's PostgreSQL has no timescaledb extension (the suite runs on plain PostgreSQL)")
+	}
+}
+
 // Two servers starting at once must apply each migration exactly once.
 func TestMigrateConcurrently(t *testing.T) {
 	ctx := context.Background()

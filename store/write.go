@@ -205,10 +205,10 @@ type batchPlan struct {
 	// (inlineSteps) and need no COPY.
 	inlined bool
 	// timescale is set on TimescaleDB, where the steps, layers and evals
-	// that go through a temporary table merge segment by segment (segs,
+	// that go through a temporary table merge segment by segment (groups,
 	// write_compressed.go).
 	timescale bool
-	segs      map[string][]*segment
+	groups    map[string][]*segGroup
 	// rollback ends the transaction with ROLLBACK instead of COMMIT.
 	rollback bool
 }

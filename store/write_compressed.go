@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -18,13 +19,20 @@ import (
 // a batch only when a statement names the segment and the step range as
 // constants: a join against the batch's temporary table names nothing, so
 // the plain merge (write.go) decompresses every batch of every chunk, and
-// a DELETE leaves all of them decompressed. Here each segment the batch
-// writes gets statements of its own, with run, rank and step range bound
-// as parameters and planned with their values (plan_cache_mode), and the
-// DELETE runs only for segments where a probe found stored rows older
-// than the batch's: a retry, whose rows are all stored already, reads the
-// batches it overlaps and decompresses none; a resume decompresses the
-// batches holding the steps it replaces.
+// a DELETE leaves all of them decompressed. Here the segments the batch
+// writes get statements of their own, with run, ranks and step range
+// bound as parameters and planned with their values (plan_cache_mode),
+// and the DELETE runs only for segments where a probe found stored rows
+// older than the batch's: a retry, whose rows are all stored already,
+// reads the batches it overlaps and decompresses none; a resume
+// decompresses the batches holding the steps it replaces.
+//
+// The ranks of a run that a batch brings the same steps for (the ranks of
+// a resumed run, sent together) share their statements, naming the ranks
+// as a list (rank = ANY), which TimescaleDB reads as constants too: each
+// statement is planned once for all of them, and planning a statement
+// over a hypertable and its chunks is what a segment's statement cost
+// most of the time (a resume of 16 ranks in one batch ran 96 statements).
 
 // segment is one run's rank (steps, layers) or one run (evals) in a batch,
 // with the range of steps the batch holds for it.
@@ -38,21 +46,41 @@ type segment struct {
 	staleLo, staleHi int64
 }
 
-// segments returns the segments of kind in the batch, in key order.
-func (b *batchPlan) segments(kind string) []*segment {
+// segGroup is the segments of one run that a batch holds the same range
+// of steps for, in rank order; they share their statements.
+type segGroup struct {
+	run    string
+	lo, hi int64
+	segs   []*segment
+}
+
+// ranks returns the ranks of the group's segments that pick accepts.
+func (g *segGroup) ranks(pick func(*segment) bool) []int32 {
+	var out []int32
+	for _, s := range g.segs {
+		if pick(s) {
+			out = append(out, s.rank)
+		}
+	}
+	return out
+}
+
+// segments returns the segments of kind in the batch, grouped by run and
+// step range, in key order.
+func (b *batchPlan) segments(kind string) []*segGroup {
 	type key struct {
 		run  string
 		rank int32
 	}
 	idx := map[key]*segment{}
-	var out []*segment
+	var segs []*segment
 	add := func(run string, rank int32, step int64) {
 		k := key{run, rank}
 		s, ok := idx[k]
 		if !ok {
 			s = &segment{run: run, rank: rank, lo: step, hi: step}
 			idx[k] = s
-			out = append(out, s)
+			segs = append(segs, s)
 		}
 		s.lo, s.hi = min(s.lo, step), max(s.hi, step)
 	}
@@ -70,46 +98,74 @@ func (b *batchPlan) segments(kind string) []*segment {
 			add(e.RunID, 0, *e.Step)
 		}
 	}
+	sort.Slice(segs, func(i, j int) bool {
+		if segs[i].run != segs[j].run {
+			return segs[i].run < segs[j].run
+		}
+		return segs[i].rank < segs[j].rank
+	})
+	type groupKey struct {
+		run    string
+		lo, hi int64
+	}
+	gidx := map[groupKey]*segGroup{}
+	var out []*segGroup
+	for _, s := range segs {
+		k := groupKey{s.run, s.lo, s.hi}
+		g, ok := gidx[k]
+		if !ok {
+			g = &segGroup{run: s.run, lo: s.lo, hi: s.hi}
+			gidx[k] = g
+			out = append(out, g)
+		}
+		g.segs = append(g.segs, s)
+	}
 	return out
 }
 
-// segmentSQL holds the three statements of one table's segment merge.
+// segmentSQL holds the three statements of one table's segment merge. The
+// probe answers, per rank with stored rows older than the batch's, the
+// rank, their number and their smallest and largest step.
 type segmentSQL struct {
 	probe, delete, insert string
 }
 
-// Steps and layer_times: $1 run, $2 rank, $3 and $4 the step range.
+// Steps and layer_times: $1 run, $2 ranks, $3 and $4 the step range.
 func stepSegmentSQL(table string) segmentSQL {
 	r := strings.NewReplacer("TABLE", table)
 	return segmentSQL{
-		probe: r.Replace(`SELECT count(*), coalesce(min(t.step), 0), coalesce(max(t.step), 0)
-			FROM TABLE AS t JOIN tmp_TABLE AS s ON s.run_id = $1 AND s.rank = $2 AND s.step = t.step AND t.time < s.time
-			WHERE t.run_id = $1 AND t.rank = $2 AND t.step BETWEEN $3 AND $4`),
+		probe: r.Replace(`SELECT t.rank, count(*), min(t.step), max(t.step)
+			FROM TABLE AS t JOIN tmp_TABLE AS s ON s.run_id = $1 AND s.rank = t.rank AND s.step = t.step AND t.time < s.time
+			WHERE t.run_id = $1 AND t.rank = ANY($2) AND t.step BETWEEN $3 AND $4
+			GROUP BY t.rank`),
 		delete: r.Replace(`DELETE FROM TABLE AS t
-			USING (SELECT step, max(time) AS time FROM tmp_TABLE WHERE run_id = $1 AND rank = $2 GROUP BY step) AS s
-			WHERE t.run_id = $1 AND t.rank = $2 AND t.step BETWEEN $3 AND $4 AND t.step = s.step AND t.time < s.time`),
+			USING (SELECT rank, step, max(time) AS time FROM tmp_TABLE WHERE run_id = $1 AND rank = ANY($2) GROUP BY rank, step) AS s
+			WHERE t.run_id = $1 AND t.rank = ANY($2) AND t.step BETWEEN $3 AND $4
+			  AND t.rank = s.rank AND t.step = s.step AND t.time < s.time`),
 		insert: r.Replace(`WITH src AS (
-			SELECT DISTINCT ON (step) * FROM tmp_TABLE WHERE run_id = $1 AND rank = $2 ORDER BY step, time DESC
+			SELECT DISTINCT ON (rank, step) * FROM tmp_TABLE WHERE run_id = $1 AND rank = ANY($2) ORDER BY rank, step, time DESC
 		), ins AS (
 			INSERT INTO TABLE SELECT src.* FROM src
 			WHERE NOT EXISTS (SELECT 1 FROM TABLE AS t
-				WHERE t.run_id = $1 AND t.rank = $2 AND t.step BETWEEN $3 AND $4 AND t.step = src.step AND t.time >= src.time)
+				WHERE t.run_id = $1 AND t.rank = ANY($2) AND t.step BETWEEN $3 AND $4
+				  AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
 			ON CONFLICT DO NOTHING
-			RETURNING step
+			RETURNING rank, step
 		), dirty AS (
 			INSERT INTO rollup_dirty (run_id, rank, block)
-			SELECT DISTINCT $1::text, $2::int, step / 100 FROM ins ORDER BY 3
+			SELECT DISTINCT $1::text, rank, step / 100 FROM ins ORDER BY 2, 3
 			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
 		)
 		SELECT count(*) FROM ins`),
 	}
 }
 
-// Evals: $1 run, $2 and $3 the step range.
+// Evals: $1 run, $2 and $3 the step range; one segment per run (rank 0).
 var evalSegmentSQL = segmentSQL{
-	probe: `SELECT count(*), coalesce(min(t.step), 0), coalesce(max(t.step), 0)
+	probe: `SELECT 0, count(*), min(t.step), max(t.step)
 		FROM evals AS t JOIN tmp_evals AS s ON s.run_id = $1 AND s.split = t.split AND s.step = t.step AND t.time < s.time
-		WHERE t.run_id = $1 AND t.step BETWEEN $2 AND $3`,
+		WHERE t.run_id = $1 AND t.step BETWEEN $2 AND $3
+		HAVING count(*) > 0`,
 	delete: `DELETE FROM evals AS t
 		USING (SELECT split, step, max(time) AS time FROM tmp_evals WHERE run_id = $1 GROUP BY split, step) AS s
 		WHERE t.run_id = $1 AND t.step BETWEEN $2 AND $3 AND t.split = s.split AND t.step = s.step AND t.time < s.time`,
@@ -131,15 +187,18 @@ var (
 )
 
 // segmentTable is a kind merged by segment on TimescaleDB, with the
-// arguments of its statements for a segment and step range.
+// arguments of its statements for a run, its ranks and a step range.
 type segmentTable struct {
 	kind string
 	sql  segmentSQL
-	args func(s *segment, lo, hi int64) []any
+	args func(run string, ranks []int32, lo, hi int64) []any
 }
 
-func rankArgs(s *segment, lo, hi int64) []any { return []any{s.run, s.rank, lo, hi} }
-func runArgs(s *segment, lo, hi int64) []any  { return []any{s.run, lo, hi} }
+func rankArgs(run string, ranks []int32, lo, hi int64) []any { return []any{run, ranks, lo, hi} }
+func runArgs(run string, _ []int32, lo, hi int64) []any      { return []any{run, lo, hi} }
+
+func anySegment(*segment) bool     { return true }
+func staleSegment(s *segment) bool { return s.stale > 0 }
 
 var segmentTables = []segmentTable{
 	{api.KindStep, stepsSegmentSQL, rankArgs},
@@ -163,25 +222,25 @@ func (b *batchPlan) bySegment(kind string) bool {
 // probeStale finds, for every segment merged by segment, the stored rows
 // that the batch replaces, in one round trip. The statements are planned
 // with their parameters' values for the rest of the transaction, so that
-// TimescaleDB sees the segment and step range as constants.
+// TimescaleDB sees the segments and step ranges as constants.
 func (b *batchPlan) probeStale(ctx context.Context, tx batchConn) error {
-	b.segs = map[string][]*segment{}
+	b.groups = map[string][]*segGroup{}
 	q := &pgx.Batch{}
 	q.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
 	type probe struct {
-		kind string
-		seg  *segment
+		kind  string
+		group *segGroup
 	}
 	var probes []probe
 	for _, t := range segmentTables {
 		if !b.bySegment(t.kind) {
 			continue
 		}
-		segs := b.segments(t.kind)
-		b.segs[t.kind] = segs
-		for _, s := range segs {
-			q.Queue(t.sql.probe, t.args(s, s.lo, s.hi)...)
-			probes = append(probes, probe{t.kind, s})
+		groups := b.segments(t.kind)
+		b.groups[t.kind] = groups
+		for _, g := range groups {
+			q.Queue(t.sql.probe, t.args(g.run, g.ranks(anySegment), g.lo, g.hi)...)
+			probes = append(probes, probe{t.kind, g})
 		}
 	}
 	if len(probes) == 0 {
@@ -193,8 +252,26 @@ func (b *batchPlan) probeStale(ctx context.Context, tx batchConn) error {
 		return fmt.Errorf("store: write batch: plan settings: %w", err)
 	}
 	for _, p := range probes {
-		if err := br.QueryRow().Scan(&p.seg.stale, &p.seg.staleLo, &p.seg.staleHi); err != nil {
-			return fmt.Errorf("store: write batch: probe stored %s of run %q: %w", p.kind, p.seg.run, err)
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("store: write batch: probe stored %s of run %q: %w", p.kind, p.group.run, err)
+		}
+		for rows.Next() {
+			var rank int32
+			var stale, lo, hi int64
+			if err := rows.Scan(&rank, &stale, &lo, &hi); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: write batch: probe stored %s of run %q: %w", p.kind, p.group.run, err)
+			}
+			for _, s := range p.group.segs {
+				if s.rank == rank {
+					s.stale, s.staleLo, s.staleHi = stale, lo, hi
+				}
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: write batch: probe stored %s of run %q: %w", p.kind, p.group.run, err)
 		}
 	}
 	if err := br.Close(); err != nil {
@@ -203,8 +280,9 @@ func (b *batchPlan) probeStale(ctx context.Context, tx batchConn) error {
 	return nil
 }
 
-// segmentStmts returns the merge statements of kind by segment: a DELETE
-// where the probe found older rows, and the INSERT.
+// segmentStmts returns the merge statements of kind by segment group: a
+// DELETE for the segments where the probe found older rows, over the
+// steps it found, and the INSERT.
 func (b *batchPlan) segmentStmts(kind string) []mergeStmt {
 	var t segmentTable
 	for _, c := range segmentTables {
@@ -213,11 +291,21 @@ func (b *batchPlan) segmentStmts(kind string) []mergeStmt {
 		}
 	}
 	var out []mergeStmt
-	for _, s := range b.segs[kind] {
-		if s.stale > 0 {
-			out = append(out, mergeStmt{kind: kind, sql: t.sql.delete, args: t.args(s, s.staleLo, s.staleHi), discard: true})
+	for _, g := range b.groups[kind] {
+		if stale := g.ranks(staleSegment); len(stale) > 0 {
+			lo, hi := int64(0), int64(0)
+			first := true
+			for _, s := range g.segs {
+				if s.stale > 0 {
+					if first {
+						lo, hi, first = s.staleLo, s.staleHi, false
+					}
+					lo, hi = min(lo, s.staleLo), max(hi, s.staleHi)
+				}
+			}
+			out = append(out, mergeStmt{kind: kind, sql: t.sql.delete, args: t.args(g.run, stale, lo, hi), discard: true})
 		}
-		out = append(out, mergeStmt{kind: kind, sql: t.sql.insert, args: t.args(s, s.lo, s.hi), count: true})
+		out = append(out, mergeStmt{kind: kind, sql: t.sql.insert, args: t.args(g.run, g.ranks(anySegment), g.lo, g.hi), count: true})
 	}
 	return out
 }
