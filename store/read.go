@@ -143,6 +143,13 @@ func (s *Store) RunCode(ctx context.Context, runID string) (json.RawMessage, err
 // markers, so every rank with rows is in one or the other. The steps
 // themselves, compressed on TimescaleDB, are not read.
 func (s *Store) RunRanks(ctx context.Context, runID string) ([]int, error) {
+	return runRanks(ctx, s.Pool, runID)
+}
+
+// runRanks is [Store.RunRanks] on q (the pool, or a transaction).
+func runRanks(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, runID string) ([]int, error) {
 	skip := func(name, table string) string {
 		return name + ` AS (
 			(SELECT rank FROM ` + table + ` WHERE run_id = $1 ORDER BY rank LIMIT 1)
@@ -151,7 +158,7 @@ func (s *Store) RunRanks(ctx context.Context, runID string) ([]int, error) {
 			FROM ` + name + ` WHERE ` + name + `.rank IS NOT NULL
 		)`
 	}
-	rows, err := s.Pool.Query(ctx, `WITH RECURSIVE `+skip("m", "metric_rollups")+`, `+skip("l", "layer_rollups")+`, `+skip("d", "rollup_dirty")+`
+	rows, err := q.Query(ctx, `WITH RECURSIVE `+skip("m", "metric_rollups")+`, `+skip("l", "layer_rollups")+`, `+skip("d", "rollup_dirty")+`
 		SELECT rank FROM m WHERE rank IS NOT NULL UNION SELECT rank FROM l WHERE rank IS NOT NULL
 		UNION SELECT rank FROM d WHERE rank IS NOT NULL ORDER BY 1`, runID)
 	if err != nil {

@@ -26,20 +26,18 @@ import (
 //	last_arrival       1 when the rank arrived last (and late), else 0
 var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_arrival"}
 
-// syncRollupSQL computes the width-100 rollups of SyncMetrics of every rank
-// of run $1 in the blocks $2.
+// syncRollupSQL computes the width-100 rollups of SyncMetrics of the ranks
+// $3 (every rank of the run) of run $1 in the blocks $2, reading each
+// rank's block with an index range of its own.
 const syncRollupSQL = `
-WITH RECURSIVE rk AS (
-	(SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1)
-	UNION ALL
-	SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > rk.rank ORDER BY s.rank LIMIT 1)
-	FROM rk WHERE rk.rank IS NOT NULL
-), ranks AS (
-	SELECT rank FROM rk WHERE rank IS NOT NULL
+WITH ranks AS (
+	SELECT unnest($3::int[]) AS rank
 ), s AS (
 	SELECT DISTINCT ON (s.rank, s.step) s.rank, s.step, s.time, s.sync_ns::float8 / 1e6 AS a, s.sync_wait_ms AS w, s.step_ms
-	FROM ranks r CROSS JOIN unnest($2::bigint[]) AS b(block)
-	JOIN steps s ON s.run_id = $1 AND s.rank = r.rank AND s.step >= b.block * 100 AND s.step < (b.block + 1) * 100
+	FROM ranks r CROSS JOIN unnest($2::bigint[]) AS b(block) CROSS JOIN LATERAL (
+		SELECT r.rank, step, time, sync_ns, sync_wait_ms, step_ms FROM steps
+		WHERE run_id = $1 AND rank = r.rank AND step >= b.block * 100 AND step < (b.block + 1) * 100
+	) s
 	ORDER BY s.rank, s.step, s.time DESC
 ), c AS (
 	SELECT * FROM (
@@ -108,7 +106,15 @@ func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 		runID, blocks, SyncMetrics); err != nil {
 		return fmt.Errorf("clear synchronisation rollups: %w", err)
 	}
-	if _, err := tx.Exec(ctx, syncRollupSQL, runID, blocks); err != nil {
+	all, err := runRanks(ctx, tx, runID)
+	if err != nil {
+		return err
+	}
+	ranks32 := make([]int32, len(all))
+	for i, r := range all {
+		ranks32[i] = int32(r)
+	}
+	if _, err := tx.Exec(ctx, syncRollupSQL, runID, blocks, ranks32); err != nil {
 		return fmt.Errorf("compute synchronisation rollups: %w", err)
 	}
 	child := blocks
