@@ -128,7 +128,11 @@ type querier interface {
 }
 
 func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, running bool, cfg Config) error {
-	byRank, err := recentSteps(ctx, q, runID, max(cfg.Window, cfg.SpikeWindow+1, cfg.NonFiniteSteps))
+	ranks, err := e.Store.RunRanks(ctx, runID)
+	if err != nil {
+		return err
+	}
+	byRank, err := recentSteps(ctx, q, runID, ranks, max(cfg.Window, cfg.SpikeWindow+1, cfg.NonFiniteSteps))
 	if err != nil {
 		return err
 	}
@@ -150,20 +154,20 @@ func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, runnin
 }
 
 // recentSteps reads each rank's newest n steps, newest first. The ranks
-// come from a skip scan of the steps' unique index, and each rank's rows
-// from a backward scan of it: a bounded read however long the run.
-func recentSteps(ctx context.Context, q querier, runID string, n int) (map[int][]stepRow, error) {
-	rows, err := q.Query(ctx, `WITH RECURSIVE rk AS (
-			(SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1)
-			UNION ALL
-			SELECT (SELECT s.rank FROM steps s WHERE s.run_id = $1 AND s.rank > rk.rank ORDER BY s.rank LIMIT 1)
-			FROM rk WHERE rk.rank IS NOT NULL)
+// come from the store (its rollup tables, not the steps), and each rank's
+// rows from a backward scan of the steps' unique index: a bounded read
+// however long the run.
+func recentSteps(ctx context.Context, q querier, runID string, ranks []int, n int) (map[int][]stepRow, error) {
+	rk := make([]int32, len(ranks))
+	for i, r := range ranks {
+		rk[i] = int32(r)
+	}
+	rows, err := q.Query(ctx, `
 		SELECT rk.rank, x.step, x.time, x.loss, x.grad_norm, x.loss_scale, coalesce(x.skipped, false), x.step_ms, x.data_ms,
 			x.sync_ns, x.sync_wait_ms
-		FROM rk, LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms, sync_ns, sync_wait_ms FROM steps
+		FROM unnest($3::int[]) AS rk(rank), LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms, sync_ns, sync_wait_ms FROM steps
 			WHERE run_id = $1 AND rank = rk.rank ORDER BY step DESC, time DESC LIMIT $2) x
-		WHERE rk.rank IS NOT NULL
-		ORDER BY rk.rank, x.step DESC`, runID, n)
+		ORDER BY rk.rank, x.step DESC`, runID, n, rk)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: recent steps of %s: %w", runID, err)
 	}
