@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -56,14 +55,16 @@ func (s *Store) Evals(ctx context.Context, runID string) ([]EvalRow, error) {
 // run's lowest rank at the evaluation's step, or at the last step before
 // it that has one. evals are in step order.
 func (s *Store) pairTrainLoss(ctx context.Context, runID string, evals []EvalRow) error {
-	var rank int
-	err := s.Pool.QueryRow(ctx, `SELECT rank FROM steps WHERE run_id = $1 ORDER BY rank LIMIT 1`, runID).Scan(&rank)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
+	// The lowest rank from the rollup tables: reading it off the steps
+	// decompresses a batch of every rank's on compressed chunks.
+	ranks, err := s.RunRanks(ctx, runID)
 	if err != nil {
 		return fmt.Errorf("lowest rank: %w", err)
 	}
+	if len(ranks) == 0 {
+		return nil
+	}
+	rank := ranks[0]
 	var steps []int64
 	for i, e := range evals {
 		if i == 0 || e.Step != evals[i-1].Step {

@@ -230,9 +230,11 @@ func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error
 			SELECT rank, max::bigint AS last FROM metric_rollups
 			WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1
 		)
-		SELECT CASE WHEN sync_ns IS NOT NULL THEN 'arrivals' WHEN sync_wait_ms IS NOT NULL THEN 'waits' ELSE '' END
-		FROM r JOIN steps s ON s.run_id = $1 AND s.rank = r.rank AND s.step >= r.last - 100
-		ORDER BY s.step DESC, s.time DESC LIMIT 1`, runID, TotalWidth).Scan(&src)
+		SELECT CASE WHEN s.sync_ns IS NOT NULL THEN 'arrivals' WHEN s.sync_wait_ms IS NOT NULL THEN 'waits' ELSE '' END
+		FROM r CROSS JOIN LATERAL (
+			SELECT sync_ns, sync_wait_ms FROM steps WHERE run_id = $1 AND rank = r.rank AND step >= r.last - 100
+			ORDER BY step DESC, time DESC LIMIT 1
+		) s`, runID, TotalWidth).Scan(&src)
 	if err == pgx.ErrNoRows {
 		return "", nil
 	}
