@@ -121,7 +121,7 @@ func (h *Handler) rankFigures(ctx context.Context, runID string, from int64, out
 		syncs, src, err := h.store.RankSyncs(ctx, runID, from)
 		return agg, syncs, src, err
 	}
-	rr, err := h.store.RankRollups(ctx, runID, from, -1)
+	rr, err := h.store.RankRollups(ctx, runID, from, -1, true)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -222,7 +222,7 @@ func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64, ran
 	if n <= store.ExactRankRows {
 		return h.store.SteadyByRank(ctx, runID, from, rank)
 	}
-	rr, err := h.store.RankRollups(ctx, runID, from, rank)
+	rr, err := h.store.RankRollups(ctx, runID, from, rank, false)
 	if err != nil {
 		return nil, err
 	}

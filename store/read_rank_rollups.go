@@ -61,8 +61,9 @@ type RankRollup struct {
 }
 
 // RankRollups returns every rank's figures (onlyRank < 0) or one rank's
-// over the steps from the block holding from on.
-func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyRank int) ([]RankRollup, error) {
+// over the steps from the block holding from on, with each rank's newest
+// straggler score when scores is set.
+func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyRank int, scores bool) ([]RankRollup, error) {
 	from = max(from, 0) / 100 * 100
 	rows, err := s.Pool.Query(ctx, rankRollupSQL, runID, rankRollupMetrics, from, onlyRank)
 	if err != nil {
@@ -174,8 +175,10 @@ func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyR
 		}
 	}
 	slices.SortFunc(out, func(a, b RankRollup) int { return a.Rank - b.Rank })
-	if err := s.newestScores(ctx, runID, out); err != nil {
-		return nil, err
+	if scores {
+		if err := s.newestScores(ctx, runID, out); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
