@@ -37,29 +37,40 @@ func completeSteps(name, lo, hi string) string {
 		)`
 }
 
-// clockOffsets is the CTE off: each rank's host clock offset, the median
-// over the steps of complete with arrivals and waits of its release
-// (arrival + wait, the same instant on every rank) less the step's
-// earliest release.
-func clockOffsets(complete string) string {
+// Clock offsets are estimated per offsetKey: over the whole range of
+// steps (perRank), or block by block (perBlock: a block is 100 steps), as
+// the rollups do, so that a block's figures depend on its own steps only.
+const (
+	perRank  = "rank"
+	perBlock = "rank, block"
+)
+
+// clockOffsets is the CTE off: each rank's host clock offset (per key, a
+// perRank or perBlock), the median over the steps of complete with
+// arrivals and waits of its release (arrival + wait, the same instant on
+// every rank) less the step's earliest release.
+func clockOffsets(complete, key string) string {
 	return `off AS (
-			SELECT rank, percentile_cont(0.5) WITHIN GROUP (ORDER BY rel) AS off FROM (
-				SELECT rank, (a + w) - min(a + w) OVER (PARTITION BY step) AS rel FROM ` + complete + ` WHERE na = nr AND nw = nr
-			) x GROUP BY rank
+			SELECT ` + key + `, percentile_cont(0.5) WITHIN GROUP (ORDER BY rel) AS off FROM (
+				SELECT rank, step / 100 AS block, (a + w) - min(a + w) OVER (PARTITION BY step) AS rel
+				FROM ` + complete + ` WHERE na = nr AND nw = nr
+			) x GROUP BY ` + key + `
 		)`
 }
 
-// lateness is the CTE l over the steps of complete, with off: each rank's
-// lateness (arrival less its clock offset, after the step's first; or,
-// without arrivals, the step's longest wait less its own), busy time and
-// wait, and what the lateness came from (src).
-func lateness(complete string) string {
+// lateness is the CTE l over the steps of complete, with off of the same
+// key: each rank's lateness (arrival less its clock offset, after the
+// step's first; or, without arrivals, the step's longest wait less its
+// own), busy time, wait, wait beyond the step's shortest (excess, the
+// time the slowest rank cost it) and what the lateness came from (src).
+func lateness(complete, key string) string {
 	return `l AS (
 			SELECT c.rank, c.step, c.time, c.w, c.input_wait_ms, greatest(c.step_ms - coalesce(c.w, 0), 0) AS busy,
 			       CASE WHEN c.na = c.nr THEN (c.a - coalesce(off.off, 0)) - min(c.a - coalesce(off.off, 0)) OVER (PARTITION BY c.step)
 			            WHEN c.nw = c.nr THEN max(c.w) OVER (PARTITION BY c.step) - c.w END AS late,
+			       CASE WHEN c.nw = c.nr THEN c.w - min(c.w) OVER (PARTITION BY c.step) END AS excess,
 			       CASE WHEN c.na = c.nr THEN 'arrivals' WHEN c.nw = c.nr THEN 'waits' END AS src
-			FROM ` + complete + ` c LEFT JOIN off USING (rank)
+			FROM (SELECT *, step / 100 AS block FROM ` + complete + `) c LEFT JOIN off USING (` + key + `)
 		)`
 }
 
@@ -92,7 +103,7 @@ func (s *Store) LatenessBuckets(ctx context.Context, runID string, offsetsFrom, 
 		return nil, fmt.Errorf("store: lateness of %s: bucket width %d", runID, width)
 	}
 	return s.rankBuckets(ctx, "lateness", runID, `
-		WITH `+completeSteps("co", "$2", "")+`, `+clockOffsets("co")+`, `+completeSteps("c", "$3", "$4")+`, `+lateness("c")+`
+		WITH `+completeSteps("co", "$2", "")+`, `+clockOffsets("co", perRank)+`, `+completeSteps("c", "$3", "$4")+`, `+lateness("c", perRank)+`
 		SELECT rank, min(step), (array_agg(time ORDER BY step))[1], min(late), max(late), sum(late), count(*)
 		FROM l WHERE late IS NOT NULL GROUP BY rank, step / $5 ORDER BY rank, 2`,
 		runID, offsetsFrom, from, to, width)

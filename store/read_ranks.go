@@ -33,7 +33,7 @@ type RankSync struct {
 // carry neither.
 func (s *Store) RankSyncs(ctx context.Context, runID string, from int64) ([]RankSync, string, error) {
 	rows, err := s.Pool.Query(ctx, `
-		WITH `+completeSteps("c", "$2", "")+`, `+clockOffsets("c")+`, `+lateness("c")+`, m AS (
+		WITH `+completeSteps("c", "$2", "")+`, `+clockOffsets("c", perRank)+`, `+lateness("c", perRank)+`, m AS (
 			SELECT *, max(late) OVER (PARTITION BY step) AS latest FROM l
 		)
 		SELECT m.rank, count(late), percentile_cont(0.5) WITHIN GROUP (ORDER BY late),

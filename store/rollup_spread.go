@@ -28,14 +28,17 @@ var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_
 
 // syncRollupSQL computes the width-100 rollups of SyncMetrics of the ranks
 // $3 (every rank of the run) of run $1 in the blocks $2, reading each
-// rank's block with an index range of its own.
-const syncRollupSQL = `
+// rank's block with an index range of its own; a step counts when every
+// rank reported it. Lateness, busy time and excess waits are those of
+// GET /runs/{id}/ranks (read_rank_series.go), with clock offsets
+// estimated block by block.
+var syncRollupSQL = `
 WITH ranks AS (
 	SELECT unnest($3::int[]) AS rank
 ), s AS (
-	SELECT DISTINCT ON (s.rank, s.step) s.rank, s.step, s.time, s.sync_ns::float8 / 1e6 AS a, s.sync_wait_ms AS w, s.step_ms
+	SELECT DISTINCT ON (s.rank, s.step) s.rank, s.step, s.time, s.sync_ns::float8 / 1e6 AS a, s.sync_wait_ms AS w, s.step_ms, s.input_wait_ms
 	FROM ranks r CROSS JOIN unnest($2::bigint[]) AS b(block) CROSS JOIN LATERAL (
-		SELECT r.rank, step, time, sync_ns, sync_wait_ms, step_ms FROM steps
+		SELECT r.rank, step, time, sync_ns, sync_wait_ms, step_ms, input_wait_ms FROM steps
 		WHERE run_id = $1 AND rank = r.rank AND step >= b.block * 100 AND step < (b.block + 1) * 100
 	) s
 	ORDER BY s.rank, s.step, s.time DESC
@@ -43,17 +46,7 @@ WITH ranks AS (
 	SELECT * FROM (
 		SELECT s.*, count(*) OVER st AS nr, count(a) OVER st AS na, count(w) OVER st AS nw FROM s WINDOW st AS (PARTITION BY step)
 	) x WHERE nr = (SELECT count(*) FROM ranks) AND nr >= 2
-), off AS (
-	SELECT rank, step / 100 AS block, percentile_cont(0.5) WITHIN GROUP (ORDER BY rel) AS off FROM (
-		SELECT rank, step, (a + w) - min(a + w) OVER (PARTITION BY step) AS rel FROM c WHERE na = nr AND nw = nr
-	) x GROUP BY rank, step / 100
-), l AS (
-	SELECT c.rank, c.step, c.time, greatest(c.step_ms - coalesce(c.w, 0), 0) AS busy,
-	       CASE WHEN c.na = c.nr THEN (c.a - coalesce(off.off, 0)) - min(c.a - coalesce(off.off, 0)) OVER (PARTITION BY c.step)
-	            WHEN c.nw = c.nr THEN max(c.w) OVER (PARTITION BY c.step) - c.w END AS late,
-	       CASE WHEN c.nw = c.nr THEN c.w - min(c.w) OVER (PARTITION BY c.step) END AS excess
-	FROM c LEFT JOIN off ON off.rank = c.rank AND off.block = c.step / 100
-), m AS (
+), ` + clockOffsets("c", perBlock) + `, ` + lateness("c", perBlock) + `, m AS (
 	SELECT *, max(late) OVER (PARTITION BY step) AS latest FROM l
 )
 INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
