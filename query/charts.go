@@ -150,17 +150,7 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			s.BucketSteps = p.Width
-			for _, a := range bs.b {
-				if a.count == 0 {
-					continue
-				}
-				s.Points = append(s.Points, api.Point{
-					Step: a.firstStep, Time: a.firstTime, Value: api.Float(a.sum / float64(a.count)),
-					Min: api.Float(a.min), Max: api.Float(a.max), Count: a.count,
-				})
-			}
-			out.Series = append(out.Series, s)
+			out.Series = append(out.Series, seriesOf(m, rank, p, bs))
 		}
 	}
 	return out, nil

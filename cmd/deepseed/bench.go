@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,13 +79,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	var errs []error
-	num := func(name, v string, min int) int {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < min {
-			errs = append(errs, fmt.Errorf("--%s %q: want a whole number of at least %d", name, v, min))
-		}
-		return n
-	}
+	num := func(name, v string, min int) int { return wholeAtLeast(&errs, name, v, min) }
 	cfg := benchConfig{
 		conns:     num("connections", *conns, 1),
 		rounds:    num("rounds", *rounds, 1),

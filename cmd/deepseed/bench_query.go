@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,13 +59,7 @@ func benchQuery(ctx context.Context, args []string) error {
 		return err
 	}
 	var errs []error
-	num := func(name, v string, lo int) int {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < lo {
-			errs = append(errs, fmt.Errorf("--%s: want a whole number of at least %d, got %q", name, lo, v))
-		}
-		return n
-	}
+	num := func(name, v string, min int) int { return wholeAtLeast(&errs, name, v, min) }
 	run := fleetRun{ranks: num("ranks", *ranks, 1), steps: num("steps", *steps, 1), layers: num("layers", *layers, 1),
 		layerEvery: num("layer-every", *layerEvery, 0), evalEvery: 500, gpusPerNode: num("gpus-per-node", *gpusPerNode, 1),
 		start: time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)}

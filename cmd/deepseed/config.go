@@ -300,3 +300,13 @@ func ensureDatabase(ctx context.Context, adminURL, name string) error {
 	}
 	return nil
 }
+
+// wholeAtLeast parses flag name's value v as a whole number of at least
+// min; when it is not one, it adds an error naming the flag to errs.
+func wholeAtLeast(errs *[]error, name, v string, min int) int {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		*errs = append(*errs, fmt.Errorf("--%s %q: want a whole number of at least %d", name, v, min))
+	}
+	return n
+}
