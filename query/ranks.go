@@ -106,14 +106,11 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 // synchronisation figures from step from on: row by row for a small run,
 // from the rollups for a large one (out.Basis and out.FromStep say which).
 func (h *Handler) rankFigures(ctx context.Context, runID string, from int64, out *api.RanksResponse) ([]store.SteadyRank, []store.RankSync, string, error) {
-	if err := h.refreshRollups(ctx, runID); err != nil {
-		return nil, nil, "", err
-	}
-	n, err := h.store.StepRows(ctx, runID, from, -1)
+	large, err := h.pastRawBudget(ctx, runID, from, -1)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if n <= store.ExactRankRows {
+	if !large {
 		agg, err := h.store.SteadyByRank(ctx, runID, from, -1)
 		if err != nil {
 			return nil, nil, "", err
@@ -130,15 +127,33 @@ func (h *Handler) rankFigures(ctx context.Context, runID string, from int64, out
 		return nil, nil, "", err
 	}
 	out.Basis, out.FromStep = "rollups", from/100*100
-	agg := make([]store.SteadyRank, len(rr))
 	syncs := make([]store.RankSync, 0, len(rr))
-	for i, x := range rr {
-		agg[i] = x.SteadyRank
+	for _, x := range rr {
 		if x.Sync.Steps > 0 || x.Sync.Score != nil {
 			syncs = append(syncs, x.Sync)
 		}
 	}
-	return agg, syncs, src, nil
+	return steadyOf(rr), syncs, src, nil
+}
+
+// pastRawBudget refreshes the run's rollups and reports whether its steps
+// from from on (of rank, or of every rank when rank < 0) are more than the
+// per-rank views read row by row.
+func (h *Handler) pastRawBudget(ctx context.Context, runID string, from int64, rank int) (bool, error) {
+	if err := h.refreshRollups(ctx, runID); err != nil {
+		return false, err
+	}
+	n, err := h.store.StepRows(ctx, runID, from, rank)
+	return n > store.ExactRankRows, err
+}
+
+// steadyOf returns the steady-state aggregates of rank rollups.
+func steadyOf(rr []store.RankRollup) []store.SteadyRank {
+	agg := make([]store.SteadyRank, len(rr))
+	for i, x := range rr {
+		agg[i] = x.SteadyRank
+	}
+	return agg
 }
 
 // hostStats rolls ranks up by host, the host with the latest rank (or the
@@ -212,23 +227,16 @@ func hostStats(ranks []api.RankStat) []api.HostStat {
 // rollups for a large one (then from the block holding from, and medians
 // are means; see store.RankRollup).
 func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64, rank int) ([]store.SteadyRank, error) {
-	if err := h.refreshRollups(ctx, runID); err != nil {
-		return nil, err
-	}
-	n, err := h.store.StepRows(ctx, runID, from, rank)
+	large, err := h.pastRawBudget(ctx, runID, from, rank)
 	if err != nil {
 		return nil, err
 	}
-	if n <= store.ExactRankRows {
+	if !large {
 		return h.store.SteadyByRank(ctx, runID, from, rank)
 	}
 	rr, err := h.store.RankRollups(ctx, runID, from, rank, false)
 	if err != nil {
 		return nil, err
 	}
-	agg := make([]store.SteadyRank, len(rr))
-	for i, x := range rr {
-		agg[i] = x.SteadyRank
-	}
-	return agg, nil
+	return steadyOf(rr), nil
 }
