@@ -13,10 +13,7 @@ import (
 // would skew every comparison. The steady state starts once a trailing
 // rolling median of the step time stays within steadyTol of the run's
 // overall median; leading outliers after that point are skipped too.
-const (
-	steadyTol    = 0.15
-	steadyMaxRaw = 2000 // longer runs are judged on their width-100 rollups
-)
+const steadyTol = 0.15
 
 // steadyStart returns the first step of the steady state of pts (step
 // order). Only the first half of the run is searched, so a slow phase at
@@ -79,7 +76,7 @@ func (h *Handler) steadyFrom(ctx context.Context, runID string, rank int) (int64
 	if err := h.refreshRollups(ctx, runID); err != nil {
 		return 0, err
 	}
-	pts, err := h.store.StepMSTimeline(ctx, runID, rank, steadyMaxRaw)
+	pts, err := h.store.StepMSTimeline(ctx, runID, rank, store.RawRankSteps)
 	if err != nil {
 		return 0, err
 	}

@@ -18,11 +18,16 @@ import (
 // exact, so means are the raw rows' means over the steps from the steady
 // state's first step rounded down to a whole block of 100; peaks are over
 // the whole run; the medians of the raw path are not kept (see
-// RankRollup.Basis).
+// RankRollup).
 
 // ExactRankRows is how many raw step rows (ranks × steps) the per-rank
 // views read row by row; larger runs are read from rollups.
 const ExactRankRows = 5000
+
+// RawRankSteps is how many steps of one rank a median of its step time
+// (steady-state detection, the stall limit) reads row by row; a longer
+// rank is judged on its width-100 rollups.
+const RawRankSteps = 2000
 
 // rankRollupMetrics are the metrics RankRollups reads.
 var rankRollupMetrics = []string{"step", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms",
@@ -50,14 +55,13 @@ FROM t LEFT JOIN p USING (rank, metric) ORDER BY t.rank`
 
 // RankRollup is one rank's figures over the steps from a first step on,
 // from rollups.
+//
+// Its MedianStepMS is the mean step time and P95StepMS is nil; Sync's
+// lateness, busy time and waits are means, LastPct the share of the
+// steps the rank arrived last, and ClockOffsetMS nil.
 type RankRollup struct {
 	SteadyRank
 	Sync RankSync
-	// Basis says where the figures came from: "rollups". Their
-	// MedianStepMS is the mean step time and P95StepMS is nil; Sync's
-	// lateness, busy time and waits are means, LastPct the share of the
-	// steps the rank arrived last, and ClockOffsetMS nil.
-	Basis string
 }
 
 // RankRollups returns every rank's figures (onlyRank < 0) or one rank's
@@ -93,7 +97,7 @@ func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyR
 		if !ok {
 			i = len(out)
 			idx[rank] = i
-			out = append(out, RankRollup{SteadyRank: SteadyRank{Rank: rank}, Sync: RankSync{Rank: rank}, Basis: "rollups"})
+			out = append(out, RankRollup{SteadyRank: SteadyRank{Rank: rank}, Sync: RankSync{Rank: rank}})
 			vals = append(vals, map[string]acc{})
 		}
 		a := acc{n: n, min: mn, max: mx}

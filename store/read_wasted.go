@@ -134,10 +134,6 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 	return w, nil
 }
 
-// medianRawSteps is how many steps of one rank medianStepMS reads row by
-// row; longer runs use the median of their blocks' means.
-const medianRawSteps = 2000
-
 // medianStepMS is the median positive step time of one rank, 0 when none.
 func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float64, error) {
 	var med *float64
@@ -151,7 +147,7 @@ func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float
 		ELSE
 			(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY sum / count) FROM metric_rollups
 			 WHERE run_id = $1 AND rank = $2 AND width = 100 AND metric = 'step_ms' AND count > 0 AND sum > 0)
-		END`, runID, rank, medianRawSteps, TotalWidth).Scan(&med)
+		END`, runID, rank, RawRankSteps, TotalWidth).Scan(&med)
 	if err != nil {
 		return 0, fmt.Errorf("store: median step time of %s: %w", runID, err)
 	}
