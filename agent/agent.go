@@ -304,7 +304,7 @@ func (a *Agent) poll(ctx context.Context) {
 		}
 		j.tail, j.tailAt = st.OutputTail, time.Now()
 		if st.Ended() {
-			a.log.Info("job ended", "job", id, "state", st.State, "exit_code", st.ExitCode)
+			a.log.Info("job ended", "job", id, "state", st.State, api.ExitCodeAttr(st.ExitCode))
 			a.mu.Lock()
 			delete(a.held, id)
 			a.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -179,16 +180,36 @@ func linked(s string) func(api.Job) bool {
 	return func(j api.Job) bool { return j.State == s && j.RunID != "" }
 }
 
-// runAgent runs an agent in this process until the test ends.
-func runAgent(t *testing.T, e *env, name string, gpus []int) {
+// logBuffer collects an agent's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runAgent runs an agent in this process until the test ends and returns
+// its log.
+func runAgent(t *testing.T, e *env, name string, gpus []int) *logBuffer {
 	t.Helper()
+	logs := &logBuffer{}
 	dir := t.TempDir()
 	ex, err := agent.NewLocal(filepath.Join(dir, "output"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, err := agent.New(agent.Config{Server: e.url, Token: agentTok, Name: name, GPUs: gpus, Executor: ex, StateDir: dir,
-		Every: 200 * time.Millisecond, Grace: time.Second})
+		Every: 200 * time.Millisecond, Grace: time.Second, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +217,7 @@ func runAgent(t *testing.T, e *env, name string, gpus []int) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return logs
 }
 
 func script(t *testing.T) string {

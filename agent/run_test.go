@@ -242,10 +242,10 @@ func gone(pid int) bool {
 }
 
 // A command that ends before the agent's first report still ends with its
-// own exit code, not as lost.
+// own exit code, not as lost; the agent logs the code as a number.
 func TestAgentInstantExit(t *testing.T) {
 	e := start(t, 5*time.Second)
-	runAgent(t, e, "node1", []int{0})
+	logs := runAgent(t, e, "node1", []int{0})
 	waitAgent(t, e, "node1")
 	for _, code := range []string{"0", "3"} {
 		j := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"sh", "-c", "exit " + code}})
@@ -256,6 +256,12 @@ func TestAgentInstantExit(t *testing.T) {
 		j = e.waitJob(t, j.ID, want, state(want))
 		if j.ExitCode == nil || strconv.Itoa(*j.ExitCode) != code {
 			t.Errorf("job exiting %s: %+v", code, j)
+		}
+		line := "job=" + strconv.FormatInt(j.ID, 10) + " state=" + want + " exit_code=" + code + "\n"
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), line); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the agent's log has no %q:\n%s", line, logs.String())
+			}
 		}
 	}
 }

@@ -105,6 +105,7 @@ func (h *Handler) Register(g *echo.Group) {
 	g.GET("/jobs/:id", h.wrap(h.show))
 	g.POST("/jobs/:id/cancel", h.wrap(h.cancel))
 	g.POST("/sweeps", h.wrap(h.createSweep))
+	g.GET("/sweeps", h.wrap(h.listSweeps))
 	g.GET("/sweeps/:id", h.wrap(h.showSweep))
 	g.GET("/quotas", h.wrap(h.listQuotas))
 	g.GET("/quotas/:project", h.wrap(h.showQuota))
@@ -339,13 +340,9 @@ func (h *Handler) list(ctx context.Context, c echo.Context) (int, any, error) {
 	default:
 		return 0, nil, bad("state", "%q is not queued, running, finished, failed, cancelled or lost", f.State)
 	}
-	f.Limit = 100
-	if s := c.QueryParam("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			return 0, nil, bad("limit", "%q: want 1 to 1000", s)
-		}
-		f.Limit = n
+	var err error
+	if f.Limit, err = limitParam(c); err != nil {
+		return 0, nil, err
 	}
 	list, counts, err := h.store.Jobs(ctx, f)
 	if err != nil {
@@ -355,6 +352,19 @@ func (h *Handler) list(ctx context.Context, c echo.Context) (int, any, error) {
 		list = []api.Job{}
 	}
 	return http.StatusOK, api.JobList{Jobs: list, Counts: counts, Limit: f.Limit}, nil
+}
+
+// limitParam reads ?limit of a list: 1 to 1000, 100 when absent.
+func limitParam(c echo.Context) (int, error) {
+	s := c.QueryParam("limit")
+	if s == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, bad("limit", "%q: want 1 to 1000", s)
+	}
+	return n, nil
 }
 
 func (h *Handler) show(ctx context.Context, c echo.Context) (int, any, error) {

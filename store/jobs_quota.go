@@ -194,6 +194,44 @@ func (s *Store) GetSweep(ctx context.Context, id string) (api.Sweep, error) {
 	return sw, nil
 }
 
+// Sweeps returns the newest sweeps of project (of every project when it
+// is empty), at most limit, each with the counters of its jobs.
+func (s *Store) Sweeps(ctx context.Context, project string, limit int) ([]api.SweepSummary, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT id, project, argv, spec, gpus, metric, goal, created_at FROM sweeps
+		WHERE $1 = '' OR project = $1 ORDER BY created_at DESC, id LIMIT $2`, project, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list sweeps: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.SweepSummary, error) {
+		var sw api.SweepSummary
+		err := r.Scan(&sw.ID, &sw.Project, &sw.Argv, &sw.Params, &sw.GPUs, &sw.Metric, &sw.Goal, &sw.CreatedAt)
+		return sw, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sweeps: %w", err)
+	}
+	ids := make([]string, len(out))
+	at := make(map[string]int, len(out))
+	for i, sw := range out {
+		ids[i], at[sw.ID] = sw.ID, i
+	}
+	rows, err = s.Pool.Query(ctx, `SELECT sweep_id, state, count(*) FROM jobs WHERE sweep_id = ANY($1)
+		GROUP BY sweep_id, state`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("store: count the jobs of sweeps: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		var n int
+		if err := rows.Scan(&id, &state, &n); err != nil {
+			return nil, fmt.Errorf("store: count the jobs of sweeps: %w", err)
+		}
+		addCount(&out[at[id]].Counts, state, n)
+	}
+	return out, rows.Err()
+}
+
 // MetricValues is a run's eval metric: its last value and its lowest and
 // highest.
 type MetricValues struct {

@@ -266,6 +266,11 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 	if len(swg.JSON200.Trials) != 2 {
 		t.Errorf("getSweep: %d trials, want 2", len(swg.JSON200.Trials))
 	}
+	sws, err := reader.ListSweepsWithResponse(ctx, &apiclient.ListSweepsParams{Project: ptr("imdb")})
+	call("listSweeps", sws, err)
+	if len(sws.JSON200.Sweeps) != 1 || sws.JSON200.Sweeps[0].Id != sw.JSON201.Id || sws.JSON200.Sweeps[0].Counts.Total != 2 {
+		t.Errorf("listSweeps: %+v, want the one sweep of two trials", sws.JSON200.Sweeps)
+	}
 	ag, err := reader.ListAgentsWithResponse(ctx)
 	call("listAgents", ag, err)
 	if len(ag.JSON200.Agents) != 1 || !ag.JSON200.Agents[0].Alive {
