@@ -121,10 +121,10 @@ type Trial struct {
 // /api/v1/quotas/{project}, items of GET /api/v1/quotas.
 type Quota struct {
 	Project      string   `json:"project"`
-	GPUHours     *float64 `json:"gpu_hours"` // the limit; null when none is set
-	UsedGPUHours float64  `json:"used_gpu_hours"`
-	JobGPUHours  float64  `json:"job_gpu_hours"` // of jobs: runtime × GPUs held
-	RunGPUHours  float64  `json:"run_gpu_hours"` // of runs no job started: attributed GPU samples
+	GPUHours     *float64 `json:"gpu_hours"`      // the limit; null when none is set
+	UsedGPUHours float64  `json:"used_gpu_hours"` // what the limit is held to: the jobs' GPU-hours
+	JobGPUHours  float64  `json:"job_gpu_hours"`  // of jobs: runtime × GPUs held, from the executor's start and end
+	RunGPUHours  float64  `json:"run_gpu_hours"`  // of runs no job started, from telemetry within the run's lifetime; not counted
 	Exceeded     bool     `json:"exceeded"`
 }
 

@@ -60,3 +60,35 @@ func TestQuotaRefusesSeventhJob(t *testing.T) {
 		t.Fatalf("after raising the quota: %+v, want job %d", r.Job, claimed[5]+1)
 	}
 }
+
+// The two-sample attack: a GPU sample dated 1970 and one now for a run of
+// the project would make its telemetry span half a million GPU-hours.
+// Quota decisions count jobs only, and the telemetry shown is clamped to
+// the run's lifetime as the server saw it: nothing is refused.
+func TestTelemetryCannotUseUpQuota(t *testing.T) {
+	e := start(t)
+	e.beat(t, "node1", 1)
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	e.must(t, "POST", "/api/v1/ingest", ingestTok, `{"kind":"run","run_id":"victim-run","project":"imdb"}
+{"kind":"gpu","time":1,"host":"n1","gpu":0,"run_id":"victim-run","util_pct":90}
+{"kind":"gpu","time":"`+now+`","host":"n1","gpu":0,"run_id":"victim-run","util_pct":90}
+`, 200, nil)
+	var q api.Quota
+	e.must(t, "PUT", "/api/v1/quotas/imdb", submitTok, `{"gpu_hours":1}`, 200, &q)
+	if q.Exceeded || q.UsedGPUHours != 0 || q.RunGPUHours >= 1 || q.RunGPUHours < 0 {
+		t.Fatalf("after the two-sample attack: %+v, want nothing used and the run's telemetry within its lifetime", q)
+	}
+	var j api.Job
+	e.must(t, "POST", "/api/v1/jobs", submitTok, `{"project":"imdb","argv":["true"]}`, 201, &j)
+	time.Sleep(1100 * time.Millisecond) // the claim path's cache of projects over quota
+	var r api.AgentClaimReply
+	e.must(t, "POST", "/api/v1/agents/node1/claim", agentTok, `{"free_gpus":[0],"executor":"local"}`, 200, &r)
+	if r.Job == nil || r.Job.ID != j.ID {
+		t.Fatalf("the project's job was not handed out: %+v", r.Job)
+	}
+	var qs api.QuotaList
+	e.must(t, "GET", "/api/v1/quotas", readTok, "", 200, &qs)
+	if len(qs.Quotas) != 1 || qs.Quotas[0].Exceeded {
+		t.Fatalf("quotas: %+v", qs.Quotas)
+	}
+}

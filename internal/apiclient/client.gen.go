@@ -1326,11 +1326,17 @@ type Quota struct {
 	Exceeded bool `json:"exceeded"`
 
 	// GpuHours the limit; null when none
-	GpuHours     *float64 `json:"gpu_hours"`
-	JobGpuHours  float64  `json:"job_gpu_hours"`
-	Project      string   `json:"project"`
-	RunGpuHours  float64  `json:"run_gpu_hours"`
-	UsedGpuHours float64  `json:"used_gpu_hours"`
+	GpuHours *float64 `json:"gpu_hours"`
+
+	// JobGpuHours of jobs: runtime from the executor's start to its end, times the GPUs held
+	JobGpuHours float64 `json:"job_gpu_hours"`
+	Project     string  `json:"project"`
+
+	// RunGpuHours of runs no job started, from their GPU samples within the run's lifetime as the server saw it; shown, never counted towards the limit
+	RunGpuHours float64 `json:"run_gpu_hours"`
+
+	// UsedGpuHours what the limit is held to: the GPU-hours of the project's jobs
+	UsedGpuHours float64 `json:"used_gpu_hours"`
 }
 
 // QuotaList Every project that has a quota.
