@@ -144,7 +144,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.busyWG.Wait()
 	for {
 		if time.Since(lastBeat) >= a.beat {
-			if err := a.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			err := a.heartbeat(ctx)
+			var se *StatusError
+			if lastBeat.IsZero() && errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden) {
+				// A token the server refuses from the start will not
+				// mend itself: say so rather than retry for ever. Jobs
+				// already running keep running; a restart re-adopts them.
+				return fmt.Errorf("agent %s: the server refused its token (%s): give it a token that the server's DEEPSEED_AGENT_TOKENS binds to this name (NAME:TOKEN)", a.cfg.Name, se.Msg)
+			}
+			if err != nil && ctx.Err() == nil {
 				a.log.Warn("heartbeat failed; retrying", "err", err)
 			} else {
 				lastBeat = time.Now()

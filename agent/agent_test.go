@@ -76,7 +76,7 @@ func start(t *testing.T, timeout time.Duration) *env {
 	}
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestTok}, []string{readTok}
-	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{agentTok}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{"node*:" + agentTok, "rescuer:" + agentTok, "doomed:" + agentTok}
 	cfg.JobHeartbeatTimeout = timeout
 	cfg.AlertsEvery = -1
 	st := storetest.NewStore(t)

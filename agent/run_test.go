@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepseed/deepseed/agent"
 	"github.com/deepseed/deepseed/api"
 )
 
@@ -263,5 +264,27 @@ func TestAgentInstantExit(t *testing.T) {
 				t.Fatalf("the agent's log has no %q:\n%s", line, logs.String())
 			}
 		}
+	}
+}
+
+// An agent whose token the server binds to other names stops at once and
+// says what to fix, rather than retrying for ever.
+func TestAgentWithAnotherAgentsTokenStops(t *testing.T) {
+	e := start(t, 5*time.Second)
+	ex, err := agent.NewLocal(filepath.Join(t.TempDir(), "output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Server: e.url, Token: agentTok, Name: "impostor", GPUs: []int{0}, Executor: ex,
+		StateDir: t.TempDir(), Every: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = a.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), `may not act as agent \"impostor\"`) && !strings.Contains(err.Error(), `may not act as agent "impostor"`) ||
+		!strings.Contains(err.Error(), "DEEPSEED_AGENT_TOKENS") || strings.Contains(err.Error(), agentTok) {
+		t.Fatalf("Run = %v, want the refusal and what to set", err)
 	}
 }

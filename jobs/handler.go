@@ -119,7 +119,8 @@ func (h *Handler) Register(g *echo.Group) {
 type handlerFunc func(ctx context.Context, c echo.Context) (int, any, error)
 
 // wrap gives each handler a deadline and turns its errors into api.Error
-// answers: 400 for bad input (naming the field), 404, 409, 422, and 503
+// answers: 400 for bad input (naming the field), 403 for a report on
+// another agent's job, 404, 409, 422, and 503
 // when the database is away.
 func (h *Handler) wrap(fn handlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -138,6 +139,8 @@ func (h *Handler) wrap(fn handlerFunc) echo.HandlerFunc {
 			return echo.NewHTTPError(he.code, api.Error{Error: he.msg})
 		case errors.Is(err, store.ErrNotFound):
 			return echo.NewHTTPError(http.StatusNotFound, api.Error{Error: err.Error()})
+		case errors.Is(err, store.ErrNotHeld):
+			return echo.NewHTTPError(http.StatusForbidden, api.Error{Error: err.Error()})
 		case errors.Is(err, store.ErrConflict):
 			return echo.NewHTTPError(http.StatusConflict, api.Error{Error: err.Error()})
 		case store.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
@@ -228,6 +231,10 @@ func nulField(v reflect.Value) (string, bool) {
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidName reports whether s can name a project or an agent: letters,
+// digits, '.', '_' and '-', at most 128, starting with a letter or digit.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
 
 func checkProject(p string) error {
 	if p == "" {

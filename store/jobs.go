@@ -27,6 +27,10 @@ const (
 // the job).
 var ErrConflict = errors.New("conflict")
 
+// ErrNotHeld is returned when an agent reports on a job another agent
+// holds, or one no agent has claimed.
+var ErrNotHeld = errors.New("not this agent's job")
+
 // NewJob is one job to queue.
 type NewJob struct {
 	Project string

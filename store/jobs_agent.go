@@ -159,7 +159,8 @@ func (s *Store) Claim(ctx context.Context, agent, executor string, free []int, p
 // final state ends the job (lost queues a retry when it has retries
 // left); queued means the executor has accepted it but not started it
 // (a pending Slurm job), so its runtime starts with the running report.
-// A job the agent does not hold, or that has ended, is ErrConflict.
+// A job the agent does not hold is ErrNotHeld, one that has ended
+// ErrConflict.
 func (s *Store) Report(ctx context.Context, agent string, id int64, r api.JobReport) error {
 	ctx, cancel := context.WithTimeout(ctx, jobTimeout)
 	defer cancel()
@@ -208,7 +209,7 @@ func (s *Store) reportConflict(ctx context.Context, agent string, id int64) erro
 		return err
 	}
 	if j.Agent != agent {
-		return fmt.Errorf("job %d is not held by agent %s: %w", id, agent, ErrConflict)
+		return fmt.Errorf("job %d is not held by agent %s: %w", id, agent, ErrNotHeld)
 	}
 	return fmt.Errorf("job %d has already ended (%s): %w", id, j.State, ErrConflict)
 }

@@ -40,7 +40,7 @@ number of GPU slots the agent keeps submitted at once (docs/jobs-slurm.md).`
 func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("agent")
 	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
-	token := f.String("token", "DEEPSEED_AGENT_TOKEN", "", "token with agent scope, sent as Authorization: Bearer")
+	tokenFlag := addTokenFlag(f, "DEEPSEED_AGENT_TOKEN", "DEEPSEED_AGENT_TOKEN_FILE", "agent token (bound to this agent's --name on the server)")
 	host, _ := os.Hostname()
 	name := f.String("name", "DEEPSEED_AGENT_NAME", host, "the agent's name, unique among agents")
 	gpus := f.String("gpus", "DEEPSEED_AGENT_GPUS", "auto", "GPUs it hands out, e.g. 0,1; auto asks NVML")
@@ -81,6 +81,10 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	if *name == "" {
 		errs = append(errs, "invalid --name \"\": give the agent a name")
 	}
+	token, err := tokenFlag.value()
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agent: %s", strings.Join(errs, "; "))
 	}
@@ -90,7 +94,7 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("agent: executor %s: %w", *executor, err)
 	}
-	a, err := agent.New(agent.Config{Server: *server, Token: *token, Name: *name, GPUs: ids, Projects: splitList(*projects),
+	a, err := agent.New(agent.Config{Server: *server, Token: token, Name: *name, GPUs: ids, Projects: splitList(*projects),
 		Executor: ex, StateDir: *stateDir, Every: everyD, Grace: graceD, Version: Version, Log: log})
 	if err != nil {
 		return err

@@ -72,7 +72,7 @@ type response interface{ StatusCode() int }
 func TestEveryGETThroughTheClient(t *testing.T) {
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestToken}, []string{readToken}
-	cfg.SubmitTokens, cfg.AgentTokens = []string{submitToken}, []string{agentToken}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitToken}, []string{"node1:" + agentToken}
 	cfg.ShutdownTimeout = 30 * time.Second
 	srv := server.New(cfg, storetest.NewStore(t), nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -25,6 +25,10 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// AgentName is the name of the seed's agent: the server's
+// DEEPSEED_AGENT_TOKENS must bind Server.Agent to it (AgentName+":"+token).
+const AgentName = "seed-node"
+
 // Server is a running server and a token of each scope the seed needs.
 type Server struct {
 	URL                   string
@@ -71,7 +75,7 @@ func Seed(t testing.TB, s Server, project string) Seeded {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ag, err := agent.New(agent.Config{Server: s.URL, Token: s.Agent, Name: "seed-node", GPUs: []int{0, 1},
+	ag, err := agent.New(agent.Config{Server: s.URL, Token: s.Agent, Name: AgentName, GPUs: []int{0, 1},
 		Executor: exec, StateDir: t.TempDir(), Every: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
