@@ -23,6 +23,8 @@ type ExecutorConfig struct {
 	// StateDir is the agent's own directory (output files go under it).
 	StateDir string
 	Log      *slog.Logger
+	// Job says as whom jobs run and what they are given (every executor).
+	Job JobConfig
 	// Slurm holds the Slurm executor's settings (--executor slurm); its
 	// OutputDir defaults to <state-dir>/slurm.
 	Slurm SlurmConfig
@@ -31,7 +33,7 @@ type ExecutorConfig struct {
 // Executors maps the --executor names to their constructors. An executor
 // plugs in with one entry here (or one assignment in its file's init).
 var Executors = map[string]func(ExecutorConfig) (Executor, error){
-	"local": func(c ExecutorConfig) (Executor, error) { return NewLocal(filepath.Join(c.StateDir, "output")) },
+	"local": func(c ExecutorConfig) (Executor, error) { return NewLocal(c.StateDir, c.Job) },
 	"slurm": func(c ExecutorConfig) (Executor, error) {
 		sc := c.Slurm
 		if sc.OutputDir == "" {
@@ -40,6 +42,7 @@ var Executors = map[string]func(ExecutorConfig) (Executor, error){
 		if sc.Logger == nil {
 			sc.Logger = c.Log
 		}
+		sc.Job = c.Job
 		return NewSlurm(sc)
 	},
 }

@@ -25,7 +25,7 @@ type Spec struct {
 	Project string   // the job's project
 	Argv    []string // the command, never run through a shell
 	Env     []string // extra KEY=VALUE pairs: DEEPSEED_RUN_ID, DEEPSEED_JOB_ID, DEEPSEED_SWEEP_ID, parameters
-	Dir     string   // working directory; empty means the agent's own
+	Dir     string   // working directory; empty means one of the job's own, under the agent's state dir
 	GPUs    int      // how many GPUs the job asked for
 	GPUIDs  []int    // the GPUs the agent holds for it (local executor: CUDA_VISIBLE_DEVICES)
 }

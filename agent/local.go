@@ -16,18 +16,25 @@ import (
 )
 
 // Local runs each job as a process of this node: its own process group
-// (so a cancel reaches every process it started), CUDA_VISIBLE_DEVICES
-// set to the GPUs held for it, stdout and stderr together in a file
-// under Dir whose tail the server is sent. The process outlives the
-// agent: after a restart, Poll re-adopts it by pid and start time.
+// (so a cancel reaches every process it started), as the configured
+// user, in its own working directory, with an environment built from an
+// allow-list (see JobConfig), CUDA_VISIBLE_DEVICES set to the GPUs held
+// for it, stdout and stderr together in a file under Dir whose tail the
+// server is sent. The process outlives the agent: after a restart, Poll
+// re-adopts it by pid and start time.
 type Local struct {
 	// Dir holds the jobs' output files.
 	Dir string
+	// WorkDir holds each job's working directory, job-<id>.
+	WorkDir string
 	// TailBytes bounds the output tail reported; 0 means 8 KiB.
 	TailBytes int
 	// MaxLogBytes bounds an output file: past it the file is cut back to
 	// its tail; 0 means 64 MiB.
 	MaxLogBytes int64
+
+	job  JobConfig
+	user *jobUser // nil: the agent's own
 
 	mu        sync.Mutex
 	children  map[string]*child // by pid, the processes this agent started
@@ -41,20 +48,35 @@ type child struct {
 	exit int // valid once done is closed
 }
 
-// NewLocal returns a local executor keeping output files in dir.
-func NewLocal(dir string) (*Local, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// NewLocal returns a local executor keeping output files in
+// <stateDir>/output and the jobs' working directories in
+// <stateDir>/jobs. It refuses to run jobs as root unless job says so.
+func NewLocal(stateDir string, job JobConfig) (*Local, error) {
+	u, err := job.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("local executor: %w", err)
+	}
+	l := &Local{Dir: filepath.Join(stateDir, "output"), WorkDir: filepath.Join(stateDir, "jobs"), job: job, user: u}
+	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local executor: output dir: %w", err)
 	}
-	return &Local{Dir: dir}, nil
+	// Others may enter, not list: the run-as user reaches its own job's
+	// directory and nothing else of the agent's.
+	if err := os.MkdirAll(l.WorkDir, 0o711); err != nil {
+		return nil, fmt.Errorf("local executor: jobs dir: %w", err)
+	}
+	if err := reachable(filepath.Join(l.WorkDir, "job"), u); err != nil {
+		return nil, fmt.Errorf("local executor: %w", err)
+	}
+	return l, nil
 }
 
 // Name implements Executor.
 func (l *Local) Name() string { return "local" }
 
 // Start implements Executor: it starts argv (looked up in PATH, never
-// through a shell) with the agent's environment, spec.Env and
-// CUDA_VISIBLE_DEVICES.
+// through a shell) as the configured user in <WorkDir>/job-<id>, with the
+// allow-listed environment, spec.Env and CUDA_VISIBLE_DEVICES.
 func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 	if len(spec.Argv) == 0 {
 		return Handle{}, errors.New("local: empty command")
@@ -68,14 +90,24 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 	// Not CommandContext: the job must outlive the agent's context.
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = filepath.Join(l.WorkDir, "job-"+fileSafe(spec.JobID))
+		if err := jobDir(cmd.Dir, l.user); err != nil {
+			fmt.Fprintf(f, "deepseed agent: %v\n", err)
+			return Handle{}, fmt.Errorf("local: %w", err)
+		}
+	}
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = f, f
 	ids := make([]string, len(spec.GPUIDs))
 	for i, g := range spec.GPUIDs {
 		ids[i] = strconv.Itoa(g)
 	}
-	cmd.Env = append(append(os.Environ(), spec.Env...), "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
+	cmd.Env = jobEnviron(os.Environ(), spec, l.user, l.job.CollectorURL, "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if u := l.user; u != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(f, "deepseed agent: could not start %q: %v\n", spec.Argv[0], err)
 		return Handle{}, fmt.Errorf("local: start %s: %w", spec.Argv[0], err)

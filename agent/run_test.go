@@ -78,12 +78,11 @@ func waitAgent(t *testing.T, e *env, name string) {
 // and every trial finishes with its run linked and its metric ranked.
 func TestSweepOnTwoFakeGPUs(t *testing.T) {
 	e := start(t, 5*time.Second)
-	t.Setenv("LOCK_DIR", t.TempDir())
 	runAgent(t, e, "node1", []int{0, 1})
 	waitAgent(t, e, "node1")
 	var sw api.Sweep
 	in := api.SweepCreate{Project: "imdb", Argv: []string{"python3", script(t), "sweep", "--lr", "{lr}", "--batch", "{batch}"},
-		Params: map[string]string{"lr": "1, 2, 5", "batch": "8,16", "epochs": "3"}, Metric: "val_accuracy", Goal: "max"}
+		Params: map[string]string{"lr": "1, 2, 5", "batch": "8,16", "epochs": "3", "lockdir": t.TempDir()}, Metric: "val_accuracy", Goal: "max"}
 	if code := e.call(t, "POST", "/api/v1/sweeps", submitTok, in, &sw); code != 201 || len(sw.Trials) != 6 {
 		t.Fatalf("create sweep: %d, %d trials", code, len(sw.Trials))
 	}
@@ -143,7 +142,8 @@ func TestSweepOnTwoFakeGPUs(t *testing.T) {
 func child(t *testing.T, e *env, name, dir string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "AGENT_SERVER="+e.url, "AGENT_NAME="+name, "AGENT_STATE_DIR="+dir)
+	cmd.Env = append(os.Environ(), childEnv+"=1", "AGENT_SERVER="+e.url, "AGENT_NAME="+name, "AGENT_STATE_DIR="+dir,
+		"AGENT_COLLECTOR="+e.collector)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ func TestAgentInstantExit(t *testing.T) {
 // says what to fix, rather than retrying for ever.
 func TestAgentWithAnotherAgentsTokenStops(t *testing.T) {
 	e := start(t, 5*time.Second)
-	ex, err := agent.NewLocal(filepath.Join(t.TempDir(), "output"))
+	ex, err := agent.NewLocal(t.TempDir(), agent.JobConfig{AllowRoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
