@@ -39,6 +39,7 @@ type Handle struct {
 	ExternalID string    `json:"external_id"`           // pid or Slurm job id, as text
 	StartedAt  time.Time `json:"started_at"`            // when the executor started it
 	OutputPath string    `json:"output_path,omitempty"` // where its stdout and stderr go
+	ExitPath   string    `json:"exit_path,omitempty"`   // local: where its wrapper writes the exit status
 }
 
 // Status is what an executor knows of a job now.

@@ -74,21 +74,50 @@ func NewLocal(stateDir string, job JobConfig) (*Local, error) {
 // Name implements Executor.
 func (l *Local) Name() string { return "local" }
 
+// exitWrapper is the script of the small sh that is each job's parent. It
+// runs the command from its arguments ("$@": nothing in them is
+// interpreted), without the exit file's descriptor, and writes the
+// command's exit status (128 + the signal, for one a signal ended) to
+// descriptor 3, the job's exit file, which the agent opened for it. So
+// the status outlives an agent that is not there when the job ends: a
+// restarted agent reads it instead of calling the job lost. The shell
+// traps SIGTERM so that a cancel leaves it waiting for the command
+// (which gets the default disposition back) and still writing the status.
+const exitWrapper = `trap : TERM
+"$@" 3>&-
+s=$?
+printf '%s\n' "$s" >&3
+exit "$s"`
+
 // Start implements Executor: it starts argv (looked up in PATH, never
-// through a shell) as the configured user in <WorkDir>/job-<id>, with the
-// allow-listed environment, spec.Env and CUDA_VISIBLE_DEVICES.
+// interpreted by a shell) under the exit-status wrapper, as the configured
+// user in <WorkDir>/job-<id>, with the allow-listed environment, spec.Env
+// and CUDA_VISIBLE_DEVICES.
 func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 	if len(spec.Argv) == 0 {
 		return Handle{}, errors.New("local: empty command")
 	}
-	out := filepath.Join(l.Dir, "job-"+spec.JobID+".log")
+	base := filepath.Join(l.Dir, "job-"+fileSafe(spec.JobID))
+	out, exitFile := base+".log", base+".exit"
 	f, err := os.OpenFile(out, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return Handle{}, fmt.Errorf("local: output file: %w", err)
 	}
 	defer f.Close()
+	// A program that is not there fails the start, not the job (a path
+	// is left to the wrapper: it is relative to the job's directory).
+	if _, err := exec.LookPath(spec.Argv[0]); err != nil && !strings.Contains(spec.Argv[0], "/") {
+		fmt.Fprintf(f, "deepseed agent: could not start %q: %v\n", spec.Argv[0], err)
+		return Handle{}, fmt.Errorf("local: start %s: %w", spec.Argv[0], err)
+	}
+	ef, err := os.OpenFile(exitFile, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return Handle{}, fmt.Errorf("local: exit file: %w", err)
+	}
+	defer ef.Close()
 	// Not CommandContext: the job must outlive the agent's context.
-	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", exitWrapper, "deepseed-job"}, spec.Argv...)...)
+	cmd.ExtraFiles = []*os.File{ef}
 	cmd.Dir = spec.Dir
 	if cmd.Dir == "" {
 		cmd.Dir = filepath.Join(l.WorkDir, "job-"+fileSafe(spec.JobID))
@@ -129,7 +158,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 		c.exit = exitCode(cmd.ProcessState, err)
 		close(c.done)
 	}()
-	return Handle{Executor: "local", ExternalID: pid, StartedAt: started, OutputPath: out}, nil
+	return Handle{Executor: "local", ExternalID: pid, StartedAt: started, OutputPath: out, ExitPath: exitFile}, nil
 }
 
 // exitCode is the process's exit status, or 128 + the signal that ended
@@ -147,8 +176,9 @@ func exitCode(ps *os.ProcessState, err error) int {
 // Poll implements Executor. A process this agent started ends with its
 // exit status: finished for 0, cancelled when a Cancel stopped it, failed
 // otherwise. A process re-adopted after a restart is found by pid and
-// start time; its exit status cannot be read (it is not this agent's
-// child), so once it is gone it is reported lost with the reason.
+// start time; once it is gone its status is read from the exit file its
+// wrapper wrote. Only a job that left none (its wrapper was killed with
+// SIGKILL, or the machine went down) is lost: its outcome is unknown.
 func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 	st := Status{OutputTail: l.tail(h.OutputPath)}
 	l.mu.Lock()
@@ -182,12 +212,25 @@ func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 		st.State = StateRunning
 		return st, nil
 	}
+	if code, ok := readExitFile(h.ExitPath); ok {
+		st.ExitCode = &code
+		switch {
+		case cancelled:
+			st.State = StateCancelled
+		case code == 0:
+			st.State = StateFinished
+		default:
+			st.State = StateFailed
+			st.Detail = fmt.Sprintf("exit status %d (from the job's exit file: it ended while the agent was away)", code)
+		}
+		return st, nil
+	}
 	if cancelled {
 		st.State = StateCancelled
 		return st, nil
 	}
 	st.State = StateLost
-	st.Detail = "the process ended while the agent was not its parent (the agent restarted): its exit status is unknown"
+	st.Detail = "the process ended while the agent was away and left no exit status (killed with SIGKILL, or the machine restarted): its exit status is unknown"
 	return st, nil
 }
 

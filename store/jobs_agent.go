@@ -233,23 +233,34 @@ func (s *Store) markLostBy(ctx context.Context, agent string, id int64, r api.Jo
 }
 
 // markLost ends running jobs as lost and queues a new attempt of each
-// that has retries left and was not being cancelled. It returns how many
-// it marked.
+// that has retries left and was not being cancelled. The retry says why
+// it exists (attempt, retry_of and its detail), and the lost job which
+// attempt retries it. It returns how many it marked.
 func (s *Store) markLost(ctx context.Context, ids []int64, detail string) (int, error) {
 	var lost, retried int
+	var from, to []int64 // a lost job, its retry
 	err := s.Pool.QueryRow(ctx, `
 		WITH lost AS (
 			UPDATE jobs SET state = 'lost', ended_at = now(), detail = $2
 			WHERE id = ANY($1) AND state = 'running'
 			RETURNING *),
 		retry AS (
-			INSERT INTO jobs (project, sweep_id, argv, params, gpus, retries, attempt, retry_of)
-			SELECT project, sweep_id, argv, params, gpus, retries - 1, attempt + 1, id
+			INSERT INTO jobs (project, sweep_id, argv, params, gpus, retries, attempt, retry_of, detail)
+			SELECT project, sweep_id, argv, params, gpus, retries - 1, attempt + 1, id,
+			       format('attempt %s, retrying job %s, whose outcome is unknown: %s', attempt + 1, id, $2)
 			FROM lost WHERE retries > 0 AND NOT cancel_requested ORDER BY id
-			RETURNING id)
-		SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM retry)`, ids, detail).Scan(&lost, &retried)
+			RETURNING id, retry_of)
+		SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM retry),
+		       COALESCE((SELECT array_agg(retry_of ORDER BY id) FROM retry), '{}'),
+		       COALESCE((SELECT array_agg(id ORDER BY id) FROM retry), '{}')`, ids, detail).Scan(&lost, &retried, &from, &to)
 	if err != nil {
 		return 0, fmt.Errorf("store: mark jobs lost: %w", err)
+	}
+	if len(from) > 0 {
+		if _, err := s.Pool.Exec(ctx, `UPDATE jobs AS j SET detail = j.detail || '; retried as job ' || u.retry
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(lost, retry) WHERE j.id = u.lost`, from, to); err != nil {
+			return 0, fmt.Errorf("store: mark jobs lost: name their retries: %w", err)
+		}
 	}
 	if lost > 0 {
 		s.log.Info("jobs lost", "jobs", ids, "why", detail, "retried", retried)
