@@ -290,6 +290,14 @@ func (a *Agent) poll(ctx context.Context) {
 			a.log.Warn("poll failed", "job", id, "err", err)
 			continue
 		}
+		a.mu.Lock()
+		if j.Cancelling && st.Ended() && st.State != StateLost {
+			// Stopped by a cancel this agent forwarded before a restart
+			// made the executor forget it: whatever status the command
+			// chose, it was cancelled.
+			st.State, st.Detail = StateCancelled, ""
+		}
+		a.mu.Unlock()
 		rep := api.JobReport{State: st.State, ExitCode: st.ExitCode, ExternalID: j.Handle.ExternalID,
 			OutputTail: st.OutputTail, Detail: st.Detail}
 		// A running job's output tail goes with a report every 10 s at

@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -21,7 +23,7 @@ import (
 func TestJobEnvironmentHoldsNoSecret(t *testing.T) {
 	e := start(t, 5*time.Second) // the agent's environment holds DEEPSEED_AGENT_TOKEN, DEEPSEED_TOKEN, DEEPSEED_SERVER_URL
 	t.Setenv("SECRET_OF_THE_NODE", "node-secret-0123")
-	runAgent(t, e, "node1", []int{0})
+	logs := runAgent(t, e, "node1", []int{0})
 	waitAgent(t, e, "node1")
 	j := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"sh", "-c", "env; echo cwd=$(pwd)"}, Params: map[string]string{"lr": "2e-5"}})
 	j = e.waitJob(t, j.ID, "finished", state("finished"))
@@ -29,6 +31,21 @@ func TestJobEnvironmentHoldsNoSecret(t *testing.T) {
 	for _, secret := range []string{agentTok, ingestTok, "node-secret-0123", "DEEPSEED_TOKEN=", "DEEPSEED_AGENT_TOKEN=", "DEEPSEED_SERVER_URL=", e.url} {
 		if strings.Contains(out, secret) {
 			t.Errorf("the job's output shows %q:\n%s", secret, out)
+		}
+	}
+	if strings.Contains(logs.String(), agentTok) || strings.Contains(logs.String(), ingestTok) {
+		t.Errorf("the agent's log shows a token:\n%s", logs.String())
+	}
+	// Nor does the server's /metrics, which needs no token.
+	res, err := http.Get(e.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, tok := range []string{agentTok, ingestTok, submitTok, readTok} {
+		if strings.Contains(string(metrics), tok) {
+			t.Errorf("/metrics shows the token %q", tok)
 		}
 	}
 	id := strconv.FormatInt(j.ID, 10)

@@ -195,6 +195,9 @@ func (s *Slurm) Start(ctx context.Context, spec Spec) (Handle, error) {
 	stdout, err := s.runEnv(ctx, append(env, slurmEnv(os.Environ())...), s.cfg.Sbatch, args...)
 	if err != nil {
 		_ = os.Remove(scriptPath)
+		if spec.Dir == "" {
+			_ = os.Remove(dir) // nothing ran in it
+		}
 		return Handle{}, err
 	}
 	id, err := parseParsable(stdout)
