@@ -137,8 +137,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	for _, j := range doc.Jobs {
+		if j.Starting {
+			a.find(ctx, j)
+		}
 		a.held[j.ID] = j
 		a.log.Info("re-adopting job from the state file", "job", j.ID, "external_id", j.Handle.ExternalID)
+	}
+	if len(doc.Jobs) > 0 {
+		a.save()
 	}
 	a.poll(ctx) // reports what ended while the agent was down
 	lastBeat := time.Time{}
@@ -169,6 +175,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// find looks for a job the agent was starting when it stopped. One its
+// executor cannot find is reported lost: whether it ran is unknown.
+func (a *Agent) find(ctx context.Context, j *heldJob) {
+	j.Starting = false
+	if f, ok := a.cfg.Executor.(Finder); ok {
+		h, found, err := f.Find(ctx, strconv.FormatInt(j.ID, 10))
+		if err == nil && found {
+			j.Handle = h
+			a.log.Info("found the job this agent was starting when it stopped", "job", j.ID, "external_id", h.ExternalID)
+			return
+		}
+		if err != nil {
+			a.log.Warn("could not look for the job this agent was starting when it stopped", "job", j.ID, "err", err)
+		}
+	}
+	j.first = &Status{State: StateLost, Detail: "the agent stopped while starting it and found no trace of it since: whether it ran is unknown"}
 }
 
 func (a *Agent) save() {
@@ -361,17 +385,27 @@ func (a *Agent) start(ctx context.Context, j api.Job, env []string) {
 	spec := Spec{JobID: strconv.FormatInt(j.ID, 10), Name: j.Project + "-" + strconv.FormatInt(j.ID, 10), Project: j.Project,
 		Argv: j.Argv, Env: env, GPUs: j.GPUs, GPUIDs: j.GPUIDs}
 	log := a.log.With("job", j.ID)
+	// The job is on disk before it starts, so that an agent killed
+	// before it records the handle looks for the job after its restart.
+	held := &heldJob{ID: j.ID, GPUIDs: j.GPUIDs, Handle: Handle{Executor: a.cfg.Executor.Name()}, Starting: true}
+	a.mu.Lock()
+	a.held[j.ID] = held
+	a.mu.Unlock()
+	a.save()
 	h, err := a.cfg.Executor.Start(ctx, spec)
 	if err != nil {
+		a.mu.Lock()
+		delete(a.held, j.ID)
+		a.mu.Unlock()
+		a.save()
 		log.Warn("job did not start", "err", err)
 		if rerr := a.c.report(ctx, j.ID, api.JobReport{State: StateFailed, Detail: err.Error()}); rerr != nil {
 			log.Error("could not report the failed start", "err", rerr)
 		}
 		return
 	}
-	held := &heldJob{ID: j.ID, GPUIDs: j.GPUIDs, Handle: h}
 	a.mu.Lock()
-	a.held[j.ID] = held
+	held.Handle, held.Starting = h, false
 	a.mu.Unlock()
 	a.save()
 	log.Info("job started", "argv", j.Argv, "gpus", j.GPUIDs, "external_id", h.ExternalID)

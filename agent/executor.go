@@ -59,6 +59,14 @@ func (s Status) Ended() bool {
 	return false
 }
 
+// Finder is implemented by executors that can find a job they started from
+// its id alone. An agent killed between starting a job and recording its
+// handle asks Find after its restart, rather than calling the job lost;
+// found is false when the executor knows nothing of it.
+type Finder interface {
+	Find(ctx context.Context, jobID string) (h Handle, found bool, err error)
+}
+
 // Executor starts, follows and stops jobs. Implementations must be safe for
 // use by one goroutine per job.
 type Executor interface {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,10 @@ type Local struct {
 	cancelled map[string]bool   // by pid
 }
 
-var _ Executor = (*Local)(nil)
+var (
+	_ Executor = (*Local)(nil)
+	_ Finder   = (*Local)(nil)
+)
 
 type child struct {
 	done chan struct{}
@@ -159,6 +163,49 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 		close(c.done)
 	}()
 	return Handle{Executor: "local", ExternalID: pid, StartedAt: started, OutputPath: out, ExitPath: exitFile}, nil
+}
+
+// Find implements Finder: the job's wrapper, found in /proc by its
+// command line and its DEEPSEED_JOB_ID, or, once it has ended, its exit
+// file.
+func (l *Local) Find(ctx context.Context, jobID string) (Handle, bool, error) {
+	base := filepath.Join(l.Dir, "job-"+fileSafe(jobID))
+	h := Handle{Executor: "local", OutputPath: base + ".log", ExitPath: base + ".exit"}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return h, false, fmt.Errorf("local: find job %s: %w", jobID, err)
+	}
+	cmdline := []byte("/bin/sh\x00-c\x00" + exitWrapper + "\x00deepseed-job\x00")
+	idVar := []byte("\x00DEEPSEED_JOB_ID=" + jobID + "\x00")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || ctx.Err() != nil {
+			continue
+		}
+		c, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.HasPrefix(c, cmdline) {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(append([]byte{0}, env...), idVar) {
+			continue
+		}
+		// The wrapper leads its process group; a child it forked has
+		// the same command line until it execs.
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != pid {
+			continue
+		}
+		started, err := procStart(pid)
+		if err != nil {
+			continue
+		}
+		h.ExternalID, h.StartedAt = e.Name(), started
+		return h, true, nil
+	}
+	if _, ok := readExitFile(h.ExitPath); ok {
+		return h, true, nil // ended: Poll reads its status
+	}
+	return h, false, nil
 }
 
 // exitCode is the process's exit status, or 128 + the signal that ended

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepseed/deepseed/agent"
 	"github.com/deepseed/deepseed/api"
 )
 
@@ -108,5 +110,60 @@ func TestAgentKilledAroundJobEnd(t *testing.T) {
 				t.Errorf("the job changed after the restart: %+v", got)
 			}
 		})
+	}
+}
+
+// An agent killed between starting a job and recording its handle finds
+// the job after its restart (its wrapper, by command line and job id) and
+// reports it with its real exit status; a job it was starting that left
+// no trace is lost, and retried.
+func TestAgentKilledWhileStartingAJob(t *testing.T) {
+	e := start(t, 10*time.Second)
+	dir := t.TempDir()
+	beat := api.AgentHeartbeat{Host: "h", GPUs: []int{0, 1}, Executor: "local", Running: []int64{}}
+	if code := e.call(t, "POST", "/api/v1/agents/node1/heartbeat", agentTok, beat, nil); code != 200 {
+		t.Fatalf("heartbeat: %d", code)
+	}
+	trigger := filepath.Join(t.TempDir(), "end")
+	started := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done; exit 5`, trigger}})
+	never := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"true"}, Retries: 1})
+	var held []string
+	for _, gpu := range []int{0, 1} {
+		var r api.AgentClaimReply
+		if code := e.call(t, "POST", "/api/v1/agents/node1/claim", agentTok, api.AgentClaim{FreeGPUs: []int{gpu}, Executor: "local"}, &r); code != 200 || r.Job == nil {
+			t.Fatalf("claim: %d %+v", code, r)
+		}
+		held = append(held, `{"id":`+strconv.FormatInt(r.Job.ID, 10)+`,"gpu_ids":[`+strconv.Itoa(gpu)+`],"handle":{"executor":"local"},"reported":"","starting":true}`)
+	}
+	// What the killed agent left: the first job started, its handle not
+	// yet recorded; the second not started at all.
+	ex, err := agent.NewLocal(dir, agent.JobConfig{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ex.Start(context.Background(), agent.Spec{JobID: strconv.FormatInt(started.ID, 10), Argv: started.Argv,
+		Env: []string{"DEEPSEED_JOB_ID=" + strconv.FormatInt(started.ID, 10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killGroup(h.ExternalID) })
+	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(`{"agent":"node1","jobs":[`+strings.Join(held, ",")+`]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	child(t, e, "node1", dir)
+	j := e.waitJob(t, started.ID, "re-adopted", func(j api.Job) bool { return j.ExternalID == h.ExternalID })
+	if j.State != "running" {
+		t.Fatalf("the job being started: %+v", j)
+	}
+	n := e.waitJob(t, never.ID, "lost", state("lost"))
+	if !strings.Contains(n.Detail, "whether it ran is unknown") || !strings.Contains(n.Detail, "retried as job") {
+		t.Errorf("the job that never started: %+v", n)
+	}
+	if err := os.WriteFile(trigger, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j = e.waitJob(t, started.ID, "failed", state("failed"))
+	if j.ExitCode == nil || *j.ExitCode != 5 || j.Attempt != 1 {
+		t.Errorf("the job being started, once ended: %+v", j)
 	}
 }
