@@ -324,6 +324,9 @@ func (a *Agent) poll(ctx context.Context) {
 		a.mu.Unlock()
 		rep := api.JobReport{State: st.State, ExitCode: st.ExitCode, ExternalID: j.Handle.ExternalID,
 			OutputTail: st.OutputTail, Detail: st.Detail}
+		if st.Ended() && !st.EndedAt.IsZero() {
+			rep.EndedAt = &st.EndedAt
+		}
 		// A running job's output tail goes with a report every 10 s at
 		// most, when it has changed.
 		if !st.Ended() && st.State == j.Reported && (st.OutputTail == j.tail || time.Since(j.tailAt) < 10*time.Second) {

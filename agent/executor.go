@@ -48,6 +48,9 @@ type Status struct {
 	ExitCode   *int   // set once the job has ended with an exit status
 	OutputTail string // the last bytes of stdout and stderr together, bounded by the executor
 	Detail     string // why, in words, when the state needs one (for example "slurm: NODE_FAIL")
+	// EndedAt is when the job ended, once it has, where the executor knows
+	// (zero otherwise: the report's time stands for it).
+	EndedAt time.Time
 }
 
 // Ended reports whether the state is final.

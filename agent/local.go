@@ -48,8 +48,9 @@ var (
 )
 
 type child struct {
-	done chan struct{}
-	exit int // valid once done is closed
+	done  chan struct{}
+	exit  int       // valid once done is closed
+	ended time.Time // likewise
 }
 
 // NewLocal returns a local executor keeping output files in
@@ -61,6 +62,11 @@ func NewLocal(stateDir string, job JobConfig) (*Local, error) {
 		return nil, fmt.Errorf("local executor: %w", err)
 	}
 	l := &Local{Dir: filepath.Join(stateDir, "output"), WorkDir: filepath.Join(stateDir, "jobs"), job: job, user: u}
+	// Others may enter the state dir, not list it: its files are 0600,
+	// its output directory 0700.
+	if err := os.MkdirAll(stateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("local executor: state dir: %w", err)
+	}
 	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local executor: output dir: %w", err)
 	}
@@ -159,7 +165,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 	l.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
-		c.exit = exitCode(cmd.ProcessState, err)
+		c.exit, c.ended = exitCode(cmd.ProcessState, err), time.Now()
 		close(c.done)
 	}()
 	return Handle{Executor: "local", ExternalID: pid, StartedAt: started, OutputPath: out, ExitPath: exitFile}, nil
@@ -236,7 +242,7 @@ func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 		select {
 		case <-c.done:
 			code := c.exit
-			st.ExitCode = &code
+			st.ExitCode, st.EndedAt = &code, c.ended
 			switch {
 			case cancelled:
 				st.State = StateCancelled
@@ -261,6 +267,9 @@ func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 	}
 	if code, ok := readExitFile(h.ExitPath); ok {
 		st.ExitCode = &code
+		if fi, err := os.Stat(h.ExitPath); err == nil {
+			st.EndedAt = fi.ModTime() // the wrapper wrote it as the command ended
+		}
 		switch {
 		case cancelled:
 			st.State = StateCancelled

@@ -88,6 +88,7 @@ func TestAgentKilledAroundJobEnd(t *testing.T) {
 				e.waitJob(t, j.ID, "ended", func(j api.Job) bool { return j.EndedAt != nil })
 				kill9(t, a)
 			}
+			restarted := time.Now()
 			childAt(t, e, proxy.URL, "node1", dir)
 			want := "finished"
 			if c.code != 0 {
@@ -96,6 +97,11 @@ func TestAgentKilledAroundJobEnd(t *testing.T) {
 			got := e.waitJob(t, j.ID, want, func(j api.Job) bool { return j.EndedAt != nil })
 			if got.State != want || got.ExitCode == nil || *got.ExitCode != c.code || got.Attempt != 1 || !strings.Contains(got.OutputTail, "started\ndone\n") {
 				t.Fatalf("job ended %s with %+v, want %s with exit code %d", got.State, got, want, c.code)
+			}
+			// Its runtime, which quotas count, ends when the job did, not
+			// when the restarted agent could say so.
+			if !got.EndedAt.Before(restarted) {
+				t.Errorf("job ended at %v, after the agent's restart at %v", got.EndedAt, restarted)
 			}
 			// The restarted agent is healthy and runs the next job; the
 			// first one never ran twice nor was queued again.

@@ -56,6 +56,9 @@ func (s *Slurm) poll(ctx context.Context, id, out string) (Status, error) {
 	}
 	if code, ok := readExitFile(exitPath(out)); out != "" && ok {
 		st.ExitCode = &code
+		if fi, err := os.Stat(exitPath(out)); err == nil {
+			st.EndedAt = fi.ModTime()
+		}
 		if code == 0 {
 			st.State = StateFinished
 		} else {

@@ -180,6 +180,11 @@ type JobReport struct {
 	ExternalID string `json:"external_id,omitempty"`
 	OutputTail string `json:"output_tail,omitempty"`
 	Detail     string `json:"detail,omitempty"`
+	// EndedAt is, with a final state, when the executor saw the job end,
+	// if before the report (it ended while the agent was away): the job's
+	// runtime, which quotas count, ends then. The server keeps it between
+	// the job's start and now.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
 }
 
 // ExitCodeAttr is the log attribute of an exit code: the number, or

@@ -92,3 +92,37 @@ func TestTelemetryCannotUseUpQuota(t *testing.T) {
 		t.Fatalf("quotas: %+v", qs.Quotas)
 	}
 }
+
+// A report's ended_at ends the job's runtime when the executor saw it end,
+// but never before its start nor after now: an agent cannot stretch or
+// invert what the quota counts.
+func TestReportedEndIsBounded(t *testing.T) {
+	e := start(t)
+	e.beat(t, "node1", 3)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		var r api.AgentClaimReply
+		e.must(t, "POST", "/api/v1/jobs", submitTok, `{"project":"imdb","argv":["true"]}`, 201, nil)
+		e.must(t, "POST", "/api/v1/agents/node1/claim", agentTok, `{"free_gpus":[`+strconv.Itoa(i)+`],"executor":"local"}`, 200, &r)
+		ids = append(ids, strconv.FormatInt(r.Job.ID, 10))
+	}
+	before := time.Now()
+	var early, past, future api.Job
+	e.must(t, "POST", "/api/v1/agents/node1/jobs/"+ids[0], agentTok, `{"state":"finished","exit_code":0,"ended_at":"1970-01-01T00:00:01Z"}`, 200, &early)
+	e.must(t, "POST", "/api/v1/agents/node1/jobs/"+ids[1], agentTok, `{"state":"finished","exit_code":0,"ended_at":"2100-01-01T00:00:00Z"}`, 200, &future)
+	e.must(t, "POST", "/api/v1/agents/node1/jobs/"+ids[2], agentTok, `{"state":"failed","exit_code":2,"ended_at":"`+before.UTC().Format(time.RFC3339Nano)+`"}`, 200, &past)
+	if !early.EndedAt.Equal(*early.StartedAt) || early.RuntimeSeconds != 0 {
+		t.Errorf("an end before the start: %v .. %v, runtime %v", early.StartedAt, early.EndedAt, early.RuntimeSeconds)
+	}
+	if future.EndedAt.After(time.Now()) {
+		t.Errorf("an end in 2100 was kept: %v", future.EndedAt)
+	}
+	if d := past.EndedAt.Sub(before); d < -time.Microsecond || d > time.Microsecond { // PostgreSQL keeps microseconds
+		t.Errorf("the reported end %v was not kept: %v", before, past.EndedAt)
+	}
+	var q api.Quota
+	e.must(t, "GET", "/api/v1/quotas/imdb", readTok, "", 200, &q)
+	if q.JobGPUHours > 1 {
+		t.Errorf("GPU-hours %v after jobs of less than a second", q.JobGPUHours)
+	}
+}

@@ -184,7 +184,8 @@ func (s *Store) Report(ctx context.Context, agent string, id int64, r api.JobRep
 			state       = CASE WHEN $3 IN ('queued', 'running') THEN 'running' ELSE $3 END,
 			started_at  = CASE WHEN $3 = 'queued' THEN NULL WHEN $3 = 'running' THEN COALESCE(started_at, now())
 			                   ELSE started_at END,
-			ended_at    = CASE WHEN $3 IN ('queued', 'running') THEN NULL ELSE now() END,
+			ended_at    = CASE WHEN $3 IN ('queued', 'running') THEN NULL
+			                   ELSE LEAST(now(), GREATEST(COALESCE($8, now()), started_at)) END,
 			heartbeat_at = now(),
 			exit_code   = COALESCE($4, exit_code),
 			external_id = CASE WHEN $5 = '' THEN external_id ELSE $5 END,
@@ -193,7 +194,7 @@ func (s *Store) Report(ctx context.Context, agent string, id int64, r api.JobRep
 			                   WHEN $7 = '' AND $3 = 'running' THEN ''
 			                   ELSE $7 END
 		WHERE id = $1 AND agent = $2 AND state = 'running'`,
-		id, agent, r.State, exit, r.ExternalID, r.OutputTail, r.Detail)
+		id, agent, r.State, exit, r.ExternalID, r.OutputTail, r.Detail, r.EndedAt)
 	if err != nil {
 		return fmt.Errorf("store: report on job %d: %w", id, err)
 	}

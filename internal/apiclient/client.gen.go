@@ -1219,7 +1219,10 @@ type JobList struct {
 
 // JobReport What the agent's executor knows of a job it holds.
 type JobReport struct {
-	Detail     *string        `json:"detail,omitempty"`
+	Detail *string `json:"detail,omitempty"`
+
+	// EndedAt with a final state: when the executor saw the job end, if before the report (it ended while the agent was away); the server keeps it between the job's start and now
+	EndedAt    *time.Time     `json:"ended_at,omitempty"`
 	ExitCode   *int64         `json:"exit_code,omitempty"`
 	ExternalId *string        `json:"external_id,omitempty"`
 	OutputTail *string        `json:"output_tail,omitempty"`
