@@ -23,6 +23,8 @@ type ExecutorConfig struct {
 	// StateDir is the agent's own directory (output files go under it).
 	StateDir string
 	Log      *slog.Logger
+	// Job says as whom jobs run and what they are given (every executor).
+	Job JobConfig
 	// Slurm holds the Slurm executor's settings (--executor slurm); its
 	// OutputDir defaults to <state-dir>/slurm.
 	Slurm SlurmConfig
@@ -31,7 +33,7 @@ type ExecutorConfig struct {
 // Executors maps the --executor names to their constructors. An executor
 // plugs in with one entry here (or one assignment in its file's init).
 var Executors = map[string]func(ExecutorConfig) (Executor, error){
-	"local": func(c ExecutorConfig) (Executor, error) { return NewLocal(filepath.Join(c.StateDir, "output")) },
+	"local": func(c ExecutorConfig) (Executor, error) { return NewLocal(c.StateDir, c.Job) },
 	"slurm": func(c ExecutorConfig) (Executor, error) {
 		sc := c.Slurm
 		if sc.OutputDir == "" {
@@ -40,6 +42,7 @@ var Executors = map[string]func(ExecutorConfig) (Executor, error){
 		if sc.Logger == nil {
 			sc.Logger = c.Log
 		}
+		sc.Job = c.Job
 		return NewSlurm(sc)
 	},
 }
@@ -134,8 +137,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	for _, j := range doc.Jobs {
+		if j.Starting {
+			a.find(ctx, j)
+		}
 		a.held[j.ID] = j
 		a.log.Info("re-adopting job from the state file", "job", j.ID, "external_id", j.Handle.ExternalID)
+	}
+	if len(doc.Jobs) > 0 {
+		a.save()
 	}
 	a.poll(ctx) // reports what ended while the agent was down
 	lastBeat := time.Time{}
@@ -144,7 +153,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.busyWG.Wait()
 	for {
 		if time.Since(lastBeat) >= a.beat {
-			if err := a.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			err := a.heartbeat(ctx)
+			var se *StatusError
+			if lastBeat.IsZero() && errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden) {
+				// A token the server refuses from the start will not
+				// mend itself: say so rather than retry for ever. Jobs
+				// already running keep running; a restart re-adopts them.
+				return fmt.Errorf("agent %s: the server refused its token (%s): give it a token that the server's DEEPSEED_AGENT_TOKENS binds to this name (NAME:TOKEN)", a.cfg.Name, se.Msg)
+			}
+			if err != nil && ctx.Err() == nil {
 				a.log.Warn("heartbeat failed; retrying", "err", err)
 			} else {
 				lastBeat = time.Now()
@@ -158,6 +175,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// find looks for a job the agent was starting when it stopped. One its
+// executor cannot find is reported lost: whether it ran is unknown.
+func (a *Agent) find(ctx context.Context, j *heldJob) {
+	j.Starting = false
+	if f, ok := a.cfg.Executor.(Finder); ok {
+		h, found, err := f.Find(ctx, strconv.FormatInt(j.ID, 10))
+		if err == nil && found {
+			j.Handle = h
+			a.log.Info("found the job this agent was starting when it stopped", "job", j.ID, "external_id", h.ExternalID)
+			return
+		}
+		if err != nil {
+			a.log.Warn("could not look for the job this agent was starting when it stopped", "job", j.ID, "err", err)
+		}
+	}
+	j.first = &Status{State: StateLost, Detail: "the agent stopped while starting it and found no trace of it since: whether it ran is unknown"}
 }
 
 func (a *Agent) save() {
@@ -279,8 +314,19 @@ func (a *Agent) poll(ctx context.Context) {
 			a.log.Warn("poll failed", "job", id, "err", err)
 			continue
 		}
+		a.mu.Lock()
+		if j.Cancelling && st.Ended() && st.State != StateLost {
+			// Stopped by a cancel this agent forwarded before a restart
+			// made the executor forget it: whatever status the command
+			// chose, it was cancelled.
+			st.State, st.Detail = StateCancelled, ""
+		}
+		a.mu.Unlock()
 		rep := api.JobReport{State: st.State, ExitCode: st.ExitCode, ExternalID: j.Handle.ExternalID,
 			OutputTail: st.OutputTail, Detail: st.Detail}
+		if st.Ended() && !st.EndedAt.IsZero() {
+			rep.EndedAt = &st.EndedAt
+		}
 		// A running job's output tail goes with a report every 10 s at
 		// most, when it has changed.
 		if !st.Ended() && st.State == j.Reported && (st.OutputTail == j.tail || time.Since(j.tailAt) < 10*time.Second) {
@@ -304,7 +350,7 @@ func (a *Agent) poll(ctx context.Context) {
 		}
 		j.tail, j.tailAt = st.OutputTail, time.Now()
 		if st.Ended() {
-			a.log.Info("job ended", "job", id, "state", st.State, "exit_code", st.ExitCode)
+			a.log.Info("job ended", "job", id, "state", st.State, api.ExitCodeAttr(st.ExitCode))
 			a.mu.Lock()
 			delete(a.held, id)
 			a.mu.Unlock()
@@ -342,17 +388,27 @@ func (a *Agent) start(ctx context.Context, j api.Job, env []string) {
 	spec := Spec{JobID: strconv.FormatInt(j.ID, 10), Name: j.Project + "-" + strconv.FormatInt(j.ID, 10), Project: j.Project,
 		Argv: j.Argv, Env: env, GPUs: j.GPUs, GPUIDs: j.GPUIDs}
 	log := a.log.With("job", j.ID)
+	// The job is on disk before it starts, so that an agent killed
+	// before it records the handle looks for the job after its restart.
+	held := &heldJob{ID: j.ID, GPUIDs: j.GPUIDs, Handle: Handle{Executor: a.cfg.Executor.Name()}, Starting: true}
+	a.mu.Lock()
+	a.held[j.ID] = held
+	a.mu.Unlock()
+	a.save()
 	h, err := a.cfg.Executor.Start(ctx, spec)
 	if err != nil {
+		a.mu.Lock()
+		delete(a.held, j.ID)
+		a.mu.Unlock()
+		a.save()
 		log.Warn("job did not start", "err", err)
 		if rerr := a.c.report(ctx, j.ID, api.JobReport{State: StateFailed, Detail: err.Error()}); rerr != nil {
 			log.Error("could not report the failed start", "err", rerr)
 		}
 		return
 	}
-	held := &heldJob{ID: j.ID, GPUIDs: j.GPUIDs, Handle: h}
 	a.mu.Lock()
-	a.held[j.ID] = held
+	held.Handle, held.Starting = h, false
 	a.mu.Unlock()
 	a.save()
 	log.Info("job started", "argv", j.Argv, "gpus", j.GPUIDs, "external_id", h.ExternalID)

@@ -13,12 +13,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/deepseed/deepseed/agent"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/collector"
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
@@ -37,7 +39,7 @@ func TestMain(m *testing.M) {
 
 func runChild() int {
 	dir := os.Getenv("AGENT_STATE_DIR")
-	ex, err := agent.NewLocal(filepath.Join(dir, "output"))
+	ex, err := agent.NewLocal(dir, agent.JobConfig{AllowRoot: true, CollectorURL: os.Getenv("AGENT_COLLECTOR")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -64,8 +66,9 @@ const (
 )
 
 type env struct {
-	url string
-	st  *store.Store
+	url       string
+	st        *store.Store
+	collector string // the node's collector, which forwards the jobs' runs to the server
 }
 
 func start(t *testing.T, timeout time.Duration) *env {
@@ -75,7 +78,7 @@ func start(t *testing.T, timeout time.Duration) *env {
 	}
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestTok}, []string{readTok}
-	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{agentTok}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{"node*:" + agentTok, "rescuer:" + agentTok, "doomed:" + agentTok, "slurm1:" + agentTok}
 	cfg.JobHeartbeatTimeout = timeout
 	cfg.AlertsEvery = -1
 	st := storetest.NewStore(t)
@@ -100,17 +103,36 @@ func start(t *testing.T, timeout time.Duration) *env {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	hook, err := filepath.Abs("../hook")
+	e.collector = startCollector(t, e.url)
+	// The agent's environment holds what a job must never see: the jobs
+	// get an allow-list of it, and send their runs through the node's
+	// collector.
+	t.Setenv("DEEPSEED_SERVER_URL", e.url)
+	t.Setenv("DEEPSEED_TOKEN", ingestTok)
+	t.Setenv("DEEPSEED_AGENT_TOKEN", agentTok)
+	return e
+}
+
+// startCollector runs a node collector forwarding to server until the
+// test ends, and returns the URL of its hook receiver.
+func startCollector(t *testing.T, server string) string {
+	t.Helper()
+	c, err := collector.New(collector.Config{Server: server, Token: ingestTok, HookListen: "127.0.0.1:0",
+		SpoolDir: t.TempDir(), BatchMaxAge: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The jobs inherit the agent's environment: the hook sends their runs
-	// straight to the server.
-	t.Setenv("HOOK_DIR", hook)
-	t.Setenv("DEEPSEED_SERVER_URL", e.url)
-	t.Setenv("DEEPSEED_TOKEN", ingestTok)
-	t.Setenv("DEEPSEED_CAPTURE_CODE", "0")
-	return e
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: c}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	return "http://" + l.Addr().String()
 }
 
 func (e *env) call(t *testing.T, method, path, token string, in, out any) int {
@@ -179,16 +201,37 @@ func linked(s string) func(api.Job) bool {
 	return func(j api.Job) bool { return j.State == s && j.RunID != "" }
 }
 
-// runAgent runs an agent in this process until the test ends.
-func runAgent(t *testing.T, e *env, name string, gpus []int) {
+// logBuffer collects an agent's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runAgent runs an agent in this process until the test ends and returns
+// its log.
+func runAgent(t *testing.T, e *env, name string, gpus []int) *logBuffer {
 	t.Helper()
+	logs := &logBuffer{}
 	dir := t.TempDir()
-	ex, err := agent.NewLocal(filepath.Join(dir, "output"))
+	// The tests' jobs run as whoever runs the tests, root included.
+	ex, err := agent.NewLocal(dir, agent.JobConfig{AllowRoot: true, CollectorURL: e.collector})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, err := agent.New(agent.Config{Server: e.url, Token: agentTok, Name: name, GPUs: gpus, Executor: ex, StateDir: dir,
-		Every: 200 * time.Millisecond, Grace: time.Second})
+		Every: 200 * time.Millisecond, Grace: time.Second, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +239,7 @@ func runAgent(t *testing.T, e *env, name string, gpus []int) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return logs
 }
 
 func script(t *testing.T) string {

@@ -25,7 +25,7 @@ type Spec struct {
 	Project string   // the job's project
 	Argv    []string // the command, never run through a shell
 	Env     []string // extra KEY=VALUE pairs: DEEPSEED_RUN_ID, DEEPSEED_JOB_ID, DEEPSEED_SWEEP_ID, parameters
-	Dir     string   // working directory; empty means the agent's own
+	Dir     string   // working directory; empty means one of the job's own, under the agent's state dir
 	GPUs    int      // how many GPUs the job asked for
 	GPUIDs  []int    // the GPUs the agent holds for it (local executor: CUDA_VISIBLE_DEVICES)
 }
@@ -39,6 +39,7 @@ type Handle struct {
 	ExternalID string    `json:"external_id"`           // pid or Slurm job id, as text
 	StartedAt  time.Time `json:"started_at"`            // when the executor started it
 	OutputPath string    `json:"output_path,omitempty"` // where its stdout and stderr go
+	ExitPath   string    `json:"exit_path,omitempty"`   // local: where its wrapper writes the exit status
 }
 
 // Status is what an executor knows of a job now.
@@ -47,6 +48,9 @@ type Status struct {
 	ExitCode   *int   // set once the job has ended with an exit status
 	OutputTail string // the last bytes of stdout and stderr together, bounded by the executor
 	Detail     string // why, in words, when the state needs one (for example "slurm: NODE_FAIL")
+	// EndedAt is when the job ended, once it has, where the executor knows
+	// (zero otherwise: the report's time stands for it).
+	EndedAt time.Time
 }
 
 // Ended reports whether the state is final.
@@ -56,6 +60,14 @@ func (s Status) Ended() bool {
 		return true
 	}
 	return false
+}
+
+// Finder is implemented by executors that can find a job they started from
+// its id alone. An agent killed between starting a job and recording its
+// handle asks Find after its restart, rather than calling the job lost;
+// found is false when the executor knows nothing of it.
+type Finder interface {
+	Find(ctx context.Context, jobID string) (h Handle, found bool, err error)
 }
 
 // Executor starts, follows and stops jobs. Implementations must be safe for

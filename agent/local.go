@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,66 +17,136 @@ import (
 )
 
 // Local runs each job as a process of this node: its own process group
-// (so a cancel reaches every process it started), CUDA_VISIBLE_DEVICES
-// set to the GPUs held for it, stdout and stderr together in a file
-// under Dir whose tail the server is sent. The process outlives the
-// agent: after a restart, Poll re-adopts it by pid and start time.
+// (so a cancel reaches every process it started), as the configured
+// user, in its own working directory, with an environment built from an
+// allow-list (see JobConfig), CUDA_VISIBLE_DEVICES set to the GPUs held
+// for it, stdout and stderr together in a file under Dir whose tail the
+// server is sent. The process outlives the agent: after a restart, Poll
+// re-adopts it by pid and start time.
 type Local struct {
 	// Dir holds the jobs' output files.
 	Dir string
+	// WorkDir holds each job's working directory, job-<id>.
+	WorkDir string
 	// TailBytes bounds the output tail reported; 0 means 8 KiB.
 	TailBytes int
 	// MaxLogBytes bounds an output file: past it the file is cut back to
 	// its tail; 0 means 64 MiB.
 	MaxLogBytes int64
 
+	job  JobConfig
+	user *jobUser // nil: the agent's own
+
 	mu        sync.Mutex
 	children  map[string]*child // by pid, the processes this agent started
 	cancelled map[string]bool   // by pid
 }
 
-var _ Executor = (*Local)(nil)
+var (
+	_ Executor = (*Local)(nil)
+	_ Finder   = (*Local)(nil)
+)
 
 type child struct {
-	done chan struct{}
-	exit int // valid once done is closed
+	done  chan struct{}
+	exit  int       // valid once done is closed
+	ended time.Time // likewise
 }
 
-// NewLocal returns a local executor keeping output files in dir.
-func NewLocal(dir string) (*Local, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// NewLocal returns a local executor keeping output files in
+// <stateDir>/output and the jobs' working directories in
+// <stateDir>/jobs. It refuses to run jobs as root unless job says so.
+func NewLocal(stateDir string, job JobConfig) (*Local, error) {
+	u, err := job.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("local executor: %w", err)
+	}
+	l := &Local{Dir: filepath.Join(stateDir, "output"), WorkDir: filepath.Join(stateDir, "jobs"), job: job, user: u}
+	// Others may enter the state dir, not list it: its files are 0600,
+	// its output directory 0700.
+	if err := os.MkdirAll(stateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("local executor: state dir: %w", err)
+	}
+	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local executor: output dir: %w", err)
 	}
-	return &Local{Dir: dir}, nil
+	// Others may enter, not list: the run-as user reaches its own job's
+	// directory and nothing else of the agent's.
+	if err := os.MkdirAll(l.WorkDir, 0o711); err != nil {
+		return nil, fmt.Errorf("local executor: jobs dir: %w", err)
+	}
+	if err := reachable(filepath.Join(l.WorkDir, "job"), u); err != nil {
+		return nil, fmt.Errorf("local executor: %w", err)
+	}
+	return l, nil
 }
 
 // Name implements Executor.
 func (l *Local) Name() string { return "local" }
 
+// exitWrapper is the script of the small sh that is each job's parent. It
+// runs the command from its arguments ("$@": nothing in them is
+// interpreted), without the exit file's descriptor, and writes the
+// command's exit status (128 + the signal, for one a signal ended) to
+// descriptor 3, the job's exit file, which the agent opened for it. So
+// the status outlives an agent that is not there when the job ends: a
+// restarted agent reads it instead of calling the job lost. The shell
+// traps SIGTERM so that a cancel leaves it waiting for the command
+// (which gets the default disposition back) and still writing the status.
+const exitWrapper = `trap : TERM
+"$@" 3>&-
+s=$?
+printf '%s\n' "$s" >&3
+exit "$s"`
+
 // Start implements Executor: it starts argv (looked up in PATH, never
-// through a shell) with the agent's environment, spec.Env and
-// CUDA_VISIBLE_DEVICES.
+// interpreted by a shell) under the exit-status wrapper, as the configured
+// user in <WorkDir>/job-<id>, with the allow-listed environment, spec.Env
+// and CUDA_VISIBLE_DEVICES.
 func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 	if len(spec.Argv) == 0 {
 		return Handle{}, errors.New("local: empty command")
 	}
-	out := filepath.Join(l.Dir, "job-"+spec.JobID+".log")
+	base := filepath.Join(l.Dir, "job-"+fileSafe(spec.JobID))
+	out, exitFile := base+".log", base+".exit"
 	f, err := os.OpenFile(out, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return Handle{}, fmt.Errorf("local: output file: %w", err)
 	}
 	defer f.Close()
+	// A program that is not there fails the start, not the job (a path
+	// is left to the wrapper: it is relative to the job's directory).
+	if _, err := exec.LookPath(spec.Argv[0]); err != nil && !strings.Contains(spec.Argv[0], "/") {
+		fmt.Fprintf(f, "deepseed agent: could not start %q: %v\n", spec.Argv[0], err)
+		return Handle{}, fmt.Errorf("local: start %s: %w", spec.Argv[0], err)
+	}
+	ef, err := os.OpenFile(exitFile, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return Handle{}, fmt.Errorf("local: exit file: %w", err)
+	}
+	defer ef.Close()
 	// Not CommandContext: the job must outlive the agent's context.
-	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", exitWrapper, "deepseed-job"}, spec.Argv...)...)
+	cmd.ExtraFiles = []*os.File{ef}
 	cmd.Dir = spec.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = filepath.Join(l.WorkDir, "job-"+fileSafe(spec.JobID))
+		if err := jobDir(cmd.Dir, l.user); err != nil {
+			fmt.Fprintf(f, "deepseed agent: %v\n", err)
+			return Handle{}, fmt.Errorf("local: %w", err)
+		}
+	}
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = f, f
 	ids := make([]string, len(spec.GPUIDs))
 	for i, g := range spec.GPUIDs {
 		ids[i] = strconv.Itoa(g)
 	}
-	cmd.Env = append(append(os.Environ(), spec.Env...), "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
+	cmd.Env = jobEnviron(os.Environ(), spec, l.user, l.job.CollectorURL, "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if u := l.user; u != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(f, "deepseed agent: could not start %q: %v\n", spec.Argv[0], err)
 		return Handle{}, fmt.Errorf("local: start %s: %w", spec.Argv[0], err)
@@ -94,10 +165,53 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Handle, error) {
 	l.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
-		c.exit = exitCode(cmd.ProcessState, err)
+		c.exit, c.ended = exitCode(cmd.ProcessState, err), time.Now()
 		close(c.done)
 	}()
-	return Handle{Executor: "local", ExternalID: pid, StartedAt: started, OutputPath: out}, nil
+	return Handle{Executor: "local", ExternalID: pid, StartedAt: started, OutputPath: out, ExitPath: exitFile}, nil
+}
+
+// Find implements Finder: the job's wrapper, found in /proc by its
+// command line and its DEEPSEED_JOB_ID, or, once it has ended, its exit
+// file.
+func (l *Local) Find(ctx context.Context, jobID string) (Handle, bool, error) {
+	base := filepath.Join(l.Dir, "job-"+fileSafe(jobID))
+	h := Handle{Executor: "local", OutputPath: base + ".log", ExitPath: base + ".exit"}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return h, false, fmt.Errorf("local: find job %s: %w", jobID, err)
+	}
+	cmdline := []byte("/bin/sh\x00-c\x00" + exitWrapper + "\x00deepseed-job\x00")
+	idVar := []byte("\x00DEEPSEED_JOB_ID=" + jobID + "\x00")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || ctx.Err() != nil {
+			continue
+		}
+		c, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.HasPrefix(c, cmdline) {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(append([]byte{0}, env...), idVar) {
+			continue
+		}
+		// The wrapper leads its process group; a child it forked has
+		// the same command line until it execs.
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != pid {
+			continue
+		}
+		started, err := procStart(pid)
+		if err != nil {
+			continue
+		}
+		h.ExternalID, h.StartedAt = e.Name(), started
+		return h, true, nil
+	}
+	if _, ok := readExitFile(h.ExitPath); ok {
+		return h, true, nil // ended: Poll reads its status
+	}
+	return h, false, nil
 }
 
 // exitCode is the process's exit status, or 128 + the signal that ended
@@ -115,8 +229,9 @@ func exitCode(ps *os.ProcessState, err error) int {
 // Poll implements Executor. A process this agent started ends with its
 // exit status: finished for 0, cancelled when a Cancel stopped it, failed
 // otherwise. A process re-adopted after a restart is found by pid and
-// start time; its exit status cannot be read (it is not this agent's
-// child), so once it is gone it is reported lost with the reason.
+// start time; once it is gone its status is read from the exit file its
+// wrapper wrote. Only a job that left none (its wrapper was killed with
+// SIGKILL, or the machine went down) is lost: its outcome is unknown.
 func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 	st := Status{OutputTail: l.tail(h.OutputPath)}
 	l.mu.Lock()
@@ -127,7 +242,7 @@ func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 		select {
 		case <-c.done:
 			code := c.exit
-			st.ExitCode = &code
+			st.ExitCode, st.EndedAt = &code, c.ended
 			switch {
 			case cancelled:
 				st.State = StateCancelled
@@ -150,12 +265,28 @@ func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 		st.State = StateRunning
 		return st, nil
 	}
+	if code, ok := readExitFile(h.ExitPath); ok {
+		st.ExitCode = &code
+		if fi, err := os.Stat(h.ExitPath); err == nil {
+			st.EndedAt = fi.ModTime() // the wrapper wrote it as the command ended
+		}
+		switch {
+		case cancelled:
+			st.State = StateCancelled
+		case code == 0:
+			st.State = StateFinished
+		default:
+			st.State = StateFailed
+			st.Detail = fmt.Sprintf("exit status %d (from the job's exit file: it ended while the agent was away)", code)
+		}
+		return st, nil
+	}
 	if cancelled {
 		st.State = StateCancelled
 		return st, nil
 	}
 	st.State = StateLost
-	st.Detail = "the process ended while the agent was not its parent (the agent restarted): its exit status is unknown"
+	st.Detail = "the process ended while the agent was away and left no exit status (killed with SIGKILL, or the machine restarted): its exit status is unknown"
 	return st, nil
 }
 

@@ -24,6 +24,7 @@ func TestAgentOnSlurm(t *testing.T) {
 	ex, err := agent.NewSlurm(agent.SlurmConfig{
 		Sbatch: c.Bin.Sbatch, Squeue: c.Bin.Squeue, Sacct: c.Bin.Sacct, Scancel: c.Bin.Scancel,
 		Env: c.Env, OutputDir: filepath.Join(dir, "slurm"), CommandTimeout: 15 * time.Second,
+		Job: agent.JobConfig{AllowRoot: true, CollectorURL: e.collector},
 	})
 	if err != nil {
 		t.Fatal(err)

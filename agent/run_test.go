@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepseed/deepseed/agent"
 	"github.com/deepseed/deepseed/api"
 )
 
@@ -77,12 +78,11 @@ func waitAgent(t *testing.T, e *env, name string) {
 // and every trial finishes with its run linked and its metric ranked.
 func TestSweepOnTwoFakeGPUs(t *testing.T) {
 	e := start(t, 5*time.Second)
-	t.Setenv("LOCK_DIR", t.TempDir())
 	runAgent(t, e, "node1", []int{0, 1})
 	waitAgent(t, e, "node1")
 	var sw api.Sweep
 	in := api.SweepCreate{Project: "imdb", Argv: []string{"python3", script(t), "sweep", "--lr", "{lr}", "--batch", "{batch}"},
-		Params: map[string]string{"lr": "1, 2, 5", "batch": "8,16", "epochs": "3"}, Metric: "val_accuracy", Goal: "max"}
+		Params: map[string]string{"lr": "1, 2, 5", "batch": "8,16", "epochs": "3", "lockdir": t.TempDir()}, Metric: "val_accuracy", Goal: "max"}
 	if code := e.call(t, "POST", "/api/v1/sweeps", submitTok, in, &sw); code != 201 || len(sw.Trials) != 6 {
 		t.Fatalf("create sweep: %d, %d trials", code, len(sw.Trials))
 	}
@@ -141,8 +141,15 @@ func TestSweepOnTwoFakeGPUs(t *testing.T) {
 // with SIGKILL.
 func child(t *testing.T, e *env, name, dir string) *exec.Cmd {
 	t.Helper()
+	return childAt(t, e, e.url, name, dir)
+}
+
+// childAt is child with the server reached at server.
+func childAt(t *testing.T, e *env, server, name, dir string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "AGENT_SERVER="+e.url, "AGENT_NAME="+name, "AGENT_STATE_DIR="+dir)
+	cmd.Env = append(os.Environ(), childEnv+"=1", "AGENT_SERVER="+server, "AGENT_NAME="+name, "AGENT_STATE_DIR="+dir,
+		"AGENT_COLLECTOR="+e.collector)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -195,26 +202,48 @@ func TestAgentKilledJobLostAndRetried(t *testing.T) {
 }
 
 // A restarted agent re-adopts the job it left running (same pid and start
-// time) and forwards a cancel to it; a job whose process died while the
-// agent was down is reported lost.
+// time) and forwards a cancel to it; a job killed with SIGKILL, wrapper
+// and all, while the agent was down left no exit status: it alone is
+// reported lost, and retried as a visible new attempt that runs to its
+// end.
 func TestAgentRestartReadopts(t *testing.T) {
 	e := start(t, 10*time.Second)
 	dir := t.TempDir()
 	a := child(t, e, "node1", dir)
 	waitAgent(t, e, "node1")
 	py := script(t)
+	marker := filepath.Join(t.TempDir(), "attempted")
 	keep := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "sleep"}})
-	die := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "sleep"}})
+	die := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", py, "retry", marker}, Retries: 1})
 	running := func(j api.Job) bool { return j.State == "running" && j.ExternalID != "" }
 	keep = e.waitJob(t, keep.ID, "running", running)
 	die = e.waitJob(t, die.ID, "running", running)
 	t.Cleanup(func() { killGroup(keep.ExternalID); killGroup(die.ExternalID) })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatal("the job never started its work")
+		}
+	}
 	kill9(t, a)
 	killGroup(die.ExternalID)
 	child(t, e, "node1", dir)
 	d := e.waitJob(t, die.ID, "lost", state("lost"))
-	if !strings.Contains(d.Detail, "exit status is unknown") {
+	if !strings.Contains(d.Detail, "exit status is unknown") || !strings.Contains(d.Detail, "retried as job") {
 		t.Errorf("job that died while the agent was down: %+v", d)
+	}
+	var l api.JobList
+	e.call(t, "GET", "/api/v1/jobs?project=imdb", readTok, nil, &l)
+	r := l.Jobs[0]
+	if l.Counts.Total != 3 || r.RetryOf == nil || *r.RetryOf != die.ID || r.Attempt != 2 || !strings.Contains(d.Detail, "retried as job "+strconv.FormatInt(r.ID, 10)) {
+		t.Fatalf("after the loss: %+v", l.Jobs)
+	}
+	if r.State == "queued" && !strings.Contains(r.Detail, "attempt 2, retrying job "+strconv.FormatInt(die.ID, 10)) {
+		t.Errorf("the retry does not say why it exists: %+v", r)
+	}
+	if r = e.waitJob(t, r.ID, "finished", state("finished")); *r.ExitCode != 0 {
+		t.Errorf("retry: %+v", r)
 	}
 	if k := e.job(t, keep.ID); k.State != "running" || k.ExternalID != keep.ExternalID {
 		t.Fatalf("the surviving job was not re-adopted: %+v", k)
@@ -242,10 +271,10 @@ func gone(pid int) bool {
 }
 
 // A command that ends before the agent's first report still ends with its
-// own exit code, not as lost.
+// own exit code, not as lost; the agent logs the code as a number.
 func TestAgentInstantExit(t *testing.T) {
 	e := start(t, 5*time.Second)
-	runAgent(t, e, "node1", []int{0})
+	logs := runAgent(t, e, "node1", []int{0})
 	waitAgent(t, e, "node1")
 	for _, code := range []string{"0", "3"} {
 		j := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"sh", "-c", "exit " + code}})
@@ -257,5 +286,33 @@ func TestAgentInstantExit(t *testing.T) {
 		if j.ExitCode == nil || strconv.Itoa(*j.ExitCode) != code {
 			t.Errorf("job exiting %s: %+v", code, j)
 		}
+		line := "job=" + strconv.FormatInt(j.ID, 10) + " state=" + want + " exit_code=" + code + "\n"
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), line); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the agent's log has no %q:\n%s", line, logs.String())
+			}
+		}
+	}
+}
+
+// An agent whose token the server binds to other names stops at once and
+// says what to fix, rather than retrying for ever.
+func TestAgentWithAnotherAgentsTokenStops(t *testing.T) {
+	e := start(t, 5*time.Second)
+	ex, err := agent.NewLocal(t.TempDir(), agent.JobConfig{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Server: e.url, Token: agentTok, Name: "impostor", GPUs: []int{0}, Executor: ex,
+		StateDir: t.TempDir(), Every: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = a.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), `may not act as agent \"impostor\"`) && !strings.Contains(err.Error(), `may not act as agent "impostor"`) ||
+		!strings.Contains(err.Error(), "DEEPSEED_AGENT_TOKENS") || strings.Contains(err.Error(), agentTok) {
+		t.Fatalf("Run = %v, want the refusal and what to set", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,8 +43,14 @@ type SlurmConfig struct {
 
 	// Env is added to the environment of every Slurm command (for example
 	// SLURM_CONF=/etc/slurm-test/slurm.conf). The job itself gets the
-	// agent's environment (sbatch's default --export=ALL) and Spec.Env.
+	// allow-listed variables of the agent's environment (see JobConfig;
+	// sbatch --export names them), the SLURM_* ones Slurm always passes,
+	// and Spec.Env, which its batch script exports.
 	Env []string
+
+	// Job says as whom jobs run (RunAs becomes sbatch --uid and --gid,
+	// which only root may give) and what they are given.
+	Job JobConfig
 
 	// CommandTimeout bounds every Slurm command (default 30s).
 	CommandTimeout time.Duration
@@ -55,8 +62,9 @@ type SlurmConfig struct {
 
 // Slurm is an Executor that submits each job as a Slurm batch job.
 type Slurm struct {
-	cfg SlurmConfig
-	log *slog.Logger
+	cfg  SlurmConfig
+	log  *slog.Logger
+	user *jobUser // nil: the agent's own
 
 	mu        sync.Mutex
 	cancelled map[string]bool // Slurm job ids this executor has signalled to stop
@@ -68,6 +76,10 @@ var _ Executor = (*Slurm)(nil)
 func NewSlurm(cfg SlurmConfig) (*Slurm, error) {
 	if cfg.OutputDir == "" {
 		return nil, errors.New("slurm: OutputDir is required")
+	}
+	u, err := cfg.Job.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("slurm: %w", err)
 	}
 	dir, err := filepath.Abs(cfg.OutputDir)
 	if err != nil {
@@ -114,7 +126,7 @@ func NewSlurm(cfg SlurmConfig) (*Slurm, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Slurm{cfg: cfg, log: cfg.Logger.With("executor", "slurm"), cancelled: map[string]bool{}}, nil
+	return &Slurm{cfg: cfg, log: cfg.Logger.With("executor", "slurm"), user: u, cancelled: map[string]bool{}}, nil
 }
 
 // Name returns "slurm".
@@ -148,8 +160,26 @@ func (s *Slurm) Start(ctx context.Context, spec Spec) (Handle, error) {
 		"--comment=" + jobComment(spec),
 		"--output=" + out,
 	}
-	if spec.Dir != "" {
-		args = append(args, "--chdir="+spec.Dir)
+	dir := spec.Dir
+	if dir == "" {
+		dir = base + ".work"
+		if err := jobDir(dir, s.user); err != nil {
+			_ = os.Remove(scriptPath)
+			return Handle{}, fmt.Errorf("slurm: %w", err)
+		}
+	}
+	args = append(args, "--chdir="+dir)
+	// The job's environment is sbatch's, which holds the allow-listed
+	// variables only; --export names them so that nothing else (such as
+	// the user's login environment) is added.
+	env := jobEnviron(os.Environ(), Spec{}, s.user, s.cfg.Job.CollectorURL)
+	if names := envNames(env); len(names) > 0 {
+		args = append(args, "--export="+strings.Join(names, ","))
+	} else {
+		args = append(args, "--export=NONE")
+	}
+	if u := s.user; u != nil {
+		args = append(args, "--uid="+strconv.FormatUint(uint64(u.uid), 10), "--gid="+strconv.FormatUint(uint64(u.gid), 10))
 	}
 	if spec.GPUs > 0 {
 		args = append(args, "--gres=gpu:"+strconv.Itoa(spec.GPUs))
@@ -162,9 +192,12 @@ func (s *Slurm) Start(ctx context.Context, spec Spec) (Handle, error) {
 	}
 	args = append(args, s.cfg.ExtraArgs...)
 	args = append(args, scriptPath)
-	stdout, err := s.run(ctx, s.cfg.Sbatch, args...)
+	stdout, err := s.runEnv(ctx, append(env, slurmEnv(os.Environ())...), s.cfg.Sbatch, args...)
 	if err != nil {
 		_ = os.Remove(scriptPath)
+		if spec.Dir == "" {
+			_ = os.Remove(dir) // nothing ran in it
+		}
 		return Handle{}, err
 	}
 	id, err := parseParsable(stdout)
@@ -195,10 +228,16 @@ func (e *CommandError) Unwrap() error { return e.Err }
 // run runs one Slurm command with the configured timeout and environment,
 // without a shell, and returns its standard output.
 func (s *Slurm) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	return s.runEnv(ctx, os.Environ(), bin, args...)
+}
+
+// runEnv is run with env in place of the agent's environment (the
+// configured Env is added to it).
+func (s *Slurm) runEnv(ctx context.Context, env []string, bin string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CommandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), s.cfg.Env...)
+	cmd.Env = append(slices.Clip(env), s.cfg.Env...)
 	cmd.WaitDelay = 2 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -213,6 +252,18 @@ func (s *Slurm) run(ctx context.Context, bin string, args ...string) ([]byte, er
 		}
 	}
 	return stdout.Bytes(), nil
+}
+
+// slurmEnv returns the variables of env that configure Slurm's commands
+// (SLURM_*, SBATCH_*); Slurm passes SLURM_* on to every job anyway.
+func slurmEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "SLURM_") || strings.HasPrefix(kv, "SBATCH_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // goneError reports whether a Slurm command failed only because the job

@@ -54,8 +54,11 @@ func (s *Slurm) poll(ctx context.Context, id, out string) (Status, error) {
 		st.ExitCode, st.Detail = exitStatus(q.exit, q.signal, st.Detail)
 		return st, nil
 	}
-	if code, ok := readExitFile(out); ok {
+	if code, ok := readExitFile(exitPath(out)); out != "" && ok {
 		st.ExitCode = &code
+		if fi, err := os.Stat(exitPath(out)); err == nil {
+			st.EndedAt = fi.ModTime()
+		}
 		if code == 0 {
 			st.State = StateFinished
 		} else {
@@ -216,13 +219,14 @@ func exitStatus(exit, signal int, detail string) (*int, string) {
 	return &exit, detail
 }
 
-// readExitFile reads the exit status the batch script of the job with
-// output file out wrote.
-func readExitFile(out string) (int, bool) {
-	if out == "" {
+// readExitFile reads the exit status a job's wrapper (the local
+// executor's, or the Slurm batch script) wrote to path: false when there
+// is none.
+func readExitFile(path string) (int, bool) {
+	if path == "" {
 		return 0, false
 	}
-	b, err := os.ReadFile(exitPath(out))
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}

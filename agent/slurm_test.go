@@ -17,7 +17,8 @@ import (
 // printArgv is the job of the argv and env test: it prints its argv (less
 // its own name), some variables and its working directory as JSON.
 const printArgv = `import json, os, sys
-keys = ["DEEPSEED_JOB_ID", "DEEPSEED_RUN_ID", "LR", "WEIRD", "SLURM_JOB_ID"]
+keys = ["DEEPSEED_JOB_ID", "DEEPSEED_RUN_ID", "LR", "WEIRD", "SLURM_JOB_ID", "DEEPSEED_AGENT_TOKEN", "DEEPSEED_TOKEN",
+        "DEEPSEED_SERVER_URL", "DEEPSEED_COLLECTOR_URL"]
 print(json.dumps({"argv": sys.argv[1:], "env": {k: os.environ.get(k, "") for k in keys}, "dir": os.getcwd()}))
 `
 
@@ -29,6 +30,7 @@ func TestSlurmExecutor(t *testing.T) {
 	ex, err := NewSlurm(SlurmConfig{
 		Sbatch: c.Bin.Sbatch, Squeue: c.Bin.Squeue, Sacct: c.Bin.Sacct, Scancel: c.Bin.Scancel,
 		Env: c.Env, OutputDir: filepath.Join(c.Dir, "jobs"), CommandTimeout: 15 * time.Second,
+		Job: JobConfig{AllowRoot: true, CollectorURL: "http://127.0.0.1:9999"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +80,11 @@ func TestSlurmExecutor(t *testing.T) {
 		if err != nil {
 			t.Skip("python3 prints the job's argv as JSON; not found:", err)
 		}
+		// The agent's secrets never reach a job: not through sbatch's
+		// environment, not through the batch script.
+		t.Setenv("DEEPSEED_AGENT_TOKEN", "agent-secret-0123")
+		t.Setenv("DEEPSEED_TOKEN", "ingest-secret-0123")
+		t.Setenv("DEEPSEED_SERVER_URL", "http://server.invalid")
 		items := []string{"two words", `"double"`, "'single'", "$HOME", "a;b", "`id`", "$(id)", "*", "", "line\nbreak", `back\slash`, "--flag=x y"}
 		wdir := t.TempDir()
 		h := start(t, Spec{
@@ -104,10 +111,16 @@ func TestSlurmExecutor(t *testing.T) {
 		if fmt.Sprintf("%q", got.Argv) != fmt.Sprintf("%q", items) {
 			t.Errorf("argv arrived as\n%q\nwant\n%q", got.Argv, items)
 		}
-		for k, want := range map[string]string{"DEEPSEED_JOB_ID": "job-7", "DEEPSEED_RUN_ID": "run-x", "LR": "2e-5", "WEIRD": "a,b c'd \"e\" $HOME ;f", "SLURM_JOB_ID": h.ExternalID} {
+		for k, want := range map[string]string{"DEEPSEED_JOB_ID": "job-7", "DEEPSEED_RUN_ID": "run-x", "LR": "2e-5", "WEIRD": "a,b c'd \"e\" $HOME ;f",
+			"SLURM_JOB_ID": h.ExternalID, "DEEPSEED_AGENT_TOKEN": "", "DEEPSEED_TOKEN": "", "DEEPSEED_SERVER_URL": "",
+			"DEEPSEED_COLLECTOR_URL": "http://127.0.0.1:9999"} {
 			if got.Env[k] != want {
 				t.Errorf("env %s = %q, want %q", k, got.Env[k], want)
 			}
+		}
+		script, err := os.ReadFile(strings.TrimSuffix(h.OutputPath, ".out") + ".sh")
+		if err != nil || strings.Contains(string(script), "secret") || strings.Contains(string(script), "server.invalid") {
+			t.Errorf("batch script (%v):\n%s", err, script)
 		}
 		if got.Dir != wdir {
 			t.Errorf("working directory %q, want %q", got.Dir, wdir)

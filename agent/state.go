@@ -25,6 +25,9 @@ type heldJob struct {
 	Reported string `json:"reported"`
 	// Cancelling is set once a cancel has been forwarded.
 	Cancelling bool `json:"cancelling,omitempty"`
+	// Starting is set while the executor starts the job, before its
+	// handle is known: a restarted agent then looks for it (Finder).
+	Starting bool `json:"starting,omitempty"`
 
 	dropping bool      // being stopped because the server no longer counts it ours
 	first    *Status   // the executor's answer right after Start, when it had already ended: the next poll reports it

@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // Job is one attempt of a command run by an agent: GET /api/v1/jobs/{id}
 // and the items of GET /api/v1/jobs.
@@ -78,10 +81,9 @@ type SweepCreate struct {
 	Goal    string            `json:"goal,omitempty"`   // min or max
 }
 
-// Sweep answers POST /api/v1/sweeps and GET /api/v1/sweeps/{id}: the
-// sweep and its trials, ranked by Metric (best first, trials without a
-// value last) when one is chosen.
-type Sweep struct {
+// SweepSummary is a sweep and the counters of its jobs: the items of GET
+// /api/v1/sweeps.
+type SweepSummary struct {
 	ID        string            `json:"id"`
 	Project   string            `json:"project"`
 	Argv      []string          `json:"argv"`
@@ -91,7 +93,20 @@ type Sweep struct {
 	Goal      string            `json:"goal,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	Counts    JobCounts         `json:"counts"`
-	Trials    []Trial           `json:"trials"`
+}
+
+// SweepList answers GET /api/v1/sweeps: sweeps newest first.
+type SweepList struct {
+	Sweeps []SweepSummary `json:"sweeps"`
+	Limit  int            `json:"limit"`
+}
+
+// Sweep answers POST /api/v1/sweeps and GET /api/v1/sweeps/{id}: the
+// sweep and its trials, ranked by Metric (best first, trials without a
+// value last) when one is chosen.
+type Sweep struct {
+	SweepSummary
+	Trials []Trial `json:"trials"`
 }
 
 // Trial is one job of a sweep beside its eval metric.
@@ -106,10 +121,10 @@ type Trial struct {
 // /api/v1/quotas/{project}, items of GET /api/v1/quotas.
 type Quota struct {
 	Project      string   `json:"project"`
-	GPUHours     *float64 `json:"gpu_hours"` // the limit; null when none is set
-	UsedGPUHours float64  `json:"used_gpu_hours"`
-	JobGPUHours  float64  `json:"job_gpu_hours"` // of jobs: runtime × GPUs held
-	RunGPUHours  float64  `json:"run_gpu_hours"` // of runs no job started: attributed GPU samples
+	GPUHours     *float64 `json:"gpu_hours"`      // the limit; null when none is set
+	UsedGPUHours float64  `json:"used_gpu_hours"` // what the limit is held to: the jobs' GPU-hours
+	JobGPUHours  float64  `json:"job_gpu_hours"`  // of jobs: runtime × GPUs held, from the executor's start and end
+	RunGPUHours  float64  `json:"run_gpu_hours"`  // of runs no job started, from telemetry within the run's lifetime; not counted
 	Exceeded     bool     `json:"exceeded"`
 }
 
@@ -165,6 +180,20 @@ type JobReport struct {
 	ExternalID string `json:"external_id,omitempty"`
 	OutputTail string `json:"output_tail,omitempty"`
 	Detail     string `json:"detail,omitempty"`
+	// EndedAt is, with a final state, when the executor saw the job end,
+	// if before the report (it ended while the agent was away): the job's
+	// runtime, which quotas count, ends then. The server keeps it between
+	// the job's start and now.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+}
+
+// ExitCodeAttr is the log attribute of an exit code: the number, or
+// "none" when there is none (the job was killed by a signal, or is lost).
+func ExitCodeAttr(code *int) slog.Attr {
+	if code == nil {
+		return slog.String("exit_code", "none")
+	}
+	return slog.Int("exit_code", *code)
 }
 
 // Agent is one agent as GET /api/v1/agents lists it.

@@ -560,6 +560,6 @@ func startServer(t *testing.T) (base, readToken, ingestToken string) {
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens = []string{ingestToken}
 	cfg.ReadTokens = []string{readToken}
-	cfg.SubmitTokens, cfg.AgentTokens = []string{dashSubmitToken}, []string{dashAgentToken}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{dashSubmitToken}, []string{jobstest.AgentName + ":" + dashAgentToken}
 	return servertest.Start(t, cfg, storetest.NewStore(t)), readToken, ingestToken
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v4"
+
+	"github.com/deepseed/deepseed/server"
 )
 
 // root is the repository root, where docker-compose.yml and .env live.
@@ -383,7 +385,16 @@ func TestTokens(t *testing.T) {
 		if tok == "" || tok == ingest || tok == read {
 			t.Errorf(".env: DEEPSEED_%s_TOKEN %q must be set and differ from the ingest and read tokens", v, tok)
 		}
-		if got := env(srv, "DEEPSEED_"+v+"_TOKENS"); got != tok {
+		got := env(srv, "DEEPSEED_"+v+"_TOKENS")
+		if v == "AGENT" {
+			// An agent token names the agents it may act as.
+			name, _, token, err := server.ParseAgentToken(got)
+			if err != nil || name == "" || token != tok {
+				t.Errorf("deepseed: DEEPSEED_AGENT_TOKENS %q (%v), want NAME:<.env's agent token>", got, err)
+			}
+			continue
+		}
+		if got != tok {
 			t.Errorf("deepseed: DEEPSEED_%s_TOKENS %q, want .env's token", v, got)
 		}
 	}

@@ -231,7 +231,7 @@ func (h *Handler) report(ctx context.Context, c echo.Context) (int, any, error) 
 		return 0, nil, err
 	}
 	if in.State != store.JobRunning && in.State != store.JobQueued {
-		h.log.Info("job ended", "job", id, "agent", name, "state", in.State, "exit_code", in.ExitCode)
+		h.log.Info("job ended", "job", id, "agent", name, "state", in.State, api.ExitCodeAttr(in.ExitCode))
 	}
 	j, err := h.store.Job(ctx, id)
 	return http.StatusOK, j, err

@@ -105,6 +105,7 @@ func (h *Handler) Register(g *echo.Group) {
 	g.GET("/jobs/:id", h.wrap(h.show))
 	g.POST("/jobs/:id/cancel", h.wrap(h.cancel))
 	g.POST("/sweeps", h.wrap(h.createSweep))
+	g.GET("/sweeps", h.wrap(h.listSweeps))
 	g.GET("/sweeps/:id", h.wrap(h.showSweep))
 	g.GET("/quotas", h.wrap(h.listQuotas))
 	g.GET("/quotas/:project", h.wrap(h.showQuota))
@@ -118,7 +119,8 @@ func (h *Handler) Register(g *echo.Group) {
 type handlerFunc func(ctx context.Context, c echo.Context) (int, any, error)
 
 // wrap gives each handler a deadline and turns its errors into api.Error
-// answers: 400 for bad input (naming the field), 404, 409, 422, and 503
+// answers: 400 for bad input (naming the field), 403 for a report on
+// another agent's job, 404, 409, 422, and 503
 // when the database is away.
 func (h *Handler) wrap(fn handlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -137,6 +139,8 @@ func (h *Handler) wrap(fn handlerFunc) echo.HandlerFunc {
 			return echo.NewHTTPError(he.code, api.Error{Error: he.msg})
 		case errors.Is(err, store.ErrNotFound):
 			return echo.NewHTTPError(http.StatusNotFound, api.Error{Error: err.Error()})
+		case errors.Is(err, store.ErrNotHeld):
+			return echo.NewHTTPError(http.StatusForbidden, api.Error{Error: err.Error()})
 		case errors.Is(err, store.ErrConflict):
 			return echo.NewHTTPError(http.StatusConflict, api.Error{Error: err.Error()})
 		case store.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
@@ -227,6 +231,10 @@ func nulField(v reflect.Value) (string, bool) {
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidName reports whether s can name a project or an agent: letters,
+// digits, '.', '_' and '-', at most 128, starting with a letter or digit.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
 
 func checkProject(p string) error {
 	if p == "" {
@@ -339,13 +347,9 @@ func (h *Handler) list(ctx context.Context, c echo.Context) (int, any, error) {
 	default:
 		return 0, nil, bad("state", "%q is not queued, running, finished, failed, cancelled or lost", f.State)
 	}
-	f.Limit = 100
-	if s := c.QueryParam("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			return 0, nil, bad("limit", "%q: want 1 to 1000", s)
-		}
-		f.Limit = n
+	var err error
+	if f.Limit, err = limitParam(c); err != nil {
+		return 0, nil, err
 	}
 	list, counts, err := h.store.Jobs(ctx, f)
 	if err != nil {
@@ -355,6 +359,19 @@ func (h *Handler) list(ctx context.Context, c echo.Context) (int, any, error) {
 		list = []api.Job{}
 	}
 	return http.StatusOK, api.JobList{Jobs: list, Counts: counts, Limit: f.Limit}, nil
+}
+
+// limitParam reads ?limit of a list: 1 to 1000, 100 when absent.
+func limitParam(c echo.Context) (int, error) {
+	s := c.QueryParam("limit")
+	if s == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, bad("limit", "%q: want 1 to 1000", s)
+	}
+	return n, nil
 }
 
 func (h *Handler) show(ctx context.Context, c echo.Context) (int, any, error) {

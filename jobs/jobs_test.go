@@ -25,6 +25,7 @@ const (
 	readTok   = "read-0123456789"
 	submitTok = "submit-0123456789"
 	agentTok  = "agent-0123456789"
+	fleetTok  = "fleet-0123456789" // bound to gpu-* and gpu-login
 )
 
 type env struct {
@@ -41,7 +42,7 @@ func startWith(t testing.TB, timeout time.Duration) *env {
 	cfg := server.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestTok}, []string{readTok}
-	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{agentTok}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitTok}, []string{"node*:" + agentTok, "a*:" + agentTok, "gpu-*:" + fleetTok, "gpu-login:" + fleetTok}
 	cfg.JobHeartbeatTimeout = timeout
 	cfg.AlertsEvery = -1
 	st := storetest.NewStore(t)

@@ -99,6 +99,24 @@ func (h *Handler) createSweep(ctx context.Context, c echo.Context) (int, any, er
 	return http.StatusCreated, out, nil
 }
 
+func (h *Handler) listSweeps(ctx context.Context, c echo.Context) (int, any, error) {
+	project := c.QueryParam("project")
+	if project != "" {
+		if err := checkProject(project); err != nil {
+			return 0, nil, err
+		}
+	}
+	limit, err := limitParam(c)
+	if err != nil {
+		return 0, nil, err
+	}
+	list, err := h.store.Sweeps(ctx, project, limit)
+	if list == nil {
+		list = []api.SweepSummary{}
+	}
+	return http.StatusOK, api.SweepList{Sweeps: list, Limit: limit}, err
+}
+
 func (h *Handler) showSweep(ctx context.Context, c echo.Context) (int, any, error) {
 	id := c.Param("id")
 	if len(id) > api.MaxIDLen {

@@ -3,6 +3,8 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -32,6 +34,71 @@ var scopeOrder = []string{ScopeIngest, ScopeSubmit, ScopeAgent, ScopeRead}
 // neither a token's content nor its length leaks through timing.
 type authenticator struct {
 	tokens map[string][][sha256.Size]byte // by scope
+	agents []agentGrant                   // who each agent token may act as
+}
+
+// agentGrant binds an agent token to the agent names it may act as: one
+// name, or every name that starts with prefix.
+type agentGrant struct {
+	name   string
+	prefix bool
+	digest [sha256.Size]byte
+}
+
+// ParseAgentToken reads one entry of DEEPSEED_AGENT_TOKENS: NAME:TOKEN
+// binds TOKEN to the agent NAME (its --name), and PREFIX*:TOKEN to every
+// agent whose name starts with PREFIX. The same token may be listed under
+// several names. The error never holds the token.
+func ParseAgentToken(entry string) (name string, prefix bool, token string, err error) {
+	name, token, ok := strings.Cut(entry, ":")
+	switch {
+	case !ok || name == "":
+		return "", false, "", errors.New("no agent name: write NAME:TOKEN, NAME being the agent's --name (or a prefix ending in *)")
+	case token == "":
+		return "", false, "", errors.New("an empty token after NAME:")
+	}
+	name, prefix = strings.CutSuffix(name, "*")
+	if !jobs.ValidName(name) {
+		// Not quoted back: the entry may be a token with a colon in it.
+		return "", false, "", errors.New("what precedes the first ':' is not an agent name (letters, digits, '.', '_' and '-', at most 128, optionally ending in *): write NAME:TOKEN")
+	}
+	return name, prefix, token, nil
+}
+
+// addAgents configures the agent tokens, NAME:TOKEN each (see
+// ParseAgentToken); Config.Validate reports a malformed entry, which is
+// left out here.
+func (a *authenticator) addAgents(entries []string) {
+	for _, e := range entries {
+		name, prefix, token, err := ParseAgentToken(e)
+		if err != nil {
+			continue
+		}
+		d := sha256.Sum256([]byte(token))
+		a.tokens[ScopeAgent] = append(a.tokens[ScopeAgent], d)
+		a.agents = append(a.agents, agentGrant{name: name, prefix: prefix, digest: d})
+	}
+}
+
+// agentNames returns the names (a prefix ending in *) token may act as,
+// and whether one of them is agent.
+func (a *authenticator) agentNames(token, agent string) ([]string, bool) {
+	d := sha256.Sum256([]byte(token))
+	var names []string
+	ok := false
+	for _, g := range a.agents {
+		if subtle.ConstantTimeCompare(d[:], g.digest[:]) != 1 {
+			continue
+		}
+		if g.prefix {
+			names = append(names, g.name+"*")
+			ok = ok || strings.HasPrefix(agent, g.name)
+		} else {
+			names = append(names, g.name)
+			ok = ok || agent == g.name
+		}
+	}
+	return names, ok
 }
 
 func newAuthenticator(ingestTokens, readTokens []string) *authenticator {
@@ -129,6 +196,14 @@ func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 				msg = "missing bearer token: this route needs a token with " + need + " scope, and none is configured (set DEEPSEED_" + strings.ToUpper(need) + "_TOKENS on the server)"
 			}
 			return echo.NewHTTPError(http.StatusUnauthorized, api.Error{Error: msg})
+		}
+		if need == ScopeAgent && slices.Contains(scopes, need) {
+			// An agent token acts as the agents it is bound to only: one
+			// agent cannot claim or report in another's name.
+			if names, ok := a.agentNames(token, c.Param("name")); !ok {
+				msg := fmt.Sprintf("this token may not act as agent %q: DEEPSEED_AGENT_TOKENS binds it to %s", c.Param("name"), strings.Join(names, ", "))
+				return echo.NewHTTPError(http.StatusForbidden, api.Error{Error: msg})
+			}
 		}
 		if need != "" && !slices.Contains(scopes, need) {
 			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="deepseed", error="insufficient_scope", scope="`+need+`"`)

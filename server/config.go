@@ -33,8 +33,9 @@ type Config struct {
 	IngestTokens []string
 	ReadTokens   []string
 	// SubmitTokens may queue and cancel jobs and set quotas; AgentTokens
-	// may claim jobs and report on them (package jobs). Both may read.
-	// The job routes that start processes need them even when the API is
+	// may claim jobs and report on them (package jobs), each as the agents
+	// it names only (NAME:TOKEN, see ParseAgentToken). Both may read. The
+	// job routes that start processes need them even when the API is
 	// otherwise open.
 	SubmitTokens []string
 	AgentTokens  []string
@@ -129,6 +130,11 @@ func (c Config) Validate() error {
 	}
 	if c.JobHeartbeatTimeout < time.Second {
 		bad("job-heartbeat-timeout", c.JobHeartbeatTimeout.String(), "must be at least 1s")
+	}
+	for i, e := range c.AgentTokens {
+		if _, _, _, err := ParseAgentToken(e); err != nil {
+			errs = append(errs, fmt.Errorf("DEEPSEED_AGENT_TOKENS: entry %d: %w", i+1, err))
+		}
 	}
 	switch c.Timescale {
 	case "", "auto", "require":

@@ -96,6 +96,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"GPUResponse": api.GPUResponse{}, "GPUSeries": api.GPUSeries{}, "TimePoint": api.TimePoint{},
 		"AnnotationsResponse": api.AnnotationsResponse{}, "Annotation": api.Annotation{},
 		"AlertList": api.AlertList{}, "Alert": api.Alert{}, "WastedGPUHours": api.WastedGPUHours{},
+		"Sweep": api.Sweep{}, "SweepSummary": api.SweepSummary{}, "SweepList": api.SweepList{}, "Quota": api.Quota{},
 		"Readiness": Readiness{}, "ReadDatabase": ReadDatabase{},
 	}
 	for name, v := range types {

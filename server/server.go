@@ -79,7 +79,7 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	}
 	s := &Server{cfg: cfg, store: primary, read: read, log: log, auth: newAuthenticator(cfg.IngestTokens, cfg.ReadTokens), prom: newServerMetrics(primary)}
 	s.auth.add(ScopeSubmit, cfg.SubmitTokens)
-	s.auth.add(ScopeAgent, cfg.AgentTokens)
+	s.auth.addAgents(cfg.AgentTokens)
 	s.mode.Store("")
 	s.notReady.Store("")
 	s.primaryState.Store("")

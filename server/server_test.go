@@ -417,6 +417,21 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: Validate = %v, want a FieldError naming it", field, err)
 		}
 	}
+	// An agent token must name the agents it acts as; the refusal never
+	// quotes the token.
+	for _, entry := range []string{"s3cret-bare-token", "bad name:s3cret", "node1:", ":s3cret", "*:s3cret"} {
+		c := DefaultConfig()
+		c.AgentTokens = []string{"node1:fine", entry}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "DEEPSEED_AGENT_TOKENS: entry 2") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("agent token %q: Validate = %v", entry, err)
+		}
+	}
+	c := DefaultConfig()
+	c.AgentTokens = []string{"node1:a:b", "gpu-*:t", "gpu-login:t"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("valid agent tokens: %v", err)
+	}
 	for in, want := range map[string]time.Duration{"0": 0, "90d": 90 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "36h": 36 * time.Hour} {
 		if got, err := ParseDuration(in); err != nil || got != want {
 			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)

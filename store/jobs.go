@@ -27,6 +27,10 @@ const (
 // the job).
 var ErrConflict = errors.New("conflict")
 
+// ErrNotHeld is returned when an agent reports on a job another agent
+// holds, or one no agent has claimed.
+var ErrNotHeld = errors.New("not this agent's job")
+
 // NewJob is one job to queue.
 type NewJob struct {
 	Project string
@@ -221,25 +225,31 @@ func (s *Store) jobCounts(ctx context.Context, f JobFilter) (api.JobCounts, erro
 		if err := rows.Scan(&state, &n); err != nil {
 			return c, fmt.Errorf("store: count jobs: %w", err)
 		}
-		c.Total += n
-		switch state {
-		case JobQueued:
-			c.Queued += n
-		case JobRunning:
-			c.Running += n
-		case JobFinished:
-			c.Done += n
-		case JobFailed:
-			c.Failed += n
-		case JobCancelled:
-			c.Cancelled += n
-		case JobLost:
-			c.Lost += n
-			c.Failed += n
-		}
+		addCount(&c, state, n)
+	}
+	return c, rows.Err()
+}
+
+// addCount adds n jobs in state to c: active is queued plus running,
+// failed counts lost jobs too.
+func addCount(c *api.JobCounts, state string, n int) {
+	c.Total += n
+	switch state {
+	case JobQueued:
+		c.Queued += n
+	case JobRunning:
+		c.Running += n
+	case JobFinished:
+		c.Done += n
+	case JobFailed:
+		c.Failed += n
+	case JobCancelled:
+		c.Cancelled += n
+	case JobLost:
+		c.Lost += n
+		c.Failed += n
 	}
 	c.Active = c.Queued + c.Running
-	return c, rows.Err()
 }
 
 // CancelJob cancels a queued job at once and asks the agent of a running

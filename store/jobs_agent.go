@@ -159,7 +159,8 @@ func (s *Store) Claim(ctx context.Context, agent, executor string, free []int, p
 // final state ends the job (lost queues a retry when it has retries
 // left); queued means the executor has accepted it but not started it
 // (a pending Slurm job), so its runtime starts with the running report.
-// A job the agent does not hold, or that has ended, is ErrConflict.
+// A job the agent does not hold is ErrNotHeld, one that has ended
+// ErrConflict.
 func (s *Store) Report(ctx context.Context, agent string, id int64, r api.JobReport) error {
 	ctx, cancel := context.WithTimeout(ctx, jobTimeout)
 	defer cancel()
@@ -183,7 +184,8 @@ func (s *Store) Report(ctx context.Context, agent string, id int64, r api.JobRep
 			state       = CASE WHEN $3 IN ('queued', 'running') THEN 'running' ELSE $3 END,
 			started_at  = CASE WHEN $3 = 'queued' THEN NULL WHEN $3 = 'running' THEN COALESCE(started_at, now())
 			                   ELSE started_at END,
-			ended_at    = CASE WHEN $3 IN ('queued', 'running') THEN NULL ELSE now() END,
+			ended_at    = CASE WHEN $3 IN ('queued', 'running') THEN NULL
+			                   ELSE LEAST(now(), GREATEST(COALESCE($8, now()), started_at)) END,
 			heartbeat_at = now(),
 			exit_code   = COALESCE($4, exit_code),
 			external_id = CASE WHEN $5 = '' THEN external_id ELSE $5 END,
@@ -192,7 +194,7 @@ func (s *Store) Report(ctx context.Context, agent string, id int64, r api.JobRep
 			                   WHEN $7 = '' AND $3 = 'running' THEN ''
 			                   ELSE $7 END
 		WHERE id = $1 AND agent = $2 AND state = 'running'`,
-		id, agent, r.State, exit, r.ExternalID, r.OutputTail, r.Detail)
+		id, agent, r.State, exit, r.ExternalID, r.OutputTail, r.Detail, r.EndedAt)
 	if err != nil {
 		return fmt.Errorf("store: report on job %d: %w", id, err)
 	}
@@ -208,7 +210,7 @@ func (s *Store) reportConflict(ctx context.Context, agent string, id int64) erro
 		return err
 	}
 	if j.Agent != agent {
-		return fmt.Errorf("job %d is not held by agent %s: %w", id, agent, ErrConflict)
+		return fmt.Errorf("job %d is not held by agent %s: %w", id, agent, ErrNotHeld)
 	}
 	return fmt.Errorf("job %d has already ended (%s): %w", id, j.State, ErrConflict)
 }
@@ -232,23 +234,34 @@ func (s *Store) markLostBy(ctx context.Context, agent string, id int64, r api.Jo
 }
 
 // markLost ends running jobs as lost and queues a new attempt of each
-// that has retries left and was not being cancelled. It returns how many
-// it marked.
+// that has retries left and was not being cancelled. The retry says why
+// it exists (attempt, retry_of and its detail), and the lost job which
+// attempt retries it. It returns how many it marked.
 func (s *Store) markLost(ctx context.Context, ids []int64, detail string) (int, error) {
 	var lost, retried int
+	var from, to []int64 // a lost job, its retry
 	err := s.Pool.QueryRow(ctx, `
 		WITH lost AS (
 			UPDATE jobs SET state = 'lost', ended_at = now(), detail = $2
 			WHERE id = ANY($1) AND state = 'running'
 			RETURNING *),
 		retry AS (
-			INSERT INTO jobs (project, sweep_id, argv, params, gpus, retries, attempt, retry_of)
-			SELECT project, sweep_id, argv, params, gpus, retries - 1, attempt + 1, id
+			INSERT INTO jobs (project, sweep_id, argv, params, gpus, retries, attempt, retry_of, detail)
+			SELECT project, sweep_id, argv, params, gpus, retries - 1, attempt + 1, id,
+			       format('attempt %s, retrying job %s, whose outcome is unknown: %s', attempt + 1, id, $2)
 			FROM lost WHERE retries > 0 AND NOT cancel_requested ORDER BY id
-			RETURNING id)
-		SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM retry)`, ids, detail).Scan(&lost, &retried)
+			RETURNING id, retry_of)
+		SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM retry),
+		       COALESCE((SELECT array_agg(retry_of ORDER BY id) FROM retry), '{}'),
+		       COALESCE((SELECT array_agg(id ORDER BY id) FROM retry), '{}')`, ids, detail).Scan(&lost, &retried, &from, &to)
 	if err != nil {
 		return 0, fmt.Errorf("store: mark jobs lost: %w", err)
+	}
+	if len(from) > 0 {
+		if _, err := s.Pool.Exec(ctx, `UPDATE jobs AS j SET detail = j.detail || '; retried as job ' || u.retry
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(lost, retry) WHERE j.id = u.lost`, from, to); err != nil {
+			return 0, fmt.Errorf("store: mark jobs lost: name their retries: %w", err)
+		}
 	}
 	if lost > 0 {
 		s.log.Info("jobs lost", "jobs", ids, "why", detail, "retried", retried)

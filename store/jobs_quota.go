@@ -16,24 +16,29 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// usageSQL computes GPU-hours per project of $1: jobs count runtime
-// (until now while they run) times the GPUs they hold; runs that no job
-// started count, per GPU the collector attributed to them, the span from
-// its first to its last sample.
+// usageSQL computes GPU-hours per project of $1. What counts towards a
+// quota is the jobs' own accounting, as a batch scheduler's is: runtime
+// from the executor's start to its end (until now while they run) times
+// the GPUs held. Runs that no job started are shown beside it from
+// telemetry, per GPU the collector attributed to them the span from its
+// first to its last sample, clamped to the run's lifetime as the server
+// saw it (from the first record it received to the last), so sample
+// times a client chose cannot stretch it; that figure never refuses a
+// job.
 const usageSQL = `
 	WITH p AS (SELECT unnest($1::text[]) AS project),
 	job AS (
 		SELECT project, sum(extract(epoch FROM COALESCE(ended_at, now()) - started_at) * cardinality(gpu_ids)) / 3600 AS h
 		FROM jobs WHERE project = ANY($1) AND started_at IS NOT NULL GROUP BY project),
 	free_runs AS (
-		SELECT r.run_id, r.project FROM runs r
+		SELECT r.run_id, r.project, r.created_at, r.updated_at FROM runs r
 		WHERE r.project = ANY($1) AND NOT (r.meta ? 'job_id')
 		  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.run_id = r.run_id AND j.run_id <> '')),
 	run AS (
 		SELECT f.project, sum(g.span) / 3600 AS h FROM free_runs f
 		CROSS JOIN LATERAL (
-			SELECT extract(epoch FROM max(time) - min(time)) AS span FROM gpu_samples
-			WHERE run_id = f.run_id GROUP BY host, gpu) g
+			SELECT GREATEST(extract(epoch FROM LEAST(max(time), f.updated_at) - GREATEST(min(time), f.created_at)), 0) AS span
+			FROM gpu_samples WHERE run_id = f.run_id GROUP BY host, gpu) g
 		GROUP BY f.project)
 	SELECT p.project, COALESCE(job.h, 0)::float8, COALESCE(run.h, 0)::float8, q.gpu_hours
 	FROM p LEFT JOIN job USING (project) LEFT JOIN run USING (project) LEFT JOIN quotas q USING (project)`
@@ -49,7 +54,7 @@ func Usage(ctx context.Context, q Querier, projects []string) (map[string]api.Qu
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.Quota, error) {
 		var u api.Quota
 		err := r.Scan(&u.Project, &u.JobGPUHours, &u.RunGPUHours, &u.GPUHours)
-		u.UsedGPUHours = u.JobGPUHours + u.RunGPUHours
+		u.UsedGPUHours = u.JobGPUHours
 		u.Exceeded = u.GPUHours != nil && u.UsedGPUHours >= *u.GPUHours
 		return u, err
 	})
@@ -192,6 +197,44 @@ func (s *Store) GetSweep(ctx context.Context, id string) (api.Sweep, error) {
 		return sw, fmt.Errorf("store: sweep %s: %w", id, err)
 	}
 	return sw, nil
+}
+
+// Sweeps returns the newest sweeps of project (of every project when it
+// is empty), at most limit, each with the counters of its jobs.
+func (s *Store) Sweeps(ctx context.Context, project string, limit int) ([]api.SweepSummary, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT id, project, argv, spec, gpus, metric, goal, created_at FROM sweeps
+		WHERE $1 = '' OR project = $1 ORDER BY created_at DESC, id LIMIT $2`, project, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list sweeps: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.SweepSummary, error) {
+		var sw api.SweepSummary
+		err := r.Scan(&sw.ID, &sw.Project, &sw.Argv, &sw.Params, &sw.GPUs, &sw.Metric, &sw.Goal, &sw.CreatedAt)
+		return sw, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sweeps: %w", err)
+	}
+	ids := make([]string, len(out))
+	at := make(map[string]int, len(out))
+	for i, sw := range out {
+		ids[i], at[sw.ID] = sw.ID, i
+	}
+	rows, err = s.Pool.Query(ctx, `SELECT sweep_id, state, count(*) FROM jobs WHERE sweep_id = ANY($1)
+		GROUP BY sweep_id, state`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("store: count the jobs of sweeps: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		var n int
+		if err := rows.Scan(&id, &state, &n); err != nil {
+			return nil, fmt.Errorf("store: count the jobs of sweeps: %w", err)
+		}
+		addCount(&out[at[id]].Counts, state, n)
+	}
+	return out, rows.Err()
 }
 
 // MetricValues is a run's eval metric: its last value and its lowest and

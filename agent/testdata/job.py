@@ -4,16 +4,16 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.environ["HOOK_DIR"])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "hook"))
 import deepseed  # noqa: E402
 
 mode = sys.argv[1]
 gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
 locks = []
-if os.environ.get("LOCK_DIR"):
+if os.environ.get("DEEPSEED_PARAM_LOCKDIR"):
     # A GPU held by two jobs at once fails the second one.
     for g in gpus.split(","):
-        p = os.path.join(os.environ["LOCK_DIR"], "gpu" + g)
+        p = os.path.join(os.environ["DEEPSEED_PARAM_LOCKDIR"], "gpu" + g)
         os.close(os.open(p, os.O_CREAT | os.O_EXCL))
         locks.append(p)
 

@@ -21,10 +21,15 @@ type AgentCommand struct{}
 const agentNotes = `
 The agent claims queued jobs of its projects from the server, one job per free
 set of GPUs, and runs each through its executor: "local" starts the command as
-a process of this node in its own process group, with CUDA_VISIBLE_DEVICES set
-to the GPUs held for it and DEEPSEED_JOB_ID, DEEPSEED_RUN_ID,
-DEEPSEED_SWEEP_ID and DEEPSEED_PARAM_* in its environment (the hook links the
-run to the job). It sends a heartbeat every third of the server's
+a process of this node in its own process group, as the --run-as user, in its
+own working directory <state-dir>/jobs/job-<id>. A job's environment is built
+from an allow-list, never the agent's: PATH, LANG, LC_*, TZ, TMPDIR, CUDA_*,
+NCCL_*, NVIDIA_* of the agent's, HOME, USER and LOGNAME of the user it runs
+as, DEEPSEED_COLLECTOR_URL, CUDA_VISIBLE_DEVICES set to the GPUs held for it,
+and DEEPSEED_JOB_ID, DEEPSEED_RUN_ID, DEEPSEED_SWEEP_ID, DEEPSEED_PROJECT and
+DEEPSEED_PARAM_* (the hook links the run to the job). An agent running as
+root refuses to start without --run-as or --allow-root-jobs. The token comes
+from DEEPSEED_AGENT_TOKEN or --token-file, never the command line. It sends a heartbeat every third of the server's
 --job-heartbeat-timeout; jobs of an agent that stays silent longer are marked
 lost. A cancel is forwarded as SIGTERM to the job's process group, then
 SIGKILL after --grace. Jobs outlive the agent: a restarted agent with the same
@@ -40,14 +45,17 @@ number of GPU slots the agent keeps submitted at once (docs/jobs-slurm.md).`
 func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("agent")
 	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
-	token := f.String("token", "DEEPSEED_AGENT_TOKEN", "", "token with agent scope, sent as Authorization: Bearer")
+	tokenFlag := addTokenFlag(f, "DEEPSEED_AGENT_TOKEN", "DEEPSEED_AGENT_TOKEN_FILE", "agent token (bound to this agent's --name on the server)")
 	host, _ := os.Hostname()
 	name := f.String("name", "DEEPSEED_AGENT_NAME", host, "the agent's name, unique among agents")
 	gpus := f.String("gpus", "DEEPSEED_AGENT_GPUS", "auto", "GPUs it hands out, e.g. 0,1; auto asks NVML")
 	fakeGPUs := f.String("fake-gpus", "DEEPSEED_FAKE_GPUS", "0", "with --gpus auto, pretend the node has this many GPUs (for tests without GPUs)")
 	projects := f.String("projects", "DEEPSEED_AGENT_PROJECTS", "", "comma-separated projects whose jobs it takes (default: every project)")
 	executor := f.String("executor", "DEEPSEED_AGENT_EXECUTOR", "local", "how jobs run: "+strings.Join(agent.ExecutorNames(), ", "))
-	stateDir := f.String("state-dir", "DEEPSEED_AGENT_STATE_DIR", filepath.Join(defaultDataDir(), "agent"), "where it keeps the jobs it runs and their output")
+	stateDir := f.String("state-dir", "DEEPSEED_AGENT_STATE_DIR", defaultAgentDir(), "where it keeps the jobs it runs, their output and their working directories")
+	runAs := f.String("run-as", "DEEPSEED_AGENT_RUN_AS", "", "unprivileged user the jobs run as (the agent must run as root to switch); empty: the agent's own user, refused for root")
+	allowRoot := f.Bool("allow-root-jobs", "DEEPSEED_AGENT_ALLOW_ROOT_JOBS", false, "let jobs run as root (an agent running as root without --run-as)")
+	collectorURL := f.String("collector-url", "DEEPSEED_COLLECTOR_URL", "", "the node's collector, given to jobs as DEEPSEED_COLLECTOR_URL (empty: the hook's default, http://127.0.0.1:9464)")
 	every := f.String("every", "", "2s", "how often it polls its jobs and claims new ones")
 	grace := f.String("grace", "DEEPSEED_AGENT_GRACE", "10s", "time between SIGTERM and SIGKILL when a job is cancelled")
 	slurmPartition := f.String("slurm-partition", "DEEPSEED_SLURM_PARTITION", "", "with --executor slurm: sbatch --partition")
@@ -81,22 +89,48 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	if *name == "" {
 		errs = append(errs, "invalid --name \"\": give the agent a name")
 	}
+	token, err := tokenFlag.value()
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agent: %s", strings.Join(errs, "; "))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
-	ex, err := newExec(agent.ExecutorConfig{StateDir: *stateDir, Log: log, Slurm: agent.SlurmConfig{
+	job := agent.JobConfig{RunAs: *runAs, AllowRoot: *allowRoot, CollectorURL: *collectorURL}
+	ex, err := newExec(agent.ExecutorConfig{StateDir: *stateDir, Log: log, Job: job, Slurm: agent.SlurmConfig{
 		Partition: *slurmPartition, Account: *slurmAccount, ExtraArgs: strings.Fields(*slurmArgs), OutputDir: *slurmDir}})
 	if err != nil {
 		return fmt.Errorf("agent: executor %s: %w", *executor, err)
 	}
-	a, err := agent.New(agent.Config{Server: *server, Token: *token, Name: *name, GPUs: ids, Projects: splitList(*projects),
+	a, err := agent.New(agent.Config{Server: *server, Token: token, Name: *name, GPUs: ids, Projects: splitList(*projects),
 		Executor: ex, StateDir: *stateDir, Every: everyD, Grace: graceD, Version: Version, Log: log})
 	if err != nil {
 		return err
 	}
-	log.Info("agent starting", "name", *name, "server", *server, "gpus", ids, "executor", ex.Name(), "state_dir", *stateDir)
+	if *allowRoot && os.Geteuid() == 0 && *runAs == "" {
+		log.Warn("jobs run as root (--allow-root-jobs): every job may do anything on this node")
+	}
+	log.Info("agent starting", "name", *name, "server", *server, "gpus", ids, "executor", ex.Name(), "state_dir", *stateDir,
+		"run_as", orDefault(*runAs, "the agent's user"))
 	return a.Run(ctx)
+}
+
+// defaultAgentDir is /var/lib/deepseed/agent for root (a system
+// service, whose jobs' run-as user must be able to enter it), else
+// <data dir>/agent.
+func defaultAgentDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/deepseed/agent"
+	}
+	return filepath.Join(defaultDataDir(), "agent")
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func splitList(s string) []string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deepseed/deepseed/collector"
@@ -28,7 +26,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("collect")
 	var (
 		serverURL     = f.String("server", "DEEPSEED_SERVER_URL", "", "DeepSeed server base URL to forward to; empty: sample and serve /metrics only")
-		tokenFile     = f.String("token-file", "DEEPSEED_TOKEN_FILE", "", "file holding the ingest token sent as Authorization: Bearer; or set DEEPSEED_TOKEN")
+		tokenFile     = addTokenFlag(f, "DEEPSEED_TOKEN", "DEEPSEED_TOKEN_FILE", "ingest token")
 		hookListen    = f.String("hook-listen", "DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464", "hook receiver address, host:port or unix:/path")
 		metricsListen = f.String("metrics-listen", "DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400", "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it")
 		interval      = f.String("interval", "DEEPSEED_INTERVAL", "1s", "GPU and host sampling interval")
@@ -51,9 +49,6 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		fakeGPUs      = f.String("fake-gpus", "DEEPSEED_FAKE_GPUS", "0", "with --fake-nvml, show this many GPUs")
 		logLevel      = f.String("log-level", "DEEPSEED_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	)
-	f.Func("token", "not taken: a token on the command line is visible to every user in ps; set DEEPSEED_TOKEN or use --token-file", func(string) error {
-		return errors.New("a token on the command line is visible to every user of the machine (ps): set DEEPSEED_TOKEN or use --token-file")
-	})
 	f.setUsage("deepseed collect [flags]", `
 Run the node collector: sample every GPU through NVML and the host through
 /proc, receive the training hook's records on --hook-listen (POST
@@ -121,16 +116,9 @@ at start.`)
 		}
 	}
 
-	token := os.Getenv("DEEPSEED_TOKEN")
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("collect: token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-		if token == "" {
-			return fmt.Errorf("collect: token-file: %s is empty", *tokenFile)
-		}
+	token, err := tokenFile.value()
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
 	}
 
 	var lib nvml.Iface

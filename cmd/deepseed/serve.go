@@ -23,8 +23,10 @@ Tokens come from the environment only, never from flags (flags show in ps):
   DEEPSEED_READ_TOKENS    comma-separated tokens that may only read (GET)
   DEEPSEED_SUBMIT_TOKENS  comma-separated tokens that may queue and cancel jobs
                           and sweeps and set GPU quotas (and read)
-  DEEPSEED_AGENT_TOKENS   comma-separated tokens of the agents on GPU nodes:
-                          they claim jobs and report on them (and read)
+  DEEPSEED_AGENT_TOKENS   comma-separated NAME:TOKEN of the agents on GPU nodes:
+                          they claim jobs and report on them (and read), each
+                          token only as the agent NAME (its --name); NAME*
+                          binds every agent whose name starts with NAME
 With none set the API is open to anyone and a warning is logged at start; the
 job routes that start processes still need a submit or agent token.
 Clients send "Authorization: Bearer <token>".

@@ -244,7 +244,7 @@ func (c *QuotaCommand) Run(ctx context.Context, args []string) error {
 
 func printQuotas(qs []api.Quota) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PROJECT\tUSED GPU-H\tLIMIT\tJOBS\tOTHER RUNS\tSTATE")
+	fmt.Fprintln(w, "PROJECT\tUSED GPU-H\tLIMIT\tJOBS\tOTHER RUNS (NOT COUNTED)\tSTATE")
 	for _, q := range qs {
 		limit, state := "none", "ok"
 		if q.GPUHours != nil {

@@ -72,7 +72,7 @@ type response interface{ StatusCode() int }
 func TestEveryGETThroughTheClient(t *testing.T) {
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestToken}, []string{readToken}
-	cfg.SubmitTokens, cfg.AgentTokens = []string{submitToken}, []string{agentToken}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitToken}, []string{"node1:" + agentToken}
 	cfg.ShutdownTimeout = 30 * time.Second
 	srv := server.New(cfg, storetest.NewStore(t), nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -265,6 +265,11 @@ func TestEveryGETThroughTheClient(t *testing.T) {
 	call("getSweep", swg, err)
 	if len(swg.JSON200.Trials) != 2 {
 		t.Errorf("getSweep: %d trials, want 2", len(swg.JSON200.Trials))
+	}
+	sws, err := reader.ListSweepsWithResponse(ctx, &apiclient.ListSweepsParams{Project: ptr("imdb")})
+	call("listSweeps", sws, err)
+	if len(sws.JSON200.Sweeps) != 1 || sws.JSON200.Sweeps[0].Id != sw.JSON201.Id || sws.JSON200.Sweeps[0].Counts.Total != 2 {
+		t.Errorf("listSweeps: %+v, want the one sweep of two trials", sws.JSON200.Sweeps)
 	}
 	ag, err := reader.ListAgentsWithResponse(ctx)
 	call("listAgents", ag, err)

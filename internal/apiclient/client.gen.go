@@ -1219,7 +1219,10 @@ type JobList struct {
 
 // JobReport What the agent's executor knows of a job it holds.
 type JobReport struct {
-	Detail     *string        `json:"detail,omitempty"`
+	Detail *string `json:"detail,omitempty"`
+
+	// EndedAt with a final state: when the executor saw the job end, if before the report (it ended while the agent was away); the server keeps it between the job's start and now
+	EndedAt    *time.Time     `json:"ended_at,omitempty"`
 	ExitCode   *int64         `json:"exit_code,omitempty"`
 	ExternalId *string        `json:"external_id,omitempty"`
 	OutputTail *string        `json:"output_tail,omitempty"`
@@ -1326,11 +1329,17 @@ type Quota struct {
 	Exceeded bool `json:"exceeded"`
 
 	// GpuHours the limit; null when none
-	GpuHours     *float64 `json:"gpu_hours"`
-	JobGpuHours  float64  `json:"job_gpu_hours"`
-	Project      string   `json:"project"`
-	RunGpuHours  float64  `json:"run_gpu_hours"`
-	UsedGpuHours float64  `json:"used_gpu_hours"`
+	GpuHours *float64 `json:"gpu_hours"`
+
+	// JobGpuHours of jobs: runtime from the executor's start to its end, times the GPUs held
+	JobGpuHours float64 `json:"job_gpu_hours"`
+	Project     string  `json:"project"`
+
+	// RunGpuHours of runs no job started, from their GPU samples within the run's lifetime as the server saw it; shown, never counted towards the limit
+	RunGpuHours float64 `json:"run_gpu_hours"`
+
+	// UsedGpuHours what the limit is held to: the GPU-hours of the project's jobs
+	UsedGpuHours float64 `json:"used_gpu_hours"`
 }
 
 // QuotaList Every project that has a quota.
@@ -1852,6 +1861,27 @@ type SweepCreate struct {
 // SweepCreateGoal defines model for SweepCreate.Goal.
 type SweepCreateGoal string
 
+// SweepList Sweeps, newest first.
+type SweepList struct {
+	Limit  int64          `json:"limit"`
+	Sweeps []SweepSummary `json:"sweeps"`
+}
+
+// SweepSummary A sweep and the counters of its jobs.
+type SweepSummary struct {
+	Argv []string `json:"argv"`
+
+	// Counts Jobs by state: active is queued plus running, failed counts lost too.
+	Counts    JobCounts         `json:"counts"`
+	CreatedAt time.Time         `json:"created_at"`
+	Goal      *string           `json:"goal,omitempty"`
+	Gpus      int64             `json:"gpus"`
+	Id        string            `json:"id"`
+	Metric    *string           `json:"metric,omitempty"`
+	Params    map[string]string `json:"params"`
+	Project   string            `json:"project"`
+}
+
 // Time RFC 3339 time or Unix seconds (integer or fractional).
 type Time struct {
 	union json.RawMessage
@@ -2123,6 +2153,15 @@ type GetRunSeriesParams struct {
 
 	// Top with rank=all on a run of more than 16 ranks: how many of the ranks with the highest mean of the first metric come back as series beside the distribution
 	Top *int `form:"top,omitempty" json:"top,omitempty"`
+}
+
+// ListSweepsParams defines parameters for ListSweeps.
+type ListSweepsParams struct {
+	// Project only this project's sweeps
+	Project *string `form:"project,omitempty" json:"project,omitempty"`
+
+	// Limit most sweeps returned, 1 to 1000 (default 100)
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // GetSweepParams defines parameters for GetSweep.
@@ -3522,6 +3561,11 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/runs/{id}/series (the `GetRunSeries` operationId).
 	GetRunSeries(ctx context.Context, id string, params *GetRunSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListSweeps List sweeps, newest first
+	//
+	// Corresponds with GET /api/v1/sweeps (the `ListSweeps` operationId).
+	ListSweeps(ctx context.Context, params *ListSweepsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CreateSweepWithBody Queue a parameter sweep
 	//
 	// A grid of more than 1000 trials is refused with 400.
@@ -4113,6 +4157,21 @@ func (c *Client) GetRunRanks(ctx context.Context, id string, params *GetRunRanks
 // Corresponds with GET /api/v1/runs/{id}/series (the `GetRunSeries` operationId).
 func (c *Client) GetRunSeries(ctx context.Context, id string, params *GetRunSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunSeriesRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSweeps List sweeps, newest first
+//
+// Corresponds with GET /api/v1/sweeps (the `ListSweeps` operationId).
+func (c *Client) ListSweeps(ctx context.Context, params *ListSweepsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSweepsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5964,6 +6023,72 @@ func NewGetRunSeriesRequest(server string, id string, params *GetRunSeriesParams
 	return req, nil
 }
 
+// NewListSweepsRequest constructs an http.Request for the ListSweeps method
+func NewListSweepsRequest(server string, params *ListSweepsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sweeps")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Project != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "project", *params.Project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreateSweepRequest calls the generic CreateSweep builder with application/json body
 func NewCreateSweepRequest(server string, body CreateSweepJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6459,6 +6584,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/runs/{id}/series (the `GetRunSeries` operationId).
 	GetRunSeriesWithResponse(ctx context.Context, id string, params *GetRunSeriesParams, reqEditors ...RequestEditorFn) (*GetRunSeriesResponse, error)
+
+	// ListSweepsWithResponse List sweeps, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/sweeps (the `ListSweeps` operationId).
+	ListSweepsWithResponse(ctx context.Context, params *ListSweepsParams, reqEditors ...RequestEditorFn) (*ListSweepsResponse, error)
 
 	// CreateSweepWithBodyWithResponse Queue a parameter sweep
 	//
@@ -8395,6 +8527,68 @@ func (r GetRunSeriesResponse) ContentType() string {
 	return ""
 }
 
+type ListSweepsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SweepList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSweepsResponse) GetJSON200() *SweepList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListSweepsResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListSweepsResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListSweepsResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSweepsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSweepsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSweepsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSweepsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CreateSweepResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9134,6 +9328,19 @@ func (c *ClientWithResponses) GetRunSeriesWithResponse(ctx context.Context, id s
 		return nil, err
 	}
 	return ParseGetRunSeriesResponse(rsp)
+}
+
+// ListSweepsWithResponse List sweeps, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/sweeps (the `ListSweeps` operationId).
+func (c *ClientWithResponses) ListSweepsWithResponse(ctx context.Context, params *ListSweepsParams, reqEditors ...RequestEditorFn) (*ListSweepsResponse, error) {
+	rsp, err := c.ListSweeps(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSweepsResponse(rsp)
 }
 
 // CreateSweepWithBodyWithResponse Queue a parameter sweep
@@ -10720,6 +10927,53 @@ func ParseGetRunSeriesResponse(rsp *http.Response) (*GetRunSeriesResponse, error
 			headers.XDeepSeedReplicaLag = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListSweepsResponse parses an HTTP response from a ListSweepsWithResponse call
+func ParseListSweepsResponse(rsp *http.Response) (*ListSweepsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSweepsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SweepList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil

@@ -25,6 +25,10 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// AgentName is the name of the seed's agent: the server's
+// DEEPSEED_AGENT_TOKENS must bind Server.Agent to it (AgentName+":"+token).
+const AgentName = "seed-node"
+
 // Server is a running server and a token of each scope the seed needs.
 type Server struct {
 	URL                   string
@@ -67,11 +71,13 @@ func accuracy(lr string) (first, last float64) {
 func Seed(t testing.TB, s Server, project string) Seeded {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	exec, err := agent.NewLocal(t.TempDir())
+	// The seed's jobs (sh, true) run as whoever runs the tests, root
+	// included.
+	exec, err := agent.NewLocal(t.TempDir(), agent.JobConfig{AllowRoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ag, err := agent.New(agent.Config{Server: s.URL, Token: s.Agent, Name: "seed-node", GPUs: []int{0, 1},
+	ag, err := agent.New(agent.Config{Server: s.URL, Token: s.Agent, Name: AgentName, GPUs: []int{0, 1},
 		Executor: exec, StateDir: t.TempDir(), Every: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

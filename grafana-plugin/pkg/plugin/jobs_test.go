@@ -33,7 +33,7 @@ func startJobServer(t *testing.T) (string, jobstest.Seeded) {
 	cfg := server.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.IngestTokens, cfg.ReadTokens = []string{ingestToken}, []string{readToken}
-	cfg.SubmitTokens, cfg.AgentTokens = []string{submitToken}, []string{agentToken}
+	cfg.SubmitTokens, cfg.AgentTokens = []string{submitToken}, []string{jobstest.AgentName + ":" + agentToken}
 	cfg.AlertsEvery = -1
 	base := servertest.Start(t, cfg, storetest.NewStore(t))
 	s := jobstest.Seed(t, jobstest.Server{URL: base, Submit: submitToken, Agent: agentToken, Ingest: ingestToken}, "imdb")
