@@ -22,7 +22,7 @@ import time
 import torch
 
 from .layers import _events_of
-from .records import round_ms
+from .records import STEPS_MAX_AGE_S, STEPS_PER_RECORD, StepColumns, round_ms
 
 MAX_PENDING = 64
 ANCHOR_KEEP = 256
@@ -96,6 +96,8 @@ class StepReader:
     of it): polls the queue of closed steps and emits their records."""
 
     reader = None  # the reader thread, when read-back runs in the background
+    columns = None  # steps read back and not sent yet (records.StepColumns)
+    closed_flag = False
 
     def _start_reader(self):
         self._read_lock = threading.Lock()
@@ -118,6 +120,10 @@ class StepReader:
                         break
                     self._deliver(built)
                     time.sleep(READ_YIELD_S)
+                cols = self.columns
+                if cols is not None and cols.steps and time.perf_counter() - cols.since >= STEPS_MAX_AGE_S:
+                    with self.run._lock:
+                        self.send_steps()
             except Exception as e:  # pragma: no cover - defensive: the reader must not die
                 self.run._warn_once("reader", "deepseed: reading step timings: %s", e)
 
@@ -209,17 +215,41 @@ class StepReader:
         return False, None
 
     def _deliver(self, built):
-        """Hands a step's records, made by _build, to the run."""
+        """Adds a step made by _build to the steps that leave together, and
+        sends its layers record."""
         if built is None:
             return
         step, fields, t, measured, layers = built
         try:
-            with self.run._lock:
-                self.run._emit_watched_step(step, fields, None, t, measured=measured)
+            run = self.run
+            with run._lock:
+                cols = self.columns
+                if cols is None:
+                    cols = self.columns = StepColumns(run.run_id, run.rank)
+                now = time.perf_counter()
+                cols.add(step, t, measured, fields, now)
+                run.steps_logged += 1
                 if layers is not None:
-                    self.run._send(layers)
+                    run._send(layers)
+                # Once the watcher is closed (a step the reader built while
+                # close() ran), nothing would send it later.
+                if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closed_flag:
+                    self.send_steps()
         except Exception as e:
             self.run._warn_once("emit", "deepseed: sending step timings: %s", e)
+
+    def send_steps(self):
+        """Sends the steps read back so far as one steps record (the
+        caller holds the run's lock)."""
+        cols = self.columns
+        if cols is None or not cols.steps:
+            return
+        self.columns = None
+        run = self.run
+        try:
+            run._send(cols.record(run._fpt, run._peak))
+        except Exception as e:
+            run._warn_once("emit", "deepseed: sending step timings: %s", e)
 
     def _build(self, slot):
         """The step record's parts and the layers record of a step whose

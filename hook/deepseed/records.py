@@ -15,6 +15,7 @@ INT_FIELDS = ("samples", "tokens", "sync_ns")
 _STEP_SET = frozenset(STEP_FIELDS)
 _INT_SET = frozenset(INT_FIELDS)
 _EVAL_SET = frozenset(("loss", "accuracy", "f1"))
+_FLOAT_SET = _STEP_SET - _INT_SET - {"skipped"}
 
 # CUDA events and the host clock resolve about half a microsecond, so four
 # decimals of a millisecond keep every digit a timing has; the rest is the
@@ -113,3 +114,157 @@ def _derive_throughput(rec):
         rec["throughput_sps"] = rec["samples"] * 1000.0 / ms
     if "tokens" in rec and "throughput_tps" not in rec:
         rec["throughput_tps"] = rec["tokens"] * 1000.0 / ms
+
+
+# Watched steps leave as one `steps` record for many steps (api/decode_steps.go):
+# columns instead of a JSON object per step. A record goes when it holds
+# STEPS_PER_RECORD steps or its first is STEPS_MAX_AGE_S old.
+STEPS_PER_RECORD = 64
+STEPS_MAX_AGE_S = 0.5
+
+
+class StepColumns:
+    """Steps of one rank gathered as columns until they leave as one
+    ``steps`` record: each field a list with an entry per step (None where a
+    step has none), sent as one value when every step has the same."""
+
+    __slots__ = ("run_id", "rank", "steps", "times", "cols", "metrics", "since")
+
+    def __init__(self, run_id, rank):
+        self.run_id = run_id
+        self.rank = rank
+        self.steps = []
+        self.times = []
+        self.cols = {}
+        self.metrics = {}
+        self.since = 0.0
+
+    def __len__(self):
+        return len(self.steps)
+
+    def add(self, step, t, measured, fields, now):
+        """One step: measured holds known fields in their record form (the
+        watcher's own), fields what a caller or framework added, placed
+        as a step record's fields are (they win over measured ones)."""
+        n = len(self.steps)
+        if not n:
+            self.since = now
+        self.steps.append(int(step))
+        self.times.append(t)
+        cols = self.cols
+        for k, v in measured.items():
+            col = cols.get(k)
+            if col is None:
+                cols[k] = col = [None] * n
+            elif len(col) < n:
+                col.extend([None] * (n - len(col)))
+            col.append(v)
+        for k, v in fields.items():
+            tp = type(v)
+            if tp is not float and tp is not int:
+                if v is None:
+                    continue
+                v = _num(v)
+                if v is None:
+                    continue
+            if k in _FLOAT_SET:
+                v = float(v)
+                _put(cols, k, n, round_ms(v) if k.endswith("_ms") else v)
+                continue
+            box = {"kind": "step"}
+            _place(box, k, v)
+            for name, val in box.items():
+                if name == "metrics":
+                    for mk, mv in val.items():
+                        _put(self.metrics, mk, n, mv)
+                elif name != "kind":
+                    _put(cols, name, n, val)
+
+    def record(self, flops_token=None, peak=None):
+        """The steps record (a dict), with throughput, TFLOP/s and MFU
+        worked out for the steps that have what they need."""
+        n = len(self.steps)
+        cols = self.cols
+        for col in cols.values():
+            if len(col) < n:
+                col.extend([None] * (n - len(col)))
+        ms = cols.get("step_ms")
+        if ms is not None:
+            for out, src, scale in (("throughput_sps", "samples", 1000.0), ("throughput_tps", "tokens", 1000.0)):
+                have = cols.get(src)
+                if have is None:
+                    continue
+                col = cols.get(out)
+                derived = [x * scale / m if x is not None and m and m > 0 and math.isfinite(m) else None
+                           for x, m in zip(have, ms)]
+                cols[out] = derived if col is None else [a if a is not None else b for a, b in zip(col, derived)]
+            tokens = cols.get("tokens")
+            if flops_token and tokens is not None:
+                tf = [flops_token * x / (m / 1000.0) / 1e12 if x and m and m > 0 else None for x, m in zip(tokens, ms)]
+                old = cols.get("tflops")
+                cols["tflops"] = tf if old is None else [a if a is not None else b for a, b in zip(old, tf)]
+                if peak and peak > 0:
+                    mfu = [x / peak if x is not None else None for x in cols["tflops"]]
+                    old = cols.get("mfu")
+                    cols["mfu"] = mfu if old is None else [a if a is not None else b for a, b in zip(old, mfu)]
+        rec = {"kind": "steps", "run_id": self.run_id, "rank": self.rank, "step": self.steps, "time": self.times}
+        for k, col in cols.items():
+            _column(rec, k, col, n)
+        if self.metrics:
+            m = {}
+            for k, col in self.metrics.items():
+                if len(col) < n:
+                    col.extend([None] * (n - len(col)))
+                _column(m, k, col, n)
+            if m:
+                rec["metrics"] = m
+        return rec
+
+
+def _put(cols, key, n, value):
+    # Step n's entry of a column, over what the watcher measured.
+    col = cols.get(key)
+    if col is None:
+        cols[key] = col = [None] * (n + 1)
+    elif len(col) < n + 1:
+        col.extend([None] * (n + 1 - len(col)))
+    col[n] = value
+
+
+def _column(out, key, col, n):
+    first = col[0]
+    if col.count(first) == n:
+        if first is not None:
+            out[key] = first  # the same for every step
+    else:
+        out[key] = col
+
+
+def expand_steps(records):
+    """The records with each ``steps`` record replaced by the ``step``
+    records it holds, as the server stores them: for reading a local
+    file."""
+    out = []
+    for r in records:
+        if r.get("kind") != "steps":
+            out.append(r)
+            continue
+        steps = r["step"]
+        n = len(steps)
+        cols = [(k, v) for k, v in r.items() if k not in ("kind", "run_id", "rank", "step", "metrics")]
+        mcols = list((r.get("metrics") or {}).items())
+        for i in range(n):
+            s = {"kind": "step", "run_id": r["run_id"], "rank": r["rank"], "step": steps[i]}
+            for k, v in cols:
+                v = v[i] if isinstance(v, list) else v
+                if v is not None:
+                    s[k] = v
+            m = {}
+            for k, v in mcols:
+                v = v[i] if isinstance(v, list) else v
+                if v is not None:
+                    m[k] = v
+            if m:
+                s["metrics"] = m
+            out.append(s)
+    return out

@@ -5,6 +5,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from deepseed.records import expand_steps
+
 
 class Capture:
     """Collects POSTed NDJSON batches.
@@ -37,7 +39,9 @@ class Capture:
                 n = int(self.headers.get("Content-Length", 0))
                 body = self.rfile.read(n)
                 raw = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
-                recs = [json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip()]
+                # A steps record (many steps in columns) is read as the step
+                # records it holds, as the server stores them.
+                recs = expand_steps(json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip())
                 cap.got_request.set()
                 cap.release_event.wait(60)
                 with cap.lock:
