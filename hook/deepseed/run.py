@@ -498,7 +498,7 @@ class Run:
                 step in a distributed run), events read on a thread (GPU).
             sample_min_ms: in a single process, layers, phases and the
                 gradient norm also come no sooner than this after the
-                previous one of their kind (100; 0: by period alone).
+                previous one of their kind (250; 0: by period alone).
         """
         try:
             from .watch import Watcher

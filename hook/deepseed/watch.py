@@ -64,8 +64,8 @@ PHASE_EVERY = 10
 # (DEEPSEED_SAMPLE_MIN_MS, sample_min_ms=; 0 turns the floor off): each
 # costs the training thread from about a hundred µs (phases, norm) to a
 # millisecond or more (layers), which on steps of a few milliseconds would
-# be most of what the hook costs. Steps of 10 ms or more keep their periods.
-SAMPLE_MIN_MS = 100
+# be most of what the hook costs. Steps of 25 ms or more keep their periods.
+SAMPLE_MIN_MS = 250
 MEM_EVERY_S = 1.0
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
