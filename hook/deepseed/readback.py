@@ -26,6 +26,7 @@ from .records import STEPS_MAX_AGE_S, STEPS_PER_RECORD, StepColumns, round_ms
 
 MAX_PENDING = 64
 ANCHOR_KEEP = 256
+ANCHOR_EVERY = 4
 READ_EVERY_S = 0.02
 READ_YIELD_S = 2e-5
 
@@ -351,8 +352,10 @@ class StepReader:
         if self.cuda and self.anchor:
             # The host recorded the step's start event at open_ns: the
             # device ran it no sooner, so open_ns − its device time since
-            # the anchor bounds the anchor's wall time from below.
-            if slot.ev_start is not None:
+            # the anchor bounds the anchor's wall time from below. Steps
+            # whose synchronisation fields are sent refine it, and every
+            # ANCHOR_EVERY-th step in between (each costs a device query).
+            if slot.ev_start is not None and (slot.phases or slot.step % ANCHOR_EVERY == 0):
                 self.anchor_walls.append(slot.open_ns - int(self.anchor.elapsed_time(slot.ev_start) * 1e6))
             if bwd_end is not None:
                 out["sync_ns"] = self._wall_ns(bwd_end)
