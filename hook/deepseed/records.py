@@ -124,19 +124,21 @@ STEPS_MAX_AGE_S = 0.5
 
 
 class StepColumns:
-    """Steps of one rank gathered as columns until they leave as one
-    ``steps`` record: each field a list with an entry per step (None where a
-    step has none), sent as one value when every step has the same."""
+    """Steps of one rank gathered until they leave as one ``steps`` record:
+    each field a list with an entry per step (None where a step has none),
+    sent as one value when every step has the same. A step is kept as the
+    two dicts it came with; the columns are made once, when the record is
+    (a few list comprehensions per field instead of work per step)."""
 
-    __slots__ = ("run_id", "rank", "steps", "times", "cols", "metrics", "since")
+    __slots__ = ("run_id", "rank", "steps", "times", "measured", "fields", "since")
 
     def __init__(self, run_id, rank):
         self.run_id = run_id
         self.rank = rank
         self.steps = []
         self.times = []
-        self.cols = {}
-        self.metrics = {}
+        self.measured = []
+        self.fields = []
         self.since = 0.0
 
     def __len__(self):
@@ -146,89 +148,87 @@ class StepColumns:
         """One step: measured holds known fields in their record form (the
         watcher's own), fields what a caller or framework added, placed
         as a step record's fields are (they win over measured ones)."""
-        n = len(self.steps)
-        if not n:
+        if not self.steps:
             self.since = now
         self.steps.append(int(step))
         self.times.append(t)
-        cols = self.cols
-        for k, v in measured.items():
-            col = cols.get(k)
-            if col is None:
-                cols[k] = col = [None] * n
-            elif len(col) < n:
-                col.extend([None] * (n - len(col)))
-            col.append(v)
-        for k, v in fields.items():
-            tp = type(v)
-            if tp is not float and tp is not int:
-                if v is None:
-                    continue
-                v = _num(v)
-                if v is None:
-                    continue
-            if k in _FLOAT_SET:
-                v = float(v)
-                _put(cols, k, n, round_ms(v) if k.endswith("_ms") else v)
-                continue
-            box = {"kind": "step"}
-            _place(box, k, v)
-            for name, val in box.items():
-                if name == "metrics":
-                    for mk, mv in val.items():
-                        _put(self.metrics, mk, n, mv)
-                elif name != "kind":
-                    _put(cols, name, n, val)
+        self.measured.append(measured)
+        self.fields.append(fields)
 
     def record(self, flops_token=None, peak=None):
         """The steps record (a dict), with throughput, TFLOP/s and MFU
         worked out for the steps that have what they need."""
         n = len(self.steps)
-        cols = self.cols
-        for col in cols.values():
-            if len(col) < n:
-                col.extend([None] * (n - len(col)))
+        cols = {}
+        metrics = {}
+        keys = set()
+        for m in self.measured:
+            keys.update(m)
+        for k in keys:
+            cols[k] = [m.get(k) for m in self.measured]
+        keys = set()
+        for f in self.fields:
+            if f:
+                keys.update(f)
+        for k in keys:
+            vals = [f.get(k) for f in self.fields]
+            if k in _FLOAT_SET and all(type(v) is float for v in vals if v is not None):
+                if k.endswith("_ms"):
+                    vals = [round(v, MS_DECIMALS) if v is not None else None for v in vals]
+                _over(cols, k, vals)
+                continue
+            # Anything else as a step record would place it: ints, bools,
+            # numbers of other types, and names that go to metrics.
+            for i, v in enumerate(vals):
+                v = _num(v) if v is not None else None
+                if v is None:
+                    continue
+                box = {"kind": "step"}
+                _place(box, k, v)
+                for name, val in box.items():
+                    if name == "metrics":
+                        for mk, mv in val.items():
+                            metrics.setdefault(mk, [None] * n)[i] = mv
+                    elif name != "kind":
+                        col = cols.get(name)
+                        if col is None:
+                            cols[name] = col = [None] * n
+                        col[i] = val
         ms = cols.get("step_ms")
         if ms is not None:
-            for out, src, scale in (("throughput_sps", "samples", 1000.0), ("throughput_tps", "tokens", 1000.0)):
+            for out, src in (("throughput_sps", "samples"), ("throughput_tps", "tokens")):
                 have = cols.get(src)
-                if have is None:
-                    continue
-                col = cols.get(out)
-                derived = [x * scale / m if x is not None and m and m > 0 and math.isfinite(m) else None
-                           for x, m in zip(have, ms)]
-                cols[out] = derived if col is None else [a if a is not None else b for a, b in zip(col, derived)]
+                if have is not None:
+                    _fill(cols, out, [x * 1000.0 / m if x is not None and m and m > 0 and math.isfinite(m) else None
+                                      for x, m in zip(have, ms)])
             tokens = cols.get("tokens")
             if flops_token and tokens is not None:
-                tf = [flops_token * x / (m / 1000.0) / 1e12 if x and m and m > 0 else None for x, m in zip(tokens, ms)]
-                old = cols.get("tflops")
-                cols["tflops"] = tf if old is None else [a if a is not None else b for a, b in zip(old, tf)]
+                _fill(cols, "tflops", [flops_token * x / (m / 1000.0) / 1e12 if x and m and m > 0 else None
+                                       for x, m in zip(tokens, ms)])
                 if peak and peak > 0:
-                    mfu = [x / peak if x is not None else None for x in cols["tflops"]]
-                    old = cols.get("mfu")
-                    cols["mfu"] = mfu if old is None else [a if a is not None else b for a, b in zip(old, mfu)]
+                    _fill(cols, "mfu", [x / peak if x is not None else None for x in cols["tflops"]])
         rec = {"kind": "steps", "run_id": self.run_id, "rank": self.rank, "step": self.steps, "time": self.times}
         for k, col in cols.items():
             _column(rec, k, col, n)
-        if self.metrics:
+        if metrics:
             m = {}
-            for k, col in self.metrics.items():
-                if len(col) < n:
-                    col.extend([None] * (n - len(col)))
+            for k, col in metrics.items():
                 _column(m, k, col, n)
             if m:
                 rec["metrics"] = m
         return rec
 
 
-def _put(cols, key, n, value):
-    # Step n's entry of a column, over what the watcher measured.
+def _over(cols, key, vals):
+    # A caller's values win over the measured ones where they are given.
     col = cols.get(key)
-    if col is None:
-        cols[key] = col = [None] * (n + 1)
-    elif len(col) < n + 1:
-        col.extend([None] * (n + 1 - len(col)))
-    col[n] = value
+    cols[key] = vals if col is None else [v if v is not None else c for c, v in zip(col, vals)]
+
+
+def _fill(cols, key, derived):
+    # Derived values where the step sent none of its own.
+    col = cols.get(key)
+    cols[key] = derived if col is None else [c if c is not None else d for c, d in zip(col, derived)]
 
 
 def _column(out, key, col, n):
