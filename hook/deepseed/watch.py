@@ -66,6 +66,11 @@ PHASE_EVERY = 10
 # millisecond or more (layers), which on steps of a few milliseconds would
 # be most of what the hook costs. Steps of 25 ms or more keep their periods.
 SAMPLE_MIN_MS = 250
+# The forward's end hook reads the loss a model returns and, on phase steps,
+# marks the forward's end and the backward's start. When the first
+# LOSS_PROBE_STEPS steps' outputs hold no loss, it is attached on phase
+# steps only: a module with a hook of each kind costs every call more.
+LOSS_PROBE_STEPS = 8
 MEM_EVERY_S = 1.0
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
@@ -172,9 +177,12 @@ class Watcher(PhaseMarks, StepReader):
         self.layer_names = [n for n, _ in rows]
 
         self.handles = []
+        self.post_handle = None
+        self.loss_seen = False
+        self.loss_probe = LOSS_PROBE_STEPS
         if not self.manual:
-            self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True),
-                            root.register_forward_hook(self._fwd_post)]
+            self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True)]
+            self._attach_post()
         if optimizer is not None and not self.manual:
             try:
                 self.handles.append(optimizer.register_step_pre_hook(self._opt_pre))
@@ -314,6 +322,7 @@ class Watcher(PhaseMarks, StepReader):
             loss = output_loss(out)
             if loss is not None:
                 cur.losses.append(self.fetch.add(loss))
+                self.loss_seen = True
             if not cur.phases:
                 return
             cur.fwd[-1][1] = self.pool.record()
@@ -329,6 +338,18 @@ class Watcher(PhaseMarks, StepReader):
                     break
         except Exception as e:
             self.run._warn_once("fwdpost", "deepseed: forward hook: %s", e)
+
+    def _attach_post(self):
+        if self.post_handle is None:
+            self.post_handle = self.root.register_forward_hook(self._fwd_post)
+
+    def _detach_post(self):
+        h, self.post_handle = self.post_handle, None
+        if h is not None:
+            try:
+                h.remove()
+            except Exception:
+                pass
 
     def _bwd_start(self, grad=None):
         cur = self.cur
@@ -477,6 +498,8 @@ class Watcher(PhaseMarks, StepReader):
                           and now - self.phase_at >= floor)
             if cur.phases:
                 self.phase_at = now
+        if cur.phases and self.post_handle is None and not self.manual:
+            self._attach_post()  # this step's forward is timed
         if self.pending:
             self.pending[-1].nxt_start = cur.ev_start
         self.cur = cur
@@ -510,6 +533,11 @@ class Watcher(PhaseMarks, StepReader):
                 cur.boxes.append((k, self.fetch.add(extra.pop(k))))
         self.pending.append(cur)
         self.cur = None
+        if self.post_handle is not None and not self.loss_seen and self.phase_every > 1:
+            if self.loss_probe > 0:
+                self.loss_probe -= 1
+            else:
+                self._detach_post()  # until the next phase step
         # Values leave in batches, but before the steps waiting on them
         # would pass the stale guard.
         if self.fetch.due(now) or (len(self.pending) >= FLUSH_PENDING and self.fetch.waiting):
@@ -590,6 +618,7 @@ class Watcher(PhaseMarks, StepReader):
                 h.remove()
             except Exception:
                 pass
+        self._detach_post()
         if self.adapter is not None:
             self.adapter.detach()
         if self.cur is not None:

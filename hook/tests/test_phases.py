@@ -185,6 +185,40 @@ class PhaseSamplingTest(unittest.TestCase):
             self.assertEqual([r["step"] for r in steps if "grad_norm" in r], want_layers, step_s)
             self.assertTrue(all(r["grad_norm"] == 3.0 for r in steps if "grad_norm" in r))
 
+    def test_forward_end_hook_only_on_phase_steps_without_an_output_loss(self):
+        # A model whose output is no loss (the loss is computed outside)
+        # keeps its forward's end hook for the first steps and then on
+        # phase steps only; those still carry their phases, and every step
+        # its step time. A model returning its loss keeps the hook.
+        torch = sys.modules["torch"]
+        for name, out, want_hooked in (("noloss", lambda x: torch.Tensor(2.0, (4, 1), requires_grad=True), False),
+                                       ("loss", lambda x: torch.Tensor(2.0, requires_grad=True), True)):
+            path = os.path.join(self.dir, name + ".ndjson")
+            run = deepseed.init(project="phases", run_id=name, file=path, handle_signals=False, layer_every=0)
+            model = torch.nn.Module(forward=out)
+            opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+            run.watch(model, optimizer=opt, grad_norm_every=0, sample_min_ms=0)
+            hooked = []
+            for _ in range(40):
+                y = model(torch.Tensor(0.0, (4, 8)))
+                hooked.append(len(model._post) == 1)
+                y.backward_reached()
+                opt.step()
+            run.finish()
+            self.assertEqual(model._post, [], name)  # finish() leaves no hook behind
+            if want_hooked:
+                self.assertTrue(all(hooked), name)
+            else:
+                # Steps 1-9 probe for a loss; then only the phase steps 15, 25, 35.
+                self.assertEqual([i + 1 for i, h in enumerate(hooked) if h], list(range(1, 10)) + [15, 25, 35])
+            with open(path) as f:
+                steps = [r for r in expand_steps(map(json.loads, f)) if r["kind"] == "step"]
+            self.assertEqual([s["step"] for s in steps], list(range(1, 41)), name)
+            self.assertTrue(all(s["step_ms"] >= 0 and s["samples"] == 4 for s in steps), name)
+            timed = [s["step"] for s in steps if all(k in s for k in PHASES)]
+            self.assertEqual(timed, [5, 15, 25, 35], name)
+            self.assertEqual(all(s.get("loss") == 2.0 for s in steps), want_hooked, name)
+
     def test_distributed_run_samples_by_period_alone(self):
         with mock.patch.dict(os.environ, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}):
             run, w, _, _ = self.watched("distfloor", sample_min_ms=None)
