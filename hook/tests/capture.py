@@ -15,7 +15,7 @@ class Capture:
     hold: when set, every request waits until release() before answering.
     """
 
-    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False):
+    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False, refuse_steps=False):
         self.lock = threading.Lock()
         self.requests = []  # (path, headers, raw body, records)
         self.statuses = list(statuses)
@@ -41,14 +41,22 @@ class Capture:
                 raw = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
                 # A steps record (many steps in columns) is read as the step
                 # records it holds, as the server stores them.
-                recs = expand_steps(json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip())
+                lines = [json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip()]
+                recs = expand_steps(lines)
                 cap.got_request.set()
                 cap.release_event.wait(60)
                 with cap.lock:
                     status = cap.statuses.pop(0) if cap.statuses else 200
+                    out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
+                    kinds = [r.get("kind") for r in lines]
+                    if refuse_steps and "steps" in kinds:
+                        # What a server older than the steps record answers.
+                        status = 400
+                        out = json.dumps({"error": "invalid batch, nothing stored: line %d: field kind: unknown kind "
+                                          "\"steps\" (want one of run, step, layers)" % (kinds.index("steps") + 1),
+                                          "record": {"index": kinds.index("steps"), "field": "kind"}}).encode()
                     cap.requests.append((self.path, dict(self.headers), raw, recs, status))
                     cap.peers.append(self.client_address)
-                out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

@@ -219,6 +219,34 @@ class PhaseSamplingTest(unittest.TestCase):
             self.assertEqual(timed, [5, 15, 25, 35], name)
             self.assertEqual(all(s.get("loss") == 2.0 for s in steps), want_hooked, name)
 
+    def test_a_server_without_steps_records_gets_a_record_a_step(self):
+        # A server or collector older than the steps record refuses it with
+        # a 400 naming the kind: the batch goes again as step records, and
+        # so does every later one; nothing is rejected.
+        from .capture import Capture
+        torch = sys.modules["torch"]
+        cap = Capture(refuse_steps=True)
+        self.addCleanup(cap.close)
+        with self.assertLogs("deepseed", "WARNING") as logs:
+            run = deepseed.init(project="phases", run_id="oldserver", collector_url=cap.url, handle_signals=False,
+                                layer_every=0, batch_size=50)
+            model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
+            opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+            run.watch(model, optimizer=opt, grad_norm_every=0, sample_min_ms=0)
+            for _ in range(150):
+                model(torch.Tensor(0.0, (4, 8))).backward_reached()
+                opt.step()
+            run.finish()
+        steps = cap.records("step")
+        self.assertEqual([s["step"] for s in steps], list(range(1, 151)))
+        self.assert_every_step_measured(steps)
+        self.assertEqual(len(cap.raw_lines("step")), 150)  # sent as step records
+        self.assertEqual(cap.raw_lines("steps"), [])  # none accepted
+        refused = [r for r in cap.requests if r[4] == 400]
+        self.assertEqual(len(refused), 1)
+        self.assertEqual((run.sender.rejected, run.sender.dropped), (0, 0))
+        self.assertIn("takes no steps records", "\n".join(logs.output))
+
     def test_distributed_run_samples_by_period_alone(self):
         with mock.patch.dict(os.environ, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}):
             run, w, _, _ = self.watched("distfloor", sample_min_ms=None)
