@@ -269,7 +269,8 @@ class StepReader:
         self.columns = None
         run = self.run
         try:
-            run._send(cols.record(run._fpt, run._peak))
+            for rec in cols.records(run._fpt, run._peak):
+                run._send(rec)
         except Exception as e:
             run._warn_once("emit", "deepseed: sending step timings: %s", e)
 

@@ -121,6 +121,7 @@ def _derive_throughput(rec):
 # STEPS_PER_RECORD steps or its first is STEPS_MAX_AGE_S old.
 STEPS_PER_RECORD = 64
 STEPS_MAX_AGE_S = 0.5
+MAX_METRICS = 256  # names under a record's metrics (api.MaxMetrics)
 
 
 class StepColumns:
@@ -154,6 +155,26 @@ class StepColumns:
         self.times.append(t)
         self.measured.append(measured)
         self.fields.append(fields)
+
+    def records(self, flops_token=None, peak=None):
+        """The steps records for these steps: one, unless their metrics
+        have more names together than a record may carry (each step is
+        held to that bound alone, a steps record to it for all its steps),
+        then as many as keep each under it."""
+        names = set()
+        for f in self.fields:
+            if f:
+                names.update(f)
+        n = len(self.steps)
+        if len(names - _STEP_SET) <= MAX_METRICS or n < 2:
+            return [self.record(flops_token, peak)]
+        out = []
+        for lo, hi in ((0, n // 2), (n // 2, n)):
+            part = StepColumns(self.run_id, self.rank)
+            part.steps, part.times = self.steps[lo:hi], self.times[lo:hi]
+            part.measured, part.fields = self.measured[lo:hi], self.fields[lo:hi]
+            out.extend(part.records(flops_token, peak))
+        return out
 
     def record(self, flops_token=None, peak=None):
         """The steps record (a dict), with throughput, TFLOP/s and MFU
