@@ -140,3 +140,28 @@ func BenchmarkDecodeSteps(b *testing.B) {
 		})
 	}
 }
+
+// Every cut and every changed byte of a steps record decodes or is
+// refused with a record error: the scan of its bytes never panics and
+// never lets through what a step record would refuse.
+func TestDecodeStepsMangled(t *testing.T) {
+	good := `{"kind":"steps","run_id":"r","rank":0,"step":[1,2,3],"time":[1735689600,"2025-01-01T00:00:01Z",null],` +
+		`"step_ms":[1.5, NaN ,2],"lr":0.1,"metrics":{"a\u00e9":[1,null,-Infinity],"b":2},"skipped":[true,false,null]}`
+	if recs, err := api.DecodeBatch([]byte(good)); err != nil || len(api.ExpandSteps(recs)) != 3 {
+		t.Fatalf("the record itself: %v", err)
+	}
+	for i := 0; i <= len(good); i++ {
+		for _, body := range []string{good[:i], good[:i] + "x" + good[min(i+1, len(good)):], good[:i] + `"` + good[i:]} {
+			recs, err := api.DecodeBatch([]byte(body))
+			var re *api.RecordError
+			if err != nil && !errors.As(err, &re) && !errors.Is(err, api.ErrEmptyBatch) {
+				t.Fatalf("%q: %v is no record error", body, err)
+			}
+			for _, r := range api.ExpandSteps(recs) {
+				if r.Step != nil && (r.Step.RunID == "" || r.Step.Step == nil) {
+					t.Fatalf("%q gave a step without run or number: %+v", body, r.Step)
+				}
+			}
+		}
+	}
+}
