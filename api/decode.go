@@ -139,6 +139,9 @@ func decodeRecord(raw []byte) (Record, *RecordError) {
 	if err := json.Unmarshal(head.Kind, &kind); err != nil {
 		return Record{}, &RecordError{Field: "kind", Msg: "want a string"}
 	}
+	if kind == KindSteps {
+		return decodeSteps(raw)
+	}
 	var rec Record
 	var target any
 	switch kind {

@@ -29,10 +29,14 @@ const (
 	// training process (run_id, rank, local_rank, pid). The server accepts
 	// and ignores it.
 	KindProcess = "process"
+	// KindSteps is many steps of one rank in one record, as columns (see
+	// decode_steps.go): how the hook sends the steps it measured without
+	// a JSON object per step. It is decoded into step records.
+	KindSteps = "steps"
 )
 
 // Kinds lists every record kind in a stable order.
-var Kinds = []string{KindRun, KindStep, KindLayers, KindEval, KindGPU, KindHost, KindMemory, KindEvent, KindEnd, KindProcess}
+var Kinds = []string{KindRun, KindStep, KindLayers, KindEval, KindGPU, KindHost, KindMemory, KindEvent, KindEnd, KindProcess, KindSteps}
 
 // Limits on record contents. A record past any of them is rejected.
 const (
@@ -331,6 +335,9 @@ type Record struct {
 	Event   *Event
 	End     *End
 	Process *Process
+	// Steps holds the step records of one steps record, in its order;
+	// ExpandSteps turns them into records of their own.
+	Steps []*Step
 }
 
 // Kind returns the record's kind.
@@ -356,6 +363,8 @@ func (r Record) Kind() string {
 		return KindEnd
 	case r.Process != nil:
 		return KindProcess
+	case r.Steps != nil:
+		return KindSteps
 	}
 	return ""
 }
@@ -382,6 +391,8 @@ func (r Record) RunID() string {
 		return r.End.RunID
 	case r.Process != nil:
 		return r.Process.RunID
+	case len(r.Steps) > 0:
+		return r.Steps[0].RunID
 	}
 	return ""
 }

@@ -339,3 +339,34 @@ func TestForwardPoisonedBatchLandsTheRest(t *testing.T) {
 		t.Fatalf("dead-letter file (%v):\n%s", err, f)
 	}
 }
+
+// TestForwardStepsRecord: a steps record (many steps of one rank in
+// columns, as the hook sends them) is taken, spooled as it came and
+// stored by the server as its steps.
+func TestForwardStepsRecord(t *testing.T) {
+	st := storetest.NewStore(t)
+	srv := newIngestServer(t, st)
+	c, stop := runCollector(t, collector.Config{
+		Server: "http://" + srv.addr, Token: "t", HookListen: "127.0.0.1:0", SpoolDir: t.TempDir(),
+		HostName: "steps-node", ProcRoot: t.TempDir(), NVML: nvml.NewFake(mustCapture(t), 1), Interval: time.Hour,
+		BatchMaxRecords: 25, BatchMaxAge: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	defer stop()
+	body := `{"kind":"steps","run_id":"cols","rank":2,"step":[10,11,12,13],"step_ms":[1,2,3,4],"lr":0.5}` + "\n" +
+		`{"kind":"step","run_id":"cols","rank":2,"step":14,"step_ms":5}` + "\n"
+	if code, resp := post(t, c, "POST", "/api/v1/ingest", "", body); code != 200 {
+		t.Fatalf("hook: %d %s", code, resp)
+	}
+	if code, resp := post(t, c, "POST", "/api/v1/ingest", "", `{"kind":"steps","run_id":"cols","rank":2,"step":[1,2],"step_ms":[1]}`); code != 400 || !strings.Contains(resp, "step_ms") {
+		t.Fatalf("a steps record with a short column: %d %s, want 400 naming step_ms", code, resp)
+	}
+	sum := func() int {
+		return count(t, st, `SELECT coalesce(sum(step_ms * 10 + step), 0)::int FROM steps WHERE run_id = 'cols' AND rank = 2 AND lr IS NOT DISTINCT FROM
+			CASE WHEN step < 14 THEN 0.5 END`)
+	}
+	// steps 10..14 with step_ms 1..5: 150 + 60.
+	waitFor(t, "the five steps in the database", func() bool { return sum() == 210 })
+	if n := count(t, st, `SELECT count(*) FROM steps WHERE run_id = 'cols'`); n != 5 {
+		t.Fatalf("%d rows, want 5", n)
+	}
+}

@@ -114,6 +114,9 @@ func (h *Handler) ingest(c echo.Context) error {
 	if err != nil {
 		return h.rejectDecode(c, err)
 	}
+	// Steps sent as one steps record are stored, counted and combined
+	// as the step records they hold.
+	recs = api.ExpandSteps(recs)
 	res, herr := h.write(c.Request().Context(), recs)
 	if herr != nil {
 		return h.answerError(c, herr)

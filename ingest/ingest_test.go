@@ -472,3 +472,59 @@ func (s *server) metricsText(t testing.TB) string {
 	}
 	return b.String()
 }
+
+// A steps record is stored as the step rows it holds, counted as steps,
+// and a steps record sent again stores nothing twice.
+func TestIngestStepsRecord(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	line := `{"kind":"steps","run_id":"r","rank":1,"step":[1,2,3],"time":[1735689600,1735689601,1735689602],` +
+		`"step_ms":[2.5,2,1.5],"lr":0.01,"grad_norm":[null,null,0.5],"metrics":{"acc":[0.1,0.2,null]}}`
+	res := s.ingest(t, `{"kind":"run","run_id":"r","project":"p"}`, line).result(t)
+	if res.Accepted != 4 || res.ByKind["step"] != 3 || res.ByKind["steps"] != 0 {
+		t.Fatalf("result = %+v", res)
+	}
+	rows, err := s.Store.Pool.Query(context.Background(), `SELECT step, step_ms, lr, grad_norm, metrics->>'acc' FROM steps
+		WHERE run_id='r' AND rank=1 ORDER BY step`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var step int64
+		var ms, lr float64
+		var gn *float64
+		var acc *string
+		if err := rows.Scan(&step, &ms, &lr, &gn, &acc); err != nil {
+			t.Fatal(err)
+		}
+		g, a := "-", "-"
+		if gn != nil {
+			g = fmt.Sprint(*gn)
+		}
+		if acc != nil {
+			a = *acc
+		}
+		got = append(got, fmt.Sprintf("%d %v %v %s %s", step, ms, lr, g, a))
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	want := []string{"1 2.5 0.01 - 0.1", "2 2 0.01 - 0.2", "3 1.5 0.01 0.5 -"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("stored %q, want %q", got, want)
+	}
+	again := s.ingest(t, line).result(t)
+	if again.Duplicates != 3 || s.count(t, `SELECT count(*) FROM steps`) != 3 {
+		t.Fatalf("sent again: %+v, %d rows", again, s.count(t, `SELECT count(*) FROM steps`))
+	}
+	// One bad step refuses the whole record, and the batch with it.
+	before := s.stored(t)
+	e := s.ingest(t, `{"kind":"step","run_id":"r","rank":1,"step":9}`,
+		`{"kind":"steps","run_id":"r","rank":1,"step":[4,5],"data_ms":[1,-1]}`).apiError(t, http.StatusBadRequest)
+	if e.Record == nil || e.Record.Line != 2 || e.Record.Field != "data_ms" || !strings.Contains(e.Error, "step 5") {
+		t.Fatalf("error = %+v", e)
+	}
+	if s.stored(t) != before {
+		t.Fatal("a refused batch changed what is stored")
+	}
+}

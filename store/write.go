@@ -82,6 +82,7 @@ var ErrNotDirect = errors.New("store: batch holds keys that are stored already")
 // other than runs, steps, layers and evaluations are not taken: their
 // merges can find duplicates that this answer could not attribute.
 func (s *Store) WriteBatchNew(ctx context.Context, recs []api.Record) (WriteResult, error) {
+	recs = api.ExpandSteps(recs)
 	for _, r := range recs {
 		if r.Run == nil && r.Step == nil && r.Layers == nil && r.Eval == nil {
 			return WriteResult{}, fmt.Errorf("store: write new batch: %s records are not taken", r.Kind())
@@ -91,6 +92,8 @@ func (s *Store) WriteBatchNew(ctx context.Context, recs []api.Record) (WriteResu
 }
 
 func (s *Store) writeBatch(ctx context.Context, recs []api.Record, mode writeMode) (WriteResult, error) {
+	// A steps record is written as the step records it holds.
+	recs = api.ExpandSteps(recs)
 	res := WriteResult{ByKind: map[string]int{}}
 	if len(recs) == 0 {
 		return res, nil

@@ -41,6 +41,8 @@ func TestImportNDJSONFiles(t *testing.T) {
 		}
 		b.WriteString(`{"kind": "step", "run_id": "off", "rank": 0, "step": ` + itoa(s) + `, "time": 1700000000.5, "loss": ` + loss + `}` + "\n")
 	}
+	// Watched steps as the hook writes them: one steps record of columns.
+	b.WriteString(`{"kind": "steps", "run_id": "off", "rank": 1, "step": [0, 1, 2], "time": 1700000000.5, "step_ms": [1.5, 2, NaN]}` + "\n")
 	b.WriteString(`{"kind": "end", "run_id": "off", "status": "finished"}` + "\n")
 	writeFile(t, offline, b.String())
 
@@ -54,7 +56,7 @@ func TestImportNDJSONFiles(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("import exited %d: %s", code, stderr)
 	}
-	for _, want := range []string{"offline.ndjson: 2502/2502 records sent", "imported " + offline + ": 2502 records, 2502 stored, 0 already there",
+	for _, want := range []string{"offline.ndjson: 2503/2503 records sent", "imported " + offline + ": 2503 records, 2505 stored, 0 already there",
 		"imported " + dead + ": 3 records, 3 stored"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
@@ -68,7 +70,7 @@ func TestImportNDJSONFiles(t *testing.T) {
 		}
 		return itoa(steps) + " steps, " + itoa(events) + " events, " + itoa(nan) + " NaN"
 	}
-	if got := counts(); got != "2502 steps, 1 events, 1 NaN" {
+	if got := counts(); got != "2505 steps, 1 events, 1 NaN" {
 		t.Fatalf("stored %s", got)
 	}
 	// Again, from standard input for one of them: nothing twice (the run
@@ -80,10 +82,10 @@ func TestImportNDJSONFiles(t *testing.T) {
 	}
 	defer f.Close()
 	cmd.Stdin = f
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "2500 already there") {
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "2503 already there") {
 		t.Fatalf("second import: %v\n%s", err, out)
 	}
-	if got := counts(); got != "2502 steps, 1 events, 1 NaN" {
+	if got := counts(); got != "2505 steps, 1 events, 1 NaN" {
 		t.Fatalf("after sending again: %s", got)
 	}
 

@@ -1,14 +1,15 @@
 """A watched step's state and its read-back: a step's events and values
 wait in the watcher's queue until the device has run them, then become the
-step record (phase times, synchronisation fields on the wall clock through
-the device-clock anchor) and, on armed steps, the layers record.
+step's entries in the columns of a steps record (phase times,
+synchronisation fields on the wall clock through the device-clock anchor)
+and, on armed steps, the layers record.
 
 StepReader holds the Watcher's methods for this side. On a GPU they run
 on a reader thread of their own (the training thread only queues closed
-steps): the reader wakes every READ_EVERY_S and emits the steps whose
-events completed, one at a time, sleeping READ_YIELD_S between them so
-that the training thread, when it wants the interpreter back, waits for
-one step's read-back at most. Much of it then runs while the training
+steps): the reader wakes every READ_EVERY_S and reads the steps whose
+events completed, in order, sleeping READ_YIELD_S after every
+READ_YIELD_EVERY of them so that the training thread, when it wants the
+interpreter back, waits for a few steps' read-back at most. Much of it then runs while the training
 thread is inside backward() or waiting for the device, with the
 interpreter free. Elsewhere (the host clock's timers, tests) they run on
 the training thread, at a step's open and at the run's end."""
@@ -22,12 +23,30 @@ import time
 import torch
 
 from .layers import _events_of
-from .records import round_ms
+from .records import MS_DECIMALS, STEPS_MAX_AGE_S, STEPS_PER_RECORD, StepColumns, round_ms
 
 MAX_PENDING = 64
 ANCHOR_KEEP = 256
+ANCHOR_EVERY = 4
 READ_EVERY_S = 0.02
 READ_YIELD_S = 2e-5
+READ_YIELD_EVERY = 4  # steps built between two yields of the interpreter
+
+
+def _ms_sum(pairs):
+    """The summed milliseconds of (start, end) event pairs, None if none
+    is complete."""
+    tot, n = 0.0, 0
+    for a, b in pairs:
+        if a is not None and b is not None:
+            tot += a.elapsed_time(b)
+            n += 1
+    return tot if n else None
+
+
+def _nonneg_ms(v):
+    # round_ms(max(0.0, v)), NaN included, in one call.
+    return round(v, MS_DECIMALS) if v > 0 else 0.0
 
 
 class WindowMax:
@@ -96,6 +115,8 @@ class StepReader:
     of it): polls the queue of closed steps and emits their records."""
 
     reader = None  # the reader thread, when read-back runs in the background
+    columns = None  # steps read back and not sent yet (records.StepColumns)
+    closed_flag = False
 
     def _start_reader(self):
         self._read_lock = threading.Lock()
@@ -107,6 +128,7 @@ class StepReader:
         stop = self._reader_stop
         while not stop.wait(READ_EVERY_S):
             try:
+                n = 0
                 while not stop.is_set():
                     # The step is built under the read lock (in order, with
                     # the clock state it updates) and handed to the run
@@ -117,7 +139,13 @@ class StepReader:
                     if not took:
                         break
                     self._deliver(built)
-                    time.sleep(READ_YIELD_S)
+                    n += 1
+                    if n % READ_YIELD_EVERY == 0:
+                        time.sleep(READ_YIELD_S)
+                cols = self.columns
+                if cols is not None and cols.steps and time.perf_counter() - cols.since >= STEPS_MAX_AGE_S:
+                    with self.run._lock:
+                        self.send_steps()
             except Exception as e:  # pragma: no cover - defensive: the reader must not die
                 self.run._warn_once("reader", "deepseed: reading step timings: %s", e)
 
@@ -209,30 +237,47 @@ class StepReader:
         return False, None
 
     def _deliver(self, built):
-        """Hands a step's records, made by _build, to the run."""
+        """Adds a step made by _build to the steps that leave together, and
+        sends its layers record."""
         if built is None:
             return
         step, fields, t, measured, layers = built
         try:
-            with self.run._lock:
-                self.run._emit_watched_step(step, fields, None, t, measured=measured)
+            run = self.run
+            with run._lock:
+                cols = self.columns
+                if cols is None:
+                    cols = self.columns = StepColumns(run.run_id, run.rank)
+                now = time.perf_counter()
+                cols.add(step, t, measured, fields, now)
+                run.steps_logged += 1
                 if layers is not None:
-                    self.run._send(layers)
+                    run._send(layers)
+                # Once the watcher is closed (a step the reader built while
+                # close() ran), nothing would send it later.
+                if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closed_flag:
+                    self.send_steps()
         except Exception as e:
             self.run._warn_once("emit", "deepseed: sending step timings: %s", e)
+
+    def send_steps(self):
+        """Sends the steps read back so far as one steps record (the
+        caller holds the run's lock)."""
+        cols = self.columns
+        if cols is None or not cols.steps:
+            return
+        self.columns = None
+        run = self.run
+        try:
+            for rec in cols.records(run._fpt, run._peak):
+                run._send(rec)
+        except Exception as e:
+            run._warn_once("emit", "deepseed: sending step timings: %s", e)
 
     def _build(self, slot):
         """The step record's parts and the layers record of a step whose
         events completed; returns its events to the pool."""
         try:
-            def ms(pairs):
-                tot, n = 0.0, 0
-                for a, b in pairs:
-                    if a is not None and b is not None:
-                        tot += a.elapsed_time(b)
-                        n += 1
-                return tot if n else None
-
             # What the watcher measured goes into the record as it is (known
             # fields, finite or clamped numbers); what a caller or framework
             # added (extra, device values, logged fields) goes through the
@@ -240,19 +285,19 @@ class StepReader:
             rec = {}
             end = slot.nxt_start if slot.nxt_start is not None else slot.ev_end
             if slot.ev_start is not None and end is not None:
-                rec["step_ms"] = round_ms(max(0.0, slot.ev_start.elapsed_time(end)))
+                rec["step_ms"] = _nonneg_ms(slot.ev_start.elapsed_time(end))
             if slot.fwd:
-                fw = ms(slot.fwd)
+                fw = _ms_sum(slot.fwd)
                 if fw is not None:
-                    rec["forward_ms"] = round_ms(max(0.0, fw))
+                    rec["forward_ms"] = _nonneg_ms(fw)
             if slot.bwd:
-                bw = ms(slot.bwd)
+                bw = _ms_sum(slot.bwd)
                 if bw is not None:
-                    rec["backward_ms"] = round_ms(max(0.0, bw))
+                    rec["backward_ms"] = _nonneg_ms(bw)
             if slot.opt is not None:
-                op = ms((slot.opt,))
+                op = _ms_sum((slot.opt,))
                 if op is not None:
-                    rec["optimizer_ms"] = round_ms(max(0.0, op))
+                    rec["optimizer_ms"] = _nonneg_ms(op)
             # The step's synchronisation fields, from its own events: the
             # record is built once they (and its values) have arrived.
             sync = self._sync_fields(slot)
@@ -290,9 +335,15 @@ class StepReader:
             return None
         finally:
             nxt = slot.nxt_start
-            for ev in self._slot_events(slot):
-                if ev is not nxt:
-                    self.pool.put(ev)
+            if not slot.fwd and not slot.bwd and slot.opt is None and slot.layer is None and slot.sync_end is None:
+                # A step without phase events: its own two, never shared.
+                for ev in (slot.ev_start, slot.ev_end):
+                    if ev is not nxt:
+                        self.pool.put(ev)
+            else:
+                for ev in self._slot_events(slot):
+                    if ev is not nxt:
+                        self.pool.put(ev)
 
     # ---- synchronisation ------------------------------------------------------
 
@@ -321,8 +372,10 @@ class StepReader:
         if self.cuda and self.anchor:
             # The host recorded the step's start event at open_ns: the
             # device ran it no sooner, so open_ns − its device time since
-            # the anchor bounds the anchor's wall time from below.
-            if slot.ev_start is not None:
+            # the anchor bounds the anchor's wall time from below. Steps
+            # whose synchronisation fields are sent refine it, and every
+            # ANCHOR_EVERY-th step in between (each costs a device query).
+            if slot.ev_start is not None and (slot.phases or slot.step % ANCHOR_EVERY == 0):
                 self.anchor_walls.append(slot.open_ns - int(self.anchor.elapsed_time(slot.ev_start) * 1e6))
             if bwd_end is not None:
                 out["sync_ns"] = self._wall_ns(bwd_end)

@@ -15,6 +15,7 @@ INT_FIELDS = ("samples", "tokens", "sync_ns")
 _STEP_SET = frozenset(STEP_FIELDS)
 _INT_SET = frozenset(INT_FIELDS)
 _EVAL_SET = frozenset(("loss", "accuracy", "f1"))
+_FLOAT_SET = _STEP_SET - _INT_SET - {"skipped"}
 
 # CUDA events and the host clock resolve about half a microsecond, so four
 # decimals of a millisecond keep every digit a timing has; the rest is the
@@ -113,3 +114,178 @@ def _derive_throughput(rec):
         rec["throughput_sps"] = rec["samples"] * 1000.0 / ms
     if "tokens" in rec and "throughput_tps" not in rec:
         rec["throughput_tps"] = rec["tokens"] * 1000.0 / ms
+
+
+# Watched steps leave as one `steps` record for many steps (api/decode_steps.go):
+# columns instead of a JSON object per step. A record goes when it holds
+# STEPS_PER_RECORD steps or its first is STEPS_MAX_AGE_S old.
+STEPS_PER_RECORD = 64
+STEPS_MAX_AGE_S = 0.5
+MAX_METRICS = 256  # names under a record's metrics (api.MaxMetrics)
+
+
+class StepColumns:
+    """Steps of one rank gathered until they leave as one ``steps`` record:
+    each field a list with an entry per step (None where a step has none),
+    sent as one value when every step has the same. A step is kept as the
+    two dicts it came with; the columns are made once, when the record is
+    (a few list comprehensions per field instead of work per step)."""
+
+    __slots__ = ("run_id", "rank", "steps", "times", "measured", "fields", "since")
+
+    def __init__(self, run_id, rank):
+        self.run_id = run_id
+        self.rank = rank
+        self.steps = []
+        self.times = []
+        self.measured = []
+        self.fields = []
+        self.since = 0.0
+
+    def __len__(self):
+        return len(self.steps)
+
+    def add(self, step, t, measured, fields, now):
+        """One step: measured holds known fields in their record form (the
+        watcher's own), fields what a caller or framework added, placed
+        as a step record's fields are (they win over measured ones)."""
+        if not self.steps:
+            self.since = now
+        self.steps.append(int(step))
+        self.times.append(t)
+        self.measured.append(measured)
+        self.fields.append(fields)
+
+    def records(self, flops_token=None, peak=None):
+        """The steps records for these steps: one, unless their metrics
+        have more names together than a record may carry (each step is
+        held to that bound alone, a steps record to it for all its steps),
+        then as many as keep each under it."""
+        names = set()
+        for f in self.fields:
+            if f:
+                names.update(f)
+        n = len(self.steps)
+        if len(names - _STEP_SET) <= MAX_METRICS or n < 2:
+            return [self.record(flops_token, peak)]
+        out = []
+        for lo, hi in ((0, n // 2), (n // 2, n)):
+            part = StepColumns(self.run_id, self.rank)
+            part.steps, part.times = self.steps[lo:hi], self.times[lo:hi]
+            part.measured, part.fields = self.measured[lo:hi], self.fields[lo:hi]
+            out.extend(part.records(flops_token, peak))
+        return out
+
+    def record(self, flops_token=None, peak=None):
+        """The steps record (a dict), with throughput, TFLOP/s and MFU
+        worked out for the steps that have what they need."""
+        n = len(self.steps)
+        cols = {}
+        metrics = {}
+        keys = set()
+        for m in self.measured:
+            keys.update(m)
+        for k in keys:
+            cols[k] = [m.get(k) for m in self.measured]
+        keys = set()
+        for f in self.fields:
+            if f:
+                keys.update(f)
+        for k in keys:
+            vals = [f.get(k) for f in self.fields]
+            if k in _FLOAT_SET and all(type(v) is float for v in vals if v is not None):
+                if k.endswith("_ms"):
+                    vals = [round(v, MS_DECIMALS) if v is not None else None for v in vals]
+                _over(cols, k, vals)
+                continue
+            # Anything else as a step record would place it: ints, bools,
+            # numbers of other types, and names that go to metrics.
+            for i, v in enumerate(vals):
+                v = _num(v) if v is not None else None
+                if v is None:
+                    continue
+                box = {"kind": "step"}
+                _place(box, k, v)
+                for name, val in box.items():
+                    if name == "metrics":
+                        for mk, mv in val.items():
+                            metrics.setdefault(mk, [None] * n)[i] = mv
+                    elif name != "kind":
+                        col = cols.get(name)
+                        if col is None:
+                            cols[name] = col = [None] * n
+                        col[i] = val
+        ms = cols.get("step_ms")
+        if ms is not None:
+            for out, src in (("throughput_sps", "samples"), ("throughput_tps", "tokens")):
+                have = cols.get(src)
+                if have is not None:
+                    _fill(cols, out, [x * 1000.0 / m if x is not None and m and m > 0 and math.isfinite(m) else None
+                                      for x, m in zip(have, ms)])
+            tokens = cols.get("tokens")
+            if flops_token and tokens is not None:
+                _fill(cols, "tflops", [flops_token * x / (m / 1000.0) / 1e12 if x and m and m > 0 else None
+                                       for x, m in zip(tokens, ms)])
+                if peak and peak > 0:
+                    _fill(cols, "mfu", [x / peak if x is not None else None for x in cols["tflops"]])
+        rec = {"kind": "steps", "run_id": self.run_id, "rank": self.rank, "step": self.steps, "time": self.times}
+        for k, col in cols.items():
+            _column(rec, k, col, n)
+        if metrics:
+            m = {}
+            for k, col in metrics.items():
+                _column(m, k, col, n)
+            if m:
+                rec["metrics"] = m
+        return rec
+
+
+def _over(cols, key, vals):
+    # A caller's values win over the measured ones where they are given.
+    col = cols.get(key)
+    cols[key] = vals if col is None else [v if v is not None else c for c, v in zip(col, vals)]
+
+
+def _fill(cols, key, derived):
+    # Derived values where the step sent none of its own.
+    col = cols.get(key)
+    cols[key] = derived if col is None else [c if c is not None else d for c, d in zip(col, derived)]
+
+
+def _column(out, key, col, n):
+    first = col[0]
+    if col.count(first) == n:
+        if first is not None:
+            out[key] = first  # the same for every step
+    else:
+        out[key] = col
+
+
+def expand_steps(records):
+    """The records with each ``steps`` record replaced by the ``step``
+    records it holds, as the server stores them: for reading a local
+    file."""
+    out = []
+    for r in records:
+        if r.get("kind") != "steps":
+            out.append(r)
+            continue
+        steps = r["step"]
+        n = len(steps)
+        cols = [(k, v) for k, v in r.items() if k not in ("kind", "run_id", "rank", "step", "metrics")]
+        mcols = list((r.get("metrics") or {}).items())
+        for i in range(n):
+            s = {"kind": "step", "run_id": r["run_id"], "rank": r["rank"], "step": steps[i]}
+            for k, v in cols:
+                v = v[i] if isinstance(v, list) else v
+                if v is not None:
+                    s[k] = v
+            m = {}
+            for k, v in mcols:
+                v = v[i] if isinstance(v, list) else v
+                if v is not None:
+                    m[k] = v
+            if m:
+                s["metrics"] = m
+            out.append(s)
+    return out

@@ -496,6 +496,9 @@ class Run:
             phase_every, grad_norm_every, background_read: forward/backward/
                 optimizer timing and gradient norm periods (10; phases every
                 step in a distributed run), events read on a thread (GPU).
+            sample_min_ms: in a single process, layers, phases and the
+                gradient norm also come no sooner than this after the
+                previous one of their kind (250; 0: by period alone).
         """
         try:
             from .watch import Watcher

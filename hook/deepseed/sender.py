@@ -18,6 +18,8 @@ import threading
 import time
 import urllib.parse
 
+from .records import expand_steps
+
 log = logging.getLogger("deepseed")
 
 INGEST_PATH = "/api/v1/ingest"
@@ -163,6 +165,7 @@ class Sender:
         self._unreachable = False  # the last attempt got no answer at all
         self._local = _LocalFile(local_path) if local_path else None
         self._server = server
+        self._steps_refused = False  # the destination predates steps records
 
         # Counters, readable by tests and by Run.summary().
         self.dropped = 0  # evicted from a full queue
@@ -373,6 +376,8 @@ class Sender:
 
     def _post(self, batch):
         """Returns (ok, retry)."""
+        if self._steps_refused and any(r.get("kind") == "steps" for r in batch):
+            self._expand(batch)
         try:
             body = encode(batch, ENCODE_CHUNK)
         except Exception as e:  # pragma: no cover - encode has a default
@@ -404,9 +409,23 @@ class Sender:
         if code in (408, 425, 429) or code >= 500:
             self._warn_once("http%d" % code, "deepseed: %s answered %d, retrying: %s", self.url, code, detail)
             return False, True
+        if (code == 400 and not self._steps_refused and "unknown kind" in detail and "steps" in detail
+                and any(r.get("kind") == "steps" for r in batch)):
+            # A server or collector older than the steps record: its steps
+            # go one record each from now on, this batch at once.
+            self._steps_refused = True
+            self._warn_once("steps", "deepseed: %s takes no steps records; sending one record a step", self.url)
+            return self._post(batch)
         self.rejected += len(batch)
         self._warn_once("reject", "deepseed: %s refused %d records with %d: %s", self.url, len(batch), code, detail)
         return False, False
+
+    def _expand(self, batch):
+        """Replaces the batch's steps records by their step records, in
+        place (the batch being posted is the one close() keeps)."""
+        batch[:] = expand_steps(batch)
+        with self._lock:
+            self._inflight = len(batch)
 
     def _request(self, body, headers, timeout):
         """POSTs body on a kept-alive connection; returns (status, detail).

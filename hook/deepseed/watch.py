@@ -59,9 +59,22 @@ GRAD_NORM_EVERY = 10
 # layer steps (phase_offset), so that the layer profiler's own cost never
 # lands in the phase times a breakdown averages.
 PHASE_EVERY = 10
+# In a single process, a sampled step (layers, phases, gradient norm) also
+# comes no sooner than SAMPLE_MIN_MS after the previous one of its kind
+# (DEEPSEED_SAMPLE_MIN_MS, sample_min_ms=; 0 turns the floor off): each
+# costs the training thread from about a hundred µs (phases, norm) to a
+# millisecond or more (layers), which on steps of a few milliseconds would
+# be most of what the hook costs. Steps of 25 ms or more keep their periods.
+SAMPLE_MIN_MS = 250
+# The forward's end hook reads the loss a model returns and, on phase steps,
+# marks the forward's end and the backward's start. When the first
+# LOSS_PROBE_STEPS steps' outputs hold no loss, it is attached on phase
+# steps only: a module with a hook of each kind costs every call more.
+LOSS_PROBE_STEPS = 8
 MEM_EVERY_S = 1.0
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
+_now = time.perf_counter  # the host clock of data time and the sampling floor
 
 
 def _param_count(model):
@@ -86,7 +99,7 @@ class Watcher(PhaseMarks, StepReader):
 
     def __init__(self, run, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
                  tokens_per_sample=None, adapter=None, grad_norm_every=None, manual=False, phase_every=None,
-                 background_read=None):
+                 background_read=None, sample_min_ms=None):
         self.run = run
         self.engine = None
         self.adapter = adapter
@@ -111,6 +124,11 @@ class Watcher(PhaseMarks, StepReader):
         if phase_every is None:
             phase_every = env_period("DEEPSEED_PHASE_EVERY", 1 if run.world_size > 1 else PHASE_EVERY)
         self.phase_every = max(1, int(phase_every))
+        if sample_min_ms is None:
+            sample_min_ms = env_period("DEEPSEED_SAMPLE_MIN_MS", SAMPLE_MIN_MS)
+        # A distributed run's ranks sample the same steps: by period alone.
+        self.sample_min_s = max(0.0, float(sample_min_ms or 0)) / 1000.0 if run.world_size <= 1 else 0.0
+        self.layer_at = self.phase_at = self.norm_at = -1e9
         self.user_grad_norm = False
         self.sharded_grads = False
         self.closed_flag = False
@@ -159,9 +177,12 @@ class Watcher(PhaseMarks, StepReader):
         self.layer_names = [n for n, _ in rows]
 
         self.handles = []
+        self.post_handle = None
+        self.loss_seen = False
+        self.loss_probe = LOSS_PROBE_STEPS
         if not self.manual:
-            self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True),
-                            root.register_forward_hook(self._fwd_post)]
+            self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True)]
+            self._attach_post()
         if optimizer is not None and not self.manual:
             try:
                 self.handles.append(optimizer.register_step_pre_hook(self._opt_pre))
@@ -301,6 +322,7 @@ class Watcher(PhaseMarks, StepReader):
             loss = output_loss(out)
             if loss is not None:
                 cur.losses.append(self.fetch.add(loss))
+                self.loss_seen = True
             if not cur.phases:
                 return
             cur.fwd[-1][1] = self.pool.record()
@@ -316,6 +338,18 @@ class Watcher(PhaseMarks, StepReader):
                     break
         except Exception as e:
             self.run._warn_once("fwdpost", "deepseed: forward hook: %s", e)
+
+    def _attach_post(self):
+        if self.post_handle is None:
+            self.post_handle = self.root.register_forward_hook(self._fwd_post)
+
+    def _detach_post(self):
+        h, self.post_handle = self.post_handle, None
+        if h is not None:
+            try:
+                h.remove()
+            except Exception:
+                pass
 
     def _bwd_start(self, grad=None):
         cur = self.cur
@@ -394,6 +428,11 @@ class Watcher(PhaseMarks, StepReader):
         if (self.adapter is not None or self.grad_norm == "off" or self.user_grad_norm
                 or not self.grad_norm_every or cur.step % self.grad_norm_every):
             return
+        if self.grad_norm_every > 1 and self.sample_min_s:
+            now = _now()
+            if now - self.norm_at < self.sample_min_s:
+                return
+            self.norm_at = now
         gn = fused_grad_norm(self.params)
         if gn is not None:
             # Sharded gradients (FSDP) give this rank's part of the norm only.
@@ -436,7 +475,7 @@ class Watcher(PhaseMarks, StepReader):
         run = self.run
         if not self.meta_checked:
             self._check_precision()
-        now = time.perf_counter()
+        now = _now()
         cur = _Slot(run._next_step)
         run._next_step += 1
         if self.last_close_host is not None:
@@ -446,13 +485,21 @@ class Watcher(PhaseMarks, StepReader):
             self._take_anchor()
         cur.open_ns = time.time_ns()
         cur.ev_start = self.pool.record()
-        if self.profiler is not None and cur.step % self.layer_every == 0:
+        floor = self.sample_min_s
+        if (self.profiler is not None and cur.step % self.layer_every == 0
+                and (self.layer_every == 1 or now - self.layer_at >= floor)):
+            self.layer_at = now
             cur.layer = self.profiler.arm()
         if self.phase_every == 1:
             cur.phases = True
         else:
             # A layer step is no phase step unless every step is a layer step.
-            cur.phases = cur.step % self.phase_every == self.phase_off and (cur.layer is None or self.layer_every == 1)
+            cur.phases = (cur.step % self.phase_every == self.phase_off and (cur.layer is None or self.layer_every == 1)
+                          and now - self.phase_at >= floor)
+            if cur.phases:
+                self.phase_at = now
+        if cur.phases and self.post_handle is None and not self.manual:
+            self._attach_post()  # this step's forward is timed
         if self.pending:
             self.pending[-1].nxt_start = cur.ev_start
         self.cur = cur
@@ -467,7 +514,7 @@ class Watcher(PhaseMarks, StepReader):
         self._end_open_backward(cur)
         cur.ev_end = ev_end
         cur.closed = True
-        now = time.perf_counter()
+        now = _now()
         cur.close_ns = time.time_ns()
         self.last_close_host = now
         if cur.layer is not None:
@@ -486,6 +533,11 @@ class Watcher(PhaseMarks, StepReader):
                 cur.boxes.append((k, self.fetch.add(extra.pop(k))))
         self.pending.append(cur)
         self.cur = None
+        if self.post_handle is not None and not self.loss_seen and self.phase_every > 1:
+            if self.loss_probe > 0:
+                self.loss_probe -= 1
+            else:
+                self._detach_post()  # until the next phase step
         # Values leave in batches, but before the steps waiting on them
         # would pass the stale guard.
         if self.fetch.due(now) or (len(self.pending) >= FLUSH_PENDING and self.fetch.waiting):
@@ -566,6 +618,7 @@ class Watcher(PhaseMarks, StepReader):
                 h.remove()
             except Exception:
                 pass
+        self._detach_post()
         if self.adapter is not None:
             self.adapter.detach()
         if self.cur is not None:
@@ -588,6 +641,8 @@ class Watcher(PhaseMarks, StepReader):
                 self.run._warn_once("readerstuck", "deepseed: %d steps not read at close", len(self.pending))
         else:
             self.pending.clear()
+        with self.run._lock:
+            self.send_steps()
 
 
 def _is_deepspeed_engine(obj):

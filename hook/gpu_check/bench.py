@@ -88,7 +88,9 @@ HOOK_VARIANTS = {
 }
 # Options the previous package may not have.
 NEW_ONLY = {"norm_every_step": ({}, {"grad_norm_every": 1}), "phases_every_step": ({}, {"phase_every": 1}),
-            "inline_read": ({}, {"background_read": False})}
+            "inline_read": ({}, {"background_read": False}),
+            # Layers, phases and norm every 10 steps however short the step.
+            "periods_only": ({}, {"sample_min_ms": 0})}
 
 
 def start_hook(variant, model, opt, url):
@@ -170,6 +172,8 @@ def tiny_setup():
 def bench_tiny(a, url):
     model, opt, step = tiny_setup()
     variants = ["no_hook"] + [p + v for p in PACKAGES for v in HOOK_VARIANTS] + list(NEW_ONLY)
+    if a.tiny_variants:
+        variants = ["no_hook"] + [v for v in variants if v in a.tiny_variants.split(",") and v != "no_hook"]
     for i in range(50):
         step(i)
 
@@ -243,6 +247,7 @@ def main():
     ap.add_argument("--tiny", action="store_true", help="also the tiny-MLP µs-per-step benchmark")
     ap.add_argument("--tiny-steps", type=int, default=300)
     ap.add_argument("--tiny-repeats", type=int, default=9)
+    ap.add_argument("--tiny-variants", default="", help="tiny-MLP variants to run beside no_hook (default: all)")
     ap.add_argument("--seed-logger", action="store_true", help="also the seed's logger on BERT-large")
     ap.add_argument("--old", help="another deepseed package directory to compare with")
     ap.add_argument("--variants", default="", help="BERT-large variants to run beside no_hook (default: all)")

@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, HOOK)
 import deepseed  # noqa: E402
+from deepseed.records import expand_steps  # noqa: E402
 
 STEPS = 20
 SEQ = 128
@@ -68,7 +69,7 @@ class Tokens(torch.utils.data.Dataset):
 
 def read(path):
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return expand_steps(json.loads(line) for line in f if line.strip())
 
 
 def run_plain(path):

@@ -50,6 +50,7 @@ sys.path.insert(0, HOOK)
 sys.path.insert(0, HERE)
 
 from dist_check import add_capture_args  # noqa: E402
+from deepseed.records import expand_steps  # noqa: E402
 
 
 def args_parser():
@@ -233,7 +234,7 @@ def get(url):
 def verify(a):
     with gzip.open(a.verify, "rt", encoding="utf-8") as f:
         lines = [ln for ln in f if ln.strip()]
-    recs = [json.loads(ln) for ln in lines]
+    recs = expand_steps(json.loads(ln) for ln in lines)
     runs = {}
     for r in recs:
         if r.get("kind") == "run":

@@ -3,12 +3,15 @@ a guard against regressions of the hook's cost that runs without a GPU.
 Its figures are the hook's Python alone (no CUDA events, no launches), so
 they are lower than what a GPU step pays; gpu_check/bench.py measures that.
 
-    python3 hook/tests/bench_watch.py [--old DIR] [--rounds 9] [--steps 5000]
+    python3 hook/tests/bench_watch.py [--old DIR] [--rounds 9] [--steps 5000] [--max-ratio 1.1]
 
 Each round times a loop without the hook and one with it (defaults with
 layers off, read-back inline, records to a file), in turn, for this
 package and, with --old, another copy of it (say, the previous release):
-the median over rounds of (with - without) / steps is printed.
+the median over rounds of (with - without) / steps is printed. With
+--old and --max-ratio, the exit status is 1 when this package's median is
+more than that many times the other's: a regression guard that compares
+two copies measured in the same rounds, not a time limit.
 """
 
 import argparse
@@ -75,6 +78,7 @@ def main():
     ap.add_argument("--old", help="a directory holding another deepseed package (the package itself)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=5000)
+    ap.add_argument("--max-ratio", type=float, help="with --old: fail when this costs more than RATIO x the old")
     a = ap.parse_args()
     variants = {"this": HOOK}
     tmp = tempfile.TemporaryDirectory(prefix="deepseed-bench-")
@@ -98,6 +102,11 @@ def main():
     for k, v in res.items():
         print("  %-5s %6.2f µs (min %.2f, max %.2f)" % (k, statistics.median(v), min(v), max(v)))
     tmp.cleanup()
+    if a.old and a.max_ratio:
+        ratio = statistics.median(res["this"]) / max(1e-9, statistics.median(res["old"]))
+        print("this / old: %.2f (allowed %.2f)" % (ratio, a.max_ratio))
+        if ratio > a.max_ratio:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from deepseed.records import expand_steps
+
 
 class Capture:
     """Collects POSTed NDJSON batches.
@@ -13,7 +15,7 @@ class Capture:
     hold: when set, every request waits until release() before answering.
     """
 
-    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False):
+    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False, refuse_steps=False):
         self.lock = threading.Lock()
         self.requests = []  # (path, headers, raw body, records)
         self.statuses = list(statuses)
@@ -37,14 +39,24 @@ class Capture:
                 n = int(self.headers.get("Content-Length", 0))
                 body = self.rfile.read(n)
                 raw = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
-                recs = [json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip()]
+                # A steps record (many steps in columns) is read as the step
+                # records it holds, as the server stores them.
+                lines = [json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip()]
+                recs = expand_steps(lines)
                 cap.got_request.set()
                 cap.release_event.wait(60)
                 with cap.lock:
                     status = cap.statuses.pop(0) if cap.statuses else 200
+                    out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
+                    kinds = [r.get("kind") for r in lines]
+                    if refuse_steps and "steps" in kinds:
+                        # What a server older than the steps record answers.
+                        status = 400
+                        out = json.dumps({"error": "invalid batch, nothing stored: line %d: field kind: unknown kind "
+                                          "\"steps\" (want one of run, step, layers)" % (kinds.index("steps") + 1),
+                                          "record": {"index": kinds.index("steps"), "field": "kind"}}).encode()
                     cap.requests.append((self.path, dict(self.headers), raw, recs, status))
                     cap.peers.append(self.client_address)
-                out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

@@ -17,6 +17,7 @@ HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HOOK)
 
 import deepseed  # noqa: E402
+from deepseed.records import expand_steps  # noqa: E402
 from deepseed.sender import Sender  # noqa: E402
 
 from .capture import Capture  # noqa: E402
@@ -33,7 +34,7 @@ def closed_port_url():
 
 def read_ndjson(path):
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return expand_steps(json.loads(line) for line in f if line.strip())
 
 
 SCRIPT = """

@@ -15,6 +15,7 @@ HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HOOK)
 
 import deepseed  # noqa: E402
+from deepseed.records import expand_steps  # noqa: E402
 
 from . import faketorch  # noqa: E402
 
@@ -56,7 +57,7 @@ class ManualSyncTest(unittest.TestCase):
         run.finish()
         self.assertTrue(pending_seen, "no record was deferred")
         with open(self.path) as f:
-            steps = [r for r in map(json.loads, f) if r["kind"] == "step"]
+            steps = [r for r in expand_steps(map(json.loads, f)) if r["kind"] == "step"]
         self.assertEqual([s["step"] for s in steps], list(range(1, len(WAIT_S) + 1)))
         for i, s in enumerate(steps):
             self.assertIsInstance(s["sync_ns"], int)

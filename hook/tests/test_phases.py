@@ -15,6 +15,7 @@ HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HOOK)
 
 import deepseed  # noqa: E402
+from deepseed.records import expand_steps  # noqa: E402
 
 from . import faketorch  # noqa: E402
 from .cases import quiet_tempdir  # noqa: E402
@@ -36,6 +37,9 @@ class PhaseSamplingTest(unittest.TestCase):
         run = deepseed.init(project="phases", run_id=name, file=path, handle_signals=False, layer_every=0)
         model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
         opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+        # The host steps here take microseconds: periods alone, unless a
+        # test asks for the sampling floor.
+        watch.setdefault("sample_min_ms", 0)
         w = run.watch(model, optimizer=opt, grad_norm_every=0, **watch)
 
         def train(n):
@@ -46,7 +50,7 @@ class PhaseSamplingTest(unittest.TestCase):
 
         def steps():
             with open(path) as f:
-                return [r for r in map(json.loads, f) if r["kind"] == "step"]
+                return [r for r in expand_steps(map(json.loads, f)) if r["kind"] == "step"]
 
         return run, w, train, steps
 
@@ -128,14 +132,14 @@ class PhaseSamplingTest(unittest.TestCase):
                                 children=[a, b])
         opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
         before = time.time()
-        run.watch(model, optimizer=opt, grad_norm_every=0, layers=["0", "1"])
+        run.watch(model, optimizer=opt, grad_norm_every=0, layers=["0", "1"], sample_min_ms=0)
         for _ in range(12):
             loss = model(torch.Tensor(0.0, (4, 8), requires_grad=True))
             loss.backward_reached()
             opt.step()
         run.finish()
         with open(path) as f:
-            recs = list(map(json.loads, f))
+            recs = expand_steps(map(json.loads, f))
         steps = {r["step"]: r for r in recs if r["kind"] == "step"}
         layers = [r for r in recs if r["kind"] == "layers"]
         self.assertEqual([r["step"] for r in layers], [5, 10])
@@ -146,6 +150,112 @@ class PhaseSamplingTest(unittest.TestCase):
         # The phases of a layer step would carry the layer profiler's cost:
         # with layers every 5 steps they are timed on 6, 16, ….
         self.assertEqual([s for s in sorted(steps) if "forward_ms" in steps[s]], [6])
+
+    def test_short_steps_sample_no_sooner_than_the_floor(self):
+        # On steps of about 5 ms (an injected clock), layers, phases and the
+        # gradient norm come every 10 steps but no sooner than 250 ms after
+        # the previous of their kind; on 26 ms steps the periods hold.
+        from deepseed import watch as watch_mod
+        torch = sys.modules["torch"]
+        for step_s, want_layers, want_phases in ((0.00505, [10, 60, 110], [5, 55, 105]),
+                                                 (0.026, list(range(10, 121, 10)), list(range(5, 121, 10)))):
+            clock = [1000.0]
+            path = os.path.join(self.dir, "floor%g.ndjson" % step_s)
+            with mock.patch.object(watch_mod, "_now", lambda: clock[0]), \
+                    mock.patch.object(watch_mod, "fused_grad_norm", lambda params: torch.Tensor(3.0)):
+                run = deepseed.init(project="phases", run_id="floor", file=path, handle_signals=False)
+                a, b = torch.nn.Module(forward=lambda x: x), torch.nn.Module(forward=lambda x: x)
+                model = torch.nn.Module(forward=lambda x: b(a(x)) and torch.Tensor(2.0, requires_grad=True),
+                                        children=[a, b])
+                opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+                w = run.watch(model, optimizer=opt, layers=["0", "1"])
+                self.assertEqual(w.sample_min_s, 0.25)
+                for _ in range(120):
+                    clock[0] += step_s
+                    loss = model(torch.Tensor(0.0, (4, 8), requires_grad=True))
+                    loss.backward_reached()
+                    opt.step()
+                run.finish()
+            with open(path) as f:
+                recs = expand_steps(map(json.loads, f))
+            steps = [r for r in recs if r["kind"] == "step"]
+            self.assertEqual([r["step"] for r in steps], list(range(1, 121)), step_s)
+            self.assertEqual([r["step"] for r in recs if r["kind"] == "layers"], want_layers, step_s)
+            self.assertEqual([r["step"] for r in steps if "forward_ms" in r], want_phases, step_s)
+            self.assertEqual([r["step"] for r in steps if "grad_norm" in r], want_layers, step_s)
+            self.assertTrue(all(r["grad_norm"] == 3.0 for r in steps if "grad_norm" in r))
+
+    def test_forward_end_hook_only_on_phase_steps_without_an_output_loss(self):
+        # A model whose output is no loss (the loss is computed outside)
+        # keeps its forward's end hook for the first steps and then on
+        # phase steps only; those still carry their phases, and every step
+        # its step time. A model returning its loss keeps the hook.
+        torch = sys.modules["torch"]
+        for name, out, want_hooked in (("noloss", lambda x: torch.Tensor(2.0, (4, 1), requires_grad=True), False),
+                                       ("loss", lambda x: torch.Tensor(2.0, requires_grad=True), True)):
+            path = os.path.join(self.dir, name + ".ndjson")
+            run = deepseed.init(project="phases", run_id=name, file=path, handle_signals=False, layer_every=0)
+            model = torch.nn.Module(forward=out)
+            opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+            run.watch(model, optimizer=opt, grad_norm_every=0, sample_min_ms=0)
+            hooked = []
+            for _ in range(40):
+                y = model(torch.Tensor(0.0, (4, 8)))
+                hooked.append(len(model._post) == 1)
+                y.backward_reached()
+                opt.step()
+            run.finish()
+            self.assertEqual(model._post, [], name)  # finish() leaves no hook behind
+            if want_hooked:
+                self.assertTrue(all(hooked), name)
+            else:
+                # Steps 1-9 probe for a loss; then only the phase steps 15, 25, 35.
+                self.assertEqual([i + 1 for i, h in enumerate(hooked) if h], list(range(1, 10)) + [15, 25, 35])
+            with open(path) as f:
+                steps = [r for r in expand_steps(map(json.loads, f)) if r["kind"] == "step"]
+            self.assertEqual([s["step"] for s in steps], list(range(1, 41)), name)
+            self.assertTrue(all(s["step_ms"] >= 0 and s["samples"] == 4 for s in steps), name)
+            timed = [s["step"] for s in steps if all(k in s for k in PHASES)]
+            self.assertEqual(timed, [5, 15, 25, 35], name)
+            self.assertEqual(all(s.get("loss") == 2.0 for s in steps), want_hooked, name)
+
+    def test_a_server_without_steps_records_gets_a_record_a_step(self):
+        # A server or collector older than the steps record refuses it with
+        # a 400 naming the kind: the batch goes again as step records, and
+        # so does every later one; nothing is rejected.
+        from .capture import Capture
+        torch = sys.modules["torch"]
+        cap = Capture(refuse_steps=True)
+        self.addCleanup(cap.close)
+        with self.assertLogs("deepseed", "WARNING") as logs:
+            run = deepseed.init(project="phases", run_id="oldserver", collector_url=cap.url, handle_signals=False,
+                                layer_every=0, batch_size=50)
+            model = torch.nn.Module(forward=lambda x: torch.Tensor(2.0, requires_grad=True))
+            opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
+            run.watch(model, optimizer=opt, grad_norm_every=0, sample_min_ms=0)
+            for _ in range(150):
+                model(torch.Tensor(0.0, (4, 8))).backward_reached()
+                opt.step()
+            run.finish()
+        steps = cap.records("step")
+        self.assertEqual([s["step"] for s in steps], list(range(1, 151)))
+        self.assert_every_step_measured(steps)
+        self.assertEqual(len(cap.raw_lines("step")), 150)  # sent as step records
+        self.assertEqual(cap.raw_lines("steps"), [])  # none accepted
+        refused = [r for r in cap.requests if r[4] == 400]
+        self.assertEqual(len(refused), 1)
+        self.assertEqual((run.sender.rejected, run.sender.dropped), (0, 0))
+        self.assertIn("takes no steps records", "\n".join(logs.output))
+
+    def test_distributed_run_samples_by_period_alone(self):
+        with mock.patch.dict(os.environ, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}):
+            run, w, _, _ = self.watched("distfloor", sample_min_ms=None)
+            self.assertEqual(w.sample_min_s, 0.0)
+            run.finish()
+        with mock.patch.dict(os.environ, {"DEEPSEED_SAMPLE_MIN_MS": "250"}):
+            run, w, _, _ = self.watched("envfloor", sample_min_ms=None)
+            self.assertEqual(w.sample_min_s, 0.25)
+            run.finish()
 
     def test_phase_steps_fall_between_layer_steps(self):
         from deepseed.watch import phase_offset
@@ -188,7 +298,7 @@ class PhaseSamplingTest(unittest.TestCase):
         self.assertIsNotNone(w, "watch() gave up")
         self.assertEqual((run.layer_every, w.phase_every, w.grad_norm_every), (10, 10, 10))
         with open(path) as f:
-            timed = [r["step"] for r in map(json.loads, f) if r["kind"] == "step" and "forward_ms" in r]
+            timed = [r["step"] for r in expand_steps(map(json.loads, f)) if r["kind"] == "step" and "forward_ms" in r]
         self.assertEqual(timed, [5])
         said = "\n".join(logs.output)
         for name in env:

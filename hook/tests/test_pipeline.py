@@ -16,6 +16,7 @@ HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HOOK)
 
 import deepseed  # noqa: E402
+from deepseed.records import expand_steps  # noqa: E402
 
 from . import faketorch  # noqa: E402
 from .cases import quiet_tempdir  # noqa: E402
@@ -145,7 +146,7 @@ class PipelineEngine:
 
 def read(path):
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return expand_steps(json.loads(line) for line in f if line.strip())
 
 
 class PipelineTest(unittest.TestCase):
