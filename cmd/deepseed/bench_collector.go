@@ -26,7 +26,7 @@ The collector bench runs the node's data path on this machine, loopback
 only: a private PostgreSQL, a deepseed server and a deepseed collector,
 each a real process. --ranks simulated ranks of one run post to the
 collector's hook receiver for --duration: each rank --rate steps a second
-(a step record, and with --layers a layers record too), in --posts requests
+(a step record, and with --layers N a layers record of N layers too), in --posts requests
 a second, as the hook does (a request answered 503 or not at all is sent
 again after Retry-After or 100 ms). Every second it reads the collector's
 /metrics and prints the records acknowledged and forwarded per second, the
@@ -45,7 +45,8 @@ type collectorBench struct {
 	bin, dir, token   string
 	ranks, rate       int
 	posts             int
-	layers            bool
+	layers            int
+	layerRec          string // the names and times of a layers record
 	duration, drain   time.Duration
 	collectFlags      []string
 	run               string
@@ -72,7 +73,7 @@ func runCollectorBench(ctx context.Context, args []string) error {
 	ranks := f.String("ranks", "", "1000", "simulated ranks, one run")
 	rate := f.String("rate", "", "10", "steps a second each rank records")
 	posts := f.String("posts", "", "1", "requests a second each rank sends (its steps split among them)")
-	layers := f.Bool("layers", "", false, "a layers record with every step record, as the hook sends per step")
+	layers := f.String("layers", "", "0", "layers of the model: with more than 0, a layers record with every step record, as the hook sends")
 	duration := f.String("duration", "", "30s", "how long the ranks post")
 	drain := f.String("drain-timeout", "", "5m", "longest wait for the backlog to drain afterwards")
 	binFlag := f.String("binary", "", "", "deepseed binary to run (default: this one)")
@@ -85,7 +86,7 @@ func runCollectorBench(ctx context.Context, args []string) error {
 	}
 	var errs []error
 	b := &collectorBench{ranks: wholeAtLeast(&errs, "ranks", *ranks, 1), rate: wholeAtLeast(&errs, "rate", *rate, 1),
-		posts: wholeAtLeast(&errs, "posts", *posts, 1), layers: *layers, collectFlags: strings.Fields(*flags)}
+		posts: wholeAtLeast(&errs, "posts", *posts, 1), layers: wholeAtLeast(&errs, "layers", *layers, 0), collectFlags: strings.Fields(*flags)}
 	var err1, err2 error
 	b.duration, err1 = time.ParseDuration(*duration)
 	b.drain, err2 = time.ParseDuration(*drain)
@@ -95,6 +96,7 @@ func runCollectorBench(ctx context.Context, args []string) error {
 	if len(errs) > 0 {
 		return configError("bench collector", errs)
 	}
+	b.layerRec = layersJSON(b.layers)
 	b.bin = *binFlag
 	if b.bin == "" {
 		exe, err := os.Executable()
@@ -188,17 +190,29 @@ func (b *collectorBench) body(r, i int) []byte {
 		t := 1700000000 + float64(s)/float64(b.rate)
 		fmt.Fprintf(&buf, `{"kind":"step","run_id":%q,"rank":%d,"step":%d,"time":%.3f,"loss":%.4f,"lr":2e-5,"step_ms":98.5,"forward_ms":30.1,"backward_ms":55.2,"optimizer_ms":10.3,"data_ms":2.9}`+"\n",
 			b.run, r, s, t, 2.5-float64(s)/1e4)
-		if b.layers {
-			fmt.Fprintf(&buf, `{"kind":"layers","run_id":%q,"rank":%d,"step":%d,"time":%.3f,"names":["embed","block.0","block.1","block.2","head"],"forward_ms":[0.5,6.1,6.0,6.2,1.1],"backward_ms":[1.0,12.1,12.0,12.3,2.1]}`+"\n",
-				b.run, r, s, t)
+		if b.layers > 0 {
+			fmt.Fprintf(&buf, `{"kind":"layers","run_id":%q,"rank":%d,"step":%d,"time":%.3f,%s}`+"\n", b.run, r, s, t, b.layerRec)
 		}
 	}
 	return buf.Bytes()
 }
 
+func (b *collectorBench) metricsAddr() string { return fmt.Sprintf("127.0.0.1:%d", b.metPort) }
+
+// layersJSON is the names and per-layer times of a model of n layers.
+func layersJSON(n int) string {
+	var names, fwd, bwd []string
+	for i := 0; i < n; i++ {
+		names = append(names, strconv.Quote(fmt.Sprintf("model.layers.%d", i)))
+		fwd = append(fwd, fmt.Sprintf("%.2f", 1+float64(i%7)/10))
+		bwd = append(bwd, fmt.Sprintf("%.2f", 2+float64(i%5)/10))
+	}
+	return fmt.Sprintf(`"names":[%s],"forward_ms":[%s],"backward_ms":[%s]`, strings.Join(names, ","), strings.Join(fwd, ","), strings.Join(bwd, ","))
+}
+
 // perStep is the records each step adds.
 func (b *collectorBench) perStep() int {
-	if b.layers {
+	if b.layers > 0 {
 		return 2
 	}
 	return 1
@@ -254,23 +268,26 @@ func (b *collectorBench) rank(ctx context.Context, client *http.Client, begin ti
 	}
 }
 
-// scrape reads the collector's own figures from /metrics.
-func (b *collectorBench) scrape(ctx context.Context, client *http.Client) (map[string]float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", b.metPort), nil)
-	resp, err := client.Do(req)
+// scrapeCollector reads a collector's own figures (deepseed_collector_*)
+// from its /metrics at addr, by name with labels.
+func scrapeCollector(ctx context.Context, addr string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
+	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "deepseed_collector_") {
-			continue
-		}
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !strings.HasPrefix(name, "deepseed_collector_") {
 			continue
 		}
 		if v, err := strconv.ParseFloat(val, 64); err == nil {
@@ -300,7 +317,7 @@ func (b *collectorBench) measure(ctx context.Context) error {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: b.ranks + 8, MaxIdleConnsPerHost: b.ranks + 8, IdleConnTimeout: time.Minute}}
 	defer client.CloseIdleConnections()
-	m0, err := b.scrape(ctx, client)
+	m0, err := scrapeCollector(ctx, b.metricsAddr())
 	if err != nil {
 		return fmt.Errorf("bench collector: read /metrics: %w", err)
 	}
@@ -345,7 +362,7 @@ func (b *collectorBench) measure(ctx context.Context) error {
 			deadline = time.Now().Add(b.drain)
 			continue
 		}
-		m, err := b.scrape(ctx, client)
+		m, err := scrapeCollector(ctx, b.metricsAddr())
 		if err != nil {
 			continue
 		}
@@ -434,7 +451,7 @@ func (b *collectorBench) report(ctx context.Context, begin, lastAck time.Time, f
 	if err := st.Pool.QueryRow(ctx, q, b.run).Scan(&stored, &twice); err != nil {
 		return fmt.Errorf("bench collector: count steps: %w", err)
 	}
-	if b.layers {
+	if b.layers > 0 {
 		var l, lt int64
 		if err := st.Pool.QueryRow(ctx, strings.Replace(q, "steps", "layer_times", 1), b.run).Scan(&l, &lt); err != nil {
 			return fmt.Errorf("bench collector: count layers: %w", err)
