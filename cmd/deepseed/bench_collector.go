@@ -317,11 +317,21 @@ func (b *collectorBench) measure(ctx context.Context) error {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: b.ranks + 8, MaxIdleConnsPerHost: b.ranks + 8, IdleConnTimeout: time.Minute}}
 	defer client.CloseIdleConnections()
-	m0, err := scrapeCollector(ctx, b.metricsAddr())
-	if err != nil {
-		return fmt.Errorf("bench collector: read /metrics: %w", err)
+	// The collector's first host sample is forwarded before the clock
+	// starts, so that the forwarded count is the hook's records alone.
+	var m0 map[string]float64
+	for wait := time.Now().Add(10 * time.Second); ; {
+		m, err := scrapeCollector(ctx, b.metricsAddr())
+		if err != nil {
+			return fmt.Errorf("bench collector: read /metrics: %w", err)
+		}
+		if m0 = m; (m["deepseed_collector_records_forwarded_total"] > 0 && m["deepseed_collector_queue_records"] == 0) || time.Now().After(wait) {
+			break
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
 	}
 	fwd0 := m0["deepseed_collector_records_forwarded_total"]
+	var sendErrs float64
 	total := int64(b.ranks) * int64(b.duration/time.Second) * int64(b.rate) * int64(b.perStep())
 	fmt.Printf("collector bench: %d ranks × %d steps/s × %d records, %d posts/s each, %s: %d records (%.0f/s offered)\n",
 		b.ranks, b.rate, b.perStep(), b.posts, b.duration, total, float64(total)/b.duration.Seconds())
@@ -369,6 +379,7 @@ func (b *collectorBench) measure(ctx context.Context) error {
 		now := time.Now()
 		f := m["deepseed_collector_records_forwarded_total"] - fwd0
 		fwd = append(fwd, fwdPoint{now, f})
+		sendErrs = m["deepseed_collector_send_errors_total"] - m0["deepseed_collector_send_errors_total"]
 		backlog, bytesQ, lag := m["deepseed_collector_queue_records"], m["deepseed_collector_spool_bytes"], m["deepseed_collector_forward_lag_seconds"]
 		maxBacklog, maxBytes, maxLag = max(maxBacklog, backlog), max(maxBytes, bytesQ), max(maxLag, lag)
 		if now.Sub(lastPrint) >= time.Second {
@@ -384,6 +395,9 @@ func (b *collectorBench) measure(ctx context.Context) error {
 			fmt.Printf("backlog not drained after %s\n", b.drain)
 			break
 		}
+	}
+	if sendErrs > 0 {
+		fmt.Printf("send errors:  %.0f sends to the server failed and were sent again\n", sendErrs)
 	}
 	return b.report(ctx, begin, lastAck, fwd, maxBacklog, maxBytes, maxLag)
 }
@@ -413,7 +427,8 @@ func (b *collectorBench) report(ctx context.Context, begin, lastAck time.Time, f
 		if p.forwarded > prev {
 			i := sort.Search(len(acks), func(i int) bool { return float64(acks[i].n) >= p.forwarded })
 			if i < len(acks) {
-				lags = append(lags, lagW{p.t.Sub(acks[i].t), p.forwarded - prev})
+				// Stored before the sender saw its 200 counts as no lag.
+				lags = append(lags, lagW{max(p.t.Sub(acks[i].t), 0), p.forwarded - prev})
 				weight += p.forwarded - prev
 			}
 			prev = p.forwarded
