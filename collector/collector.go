@@ -66,10 +66,10 @@ type Config struct {
 	SpoolMaxBytes   int64  // default 1 GiB
 	HostName        string // default os.Hostname()
 	DCGMCompat      bool   // also export dcgm-exporter names
-	// BatchMaxRecords and BatchMaxAge cut batches; defaults 5000 and 1s.
-	// BatchMaxRecords and BatchMaxBytes (default 4 MiB, uncompressed)
+	// BatchMaxRecords, BatchMaxBytes and BatchMaxAge cut the batches of
+	// samples; defaults 5000, 4 MiB (uncompressed) and 1s. The first two
 	// also bound one send: the oldest spooled batches go to the server
-	// together up to both bounds.
+	// together up to both.
 	BatchMaxRecords int
 	BatchMaxBytes   int
 	BatchMaxAge     time.Duration

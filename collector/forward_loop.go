@@ -87,8 +87,8 @@ const maxSameFailures = 5
 
 // sendOne sends b: acknowledged, or split by the server's refusal into
 // what it takes and what goes to the dead-letter file; then the caller
-// removes it from the spool. A retryable failure leaves it there. With split set, a batch failing
-// the same way again is treated as refused.
+// removes it from the spool. A retryable failure leaves it there. With
+// split set, a batch failing the same way again is treated as refused.
 func (c *Collector) sendOne(ctx context.Context, b *batch, split bool) error {
 	err := c.fwd.send(ctx, b.Body)
 	var se *sendError

@@ -70,16 +70,16 @@ type ackPoint struct {
 
 func runCollectorBench(ctx context.Context, args []string) error {
 	f := newEnvFlags("bench collector")
-	ranks := f.String("ranks", "", "1000", "simulated ranks, one run")
-	rate := f.String("rate", "", "10", "steps a second each rank records")
-	posts := f.String("posts", "", "1", "requests a second each rank sends (its steps split among them)")
-	layers := f.String("layers", "", "0", "layers of the model: with more than 0, a layers record with every step record, as the hook sends")
-	duration := f.String("duration", "", "30s", "how long the ranks post")
-	drain := f.String("drain-timeout", "", "5m", "longest wait for the backlog to drain afterwards")
-	binFlag := f.String("binary", "", "", "deepseed binary to run (default: this one)")
-	flags := f.String("collect-flags", "", "", "extra flags for deepseed collect, space-separated")
-	pgFsync := f.Bool("pg-fsync", "", true, "PostgreSQL with fsync on, as in production")
-	keep := f.Bool("keep", "", false, "keep the working directory")
+	ranks := f.String("ranks", "DEEPSEED_BENCH_RANKS", "1000", "simulated ranks, one run")
+	rate := f.String("rate", "DEEPSEED_BENCH_RATE", "10", "steps a second each rank records")
+	posts := f.String("posts", "DEEPSEED_BENCH_POSTS", "1", "requests a second each rank sends (its steps split among them)")
+	layers := f.String("layers", "DEEPSEED_BENCH_LAYERS", "0", "layers of the model: with more than 0, a layers record with every step record, as the hook sends")
+	duration := f.String("duration", "DEEPSEED_BENCH_DURATION", "30s", "how long the ranks post")
+	drain := f.String("drain-timeout", "DEEPSEED_BENCH_DRAIN_TIMEOUT", "5m", "longest wait for the backlog to drain afterwards")
+	binFlag := f.String("binary", "DEEPSEED_BENCH_BINARY", "", "deepseed binary to run (default: this one)")
+	flags := f.String("collect-flags", "DEEPSEED_BENCH_COLLECT_FLAGS", "", "extra flags for deepseed collect, space-separated")
+	pgFsync := f.Bool("pg-fsync", "DEEPSEED_BENCH_PG_FSYNC", true, "PostgreSQL with fsync on, as in production")
+	keep := f.Bool("keep", "DEEPSEED_BENCH_KEEP", false, "keep the working directory")
 	f.setUsage("deepseed bench collector [flags]", "Drive one collector with many ranks and measure what it acknowledges and forwards.", collectorBenchNotes)
 	if err := f.parse(args); err != nil {
 		return err

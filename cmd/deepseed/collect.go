@@ -42,7 +42,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		hostName      = f.String("host-name", "DEEPSEED_HOST_NAME", "", "host name on records and metrics; default the system's")
 		dcgm          = f.Bool("dcgm-compat", "DEEPSEED_DCGM_COMPAT", true, "also export dcgm-exporter metric names and labels")
 		batchMax      = f.String("batch-max-records", "DEEPSEED_BATCH_MAX_RECORDS", "5000", "most records in one send to the server (the oldest spooled batches go together)")
-		batchBytes    = f.String("batch-max-bytes", "DEEPSEED_BATCH_MAX_BYTES", strconv.Itoa(collector.DefaultBatchMaxBytes), "most bytes (uncompressed) in one send to the server")
+		batchBytes    = f.String("batch-max-bytes", "DEEPSEED_BATCH_MAX_BYTES", strconv.Itoa(collector.DefaultBatchMaxBytes), "most bytes (uncompressed) in one send to the server; keep it within the server's --max-body-bytes")
 		batchAge      = f.String("batch-max-age", "DEEPSEED_BATCH_MAX_AGE", "1s", "longest a record waits before its batch is sent")
 		nvmlLib       = f.String("nvml-lib", "DEEPSEED_NVML_LIB", "", "path of libnvidia-ml; default the system's libnvidia-ml.so.1")
 		procRoot      = f.String("proc", "DEEPSEED_PROC", "/proc", "the host's /proc, e.g. /host/proc in a container")
