@@ -66,8 +66,12 @@ type Config struct {
 	SpoolMaxBytes   int64  // default 1 GiB
 	HostName        string // default os.Hostname()
 	DCGMCompat      bool   // also export dcgm-exporter names
-	// BatchMaxRecords and BatchMaxAge cut batches; defaults 5000 and 1s.
+	// BatchMaxRecords, BatchMaxBytes and BatchMaxAge cut the batches of
+	// samples; defaults 5000, 4 MiB (uncompressed) and 1s. The first two
+	// also bound one send: the oldest spooled batches go to the server
+	// together up to both.
 	BatchMaxRecords int
+	BatchMaxBytes   int
 	BatchMaxAge     time.Duration
 	ProcRoot        string     // default /proc
 	NVML            nvml.Iface // nil: no GPU sampling
@@ -92,6 +96,11 @@ const (
 	DefaultEnergyInterval  = 5 * time.Minute
 	DefaultGPMInterval     = 5 * time.Second
 	DefaultProcessInterval = 5 * time.Second
+	// DefaultBatchMaxBytes bounds one send. At 10,000 records a second a
+	// send of a few thousand records keeps pace where one spool file (a
+	// group commit, often tens of records) a send did not; 4 MiB is a few
+	// hundred kilobytes gzipped, far below the server's body bound.
+	DefaultBatchMaxBytes = 4 << 20
 )
 
 // Validate fills defaults and checks the configuration; errors name the
@@ -148,6 +157,12 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.BatchMaxRecords < 0 || cfg.BatchMaxRecords > 100000 {
 		return fmt.Errorf("batch-max-records: want 1 to 100000, got %d", cfg.BatchMaxRecords)
+	}
+	if cfg.BatchMaxBytes == 0 {
+		cfg.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	if cfg.BatchMaxBytes < 1024 || cfg.BatchMaxBytes > 32<<20 {
+		return fmt.Errorf("batch-max-bytes: want 1024 to %d (the server's default body bound), got %d", 32<<20, cfg.BatchMaxBytes)
 	}
 	if cfg.BatchMaxAge == 0 {
 		cfg.BatchMaxAge = time.Second
@@ -228,22 +243,29 @@ func New(cfg Config) (*Collector, error) {
 	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, func(n int) {
 		c.m.droppedFull.Add(n)
 		if total, ok := c.dropLog.note(c.now(), n); ok {
-			c.log.Warn("spool over its bound: oldest sampled records dropped to make room", "records", total, "spool_max_bytes", cfg.SpoolMaxBytes)
+			c.log.Warn("spool over its bound: sampled records dropped to make room (acknowledged hook records are kept)", "records", total, "spool_max_bytes", cfg.SpoolMaxBytes)
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("spool-dir: %w", err)
 	}
+	sp.now = cfg.Now
 	c.spool = sp
 	c.seq.Store(sp.nextSeq() - 1)
 	c.queue = newQueue(sp, func(b *batch, err error) {
+		if errors.Is(err, errSpoolFull) {
+			// The hook's acknowledged records fill the spool: the newest
+			// samples go, they do not.
+			sp.onDrop(b.N)
+			return
+		}
 		c.m.droppedWrite.Add(b.N)
 		if total, ok := c.dropLog.note(c.now(), b.N); ok {
 			c.log.Error("spool write failed: sampled records dropped", "records", total, "err", err)
 		}
 	})
 	c.hook.write = c.spoolHookRecords
-	c.batch = &batcher{maxRecords: cfg.BatchMaxRecords, maxBytes: 8 << 20, maxAge: cfg.BatchMaxAge,
+	c.batch = &batcher{maxRecords: cfg.BatchMaxRecords, maxBytes: cfg.BatchMaxBytes, maxAge: cfg.BatchMaxAge,
 		out: c.queue.push, seq: func() uint64 { return c.seq.Add(1) }, started: make(chan struct{}, 1)}
 	c.dead = &deadLetter{path: filepath.Join(cfg.SpoolDir, "dead-letter.ndjson")}
 	if cfg.Server != "" {
@@ -271,7 +293,10 @@ func (c *Collector) now() time.Time { return c.cfg.Now() }
 
 // queueDepth counts the records waiting to be sent: in the spool, and
 // sampled ones not yet in a batch.
-func (c *Collector) queueDepth() int { return c.batch.pending() + c.spool.records() }
+func (c *Collector) queueDepth() int {
+	n, _ := c.spool.counts()
+	return c.batch.pending() + n
+}
 
 // enqueue adds one JSON record to the outgoing batches; without a server
 // there is nowhere to send it.

@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// The send loop: the oldest batch of the spool goes to the server until it
-// is settled, with backoff while the server fails, and a batch the server
+// The send loop: the oldest batches of the spool go to the server, as many
+// at once as --batch-max-records and --batch-max-bytes allow, until they
+// are settled, with backoff while the server fails, and a batch the server
 // refuses is split down to the records it refuses, which go to the
 // dead-letter file. The HTTP side is forward.go's forwarder.
 
-// forwardLoop sends the oldest batch until ctx is done, backing off while
+// forwardLoop sends the oldest batches until ctx is done, backing off while
 // the server fails.
 func (c *Collector) forwardLoop(ctx context.Context) {
 	attempt := 0
@@ -23,8 +24,9 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 	var lastSeq uint64
 	var lastErr string
 	same := 0
+	var buf []byte
 	for {
-		b := c.queue.next()
+		b, seqs := c.queue.next(c.cfg.BatchMaxBytes, c.cfg.BatchMaxRecords, buf)
 		if b == nil {
 			select {
 			case <-ctx.Done():
@@ -33,9 +35,11 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 			}
 			continue
 		}
+		buf = b.Body[:0]
 		split := same >= maxSameFailures-1 && b.Seq == lastSeq
 		err := c.sendOne(ctx, b, split)
 		if err == nil {
+			c.queue.done(seqs)
 			same = 0
 			if failing {
 				c.log.Info("server reachable again: sending the spool", "spool_batches", c.spool.len())
@@ -43,6 +47,7 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 			attempt, failing = 0, false
 			continue
 		}
+		c.queue.retry(seqs)
 		if ctx.Err() != nil {
 			return
 		}
@@ -80,10 +85,10 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 // way before it is split.
 const maxSameFailures = 5
 
-// sendOne sends b and settles it: acknowledged, or split by the server's
-// refusal into what it takes and what goes to the dead-letter file. A
-// retryable failure leaves it in the spool. With split set, a batch failing
-// the same way again is treated as refused.
+// sendOne sends b: acknowledged, or split by the server's refusal into
+// what it takes and what goes to the dead-letter file; then the caller
+// removes it from the spool. A retryable failure leaves it there. With
+// split set, a batch failing the same way again is treated as refused.
 func (c *Collector) sendOne(ctx context.Context, b *batch, split bool) error {
 	err := c.fwd.send(ctx, b.Body)
 	var se *sendError
@@ -93,7 +98,6 @@ func (c *Collector) sendOne(ctx context.Context, b *batch, split bool) error {
 		err = c.sendSplit(ctx, b.Seq, splitLines(b.Body), se)
 	}
 	if err == nil {
-		c.queue.done(b)
 		c.m.lastSend.Store(c.now().UnixMilli())
 		return nil
 	}

@@ -74,12 +74,27 @@ func (c *Collector) healthFamilies() []health {
 		{"deepseed_collector_send_errors_total", "Sends to the server that failed.", "counter", m.sendErrors.value, nil},
 		{"deepseed_collector_queue_records", "Records waiting to be sent, in memory and in the spool.", "gauge", func() float64 { return float64(c.queueDepth()) }, nil},
 		{"deepseed_collector_spool_bytes", "Bytes of the batches in the spool.", "gauge", func() float64 { return float64(c.spool.size()) }, nil},
+		{"deepseed_collector_spool_records", "Records in the spool waiting for the server: the hook's, acknowledged and never dropped, and the collector's own samples, dropped first when the spool is full.", "gauge", nil, []labeled{
+			{`source="hook"`, func() float64 { n, s := c.spool.counts(); return float64(n - s) }},
+			{`source="sampled"`, func() float64 { _, s := c.spool.counts(); return float64(s) }},
+		}},
+		{"deepseed_collector_forward_lag_seconds", "Age of the oldest hook record acknowledged and not yet stored by the server (0: none waiting).", "gauge", c.forwardLag, nil},
 		{"deepseed_collector_spool_batches", "Batches in the spool.", "gauge", func() float64 { return float64(c.spool.len()) }, nil},
 		{"deepseed_collector_last_send_timestamp_seconds", "Unix time of the last batch the server acknowledged (0: none yet).", "gauge", func() float64 { return float64(m.lastSend.Load()) / 1000 }, nil},
 		{"deepseed_gpu_sampling_up", "1 while the last GPU sample through NVML succeeded.", "gauge", func() float64 { return b2f(m.gpuUp.Load()) }, nil},
 		{"deepseed_host_sampling_up", "1 while the last host sample succeeded.", "gauge", func() float64 { return b2f(m.hostUp.Load()) }, nil},
 		{"deepseed_gpu_count", "GPUs (and MIG instances) NVML shows.", "gauge", func() float64 { return float64(len(c.gpu.devs)) }, nil},
 	}
+}
+
+// forwardLag is the age of the oldest acknowledged hook record the server
+// does not have yet.
+func (c *Collector) forwardLag() float64 {
+	t, ok := c.spool.oldestHook()
+	if !ok {
+		return 0
+	}
+	return max(c.now().Sub(t).Seconds(), 0)
 }
 
 // WriteMetrics writes /metrics in the Prometheus text format (version

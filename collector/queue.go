@@ -123,7 +123,8 @@ func (b *batcher) pending() int {
 type queue struct {
 	spool *spool
 	wake  chan struct{}
-	// onSpoolErr is told about sample batches that could not be written.
+	// onSpoolErr is told about sample batches that could not be written:
+	// errSpoolFull when the hook's records fill the spool.
 	onSpoolErr func(*batch, error)
 }
 
@@ -132,7 +133,7 @@ func newQueue(sp *spool, onSpoolErr func(*batch, error)) *queue {
 }
 
 // push writes a batch of the collector's own samples, dropping the oldest
-// batches when the spool is over its bound; a batch that cannot be
+// sampled batches when the spool is over its bound; a batch that cannot be
 // written at all is reported and dropped.
 func (q *queue) push(b *batch) {
 	err := q.spool.add(b)
@@ -163,8 +164,21 @@ func (q *queue) signal() {
 	}
 }
 
-// next returns the oldest batch without removing it, or nil.
-func (q *queue) next() *batch { return q.spool.oldest() }
+// next returns the oldest batches as one, up to maxBytes and maxRecords
+// (at least one batch, whatever its size), for one send; nil when there
+// are none. buf is reused for the body. Each is settled with done or
+// handed back with retry.
+func (q *queue) next(maxBytes, maxRecords int, buf []byte) (*batch, []uint64) {
+	return q.spool.take(maxBytes, maxRecords, buf)
+}
 
-// done removes b once the server has it (or it was dead-lettered).
-func (q *queue) done(b *batch) { q.spool.remove(b.Seq) }
+// done removes the batches once the server has them (or they were
+// dead-lettered).
+func (q *queue) done(seqs []uint64) {
+	for _, seq := range seqs {
+		q.spool.remove(seq)
+	}
+}
+
+// retry hands batches whose send failed back, to be sent again.
+func (q *queue) retry(seqs []uint64) { q.spool.release(seqs) }

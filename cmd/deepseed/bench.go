@@ -20,7 +20,7 @@ import (
 	"github.com/deepseed/deepseed/store"
 )
 
-// BenchCommand holds the load tools: "bench ingest" and "bench chaos".
+// BenchCommand holds the load tools: "bench ingest", "bench chaos", "bench query" and "bench collector".
 type BenchCommand struct{}
 
 const benchNotes = `
@@ -49,14 +49,18 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "query" {
 		return benchQuery(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == "collector" {
+		return runCollectorBench(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "ingest" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			fmt.Fprintln(os.Stderr, "Usage: deepseed bench ingest [flags]   (deepseed bench ingest -h for the flags)")
 			fmt.Fprintln(os.Stderr, "       deepseed bench chaos [flags]    (deepseed bench chaos -h for the flags)")
 			fmt.Fprintln(os.Stderr, "       deepseed bench query [flags]    (deepseed bench query -h for the flags)")
+			fmt.Fprintln(os.Stderr, "       deepseed bench collector [flags] (deepseed bench collector -h for the flags)")
 			return nil
 		}
-		return errors.New(`bench: want "deepseed bench ingest [flags]", "deepseed bench chaos [flags]" or "deepseed bench query [flags]"`)
+		return errors.New(`bench: want "deepseed bench ingest [flags]", "deepseed bench chaos [flags]", "deepseed bench query [flags]" or "deepseed bench collector [flags]"`)
 	}
 	args = args[1:]
 	f := newEnvFlags("bench ingest")

@@ -30,7 +30,9 @@ acknowledge is sent again), and remembers every record acknowledged. Then,
 --cycles times each, PostgreSQL, the server and the collector are killed
 with SIGKILL and started again; then the server stays down while the
 collector's spool fills (--spool-max-bytes, or a 5 MiB tmpfs with
---tmpfs-spool when run as root). At the end it waits for the pipeline to
+--tmpfs-spool when run as root), and the collector, sampling the host every
+50 ms, drops its own samples to make room and then answers the hook 503,
+never deleting an acknowledged record. At the end it waits for the pipeline to
 drain and counts, by SQL, the acknowledged records that are not stored
 (lost) and the records stored twice (duplicated), per fault. It exits 1 if
 any record was lost or duplicated.`
@@ -44,6 +46,10 @@ type chaos struct {
 	dbURL           string
 	serverPort      int
 	hookPort        int
+	metricsPort     int
+	// spoolFull is the collector's /metrics at the end of the spool-full
+	// phase, before the server comes back.
+	spoolFull       map[string]float64
 	server, collect *exec.Cmd
 	logs            map[string]*bytes.Buffer
 	run             string
@@ -107,7 +113,7 @@ func runChaos(ctx context.Context, args []string) error {
 	if err := c.startPostgres(ctx); err != nil {
 		return err
 	}
-	c.serverPort, c.hookPort = freeLoopbackPort(), freeLoopbackPort()
+	c.serverPort, c.hookPort, c.metricsPort = freeLoopbackPort(), freeLoopbackPort(), freeLoopbackPort()
 	if err := c.startServer(ctx); err != nil {
 		return err
 	}
@@ -145,6 +151,9 @@ func runChaos(ctx context.Context, args []string) error {
 	c.server.Process.Kill()
 	c.server.Wait()
 	sleepCtx(ctx, 8*time.Second)
+	if m, err := scrapeCollector(ctx, fmt.Sprintf("127.0.0.1:%d", c.metricsPort)); err == nil {
+		c.spoolFull = m
+	}
 	if err := c.startServer(ctx); err != nil {
 		stopSend()
 		<-sendDone
@@ -298,7 +307,9 @@ func (c *chaos) killServer(ctx context.Context) error {
 func (c *chaos) startCollector(ctx context.Context) error {
 	cmd, err := c.start(ctx, "collector", []string{"DEEPSEED_TOKEN=" + c.token},
 		"collect", "--server", fmt.Sprintf("http://127.0.0.1:%d", c.serverPort), "--hook-listen", fmt.Sprintf("127.0.0.1:%d", c.hookPort),
-		"--metrics-listen", "", "--no-gpu", "--interval", "1h", "--batch-max-age", "100ms",
+		// Host samples every 50 ms: the collector's own records compete for
+		// the spool with the hook's when it fills.
+		"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", c.metricsPort), "--no-gpu", "--interval", "50ms", "--batch-max-age", "100ms",
 		"--spool-dir", filepath.Join(c.dir, "spool"), "--spool-max-bytes", strconv.FormatInt(c.spoolMax, 10), "--log-level", "warn")
 	if err != nil {
 		return err
@@ -421,6 +432,11 @@ func (c *chaos) report(ctx context.Context) error {
 	}
 	fmt.Printf("%-12s %10d %8d %12d\n", "total", total.acked, total.lost, total.dup)
 	fmt.Printf("(503s: posts the collector deferred, its spool full; unanswered: posts while it was down. Both are sent again, as the hook does.)\n")
+	if m := c.spoolFull; m != nil {
+		fmt.Printf("spool full, before the server came back: %.0f acknowledged hook records and %.0f sampled ones spooled, %.0f sampled records dropped to make room, %.0f hook requests answered 503\n",
+			m[`deepseed_collector_spool_records{source="hook"}`], m[`deepseed_collector_spool_records{source="sampled"}`],
+			m[`deepseed_collector_records_dropped_total{reason="spool_full"}`], m["deepseed_collector_hook_requests_deferred_total"])
+	}
 	if total.lost > 0 || total.dup > 0 {
 		for name, b := range c.logs {
 			fmt.Fprintf(os.Stderr, "--- %s log (last lines)\n%s\n", name, lastLinesOf(b.String(), 20))

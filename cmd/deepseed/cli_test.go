@@ -19,14 +19,14 @@ import (
 func TestHelpOneStyle(t *testing.T) {
 	flagLine := regexp.MustCompile(`^  --[a-z][a-z0-9-]*$`)
 	bareFlag := regexp.MustCompile(`^\s+-[a-zA-Z]`)
-	helps := [][]string{{"bench", "ingest"}, {"bench", "chaos"}}
+	helps := [][]string{{"bench", "ingest"}, {"bench", "chaos"}, {"bench", "collector"}}
 	for _, c := range commands {
 		if c.name != "bench" {
 			helps = append(helps, []string{c.name})
 		}
 	}
 	env := map[string][]string{
-		"collect": {"DEEPSEED_SERVER_URL", "DEEPSEED_SPOOL_DIR", "DEEPSEED_HOOK_LISTEN", "DEEPSEED_INTERVAL", "DEEPSEED_NO_GPU", "DEEPSEED_DCGM_COMPAT"},
+		"collect": {"DEEPSEED_SERVER_URL", "DEEPSEED_SPOOL_DIR", "DEEPSEED_HOOK_LISTEN", "DEEPSEED_INTERVAL", "DEEPSEED_NO_GPU", "DEEPSEED_DCGM_COMPAT", "DEEPSEED_BATCH_MAX_BYTES"},
 		"demo":    {"DEEPSEED_SERVER_URL", "DEEPSEED_TOKEN"},
 		"import":  {"DEEPSEED_SERVER_URL", "DEEPSEED_TOKEN", "DEEPSEED_PROJECT"},
 	}

@@ -36,10 +36,11 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		gpmIval       = f.String("gpm-interval", "DEEPSEED_GPM_INTERVAL", collector.DefaultGPMInterval.String(), "how often GPM metrics (SM, tensor and DRAM activity) are read on GPUs a training process holds; others read them every --counter-interval")
 		procIval      = f.String("process-interval", "DEEPSEED_PROCESS_INTERVAL", collector.DefaultProcessInterval.String(), "how often each GPU's process list is read; a training process announced by the hook or exiting has it read at once")
 		spoolDir      = f.String("spool-dir", "DEEPSEED_SPOOL_DIR", defaultSpoolDir(), "directory for batches waiting for the server, and the dead-letter file")
-		spoolMax      = f.String("spool-max-bytes", "DEEPSEED_SPOOL_MAX_BYTES", "1073741824", "spool size bound; when full the hook is answered 503 and keeps its records, and the oldest sampled records are dropped and counted")
+		spoolMax      = f.String("spool-max-bytes", "DEEPSEED_SPOOL_MAX_BYTES", "1073741824", "spool size bound; when full the oldest sampled records are dropped and counted, then the hook is answered 503 and keeps its records; acknowledged hook records are never dropped")
 		hostName      = f.String("host-name", "DEEPSEED_HOST_NAME", "", "host name on records and metrics; default the system's")
 		dcgm          = f.Bool("dcgm-compat", "DEEPSEED_DCGM_COMPAT", true, "also export dcgm-exporter metric names and labels")
-		batchMax      = f.String("batch-max-records", "DEEPSEED_BATCH_MAX_RECORDS", "5000", "records per batch sent to the server")
+		batchMax      = f.String("batch-max-records", "DEEPSEED_BATCH_MAX_RECORDS", "5000", "most records in one send to the server (the oldest spooled batches go together)")
+		batchBytes    = f.String("batch-max-bytes", "DEEPSEED_BATCH_MAX_BYTES", strconv.Itoa(collector.DefaultBatchMaxBytes), "most bytes (uncompressed) in one send to the server; keep it within the server's --max-body-bytes")
 		batchAge      = f.String("batch-max-age", "DEEPSEED_BATCH_MAX_AGE", "1s", "longest a record waits before its batch is sent")
 		nvmlLib       = f.String("nvml-lib", "DEEPSEED_NVML_LIB", "", "path of libnvidia-ml; default the system's libnvidia-ml.so.1")
 		procRoot      = f.String("proc", "DEEPSEED_PROC", "/proc", "the host's /proc, e.g. /host/proc in a container")
@@ -93,6 +94,7 @@ at start.`)
 		fast = -1
 	}
 	maxBytes, maxRecords := num("spool-max-bytes", *spoolMax, 1), num("batch-max-records", *batchMax, 1)
+	sendBytes := num("batch-max-bytes", *batchBytes, 1024)
 	nFake := num("fake-gpus", *fakeGPUs, 0)
 	if len(errs) > 0 {
 		return configError("collect", errs)
@@ -145,7 +147,7 @@ at start.`)
 		Server: *serverURL, Token: token, HookListen: *hookListen, MetricsListen: *metricsListen,
 		Interval: every, FastInterval: fast, CounterInterval: counters,
 		EnergyInterval: energyEvery, GPMInterval: gpmEvery, ProcessInterval: procEvery, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
-		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxAge: maxAge, ProcRoot: *procRoot,
+		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxBytes: int(sendBytes), BatchMaxAge: maxAge, ProcRoot: *procRoot,
 		NVML: lib, Logger: log,
 	})
 	if err != nil {
