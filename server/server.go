@@ -106,7 +106,7 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	g := e.Group(APIPrefix, s.auth.middleware)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
 		// ingest.New names its own component in the log.
-		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: log})
 		ih.Register(g)
 		s.prom.reg.MustRegister(ih)
 	}
@@ -164,13 +164,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		wg.Wait()
 	}()
 
-	hs := &http.Server{
-		Handler:           s.echo,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.log.Info("listening", "addr", l.Addr().String(), "role", s.roleName())
+	hs := s.cfg.HTTP.Server(s.echo, s.log)
+	s.log.Info("listening", "addr", l.Addr().String(), "role", s.roleName(), "max_conns", s.cfg.HTTP.MaxConns,
+		"body_timeout", s.cfg.HTTP.BodyTimeout.String())
+	l = s.cfg.HTTP.Listener(l, s.log)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {

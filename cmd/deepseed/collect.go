@@ -50,6 +50,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		fakeGPU       = f.String("fake-nvml", "DEEPSEED_FAKE_NVML", "", "replay this NVML capture instead of reading GPUs, for load tests")
 		fakeGPUs      = f.String("fake-gpus", "DEEPSEED_FAKE_GPUS", "0", "with --fake-nvml, show this many GPUs")
 		logLevel      = f.String("log-level", "DEEPSEED_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+		httpf         = addHTTPFlags(f, "hook")
 	)
 	f.Func("token", "not taken: a token on the command line is visible to every user in ps; set DEEPSEED_TOKEN or use --token-file", func(string) error {
 		return errors.New("a token on the command line is visible to every user of the machine (ps): set DEEPSEED_TOKEN or use --token-file")
@@ -99,6 +100,12 @@ at start.`)
 	}
 	maxBytes, maxRecords := num("spool-max-bytes", *spoolMax, 1), num("batch-max-records", *batchMax, 1)
 	nFake := num("fake-gpus", *fakeGPUs, 0)
+	limits := httpf.parse(&errs)
+	var limitErrs []error
+	limits.Validate(func(field, value, msg string) {
+		limitErrs = append(limitErrs, &server.FieldError{Field: field, Value: value, Msg: msg})
+	})
+	errs = append(errs, unreportedFieldErrors(errors.Join(limitErrs...), errs)...)
 	if len(errs) > 0 {
 		return configError("collect", errs)
 	}
@@ -158,7 +165,7 @@ at start.`)
 		Interval: every, FastInterval: fast, CounterInterval: counters,
 		EnergyInterval: energyEvery, GPMInterval: gpmEvery, ProcessInterval: procEvery, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
 		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxAge: maxAge, ProcRoot: *procRoot,
-		NVML: lib, Logger: log,
+		NVML: lib, Logger: log, HTTP: limits,
 	})
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
