@@ -49,6 +49,8 @@ type Handler struct {
 	opt   Options
 	log   *slog.Logger
 	m     *metrics
+	// health is what /readyz learns of the writes (WritesFailing).
+	health writeHealth
 }
 
 // New returns the ingest handlers over s.
@@ -109,7 +111,7 @@ func (h *Handler) ingest(c echo.Context) error {
 	if err != nil {
 		return h.rejectDecode(c, err)
 	}
-	res, herr := h.write(c.Request().Context(), recs)
+	res, herr := h.write(c.Request(), recs)
 	if herr != nil {
 		return h.answerError(c, herr)
 	}
@@ -133,9 +135,13 @@ func (h *Handler) answerError(c echo.Context, herr *httpError) error {
 	return c.JSON(herr.status, herr.body)
 }
 
-// write hands a decoded batch to the store and counts it.
-func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResult, *httpError) {
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+// clientGone answers a request whose sender left before its answer.
+var clientGone = &httpError{status: httplimit.StatusClientClosedRequest,
+	body: api.Error{Error: "the client closed the request before its answer; nothing stored"}}
+
+// write hands a decoded batch of request req to the store and counts it.
+func (h *Handler) write(req *http.Request, recs []api.Record) (api.IngestResult, *httpError) {
+	ctx, cancel := context.WithTimeout(req.Context(), writeTimeout)
 	defer cancel()
 	start := time.Now()
 	res, err := h.comb.write(ctx, recs)
@@ -143,6 +149,13 @@ func (h *Handler) write(ctx context.Context, recs []api.Record) (api.IngestResul
 	if store.IsDataError(err) {
 		return api.IngestResult{}, h.refused(ctx, recs, err)
 	}
+	if err != nil && httplimit.ClientGone(req) {
+		// The sender went away: it keeps the batch and sends it again
+		// (nothing of it is stored). Not the database's failure.
+		h.log.Debug("sender went away before the batch was stored", "records", len(recs), "err", err)
+		return api.IngestResult{}, clientGone
+	}
+	h.health.note(err)
 	if err != nil {
 		return api.IngestResult{}, h.storeError(err, "storing the batch")
 	}

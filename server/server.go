@@ -27,6 +27,7 @@ import (
 	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/jobs"
 	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store"
@@ -45,6 +46,9 @@ type Server struct {
 	auth  *authenticator
 	prom  *serverMetrics
 	jobs  *jobs.Handler // nil on ingest replicas
+	// ingest is nil on query replicas; /readyz asks it whether writes
+	// fail.
+	ingest *ingest.Handler
 
 	// prepared is set once migrations have been applied by this process.
 	prepared atomic.Bool
@@ -109,6 +113,7 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: log})
 		ih.Register(g)
 		s.prom.reg.MustRegister(ih)
+		s.ingest = ih
 	}
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
 		query.New(read, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct, Primary: primary}).Register(g)
@@ -366,6 +371,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 	code := http.StatusInternalServerError
 	body := api.Error{Error: "internal server error"}
 	var he *echo.HTTPError
+	if !errors.As(err, &he) || he.Code >= 500 {
+		if httplimit.ClientGone(c.Request()) {
+			// The client left before its answer: whatever failed did so
+			// because it left. Nobody reads this answer.
+			s.log.Debug("request abandoned by its client", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+			_ = c.NoContent(httplimit.StatusClientClosedRequest)
+			return
+		}
+	}
 	if errors.As(err, &he) {
 		code = he.Code
 		switch m := he.Message.(type) {

@@ -11,6 +11,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -171,3 +172,15 @@ func (e *bodyTimeoutError) Error() string {
 }
 
 func (e *bodyTimeoutError) Unwrap() error { return e.err }
+
+// StatusClientClosedRequest is the status recorded (in logs and metrics)
+// for a request whose client went away before its answer: nobody reads
+// it, and it is neither the server's failure nor the client's error.
+const StatusClientClosedRequest = 499
+
+// ClientGone reports whether r's client closed the connection (or the
+// server is shutting it down) before the answer: a failure after that is
+// the cancellation's doing, logged at debug and answered 499, not a 500.
+func ClientGone(r *http.Request) bool {
+	return errors.Is(r.Context().Err(), context.Canceled)
+}
