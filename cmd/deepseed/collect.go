@@ -64,7 +64,12 @@ in batches, spool to --spool-dir while the server is away, and serve
 The spool directory defaults to $XDG_STATE_HOME/deepseed/spool, else
 ~/.local/state/deepseed/spool, so that any user can run the collector; as
 root it is /var/lib/deepseed/spool. The collector logs the directory it uses
-at start.`)
+at start.
+
+The hook receiver needs no token: keep it on loopback or a unix socket.
+What a client can make it hold is bounded by --max-body-bytes,
+--read-header-timeout, --body-timeout and --max-conns (each listener), as on
+the server (see docs/durability.md).`)
 	if err := f.parse(args); err != nil {
 		return err
 	}

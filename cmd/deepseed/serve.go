@@ -50,7 +50,14 @@ TimescaleDB when the extension is installed and preloaded; it logs which mode
 it runs in and, in plain PostgreSQL mode, why. With --retention it drops
 expired runs and samples hourly, in either mode.
 On SIGTERM or Ctrl-C it stops accepting requests, finishes those in flight
-and exits 0.`
+and exits 0.
+
+A write the database refuses for a reason that passes (disk full,
+read-only, too many connections) is answered 503 with Retry-After, and
+/readyz answers 503 until a write succeeds again. What a client can make
+the server hold is bounded by --max-body-bytes, --read-header-timeout,
+--body-timeout and --max-conns, never by what it announces (see
+docs/durability.md).`
 
 // Run implements command.
 func (c *ServeCommand) Run(ctx context.Context, args []string) error {
