@@ -28,11 +28,11 @@ process. A sender posts step records to the collector's hook receiver at
 --rate records a second, as the hook does (a batch the collector does not
 acknowledge is sent again), and remembers every record acknowledged. Then,
 --cycles times each, PostgreSQL, the server and the collector are killed
-with SIGKILL and started again; then the server stays down while the
-collector's spool fills (--spool-max-bytes, or a 5 MiB tmpfs with
---tmpfs-spool when run as root); then the database turns read-only for 6 s
+with SIGKILL and started again; then the database turns read-only for 6 s
 (the server must answer 503 and say it is not ready, the collector keep
-the batches); then the server and the collector are attacked in turn by
+the batches); then the server stays down while the collector's spool
+fills (--spool-max-bytes, or a 5 MiB tmpfs with --tmpfs-spool when run as
+root); then the server and the collector are attacked in turn by
 slow and hostile clients (40 silent 32 MiB bodies, 500 trickling bodies,
 16 concurrent gzip bombs twice) while another client keeps posting. At the
 end it waits for the pipeline to drain and counts, by SQL, the
@@ -156,6 +156,15 @@ func runChaos(ctx context.Context, args []string) error {
 			}
 		}
 	}
+	// The database refuses writes while the spool still has room, so
+	// that the collector acknowledges records meanwhile.
+	c.setPhase("read-only")
+	fmt.Fprintln(os.Stderr, "database read-only for 6 s")
+	if err := c.readOnly(ctx); err != nil {
+		stopSend()
+		<-sendDone
+		return err
+	}
 	// The server away long enough for the spool to fill.
 	c.setPhase("spool full")
 	fmt.Fprintln(os.Stderr, "server down while the spool fills")
@@ -163,13 +172,6 @@ func runChaos(ctx context.Context, args []string) error {
 	c.server.Wait()
 	sleepCtx(ctx, 8*time.Second)
 	if err := c.startServer(ctx); err != nil {
-		stopSend()
-		<-sendDone
-		return err
-	}
-	c.setPhase("read-only")
-	fmt.Fprintln(os.Stderr, "database read-only for 6 s")
-	if err := c.readOnly(ctx); err != nil {
 		stopSend()
 		<-sendDone
 		return err
@@ -447,7 +449,7 @@ func (c *chaos) report(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
-	order := map[string]int{"postgres": 0, "server": 1, "collector": 2, "spool full": 3, "read-only": 4, "attacks": 5, "after": 6}
+	order := map[string]int{"postgres": 0, "server": 1, "collector": 2, "read-only": 3, "spool full": 4, "attacks": 5, "after": 6}
 	sort.Slice(phases, func(i, j int) bool { return order[phases[i]] < order[phases[j]] })
 	fmt.Printf("%-12s %10s %8s %12s %10s %12s\n", "fault", "acked", "lost", "duplicated", "503s", "unanswered")
 	total := row{}
