@@ -64,7 +64,7 @@ func ReadBody(r *http.Request, limit int64) (body []byte, release func(), err *E
 		select {
 		case gunzipSlots <- struct{}{}:
 		case <-r.Context().Done():
-			return nil, noRelease, &Error{Status: http.StatusBadRequest, Msg: "request cancelled"}
+			return nil, noRelease, &Error{Status: StatusClientClosedRequest, Msg: "the client closed the request before its body was read"}
 		}
 		defer func() { <-gunzipSlots }()
 		outBuf := getBuffer()
