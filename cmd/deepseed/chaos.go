@@ -30,17 +30,19 @@ acknowledge is sent again), and remembers every record acknowledged. Then,
 --cycles times each, PostgreSQL, the server and the collector are killed
 with SIGKILL and started again; then the database turns read-only for 6 s
 (the server must answer 503 and say it is not ready, the collector keep
-the batches); then the server stays down while the collector's spool
-fills (--spool-max-bytes, or a 5 MiB tmpfs with --tmpfs-spool when run as
-root); then the server and the collector are attacked in turn by
-slow and hostile clients (40 silent 32 MiB bodies, 500 trickling bodies,
-16 concurrent gzip bombs twice) while another client keeps posting. At the
-end it waits for the pipeline to drain and counts, by SQL, the
-acknowledged records that are not stored (lost) and the records stored
-twice (duplicated), per fault. It exits 1 if any record was lost or
-duplicated or dead-lettered, if /readyz stayed 200 while the database
-refused writes, or if under an attack a process went past --max-rss-mb,
-another client's request was not answered or an attacker was not let go.`
+the batches); with --tmpfs-db (root), its data directory's file system is
+then filled for 8 s and emptied again (PostgreSQL is started again if it
+stopped); then the server stays down while the collector's spool fills
+(--spool-max-bytes, or a 5 MiB tmpfs with --tmpfs-spool when run as root);
+then the server and the collector are attacked in turn by slow and hostile
+clients (40 silent 32 MiB bodies, 500 trickling bodies, 16 concurrent gzip
+bombs twice) while another client keeps posting. At the end it waits for
+the pipeline to drain and counts, by SQL, the acknowledged records that are
+not stored (lost) and the records stored twice (duplicated), per fault. It
+exits 1 if any record was lost, duplicated or dead-lettered, if the server
+answered 500, if /readyz stayed 200 while the database refused writes, or
+if under an attack a process went past --max-rss-mb, another client's
+request was not answered or an attacker was not let go.`
 
 // chaos is one run of the chaos bench.
 type chaos struct {
@@ -56,10 +58,12 @@ type chaos struct {
 	run             string
 
 	// readOnly503 is set once /readyz answered 503 while the database
-	// was read-only.
-	readOnly503 bool
-	attacks     []*attackResult
-	maxRSS      int64
+	// was read-only, diskFull503 while its disk was full.
+	readOnly503, diskFull503 bool
+	// dbMount is the tmpfs of PostgreSQL's data directory with --tmpfs-db.
+	dbMount string
+	attacks []*attackResult
+	maxRSS  int64
 
 	mu       sync.Mutex
 	phase    string
@@ -75,6 +79,7 @@ func runChaos(ctx context.Context, args []string) error {
 	binFlag := f.String("binary", "", "", "deepseed binary to run (default: this one)")
 	spoolMax := f.String("spool-max-bytes", "", "65536", "the collector's spool bound for the spool-full phase")
 	tmpfs := f.Bool("tmpfs-spool", "", false, "put the spool on a 5 MiB tmpfs (needs root)")
+	tmpfsDB := f.Bool("tmpfs-db", "", false, "put PostgreSQL's data directory on a 1 GiB tmpfs and add a phase where it is full (needs root)")
 	keep := f.Bool("keep", "", false, "keep the working directory")
 	attacks := f.Bool("attacks", "", true, "attack the server and the collector with slow and hostile clients")
 	maxRSS := f.String("max-rss-mb", "", "300", "resident memory each process may reach under the attacks")
@@ -121,6 +126,12 @@ func runChaos(ctx context.Context, args []string) error {
 		c.spoolMax = 1 << 30 // the tmpfs is the bound
 	}
 	defer c.stopAll()
+	if *tmpfsDB {
+		if err := c.mountDB(); err != nil {
+			return err
+		}
+		defer exec.Command("umount", "-l", c.dbMount).Run()
+	}
 	if err := c.startPostgres(ctx); err != nil {
 		return err
 	}
@@ -164,6 +175,15 @@ func runChaos(ctx context.Context, args []string) error {
 		stopSend()
 		<-sendDone
 		return err
+	}
+	if *tmpfsDB {
+		c.setPhase("disk full")
+		fmt.Fprintln(os.Stderr, "database disk full for 8 s")
+		if err := c.diskFull(ctx); err != nil {
+			stopSend()
+			<-sendDone
+			return err
+		}
 	}
 	// The server away long enough for the spool to fill.
 	c.setPhase("spool full")
@@ -449,7 +469,7 @@ func (c *chaos) report(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
-	order := map[string]int{"postgres": 0, "server": 1, "collector": 2, "read-only": 3, "spool full": 4, "attacks": 5, "after": 6}
+	order := map[string]int{"postgres": 0, "server": 1, "collector": 2, "read-only": 3, "disk full": 4, "spool full": 5, "attacks": 6, "after": 7}
 	sort.Slice(phases, func(i, j int) bool { return order[phases[i]] < order[phases[j]] })
 	fmt.Printf("%-12s %10s %8s %12s %10s %12s\n", "fault", "acked", "lost", "duplicated", "503s", "unanswered")
 	total := row{}
@@ -465,8 +485,16 @@ func (c *chaos) report(ctx context.Context) error {
 	fmt.Printf("%-12s %10d %8d %12d\n", "total", total.acked, total.lost, total.dup)
 	fmt.Printf("(503s: posts the collector deferred, its spool full; unanswered: posts while it was down. Both are sent again, as the hook does.)\n")
 	dead := deadLettered(filepath.Join(c.dir, "spool"))
-	fmt.Printf("dead-lettered records: %d; /readyz 503 while the database was read-only: %v\n", dead, c.readOnly503)
+	// The server logs every 5xx but 503 at ERROR with its status.
+	n500 := 0
+	if b := c.logs["server"]; b != nil {
+		n500 = strings.Count(b.String(), "status=500")
+	}
+	fmt.Printf("dead-lettered records: %d; server answers 500: %d; /readyz 503 while the database was read-only: %v\n", dead, n500, c.readOnly503)
 	var problems []string
+	if n500 > 0 {
+		problems = append(problems, fmt.Sprintf("the server answered 500 %d times", n500))
+	}
 	if total.lost > 0 || total.dup > 0 {
 		problems = append(problems, fmt.Sprintf("%d acknowledged records lost, %d duplicated", total.lost, total.dup))
 	}
@@ -475,6 +503,12 @@ func (c *chaos) report(ctx context.Context) error {
 	}
 	if !c.readOnly503 {
 		problems = append(problems, "/readyz never answered 503 while the database refused writes")
+	}
+	if c.dbMount != "" {
+		fmt.Printf("/readyz 503 while the database's disk was full: %v\n", c.diskFull503)
+		if !c.diskFull503 {
+			problems = append(problems, "/readyz never answered 503 while the database's disk was full")
+		}
 	}
 	if len(c.attacks) > 0 {
 		fmt.Println()

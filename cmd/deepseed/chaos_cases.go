@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/deepseed/deepseed/store"
 )
 
 // chaosBodyTimeout is the server's and the collector's --body-timeout in
@@ -53,6 +57,60 @@ func (c *chaos) readOnly(ctx context.Context) error {
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
 	return set(`ALTER DATABASE %s RESET default_transaction_read_only`)
+}
+
+// mountDB mounts a 1 GiB tmpfs for PostgreSQL's data directory.
+func (c *chaos) mountDB() error {
+	c.dbMount = filepath.Join(c.dir, "db")
+	if err := os.MkdirAll(c.dbMount, 0o755); err != nil {
+		return fmt.Errorf("bench chaos: %w", err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1g,mode=0755", "tmpfs", c.dbMount).CombinedOutput(); err != nil {
+		c.dbMount = ""
+		return fmt.Errorf("bench chaos: mount a tmpfs for the database (root needed): %v: %s", err, out)
+	}
+	c.pg = &store.LocalPostgres{Dir: filepath.Join(c.dbMount, "pg"), Fsync: true}
+	return nil
+}
+
+// diskFull fills the database's file system for 8 s, noting whether the
+// server said it was not ready meanwhile, then empties it again and
+// starts PostgreSQL again if it stopped (a write-ahead log that cannot
+// grow stops it), as its service manager would.
+func (c *chaos) diskFull(ctx context.Context) error {
+	filler := filepath.Join(c.dbMount, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		return fmt.Errorf("bench chaos: disk full: %w", err)
+	}
+	chunk := make([]byte, 1<<20)
+	for size := len(chunk); size >= 512; size /= 2 {
+		for {
+			if _, err := f.Write(chunk[:size]); err != nil {
+				break
+			}
+		}
+	}
+	f.Close()
+	until := time.Now().Add(8 * time.Second)
+	for time.Now().Before(until) && ctx.Err() == nil {
+		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", c.serverPort)); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				c.diskFull503 = true
+			}
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+	if err := os.Remove(filler); err != nil {
+		return fmt.Errorf("bench chaos: disk full: %w", err)
+	}
+	if pid, err := postmasterPID(c.pg.Dir); err != nil || syscall.Kill(pid, 0) != nil {
+		fmt.Fprintln(os.Stderr, "PostgreSQL stopped on the full disk: starting it again")
+		_ = c.pg.Stop()
+		return c.startPostgres(ctx)
+	}
+	return nil
 }
 
 // attack runs the attacks on the server, then on the collector.
