@@ -21,6 +21,14 @@ type writeHealth struct {
 	mu  sync.Mutex
 	err error // the last write's failure; nil once a write succeeds
 	at  time.Time
+	now func() time.Time // time.Now unless a test sets it
+}
+
+func (w *writeHealth) clock() time.Time {
+	if w.now != nil {
+		return w.now()
+	}
+	return time.Now()
 }
 
 // note records a write's outcome: a success clears a failure, a failure
@@ -32,7 +40,7 @@ func (w *writeHealth) note(err error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.err, w.at = err, time.Now()
+	w.err, w.at = err, w.clock()
 }
 
 // WritesFailing returns why the last write failed when it failed for a
@@ -41,7 +49,7 @@ func (w *writeHealth) note(err error) {
 func (h *Handler) WritesFailing() error {
 	h.health.mu.Lock()
 	defer h.health.mu.Unlock()
-	if h.health.err == nil || time.Since(h.health.at) > failingFor {
+	if h.health.err == nil || h.health.clock().Sub(h.health.at) > failingFor {
 		return nil
 	}
 	return h.health.err
