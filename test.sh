@@ -64,7 +64,7 @@ if [ "$only" = all ] || [ "$only" = go ]; then
 fi
 
 if [ "$only" = all ] || [ "$only" = chaos ]; then
-  log "chaos: PostgreSQL, server and collector killed with SIGKILL under load; nothing acknowledged may be lost"
+  log "chaos: PostgreSQL, server and collector killed with SIGKILL under load, the database read-only, slow and hostile clients; nothing acknowledged may be lost"
   tmp_chaos=$(mktemp -d)
   go build -o "$tmp_chaos/deepseed" ./cmd/deepseed
   "$tmp_chaos/deepseed" bench chaos --cycles 2

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/collector/nvml"
+	"github.com/deepseed/deepseed/internal/httplimit"
 )
 
 // Config configures a Collector. Zero values take the defaults noted.
@@ -80,6 +81,9 @@ type Config struct {
 	HTTPClient      *http.Client
 	// ShutdownTimeout bounds the final flush; default 5s.
 	ShutdownTimeout time.Duration
+	// HTTP bounds what clients of the hook receiver and /metrics can make
+	// the collector hold; fields left zero take httplimit's defaults.
+	HTTP httplimit.Limits
 }
 
 // The default intervals. On an H100 with real NVML (collector/gpubench) a
@@ -200,6 +204,7 @@ func (cfg *Config) Validate() error {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
+	cfg.HTTP = cfg.HTTP.WithDefaults()
 	return nil
 }
 
@@ -399,12 +404,13 @@ func (c *Collector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hook-listen: %w", err)
 	}
-	hookSrv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	hookSrv := c.cfg.HTTP.Server(c, c.log)
 	var servers []*http.Server
 	servers = append(servers, hookSrv)
 	errc := make(chan error, 2)
-	go func() { errc <- hookSrv.Serve(hookLn) }()
-	c.log.Info("hook receiver listening", "addr", c.cfg.HookListen)
+	go func() { errc <- hookSrv.Serve(c.cfg.HTTP.Listener(hookLn, c.log)) }()
+	c.log.Info("hook receiver listening", "addr", c.cfg.HookListen, "max_conns", c.cfg.HTTP.MaxConns,
+		"body_timeout", c.cfg.HTTP.BodyTimeout.String())
 	if c.cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", c.cfg.MetricsListen)
 		if err != nil {
@@ -413,9 +419,9 @@ func (c *Collector) Run(ctx context.Context) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", c.MetricsHandler())
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		msrv := c.cfg.HTTP.Server(mux, c.log)
 		servers = append(servers, msrv)
-		go func() { errc <- msrv.Serve(mln) }()
+		go func() { errc <- msrv.Serve(c.cfg.HTTP.Listener(mln, c.log)) }()
 		c.log.Info("metrics listening", "addr", c.cfg.MetricsListen)
 	}
 	if c.fwd == nil {

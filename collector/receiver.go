@@ -2,22 +2,14 @@ package collector
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/httplimit"
 )
-
-// maxHookBody bounds a hook request body after decompression, as the
-// server's ingest does.
-const maxHookBody = 32 << 20
 
 // ServeHTTP is the hook receiver: POST /api/v1/ingest with the same body
 // as the server's ingest (NDJSON or a JSON array, optionally gzip). It
@@ -33,12 +25,14 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
 		return
 	}
-	buf := getBuf()
-	defer putBuf(buf)
-	body, status, err := readBody(w, r, buf)
-	if err != nil {
+	// The same bounds as the server's ingest: the body is read as it
+	// arrives, within --max-body-bytes before and after decompression, and
+	// decompressions share the process's few slots.
+	body, release, herr := httplimit.ReadBody(r, c.cfg.HTTP.MaxBodyBytes)
+	defer release()
+	if herr != nil {
 		c.m.hookRejected.Inc()
-		writeJSONError(w, status, err.Error())
+		writeJSONError(w, herr.Status, herr.Error())
 		return
 	}
 	recs, err := api.DecodeBatch(body)
@@ -96,56 +90,6 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	var ans [32]byte
 	w.Write(append(strconv.AppendInt(append(ans[:0], `{"accepted":`...), int64(len(recs)), 10), "}\n"...))
-}
-
-// hookBufs are the receiver's read buffers, reused across requests: a
-// hook posts every 100 ms or so, and a fresh buffer each time is most of
-// the receiver's garbage.
-var hookBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func getBuf() *bytes.Buffer { return hookBufs.Get().(*bytes.Buffer) }
-
-func putBuf(b *bytes.Buffer) {
-	// An unusually large body is not kept.
-	if b.Cap() > 4<<20 {
-		return
-	}
-	b.Reset()
-	hookBufs.Put(b)
-}
-
-func readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) ([]byte, int, error) {
-	var rd io.Reader = http.MaxBytesReader(w, r.Body, maxHookBody)
-	switch strings.ToLower(r.Header.Get("Content-Encoding")) {
-	case "", "identity":
-	case "gzip":
-		zr, err := gzip.NewReader(rd)
-		if err != nil {
-			return nil, http.StatusBadRequest, fmt.Errorf("body is not valid gzip: %v", err)
-		}
-		defer zr.Close()
-		rd = zr
-	default:
-		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("unsupported Content-Encoding %q (want gzip or none)", r.Header.Get("Content-Encoding"))
-	}
-	// Read into a buffer sized from Content-Length when it is known, so a
-	// plain body is read without regrowing.
-	if n := r.ContentLength; n > 0 && n <= maxHookBody && r.Header.Get("Content-Encoding") == "" {
-		buf.Grow(int(n) + bytes.MinRead)
-	}
-	_, err := buf.ReadFrom(io.LimitReader(rd, maxHookBody+1))
-	body := buf.Bytes()
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", maxHookBody)
-		}
-		return nil, http.StatusBadRequest, fmt.Errorf("reading body: %v", err)
-	}
-	if len(body) > maxHookBody {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes after decompression", maxHookBody)
-	}
-	return body, 0, nil
 }
 
 // rawRecords splits a validated body into one compact JSON text per record,

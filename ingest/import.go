@@ -287,7 +287,7 @@ func (h *Handler) importExport(c echo.Context) error {
 		}
 		return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid export, nothing stored: " + err.Error()})
 	}
-	res, herr := h.write(c.Request().Context(), recs)
+	res, herr := h.write(c.Request(), recs)
 	if herr != nil {
 		return h.answerError(c, herr)
 	}

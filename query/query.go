@@ -27,6 +27,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -145,6 +146,11 @@ func (h *Handler) wrap(f handlerFunc) echo.HandlerFunc {
 				msg = "database unavailable: it is a read-only standby"
 			}
 			return c.JSON(http.StatusServiceUnavailable, api.Error{Error: msg})
+		}
+		if httplimit.ClientGone(c.Request()) {
+			// Nobody waits for the answer: not a failure of the server.
+			h.log.Debug("query: the client went away", "path", c.Path(), "err", err)
+			return c.JSON(httplimit.StatusClientClosedRequest, api.Error{Error: "the client closed the request"})
 		}
 		h.log.Error("query failed", "path", c.Path(), "err", err)
 		return c.JSON(http.StatusInternalServerError, api.Error{Error: "internal error"})

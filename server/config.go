@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/alerts"
+	"github.com/deepseed/deepseed/internal/httplimit"
 )
 
 // Roles a server can take. Ingest and query replicas can run apart; "all"
@@ -26,8 +27,9 @@ type Config struct {
 	Listen string
 	// Role selects the routes: all, ingest or query.
 	Role string
-	// MaxBodyBytes bounds an ingest body after decompression.
-	MaxBodyBytes int64
+	// HTTP bounds what clients can make the server hold: body size,
+	// header and body deadlines, open connections.
+	HTTP httplimit.Limits
 	// IngestTokens may write and read; ReadTokens may only read. With
 	// neither set the API is open.
 	IngestTokens []string
@@ -70,7 +72,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:          ":8080",
 		Role:            RoleAll,
-		MaxBodyBytes:    32 << 20,
+		HTTP:            httplimit.Defaults(),
 		StragglerPct:    10,
 		ShutdownTimeout: 30 * time.Second,
 		CompressAfter:   7 * 24 * time.Hour,
@@ -110,9 +112,7 @@ func (c Config) Validate() error {
 	default:
 		bad("role", c.Role, "want all, ingest or query")
 	}
-	if c.MaxBodyBytes < 1024 {
-		bad("max-body-bytes", strconv.FormatInt(c.MaxBodyBytes, 10), "must be at least 1024")
-	}
+	c.HTTP.Validate(bad)
 	if c.StragglerPct <= 0 || c.StragglerPct > 1000 {
 		bad("straggler-pct", strconv.FormatFloat(c.StragglerPct, 'g', -1, 64), "must be above 0 and at most 1000")
 	}

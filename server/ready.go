@@ -38,13 +38,18 @@ type ReadDatabase struct {
 	Error       string     `json:"error,omitempty"`
 }
 
+// writesWhy is the readiness problem of a database that refuses writes.
+const writesWhy = "database refuses writes"
+
 // readPrefix starts the readiness problems of the read database.
 const readPrefix = "read database "
 
 // readyz answers 200 when every database the server's role answers from
 // is reachable and migrated: the primary for ingest and for a server of
 // both roles, the read database for a query server given one (the
-// primary otherwise). The answer says why in general words; the details
+// primary otherwise). A server that ingests also answers 503 while the
+// primary refuses its writes for a reason that passes (see
+// ingest.Handler.WritesFailing), until a write succeeds. The answer says why in general words; the details
 // (the database's address, its error) go to the log, once each time they
 // change, and never to whoever can reach the port.
 func (s *Server) readyz(c echo.Context) error {
@@ -58,10 +63,21 @@ func (s *Server) readyz(c echo.Context) error {
 		out.ReadDatabase, readWhy, readErr = readState(ctx, s.read)
 	}
 	needPrimary := s.cfg.Role != RoleQuery || !s.reading()
+	var writesErr error
+	if needPrimary && s.ingest != nil {
+		writesErr = s.ingest.WritesFailing()
+	}
 	switch {
 	case needPrimary && primaryWhy != "":
 		s.noteNotReady(primaryWhy, primaryErr)
 		out.Error = primaryWhy
+		return c.JSON(http.StatusServiceUnavailable, out)
+	case writesErr != nil:
+		// The database answers but refuses writes for a reason that
+		// passes (disk full, read-only, too many connections): senders
+		// are answered 503 and keep their records meanwhile.
+		s.noteNotReady(writesWhy, writesErr)
+		out.Error = writesWhy
 		return c.JSON(http.StatusServiceUnavailable, out)
 	case readWhy != "":
 		s.noteNotReady(readPrefix+readWhy, readErr)

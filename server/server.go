@@ -27,6 +27,7 @@ import (
 	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/jobs"
 	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store"
@@ -45,6 +46,9 @@ type Server struct {
 	auth  *authenticator
 	prom  *serverMetrics
 	jobs  *jobs.Handler // nil on ingest replicas
+	// ingest is nil on query replicas; /readyz asks it whether writes
+	// fail.
+	ingest *ingest.Handler
 
 	// prepared is set once migrations have been applied by this process.
 	prepared atomic.Bool
@@ -106,9 +110,10 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	g := e.Group(APIPrefix, s.auth.middleware)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
 		// ingest.New names its own component in the log.
-		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: log})
 		ih.Register(g)
 		s.prom.reg.MustRegister(ih)
+		s.ingest = ih
 	}
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
 		query.New(read, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct, Primary: primary}).Register(g)
@@ -164,13 +169,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		wg.Wait()
 	}()
 
-	hs := &http.Server{
-		Handler:           s.echo,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.log.Info("listening", "addr", l.Addr().String(), "role", s.roleName())
+	hs := s.cfg.HTTP.Server(s.echo, s.log)
+	s.log.Info("listening", "addr", l.Addr().String(), "role", s.roleName(), "max_conns", s.cfg.HTTP.MaxConns,
+		"body_timeout", s.cfg.HTTP.BodyTimeout.String())
+	l = s.cfg.HTTP.Listener(l, s.log)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {
@@ -369,6 +371,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 	code := http.StatusInternalServerError
 	body := api.Error{Error: "internal server error"}
 	var he *echo.HTTPError
+	if !errors.As(err, &he) || he.Code >= 500 {
+		if httplimit.ClientGone(c.Request()) {
+			// The client left before its answer: whatever failed did so
+			// because it left. Nobody reads this answer.
+			s.log.Debug("request abandoned by its client", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+			_ = c.NoContent(httplimit.StatusClientClosedRequest)
+			return
+		}
+	}
 	if errors.As(err, &he) {
 		code = he.Code
 		switch m := he.Message.(type) {

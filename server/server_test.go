@@ -404,7 +404,7 @@ func TestConfigValidate(t *testing.T) {
 	for field, mut := range map[string]func(*Config){
 		"listen":         func(c *Config) { c.Listen = "nope" },
 		"role":           func(c *Config) { c.Role = "both" },
-		"max-body-bytes": func(c *Config) { c.MaxBodyBytes = 0 },
+		"max-body-bytes": func(c *Config) { c.HTTP.MaxBodyBytes = 0 },
 		"straggler-pct":  func(c *Config) { c.StragglerPct = -1 },
 		"retention":      func(c *Config) { c.Retention = -time.Hour },
 		"compress-after": func(c *Config) { c.CompressAfter = 0 },

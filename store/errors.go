@@ -13,12 +13,16 @@ import (
 )
 
 // IsUnavailable reports whether err means the database cannot be reached
-// or is not taking work right now: connection refused, the pool cannot
-// connect, the server shutting down or starting up, a connection lost
-// mid-transaction, or a deadline passed while connecting or waiting for a
-// connection. Ingest answers these with 503 and Retry-After, because the
-// same batch will succeed once the database is back; every other error is
-// a bug or bad data and must not be retried blindly.
+// or is not taking work right now, for a reason that passes: connection
+// refused, the pool cannot connect, the server shutting down or starting
+// up, a connection lost mid-transaction, a deadline passed while
+// connecting or waiting for a connection, too many connections, a full
+// disk or another resource exhausted (SQLSTATE class 53), an I/O error of
+// the server (class 58), a read-only transaction (a standby, or
+// default_transaction_read_only), a lock not available, a serialization
+// failure or a deadlock. Ingest answers these with 503 and Retry-After,
+// because the same batch will succeed once the database is back; every
+// other error is a bug or bad data and must not be retried blindly.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -34,7 +38,11 @@ func IsUnavailable(err error) bool {
 			return true
 		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin/crash shutdown, cannot connect now
 			return true
-		case pe.Code == "53300": // too_many_connections
+		case strings.HasPrefix(pe.Code, "53"): // insufficient resources: disk full (53100), out of memory, too many connections (53300)
+			return true
+		case strings.HasPrefix(pe.Code, "58"): // system error: an I/O error of the server, a file it could not open
+			return true
+		case pe.Code == "55P03": // lock_not_available
 			return true
 		case pe.Code == "40001", pe.Code == "40P01": // serialization failure, deadlock: retrying succeeds
 			return true

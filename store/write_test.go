@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
@@ -380,5 +382,19 @@ func TestIsUnavailable(t *testing.T) {
 	}
 	if store.IsUnavailable(errors.New("store: write steps: invalid input syntax")) || store.IsUnavailable(nil) {
 		t.Fatal("IsUnavailable is true for an ordinary error")
+	}
+	// What passes is retried (503); what the batch itself causes is not.
+	for code, want := range map[string]bool{
+		"53100": true, "53200": true, "53300": true, "53400": true, "57P03": true, "25006": true,
+		"40001": true, "40P01": true, "08006": true, "58030": true, "55P03": true,
+		"22003": false, "23502": false, "42601": false, "54000": false,
+	} {
+		err := fmt.Errorf("store: write steps: %w", &pgconn.PgError{Code: code})
+		if got := store.IsUnavailable(err); got != want {
+			t.Errorf("IsUnavailable(SQLSTATE %s) = %v, want %v", code, got, want)
+		}
+		if want && store.IsDataError(err) {
+			t.Errorf("SQLSTATE %s is both passing and the data's fault", code)
+		}
 	}
 }

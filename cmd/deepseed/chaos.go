@@ -28,14 +28,24 @@ process. A sender posts step records to the collector's hook receiver at
 --rate records a second, as the hook does (a batch the collector does not
 acknowledge is sent again), and remembers every record acknowledged. Then,
 --cycles times each, PostgreSQL, the server and the collector are killed
-with SIGKILL and started again; then the server stays down while the
-collector's spool fills (--spool-max-bytes, or a 5 MiB tmpfs with
---tmpfs-spool when run as root), and the collector, sampling the host every
-50 ms, drops its own samples to make room and then answers the hook 503,
-never deleting an acknowledged record. At the end it waits for the pipeline to
-drain and counts, by SQL, the acknowledged records that are not stored
-(lost) and the records stored twice (duplicated), per fault. It exits 1 if
-any record was lost or duplicated.`
+with SIGKILL and started again; then the database turns read-only for 6 s
+(the server must answer 503 and say it is not ready, the collector keep
+the batches); with --tmpfs-db (root), its data directory's file system is
+then filled for 8 s and emptied again (PostgreSQL is started again if it
+stopped); then the server stays down while the collector's spool fills
+(--spool-max-bytes, or a 5 MiB tmpfs with --tmpfs-spool when run as root),
+and the collector, sampling the host every 50 ms, drops its own samples to
+make room and then answers the hook 503, never deleting an acknowledged
+record;
+then the server and the collector are attacked in turn by slow and hostile
+clients (40 silent 32 MiB bodies, 500 trickling bodies, 16 concurrent gzip
+bombs twice) while another client keeps posting. At the end it waits for
+the pipeline to drain and counts, by SQL, the acknowledged records that are
+not stored (lost) and the records stored twice (duplicated), per fault. It
+exits 1 if any record was lost, duplicated or dead-lettered, if the server
+answered 500, if /readyz stayed 200 while the database refused writes, or
+if under an attack a process went past --max-rss-mb, another client's
+request was not answered or an attacker was not let go.`
 
 // chaos is one run of the chaos bench.
 type chaos struct {
@@ -54,6 +64,14 @@ type chaos struct {
 	logs            map[string]*bytes.Buffer
 	run             string
 
+	// readOnly503 is set once /readyz answered 503 while the database
+	// was read-only, diskFull503 while its disk was full.
+	readOnly503, diskFull503 bool
+	// dbMount is the tmpfs of PostgreSQL's data directory with --tmpfs-db.
+	dbMount string
+	attacks []*attackResult
+	maxRSS  int64
+
 	mu       sync.Mutex
 	phase    string
 	acked    map[int64]string // step → the phase it was acknowledged in
@@ -68,7 +86,10 @@ func runChaos(ctx context.Context, args []string) error {
 	binFlag := f.String("binary", "", "", "deepseed binary to run (default: this one)")
 	spoolMax := f.String("spool-max-bytes", "", "65536", "the collector's spool bound for the spool-full phase")
 	tmpfs := f.Bool("tmpfs-spool", "", false, "put the spool on a 5 MiB tmpfs (needs root)")
+	tmpfsDB := f.Bool("tmpfs-db", "", false, "put PostgreSQL's data directory on a 1 GiB tmpfs and add a phase where it is full (needs root)")
 	keep := f.Bool("keep", "", false, "keep the working directory")
+	attacks := f.Bool("attacks", "", true, "attack the server and the collector with slow and hostile clients")
+	maxRSS := f.String("max-rss-mb", "", "300", "resident memory each process may reach under the attacks")
 	f.setUsage("deepseed bench chaos [flags]", "Kill PostgreSQL, the server and the collector under load and count what was lost.", chaosNotes)
 	if err := f.parse(args); err != nil {
 		return err
@@ -76,8 +97,9 @@ func runChaos(ctx context.Context, args []string) error {
 	n, err1 := strconv.Atoi(*cycles)
 	r, err2 := strconv.Atoi(*rate)
 	sm, err3 := strconv.ParseInt(*spoolMax, 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil || n < 1 || r < 10 || sm < 4096 {
-		return fmt.Errorf("bench chaos: bad flags: want --cycles ≥ 1, --rate ≥ 10, --spool-max-bytes ≥ 4096")
+	rss, err4 := strconv.ParseInt(*maxRSS, 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil || n < 1 || r < 10 || sm < 4096 || rss < 1 {
+		return fmt.Errorf("bench chaos: bad flags: want --cycles ≥ 1, --rate ≥ 10, --spool-max-bytes ≥ 4096, --max-rss-mb ≥ 1")
 	}
 	bin := *binFlag
 	if bin == "" {
@@ -97,7 +119,8 @@ func runChaos(ctx context.Context, args []string) error {
 		fmt.Fprintf(os.Stderr, "working directory: %s\n", dir)
 	}
 	c := &chaos{bin: bin, dir: dir, token: "chaos-" + randomTag(), rate: r, spoolMax: sm, logs: map[string]*bytes.Buffer{},
-		acked: map[int64]string{}, deferred: map[string]int{}, unreach: map[string]int{}, run: "chaos-" + randomTag()}
+		acked: map[int64]string{}, deferred: map[string]int{}, unreach: map[string]int{}, run: "chaos-" + randomTag(),
+		maxRSS: rss << 20}
 	spool := filepath.Join(dir, "spool")
 	if err := os.MkdirAll(spool, 0o755); err != nil {
 		return fmt.Errorf("bench chaos: %w", err)
@@ -110,6 +133,12 @@ func runChaos(ctx context.Context, args []string) error {
 		c.spoolMax = 1 << 30 // the tmpfs is the bound
 	}
 	defer c.stopAll()
+	if *tmpfsDB {
+		if err := c.mountDB(); err != nil {
+			return err
+		}
+		defer exec.Command("umount", "-l", c.dbMount).Run()
+	}
 	if err := c.startPostgres(ctx); err != nil {
 		return err
 	}
@@ -145,6 +174,24 @@ func runChaos(ctx context.Context, args []string) error {
 			}
 		}
 	}
+	// The database refuses writes while the spool still has room, so
+	// that the collector acknowledges records meanwhile.
+	c.setPhase("read-only")
+	fmt.Fprintln(os.Stderr, "database read-only for 6 s")
+	if err := c.readOnly(ctx); err != nil {
+		stopSend()
+		<-sendDone
+		return err
+	}
+	if *tmpfsDB {
+		c.setPhase("disk full")
+		fmt.Fprintln(os.Stderr, "database disk full for 8 s")
+		if err := c.diskFull(ctx); err != nil {
+			stopSend()
+			<-sendDone
+			return err
+		}
+	}
 	// The server away long enough for the spool to fill.
 	c.setPhase("spool full")
 	fmt.Fprintln(os.Stderr, "server down while the spool fills")
@@ -158,6 +205,10 @@ func runChaos(ctx context.Context, args []string) error {
 		stopSend()
 		<-sendDone
 		return err
+	}
+	if *attacks {
+		c.setPhase("attacks")
+		c.attack(ctx)
 	}
 	c.setPhase("after")
 	sleepCtx(ctx, 2*time.Second)
@@ -289,7 +340,8 @@ func (c *chaos) start(ctx context.Context, name string, env []string, args ...st
 
 func (c *chaos) startServer(ctx context.Context) error {
 	cmd, err := c.start(ctx, "server", []string{"DEEPSEED_INGEST_TOKENS=" + c.token, "DEEPSEED_READ_TOKENS=" + c.token},
-		"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", c.serverPort), "--database-url", c.dbURL, "--log-level", "warn")
+		"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", c.serverPort), "--database-url", c.dbURL, "--log-level", "warn",
+		"--body-timeout", chaosBodyTimeout.String())
 	if err != nil {
 		return err
 	}
@@ -310,7 +362,8 @@ func (c *chaos) startCollector(ctx context.Context) error {
 		// Host samples every 50 ms: the collector's own records compete for
 		// the spool with the hook's when it fills.
 		"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", c.metricsPort), "--no-gpu", "--interval", "50ms", "--batch-max-age", "100ms",
-		"--spool-dir", filepath.Join(c.dir, "spool"), "--spool-max-bytes", strconv.FormatInt(c.spoolMax, 10), "--log-level", "warn")
+		"--spool-dir", filepath.Join(c.dir, "spool"), "--spool-max-bytes", strconv.FormatInt(c.spoolMax, 10), "--log-level", "warn",
+		"--body-timeout", chaosBodyTimeout.String())
 	if err != nil {
 		return err
 	}
@@ -417,7 +470,18 @@ func (c *chaos) report(ctx context.Context) error {
 			r.dup++
 		}
 	}
-	order := map[string]int{"postgres": 0, "server": 1, "collector": 2, "spool full": 3, "after": 4}
+	// A phase whose posts were all deferred has a row too.
+	c.mu.Lock()
+	for _, m := range []map[string]int{c.deferred, c.unreach} {
+		for p := range m {
+			if byPhase[p] == nil {
+				byPhase[p] = &row{}
+				phases = append(phases, p)
+			}
+		}
+	}
+	c.mu.Unlock()
+	order := map[string]int{"postgres": 0, "server": 1, "collector": 2, "read-only": 3, "disk full": 4, "spool full": 5, "attacks": 6, "after": 7}
 	sort.Slice(phases, func(i, j int) bool { return order[phases[i]] < order[phases[j]] })
 	fmt.Printf("%-12s %10s %8s %12s %10s %12s\n", "fault", "acked", "lost", "duplicated", "503s", "unanswered")
 	total := row{}
@@ -437,11 +501,43 @@ func (c *chaos) report(ctx context.Context) error {
 			m[`deepseed_collector_spool_records{source="hook"}`], m[`deepseed_collector_spool_records{source="sampled"}`],
 			m[`deepseed_collector_records_dropped_total{reason="spool_full"}`], m["deepseed_collector_hook_requests_deferred_total"])
 	}
+	dead := deadLettered(filepath.Join(c.dir, "spool"))
+	// The server logs every 5xx but 503 at ERROR with its status.
+	n500 := 0
+	if b := c.logs["server"]; b != nil {
+		n500 = strings.Count(b.String(), "status=500")
+	}
+	fmt.Printf("dead-lettered records: %d; server answers 500: %d; /readyz 503 while the database was read-only: %v\n", dead, n500, c.readOnly503)
+	var problems []string
+	if n500 > 0 {
+		problems = append(problems, fmt.Sprintf("the server answered 500 %d times", n500))
+	}
 	if total.lost > 0 || total.dup > 0 {
+		problems = append(problems, fmt.Sprintf("%d acknowledged records lost, %d duplicated", total.lost, total.dup))
+	}
+	if dead > 0 {
+		problems = append(problems, fmt.Sprintf("%d records dead-lettered", dead))
+	}
+	if !c.readOnly503 {
+		problems = append(problems, "/readyz never answered 503 while the database refused writes")
+	}
+	if c.dbMount != "" {
+		fmt.Printf("/readyz 503 while the database's disk was full: %v\n", c.diskFull503)
+		if !c.diskFull503 {
+			problems = append(problems, "/readyz never answered 503 while the database's disk was full")
+		}
+	}
+	if len(c.attacks) > 0 {
+		fmt.Println()
+		printAttacks(os.Stdout, c.attacks)
+		fmt.Printf("(rss: before the attack; peak: the most sampled from /proc during it; probes: another client's posts meanwhile, p50 and max of their answer times)\n")
+		problems = append(problems, c.attackProblems()...)
+	}
+	if len(problems) > 0 {
 		for name, b := range c.logs {
 			fmt.Fprintf(os.Stderr, "--- %s log (last lines)\n%s\n", name, lastLinesOf(b.String(), 20))
 		}
-		return fmt.Errorf("bench chaos: %d acknowledged records lost, %d duplicated", total.lost, total.dup)
+		return fmt.Errorf("bench chaos: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -49,6 +50,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		fakeGPU       = f.String("fake-nvml", "DEEPSEED_FAKE_NVML", "", "replay this NVML capture instead of reading GPUs, for load tests")
 		fakeGPUs      = f.String("fake-gpus", "DEEPSEED_FAKE_GPUS", "0", "with --fake-nvml, show this many GPUs")
 		logLevel      = f.String("log-level", "DEEPSEED_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+		httpf         = addHTTPFlags(f, "hook")
 	)
 	f.setUsage("deepseed collect [flags]", `
 Run the node collector: sample every GPU through NVML and the host through
@@ -59,7 +61,12 @@ in batches, spool to --spool-dir while the server is away, and serve
 The spool directory defaults to $XDG_STATE_HOME/deepseed/spool, else
 ~/.local/state/deepseed/spool, so that any user can run the collector; as
 root it is /var/lib/deepseed/spool. The collector logs the directory it uses
-at start.`)
+at start.
+
+The hook receiver needs no token: keep it on loopback or a unix socket.
+What a client can make it hold is bounded by --max-body-bytes,
+--read-header-timeout, --body-timeout and --max-conns (each listener), as on
+the server (see docs/durability.md).`)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -96,6 +103,12 @@ at start.`)
 	maxBytes, maxRecords := num("spool-max-bytes", *spoolMax, 1), num("batch-max-records", *batchMax, 1)
 	sendBytes := num("batch-max-bytes", *batchBytes, 1024)
 	nFake := num("fake-gpus", *fakeGPUs, 0)
+	limits := httpf.parse(&errs)
+	var limitErrs []error
+	limits.Validate(func(field, value, msg string) {
+		limitErrs = append(limitErrs, &server.FieldError{Field: field, Value: value, Msg: msg})
+	})
+	errs = append(errs, unreportedFieldErrors(errors.Join(limitErrs...), errs)...)
 	if len(errs) > 0 {
 		return configError("collect", errs)
 	}
@@ -148,7 +161,7 @@ at start.`)
 		Interval: every, FastInterval: fast, CounterInterval: counters,
 		EnergyInterval: energyEvery, GPMInterval: gpmEvery, ProcessInterval: procEvery, SpoolDir: spool, SpoolMaxBytes: maxBytes, HostName: *hostName,
 		DCGMCompat: *dcgm, BatchMaxRecords: int(maxRecords), BatchMaxBytes: int(sendBytes), BatchMaxAge: maxAge, ProcRoot: *procRoot,
-		NVML: lib, Logger: log,
+		NVML: lib, Logger: log, HTTP: limits,
 	})
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)

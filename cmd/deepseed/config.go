@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/store"
 )
@@ -309,4 +310,43 @@ func wholeAtLeast(errs *[]error, name, v string, min int) int {
 		*errs = append(*errs, fmt.Errorf("--%s %q: want a whole number of at least %d", name, v, min))
 	}
 	return n
+}
+
+// httpFlags are the flags of an HTTP listener's limits, the same for
+// serve and collect (see httplimit.Limits).
+type httpFlags struct{ maxBody, readHeader, body, maxConns *string }
+
+// addHTTPFlags defines them; what names the bodies ("ingest", "hook").
+func addHTTPFlags(f *envFlags, what string) *httpFlags {
+	d := httplimit.Defaults()
+	return &httpFlags{
+		maxBody: f.String("max-body-bytes", "DEEPSEED_MAX_BODY_BYTES", strconv.FormatInt(d.MaxBodyBytes, 10),
+			"largest "+what+" body accepted, before and after decompression; larger ones get 413"),
+		readHeader: f.String("read-header-timeout", "DEEPSEED_READ_HEADER_TIMEOUT", d.ReadHeaderTimeout.String(),
+			"how long a client may take to send a request's headers; a slower one is disconnected"),
+		body: f.String("body-timeout", "DEEPSEED_BODY_TIMEOUT", d.BodyTimeout.String(),
+			"how long a client may take to send a request's body once its headers are in; a slower one gets 408 and is disconnected"),
+		maxConns: f.String("max-conns", "DEEPSEED_MAX_CONNS", strconv.Itoa(d.MaxConns),
+			"open connections each listener takes; one more is answered 503 with Retry-After and closed"),
+	}
+}
+
+// parse returns the limits, adding a field error for each value that is
+// not a number or a duration (Limits.Validate checks the ranges).
+func (h *httpFlags) parse(errs *[]error) httplimit.Limits {
+	var l httplimit.Limits
+	var err error
+	if l.MaxBodyBytes, err = strconv.ParseInt(*h.maxBody, 10, 64); err != nil {
+		*errs = append(*errs, &server.FieldError{Field: "max-body-bytes", Value: *h.maxBody, Msg: "want a whole number of bytes"})
+	}
+	if l.ReadHeaderTimeout, err = time.ParseDuration(*h.readHeader); err != nil {
+		*errs = append(*errs, &server.FieldError{Field: "read-header-timeout", Value: *h.readHeader, Msg: "want a duration such as 10s"})
+	}
+	if l.BodyTimeout, err = time.ParseDuration(*h.body); err != nil {
+		*errs = append(*errs, &server.FieldError{Field: "body-timeout", Value: *h.body, Msg: "want a duration such as 1m"})
+	}
+	if l.MaxConns, err = strconv.Atoi(*h.maxConns); err != nil {
+		*errs = append(*errs, &server.FieldError{Field: "max-conns", Value: *h.maxConns, Msg: "want a whole number"})
+	}
+	return l
 }

@@ -52,7 +52,14 @@ TimescaleDB when the extension is installed and preloaded; it logs which mode
 it runs in and, in plain PostgreSQL mode, why. With --retention it drops
 expired runs and samples hourly, in either mode.
 On SIGTERM or Ctrl-C it stops accepting requests, finishes those in flight
-and exits 0.`
+and exits 0.
+
+A write the database refuses for a reason that passes (disk full,
+read-only, too many connections) is answered 503 with Retry-After, and
+/readyz answers 503 until a write succeeds again. What a client can make
+the server hold is bounded by --max-body-bytes, --read-header-timeout,
+--body-timeout and --max-conns, never by what it announces (see
+docs/durability.md).`
 
 // Run implements command.
 func (c *ServeCommand) Run(ctx context.Context, args []string) error {
@@ -60,7 +67,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("serve")
 	listen := f.String("listen", "DEEPSEED_LISTEN", def.Listen, "address of the HTTP API, host:port or :port")
 	role := f.String("role", "DEEPSEED_ROLE", def.Role, "routes to serve: all, ingest (POST /ingest, /import) or query (the GET routes)")
-	maxBody := f.String("max-body-bytes", "DEEPSEED_MAX_BODY_BYTES", strconv.FormatInt(def.MaxBodyBytes, 10), "largest ingest body accepted, after decompression; larger ones get 413")
+	httpf := addHTTPFlags(f, "ingest")
 	straggler := f.String("straggler-pct", "DEEPSEED_STRAGGLER_PCT", strconv.FormatFloat(def.StragglerPct, 'g', -1, 64), "default margin past which GET /runs/{id}/ranks flags a straggler, in percent of the median busy time (its median lateness) or over the median step time when no lateness is recorded")
 	shutdown := f.String("shutdown-timeout", "DEEPSEED_SHUTDOWN_TIMEOUT", def.ShutdownTimeout.String(), "how long in-flight requests may run after SIGTERM")
 	retention := f.String("retention", "DEEPSEED_RETENTION", "0",
@@ -94,9 +101,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if cfg.Retention, err = server.ParseDuration(*retention); err != nil {
 		errs = append(errs, &server.FieldError{Field: "retention", Value: *retention, Msg: err.Error()})
 	}
-	if cfg.MaxBodyBytes, err = strconv.ParseInt(*maxBody, 10, 64); err != nil {
-		errs = append(errs, &server.FieldError{Field: "max-body-bytes", Value: *maxBody, Msg: "want a whole number of bytes"})
-	}
+	cfg.HTTP = httpf.parse(&errs)
 	if cfg.StragglerPct, err = strconv.ParseFloat(*straggler, 64); err != nil {
 		errs = append(errs, &server.FieldError{Field: "straggler-pct", Value: *straggler, Msg: "want a number"})
 	}

@@ -129,11 +129,22 @@ func AdminURL(t testing.TB) string {
 // database is dropped when the test ends.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return NewDatabaseIn(t, "")
+}
+
+// NewDatabaseIn is NewDatabase with the database's files in tablespace
+// (the server's default when ""), for tests that fill its disk.
+func NewDatabaseIn(t testing.TB, tablespace string) string {
+	t.Helper()
 	tpl := migratedTemplate(t)
 	name := "deepseed_test_" + randHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mustExec(t, ctx, adminURL, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tpl))
+	create := fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tpl)
+	if tablespace != "" {
+		create += " TABLESPACE " + tablespace
+	}
+	mustExec(t, ctx, adminURL, create)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -1,0 +1,235 @@
+package httplimit
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+)
+
+// Error is a request body refused: the status to answer and why, in words
+// a sender can act on.
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// ReadBody reads r's body into memory, gunzipping it when it says so or
+// when it starts with the gzip magic bytes (senders behind proxies lose
+// the header). The limit applies before and after decompression, so a
+// small gzip bomb is refused with 413 as surely as a large body.
+//
+// Memory follows what arrives, never what the request announces: a
+// Content-Length over the limit is refused before anything is read, and
+// one within it reserves nothing. A body not received within the
+// server's body timeout (see [Limits]) is answered 408.
+//
+// The body lives in pooled buffers: release hands them back, and the body
+// must not be used after it. A batch is a few hundred kilobytes, and
+// allocating (and zeroing, and collecting) that twice per request cost more
+// CPU than decompressing it.
+func ReadBody(r *http.Request, limit int64) (body []byte, release func(), err *Error) {
+	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge,
+		Msg: fmt.Sprintf("request body larger than %d bytes, nothing stored; send smaller batches", limit)}
+	if r.ContentLength > limit {
+		return nil, noRelease, tooLarge
+	}
+	rawBuf := getBuffer()
+	raw, rerr := readLimited(rawBuf, r.Body, limit)
+	if rerr != nil {
+		putBuffer(rawBuf)
+		return nil, noRelease, readError(rerr, tooLarge, "reading request body: ")
+	}
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	switch {
+	case enc == "gzip" || enc == "x-gzip" || bytes.HasPrefix(raw, []byte{0x1f, 0x8b}):
+		defer putBuffer(rawBuf)
+		zr, zerr := getGzipReader(raw)
+		if zerr != nil {
+			return nil, noRelease, &Error{Status: http.StatusBadRequest, Msg: "body is not valid gzip: " + zerr.Error()}
+		}
+		defer gzipReaders.Put(zr)
+		// A few decompressions at once: each may grow to the limit before
+		// it is known to be a bomb, and sixteen bombs at once must not
+		// take sixteen times that.
+		select {
+		case gunzipSlots <- struct{}{}:
+		case <-r.Context().Done():
+			return nil, noRelease, &Error{Status: StatusClientClosedRequest, Msg: "the client closed the request before its body was read"}
+		}
+		defer func() { <-gunzipSlots }()
+		outBuf := getBuffer()
+		out, gerr := readGzip(outBuf, zr, limit, gzipSizeHint(raw))
+		if gerr != nil {
+			putBuffer(outBuf)
+			return nil, noRelease, readError(gerr, tooLarge, "body is not valid gzip: ")
+		}
+		return out, func() { putBuffer(outBuf) }, nil
+	case enc == "" || enc == "identity":
+		return raw, func() { putBuffer(rawBuf) }, nil
+	default:
+		putBuffer(rawBuf)
+		return nil, noRelease, &Error{Status: http.StatusUnsupportedMediaType,
+			Msg: fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc)}
+	}
+}
+
+// readError turns a failed read into the answer: 413 past the limit, 408
+// when the body did not arrive in time, else 400 with what went wrong.
+func readError(err error, tooLarge *Error, prefix string) *Error {
+	var te *bodyTimeoutError
+	switch {
+	case errors.Is(err, errTooLarge):
+		return tooLarge
+	case errors.As(err, &te):
+		return &Error{Status: http.StatusRequestTimeout, Msg: te.Error() + "; nothing stored, send the request again"}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &Error{Status: http.StatusRequestTimeout, Msg: "request body not received in time; nothing stored, send the request again"}
+	}
+	return &Error{Status: http.StatusBadRequest, Msg: prefix + err.Error()}
+}
+
+func noRelease() {}
+
+var errTooLarge = errors.New("body too large")
+
+// maxPooledBuffer bounds the buffers kept for reuse, so that one huge
+// import does not pin its memory for good.
+const maxPooledBuffer = 8 << 20
+
+var (
+	buffers     sync.Pool // *bytes.Buffer
+	gzipReaders sync.Pool // *gzip.Reader
+)
+
+func getBuffer() *bytes.Buffer {
+	if b, ok := buffers.Get().(*bytes.Buffer); ok {
+		b.Reset()
+		return b
+	}
+	return new(bytes.Buffer)
+}
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuffer {
+		buffers.Put(b)
+	}
+}
+
+// getGzipReader returns a reader of the gzip stream z, reusing one whose
+// decompression tables are already allocated. The caller puts it back.
+func getGzipReader(z []byte) (*gzip.Reader, error) {
+	if zr, ok := gzipReaders.Get().(*gzip.Reader); ok {
+		if err := zr.Reset(bytes.NewReader(z)); err != nil {
+			gzipReaders.Put(zr)
+			return nil, err
+		}
+		return zr, nil
+	}
+	return gzip.NewReader(bytes.NewReader(z))
+}
+
+// readLimited reads r to its end into buf, failing with errTooLarge past
+// limit bytes. The buffer grows with what arrives: a client that
+// announces a large body and sends nothing holds next to nothing.
+func readLimited(buf *bytes.Buffer, r io.Reader, limit int64) ([]byte, error) {
+	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
+		return nil, err
+	}
+	if int64(buf.Len()) > limit {
+		return nil, errTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// gunzipSlots bounds the decompressions under way in the process.
+var gunzipSlots = make(chan struct{}, 4)
+
+// readGzip decompresses r into buf, failing with errTooLarge past limit
+// bytes. Its memory is bounded by about the limit: a body whose stream
+// declares its size (at most the limit) is read straight into a buffer of
+// that size; any other is read into slabs of gzipSlab bytes kept for reuse,
+// joined once it is known to fit. A bomb thus costs the slabs it filled,
+// which the next one reuses, instead of a buffer doubled again and again.
+func readGzip(buf *bytes.Buffer, r io.Reader, limit, hint int64) ([]byte, error) {
+	if hint > 0 && hint <= limit {
+		buf.Grow(int(hint) + bytes.MinRead)
+		b := buf.AvailableBuffer()[:0]
+		n, err := io.ReadFull(r, b[:hint+1])
+		switch {
+		case err == io.ErrUnexpectedEOF || err == io.EOF:
+			buf.Write(b[:n]) // in place: b is buf's own storage
+			return buf.Bytes(), nil
+		case err != nil:
+			return nil, err
+		}
+		// The stream is longer than it said: go on in slabs.
+		return readSlabs(buf, io.MultiReader(bytes.NewReader(b[:n]), r), limit)
+	}
+	return readSlabs(buf, r, limit)
+}
+
+const gzipSlab = 1 << 20
+
+var slabs = sync.Pool{New: func() any { b := make([]byte, gzipSlab); return &b }}
+
+func readSlabs(buf *bytes.Buffer, r io.Reader, limit int64) ([]byte, error) {
+	var held []*[]byte
+	defer func() {
+		for _, s := range held {
+			slabs.Put(s)
+		}
+	}()
+	var total int64
+	last := 0 // bytes used in the last slab
+	for {
+		if len(held) == 0 || last == gzipSlab {
+			held = append(held, slabs.Get().(*[]byte))
+			last = 0
+		}
+		s := *held[len(held)-1]
+		n, err := r.Read(s[last:])
+		last += n
+		total += int64(n)
+		if total > limit {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	buf.Grow(int(total))
+	for i, s := range held {
+		if i == len(held)-1 {
+			buf.Write((*s)[:last])
+		} else {
+			buf.Write(*s)
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// gzipSizeHint returns the uncompressed size a single-member gzip stream
+// records in its last four bytes. It is only a hint: the size is modulo
+// 4 GiB and a sender may lie, so readGzip bounds it by the limit and
+// still enforces the limit on what it reads. The compressed body it comes
+// from is already in memory, so a lie costs at most one buffer of the
+// limit for one of the few decompressions under way.
+func gzipSizeHint(z []byte) int64 {
+	if len(z) < 18 {
+		return 0
+	}
+	return int64(binary.LittleEndian.Uint32(z[len(z)-4:]))
+}
