@@ -21,6 +21,7 @@ import (
 // Defines values for AlertKind.
 const (
 	AlertKindDataStall     AlertKind = "data_stall"
+	AlertKindHang          AlertKind = "hang"
 	AlertKindIdleGpu       AlertKind = "idle_gpu"
 	AlertKindLossSpike     AlertKind = "loss_spike"
 	AlertKindNonFinite     AlertKind = "non_finite"
@@ -34,6 +35,8 @@ const (
 func (e AlertKind) Valid() bool {
 	switch e {
 	case AlertKindDataStall:
+		return true
+	case AlertKindHang:
 		return true
 	case AlertKindIdleGpu:
 		return true
@@ -474,6 +477,7 @@ func (e ListAlertsParamsState) Valid() bool {
 // Defines values for ListAlertsParamsKind.
 const (
 	ListAlertsParamsKindDataStall     ListAlertsParamsKind = "data_stall"
+	ListAlertsParamsKindHang          ListAlertsParamsKind = "hang"
 	ListAlertsParamsKindIdleGpu       ListAlertsParamsKind = "idle_gpu"
 	ListAlertsParamsKindLossSpike     ListAlertsParamsKind = "loss_spike"
 	ListAlertsParamsKindNonFinite     ListAlertsParamsKind = "non_finite"
@@ -487,6 +491,8 @@ const (
 func (e ListAlertsParamsKind) Valid() bool {
 	switch e {
 	case ListAlertsParamsKindDataStall:
+		return true
+	case ListAlertsParamsKindHang:
 		return true
 	case ListAlertsParamsKindIdleGpu:
 		return true
