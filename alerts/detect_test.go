@@ -131,8 +131,15 @@ func TestDetectHangTies(t *testing.T) {
 	if len(fs) != 1 || *fs[0].Rank != 2 || !strings.Contains(fs[0].Text, "rank 2 stopped first") {
 		t.Fatalf("firings %+v; want rank 2 named", fs)
 	}
-	// Every rank waiting on the same step: all of them are named.
-	hangs = append(hangs, hangReport{Rank: 2, Time: now, Step: 20, InCollective: true, Collective: "all_reduce", HasCollectives: true})
+	// Every rank waiting on the same step: the one that entered the fewest
+	// collectives is the one the others wait for; a tie names them all.
+	hangs[1].Seq, hangs[0].Seq = 362, 381
+	hangs = append(hangs, hangReport{Rank: 2, Time: now, Step: 20, InCollective: true, Collective: "all_reduce", HasCollectives: true, Seq: 381})
+	fs = detectHang(hangs, byRank)
+	if len(fs) != 1 || *fs[0].Rank != 1 || !strings.Contains(fs[0].Text, "rank 1 stopped first") {
+		t.Fatalf("firings %+v; want rank 1 named", fs)
+	}
+	hangs[1].Seq = 381
 	fs = detectHang(hangs, byRank)
 	if len(fs) != 1 || *fs[0].Rank != 0 || !strings.Contains(fs[0].Text, "ranks 0, 1, 2 stopped first") {
 		t.Fatalf("firings %+v; want ranks 0, 1, 2 named", fs)

@@ -19,7 +19,11 @@ import (
 // events newer than its newest step and names the rank(s) that stopped
 // first: the lowest step any rank is on (a rank that sent no event is on
 // the step after its newest); among ranks on that step, those not left
-// waiting inside a collective, which are the ones the others wait for.
+// waiting inside a collective, which are the ones the others wait for;
+// when all of them wait, those that entered the fewest collectives (the
+// hook numbers the collectives of a run's steps, the same on every rank of
+// a job whose ranks issue the same collectives in the same order, as DDP,
+// FSDP and ZeRO do): the others wait for them to catch up.
 
 // HangEventType is the type of the hook's hang events.
 const HangEventType = "hang"
@@ -33,6 +37,7 @@ type hangReport struct {
 	Collective     string // that collective's name
 	Reason         string
 	HasCollectives bool
+	Seq            int64 // the number of that collective among the run's
 }
 
 // hangText is what the detector reads of a hang event's text.
@@ -41,6 +46,7 @@ type hangText struct {
 	Step           *int64 `json:"step"`
 	LastCollective *struct {
 		Name      string `json:"name"`
+		Seq       int64  `json:"seq"`
 		Completed *bool  `json:"completed"`
 	} `json:"last_collective"`
 }
@@ -68,7 +74,7 @@ func recentHangs(ctx context.Context, q querier, runID string, after time.Time) 
 				h.Step = *t.Step
 			}
 			if c := t.LastCollective; c != nil {
-				h.HasCollectives, h.Collective = true, c.Name
+				h.HasCollectives, h.Collective, h.Seq = true, c.Name, c.Seq
 				h.InCollective = c.Completed != nil && !*c.Completed
 			}
 		}
@@ -136,7 +142,15 @@ func detectHang(hangs []hangReport, byRank map[int][]stepRow) []firing {
 		}
 	}
 	if len(first) == 0 {
-		first = waiting
+		fewest := at[waiting[0]].report.Seq
+		for _, r := range waiting {
+			fewest = min(fewest, at[r].report.Seq)
+		}
+		for _, r := range waiting {
+			if at[r].report.Seq == fewest {
+				first = append(first, r)
+			}
+		}
 	}
 	var parts []string
 	for _, r := range ranks {
@@ -146,7 +160,7 @@ func detectHang(hangs []hangReport, byRank map[int][]stepRow) []firing {
 		case w.report == nil:
 			s += " (no hang report: its newest step is " + fmt.Sprint(w.step-1) + ")"
 		case w.report.InCollective:
-			s += ", waiting in " + w.report.Collective
+			s += fmt.Sprintf(", waiting in %s (its collective %d)", w.report.Collective, w.report.Seq)
 		case w.report.HasCollectives:
 			s += ", outside any collective (its last, " + w.report.Collective + ", completed)"
 		}

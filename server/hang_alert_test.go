@@ -11,9 +11,9 @@ import (
 )
 
 // hangLine is a hang event as the hook's watchdog sends it.
-func hangLine(run string, rank, step int, at time.Time, collective string, completed bool) string {
+func hangLine(run string, rank, step int, at time.Time, collective string, completed bool, seq int) string {
 	text, _ := json.Marshal(map[string]any{"reason": "stalled", "rank": rank, "step": step, "in_step": true,
-		"last_collective": map[string]any{"name": collective, "seq": 40, "step": step, "completed": completed},
+		"last_collective": map[string]any{"name": collective, "seq": seq, "step": step, "completed": completed},
 		"threads":         []map[string]string{{"name": "MainThread", "stack": "  File \"train.py\", line 9, in <module>\n"}}})
 	return fmt.Sprintf(`{"kind":"event","run_id":%q,"rank":%d,"step":%d,"time":%q,"type":"hang","text":%q}`,
 		run, rank, step, at.UTC().Format(time.RFC3339Nano), text)
@@ -21,7 +21,8 @@ func hangLine(run string, rank, step int, at time.Time, collective string, compl
 
 // Rank 1 stopped inside a collective at step 20 that rank 0 never joined;
 // rank 0's host went on to step 25 before it too waited. The hang alert
-// names rank 1, and resolves when steps come again.
+// names rank 1, and resolves when steps come again. Then both stop on one
+// step, rank 1 after fewer collectives: it is named again.
 func TestAlertHangNamesTheRankThatStoppedFirst(t *testing.T) {
 	r := alertServer(t)
 	t0 := time.Now().Add(-2 * time.Minute)
@@ -32,8 +33,8 @@ func TestAlertHangNamesTheRankThatStoppedFirst(t *testing.T) {
 		}
 	}
 	at := t0.Add(50 * time.Second)
-	lines = append(lines, hangLine("hung", 1, 20, at, "all_reduce", false),
-		hangLine("hung", 0, 25, at.Add(time.Second), "all_reduce (DDP)", false))
+	lines = append(lines, hangLine("hung", 1, 20, at, "all_reduce", false, 362),
+		hangLine("hung", 0, 25, at.Add(time.Second), "all_reduce (DDP)", false, 400))
 	ingestLines(t, r, lines)
 	a := lifecycle(t, r, "hung", api.AlertHang, func() {
 		var more []string
@@ -53,6 +54,15 @@ func TestAlertHangNamesTheRankThatStoppedFirst(t *testing.T) {
 			t.Errorf("hang alert text %q lacks %q", a.Text, want)
 		}
 	}
+
+	at = at.Add(time.Minute)
+	ingestLines(t, r, []string{hangLine("hung", 0, 23, at, "all_reduce (DDP)", false, 381),
+		hangLine("hung", 1, 23, at, "all_reduce", false, 362)})
+	waitFor(t, "the second hang alert", func() bool { return len(listAlerts(t, r, "run_id=hung&kind=hang&state=open")) == 1 })
+	b := listAlerts(t, r, "run_id=hung&kind=hang&state=open")[0]
+	if b.Rank == nil || *b.Rank != 1 || !strings.Contains(b.Text, "rank 1 stopped first") {
+		t.Fatalf("second hang alert names rank %v: %s; want rank 1", b.Rank, b.Text)
+	}
 }
 
 // A hang event older than the run's newest step is history: no alert.
@@ -61,7 +71,7 @@ func TestAlertHangNamesTheRankThatStoppedFirst(t *testing.T) {
 func TestAlertHangIgnoresEventsBeforeTheNewestStep(t *testing.T) {
 	r := alertServer(t)
 	t0 := time.Now().Add(-2 * time.Minute)
-	lines := []string{hangLine("resumed", 0, 3, t0.Add(3*time.Second), "all_reduce", false)}
+	lines := []string{hangLine("resumed", 0, 3, t0.Add(3*time.Second), "all_reduce", false, 40)}
 	for step := 1; step <= 10; step++ {
 		loss := "2.5"
 		if step == 10 {
