@@ -198,9 +198,13 @@ class Run:
         if threading.current_thread() is not threading.main_thread():
             return
         try:
-            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-                return
+            cur = signal.getsignal(signal.SIGTERM)
         except Exception:
+            return
+        if getattr(cur, "deepseed_handler", False):  # an earlier run's: it serves this one too
+            self._own_sigterm = True
+            return
+        if cur is not signal.SIG_DFL:
             return
 
         def on_term(signum, frame):
@@ -218,6 +222,7 @@ class Run:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
 
+        on_term.deepseed_handler = True
         try:
             signal.signal(signal.SIGTERM, on_term)
             self._own_sigterm = True

@@ -81,6 +81,8 @@ STUCK = textwrap.dedent("""
     import ctypes, os, signal, sys
     sys.path.insert(0, %(hook)r)
     import deepseed
+    # A run before it, as in a sweep: the SIGTERM handler is the first run's.
+    deepseed.init(project="hang", run_id="hang0", file=%(path)r + ".0", layer_every=0).finish()
     run = deepseed.init(project="hang", run_id="hang3", file=%(path)r, layer_every=0)
     run.log_step(1, loss=1.0)
     run._sender.flush()
