@@ -13,11 +13,14 @@ The functions of torch.distributed that FSDP (FSDP2's ``fully_shard`` and
 FSDP1) and DeepSpeed ZeRO call are wrapped once per process; outside a
 watched step the wrapper only passes the call on.
 
-The compute stream's waits are timed where they are made: FSDP and ZeRO
-make the compute stream wait for an all-gather or a reduce-scatter with
+The compute stream's waits are timed where they are made: FSDP makes the
+compute stream wait for an all-gather or a reduce-scatter with
 ``Stream.wait_event`` / ``wait_stream``, both of which end in
-``torch.cuda.Event.wait``. An event on the compute stream before the wait
-and one after it span exactly the time that stream stood still. DDP's wait,
+``torch.cuda.Event.wait``; DeepSpeed ZeRO-3 waits on the work an
+asynchronous all-gather returned (``Work.wait``, which makes the current
+stream wait). An event on the compute stream before the wait and one after
+it span exactly the time that stream stood still. Waits on other streams,
+and the waits inside a timed collective, pass straight through. DDP's wait,
 at the end of the backward, is the synchronisation window the watcher
 already measures (``sync_wait_ms``); waits inside that window are not timed
 twice.
@@ -96,6 +99,20 @@ def _install(dist):
     if ev is not None and hasattr(ev, "wait"):
         _orig["Event.wait"] = ev.wait
         ev.wait = _timed_wait(ev.wait)
+    work = getattr(dist, "Work", None)
+    if work is not None and hasattr(work, "wait"):
+        orig = work.wait
+        try:
+            work.wait = _timed_work_wait(orig)
+            _orig["Work.wait"] = orig
+        except (TypeError, AttributeError):  # a class that takes no attribute: untimed
+            pass
+
+
+def _wait_work(work):
+    """Waits on a collective's work without timing the wait."""
+    f = _orig.get("Work.wait")
+    return f(work) if f is not None else work.wait()
 
 
 def _timed(fn):
@@ -115,6 +132,16 @@ def _timed_wait(fn):
         if p is None or p.watcher.cur is None:
             return fn(event, stream)
         return p.wait(fn, event, stream)
+    return wait
+
+
+def _timed_work_wait(fn):
+    @functools.wraps(fn)
+    def wait(work, *args, **kwargs):
+        p = _probe
+        if p is None or p.watcher.cur is None or getattr(_tls, "depth", 0):
+            return fn(work, *args, **kwargs)
+        return p.timed_wait(None, fn, work, *args, **kwargs)
     return wait
 
 
@@ -205,7 +232,7 @@ class CommProbe:
             # An asynchronous call: the side stream waits on the work,
             # which leaves the caller's streams as they were.
             with torch.cuda.stream(self._side):
-                out.wait()
+                _wait_work(out)
             e1 = self._record(self._side)
         else:
             e1 = self._record(stream)
@@ -240,7 +267,7 @@ class CommProbe:
         if pre is not None:
             e0 = self._start(pre)
             with torch.cuda.stream(self._side):
-                work.wait()
+                _wait_work(work)
             e1 = self._record(self._side)
             s.coll.append((e0, e1))
             self._free.append(pre)
@@ -259,17 +286,22 @@ class CommProbe:
         return stream == pool.stream
 
     def wait(self, fn, event, stream):
+        return self.timed_wait(stream, fn, event, stream)
+
+    def timed_wait(self, stream, fn, *args, **kwargs):
+        """Calls fn (a wait of stream, None: the current one), spanned by
+        two events when that is the compute stream."""
         cur = self.watcher.cur
         s = self._spans()
         if s is None or len(s.waits) >= MAX_SPANS or not self._is_compute(stream):
-            return fn(event, stream)
+            return fn(*args, **kwargs)
         if cur.bwd and cur.bwd[-1][1] is not None and cur.sync_end is None and cur.opt is None:
             # Inside the end-of-backward window the watcher times whole.
-            return fn(event, stream)
+            return fn(*args, **kwargs)
         phase = "f" if cur.fwd_open else ("b" if cur.bwd_open else "o")
         rec_on = stream if stream is not None else (self.watcher.pool.stream if self.cuda else None)
         e0 = self._record(rec_on)
-        out = fn(event, stream)
+        out = fn(*args, **kwargs)
         s.waits.append((phase, e0, self._record(rec_on)))
         return out
 

@@ -27,6 +27,8 @@ BWD_WAIT, BWD, REDUCE_SCATTER, OPT = 4.0, 20.0, 3.0, 1.0
 # A wait of another stream (the all-gather stream on its copy-in): host
 # time here, as everything is, but no wait of the compute stream.
 SIDE_WAIT = 7.0
+# What the compute stream waits on an asynchronous all-gather's work (ZeRO-3).
+ZERO_WAIT = 6.0
 
 
 class Clock:
@@ -64,9 +66,25 @@ class CommTest(unittest.TestCase):
             def wait(self, stream=None):
                 clock.advance(self.delay_ms)
 
-        self.Event = Event
+        class Work:
+            """An asynchronous collective's work: waiting on it is the
+            current stream waiting until the collective is done."""
+
+            def __init__(self, ms):
+                self.ms = ms
+
+            def wait(self):
+                clock.advance(self.ms)
+                return True
+
+        def async_gather(*args, async_op=False, **kwargs):
+            if async_op:
+                return Work(ZERO_WAIT)
+            clock.advance(ALL_GATHER)
+
+        self.Event, self.Work = Event, Work
         self.torch.distributed = types.SimpleNamespace(
-            is_available=lambda: True, is_initialized=lambda: False,
+            is_available=lambda: True, is_initialized=lambda: False, Work=Work, all_gather=async_gather,
             all_gather_into_tensor=collective(ALL_GATHER), reduce_scatter_tensor=collective(REDUCE_SCATTER))
         self.torch.cuda = types.SimpleNamespace(is_available=lambda: False, Event=Event)
         env = mock.patch.dict(os.environ, {"WORLD_SIZE": "2", "RANK": "0"})
@@ -187,6 +205,32 @@ class CommTest(unittest.TestCase):
             self.assertIn("sync_ns", s)
             self.assertEqual(s["comm_exposed_ms"], s["sync_wait_ms"])
             self.assertNotIn("comm_ms", s)
+
+    def test_zero3_waits_on_asynchronous_work_are_exposed(self):
+        # ZeRO-3 gathers the next layer's parameters asynchronously and waits
+        # on the work before using them.
+        torch, dist, clock = self.torch, self.torch.distributed, self.clock
+
+        def forward(x):
+            work = dist.all_gather(None, None, async_op=True)
+            clock.advance(FWD)
+            work.wait()
+            return torch.Tensor(1.0, requires_grad=True)
+
+        model = torch.nn.Module(forward=forward)
+        opt = torch.optim.Optimizer(model.parameters())
+        run = deepseed.init(project="comm", run_id="comm4", file=self.path, handle_signals=False, layer_every=0)
+        run.watch(model, optimizer=opt, grad_norm_every=0, background_read=False, phase_every=1)
+        for _ in range(3):
+            model(torch.Tensor(0.0, (4, 8))).backward_reached()
+            clock.advance(BWD)
+            opt.step()
+        self.Work(1.0).wait()  # outside a step: not timed
+        for s in self.steps(run):
+            self.assertEqual(s["comm_exposed_ms"], ZERO_WAIT)
+            self.assertEqual(s["forward_ms"], FWD)
+            self.assertEqual(s["sync_wait_ms"], ZERO_WAIT)
+            self.assertNotIn("sync_ns", s)
 
     def test_union_counts_overlap_once(self):
         from deepseed.comm import union_ms
