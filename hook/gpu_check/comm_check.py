@@ -15,6 +15,10 @@ width 1024, random weights, synthetic tokens):
     fsdp2-host    the same with 30 ms of host sleep on rank 1 instead
     fsdp2-control nothing planted
     fsdp1-gpu     FullyShardedDataParallel, blocks wrapped, ~30 ms of GPU work
+    zero3-gpu     (--runs, with --deepspeed-path) DeepSpeed ZeRO-3, bf16,
+                  overlap_comm, ~30 ms of GPU work on rank 1
+    zero3-control the same, nothing planted, with DeepSpeed's own timers on
+                  (wall_clock_breakdown) to compare with
     hang          (--hang) DDP; at step 20 rank 1 enters an all-reduce of a
                   second process group that rank 0 never joins and waits
                   for its result; the launcher sends SIGTERM after
@@ -24,10 +28,19 @@ Steps 30-39 of every run are also recorded by torch.profiler on each rank;
 the union of its NCCL kernels' spans is compared with the sum of the hook's
 comm_ms over the same steps.
 
-Device side:
+Device side (results/comm_check_h200x2.json came from the first line,
+results/comm_check_gpubound_h200x2.json from the second):
 
-    python3 hook/gpu_check/comm_check.py --collector .gpu/deepseed --out $OUT/comm_check.json \\
+    python3 hook/gpu_check/comm_check.py --hang --collector .device/deepseed --out $OUT/comm_check.json \\
         --records $OUT/comm_records.ndjson.gz
+    python3 hook/gpu_check/comm_check.py --runs fsdp2-control,fsdp2-gpu,zero3-control,zero3-gpu --seq 1024 \\
+        --deepspeed-path .device/ds --deepspeed-deps .device/pylib --collector .device/deepseed ...
+
+DeepSpeed is not installed on the GPU machine: --deepspeed-path is a folder
+holding the source of a release (deepspeed/, its op_builder and accelerator
+copied in place of their links), --deepspeed-deps one with the pure-Python
+packages it imports that the machine lacks (pydantic 1.10, py-cpuinfo, and
+an hjson module giving json's load/loads: the config goes as a dict).
 
 Server side (a running `deepseed serve`):
 
