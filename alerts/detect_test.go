@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,3 +117,34 @@ func TestDetectNonFiniteNamesWhereTheStreakBegan(t *testing.T) {
 }
 
 func nanValue() float64 { return math.NaN() }
+
+func TestDetectHangTies(t *testing.T) {
+	now := time.Now()
+	flat := func(int) float64 { return 1 }
+	byRank := map[int][]stepRow{0: steps(0, 19, now, 100, 5, flat), 1: steps(1, 19, now, 100, 5, flat),
+		2: steps(2, 19, now, 100, 5, flat)}
+	// Ranks 0 and 1 wait inside the step-20 all-reduce; rank 2 sent nothing
+	// (its process died after step 19): rank 2 is the one they wait for.
+	hangs := []hangReport{{Rank: 0, Time: now, Step: 20, InCollective: true, Collective: "all_reduce", HasCollectives: true},
+		{Rank: 1, Time: now, Step: 20, InCollective: true, Collective: "all_reduce", HasCollectives: true}}
+	fs := detectHang(hangs, byRank)
+	if len(fs) != 1 || *fs[0].Rank != 2 || !strings.Contains(fs[0].Text, "rank 2 stopped first") {
+		t.Fatalf("firings %+v; want rank 2 named", fs)
+	}
+	// Every rank waiting on the same step: the one that entered the fewest
+	// collectives is the one the others wait for; a tie names them all.
+	hangs[1].Seq, hangs[0].Seq = 362, 381
+	hangs = append(hangs, hangReport{Rank: 2, Time: now, Step: 20, InCollective: true, Collective: "all_reduce", HasCollectives: true, Seq: 381})
+	fs = detectHang(hangs, byRank)
+	if len(fs) != 1 || *fs[0].Rank != 1 || !strings.Contains(fs[0].Text, "rank 1 stopped first") {
+		t.Fatalf("firings %+v; want rank 1 named", fs)
+	}
+	hangs[1].Seq = 381
+	fs = detectHang(hangs, byRank)
+	if len(fs) != 1 || *fs[0].Rank != 0 || !strings.Contains(fs[0].Text, "ranks 0, 1, 2 stopped first") {
+		t.Fatalf("firings %+v; want ranks 0, 1, 2 named", fs)
+	}
+	if fs := detectHang(nil, byRank); len(fs) != 0 {
+		t.Fatalf("no hang events fired %+v", fs)
+	}
+}

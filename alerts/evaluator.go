@@ -143,6 +143,11 @@ func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, runnin
 		return err
 	}
 	fs = append(fs, detectStragglers(cfg, newest, scored)...)
+	hangs, err := recentHangs(ctx, q, runID, newestStepTime(byRank))
+	if err != nil {
+		return err
+	}
+	fs = append(fs, detectHang(hangs, byRank)...)
 	if running {
 		gpus, err := recentGPUs(ctx, q, runID, cfg)
 		if err != nil {

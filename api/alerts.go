@@ -13,11 +13,12 @@ const (
 	AlertRankStopped   = "rank_stopped"
 	AlertDataStall     = "data_stall"
 	AlertStraggler     = "straggler"
+	AlertHang          = "hang"
 )
 
 // AlertKinds lists every alert kind.
 var AlertKinds = []string{AlertNonFinite, AlertOverflowStorm, AlertLossSpike, AlertIdleGPU,
-	AlertStalled, AlertRankStopped, AlertDataStall, AlertStraggler}
+	AlertStalled, AlertRankStopped, AlertDataStall, AlertStraggler, AlertHang}
 
 // Alert is one firing of a detector on a run: open while its condition
 // holds (ResolvedAt null), resolved when it clears.

@@ -302,7 +302,7 @@ func validate(rec Record) *RecordError {
 			name string
 			val  *Float
 		}{{"step_ms", s.StepMS}, {"forward_ms", s.ForwardMS}, {"backward_ms", s.BackwardMS}, {"optimizer_ms", s.OptimizerMS}, {"comm_ms", s.CommMS}, {"data_ms", s.DataMS},
-			{"sync_wait_ms", s.SyncWaitMS}, {"input_wait_ms", s.InputWaitMS}} {
+			{"comm_exposed_ms", s.CommExposedMS}, {"sync_wait_ms", s.SyncWaitMS}, {"input_wait_ms", s.InputWaitMS}} {
 			if f.val != nil && float64(*f.val) < 0 {
 				v.fail(f.name, "negative duration")
 			}

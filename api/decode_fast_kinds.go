@@ -130,6 +130,8 @@ func (d *fastDecoder) step(more bool) (Record, bool) {
 			fp = &s.OptimizerMS
 		case "comm_ms":
 			fp = &s.CommMS
+		case "comm_exposed_ms":
+			fp = &s.CommExposedMS
 		case "data_ms":
 			fp = &s.DataMS
 		case "gpu_util_pct":

@@ -245,6 +245,10 @@ type Breakdown struct {
 	Steps    int64           `json:"steps"`   // rows averaged
 	StepMS   Float           `json:"step_ms"` // mean step time
 	Parts    []BreakdownPart `json:"parts"`   // forward, backward, optimizer, communication, data, other
+	// CommMS is the mean time a collective was in flight, hidden under
+	// compute or not; the communication part is the exposed share of it
+	// (comm_exposed_ms) where the sender measured that. Null when unknown.
+	CommMS *Float `json:"comm_ms"`
 }
 
 // BreakdownPart is one slice of the donut. Shares sum to 100.
@@ -366,10 +370,15 @@ type CompareRow struct {
 	StepTimeS   *Float `json:"step_time_s"`
 	StepsPerS   *Float `json:"steps_per_s"`
 	SamplesPerS *Float `json:"samples_per_s"`
-	TFLOPS      *Float `json:"tflops"` // mean achieved model TFLOP/s per GPU
-	MFU         *Float `json:"mfu"`    // mean model FLOPs utilisation, 0..1
-	FinalLoss   *Float `json:"final_loss"`
-	BestEvalAcc *Float `json:"best_eval_accuracy"`
+	// CommMS is the mean time per step a collective was in flight,
+	// CommExposedMS the mean time per step the compute stream waited on
+	// communication, both over the ranks (docs/ranks.md).
+	CommMS        *Float `json:"comm_ms"`
+	CommExposedMS *Float `json:"comm_exposed_ms"`
+	TFLOPS        *Float `json:"tflops"` // mean achieved model TFLOP/s per GPU
+	MFU           *Float `json:"mfu"`    // mean model FLOPs utilisation, 0..1
+	FinalLoss     *Float `json:"final_loss"`
+	BestEvalAcc   *Float `json:"best_eval_accuracy"`
 	// WastedGPUH is Wasted.Total, a figure delta_pct compares.
 	WastedGPUH *Float          `json:"wasted_gpu_h"`
 	Wasted     *WastedGPUHours `json:"wasted"`

@@ -137,7 +137,11 @@ type Step struct {
 	ForwardMS     *Float `json:"forward_ms,omitempty"`
 	BackwardMS    *Float `json:"backward_ms,omitempty"`
 	OptimizerMS   *Float `json:"optimizer_ms,omitempty"`
+	// CommMS is the time at least one of the step's collectives was in
+	// flight; CommExposedMS the part of the step the compute stream spent
+	// waiting on communication (not hidden under compute).
 	CommMS        *Float `json:"comm_ms,omitempty"`
+	CommExposedMS *Float `json:"comm_exposed_ms,omitempty"`
 	DataMS        *Float `json:"data_ms,omitempty"`
 	GPUUtilPct    *Float `json:"gpu_util_pct,omitempty"`
 	GPUMemUsedGB  *Float `json:"gpu_mem_used_gb,omitempty"`

@@ -56,6 +56,7 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Announcements stay here; the rest is forwarded as the hook wrote it.
 	fwd := raws[:0]
+	var extra [][]byte
 	for i, rec := range recs {
 		if rec.Process != nil {
 			c.reg.announce(rec.Process)
@@ -63,7 +64,15 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		fwd = append(fwd, raws[i])
+		if ev := rec.Event; ev != nil && ev.Type == HangEventType {
+			if b := c.hangGPUs(ev); b != nil {
+				extra = append(extra, b)
+			}
+		}
 	}
+	// Added after the loop: fwd shares raws' array, whose next records
+	// the loop still reads.
+	fwd = append(fwd, extra...)
 	// Acknowledged means on disk: the records are written and synced to
 	// the spool (with those of the requests arriving meanwhile) before the
 	// answer. A spool that cannot take them answers 503, and the hook keeps
@@ -132,4 +141,41 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeJSONError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// HangEventType is the type of the hook's hang report (hook/deepseed/hang.py);
+// HangGPUsEventType that of the snapshot the collector sends beside it.
+const (
+	HangEventType     = "hang"
+	HangGPUsEventType = "hang_gpus"
+)
+
+// hangGPUs is an event beside a rank's hang report, on its run, rank and
+// step: the newest reading of each of this node's GPUs as the last sample
+// has it (utilisation, memory, clocks, power, temperature, throttle
+// reasons, XIDs, ECC and remapped rows, the processes on it), as JSON
+// {"host": ..., "gpus": [GPU record, ...]}. Nil without GPU sampling.
+func (c *Collector) hangGPUs(ev *api.Event) []byte {
+	c.snapMu.Lock()
+	gpus := make([]api.GPU, 0, len(c.gpus))
+	for _, g := range c.gpus {
+		gpus = append(gpus, g.rec)
+	}
+	c.snapMu.Unlock()
+	if len(gpus) == 0 {
+		return nil
+	}
+	text, err := json.Marshal(struct {
+		Host string    `json:"host"`
+		GPUs []api.GPU `json:"gpus"`
+	}{c.cfg.HostName, gpus})
+	if err != nil {
+		return nil
+	}
+	b, err := json.Marshal(&api.Event{Kind: api.KindEvent, RunID: ev.RunID, Time: api.T(c.now()), Step: ev.Step,
+		Rank: ev.Rank, Type: HangGPUsEventType, Text: string(text)})
+	if err != nil {
+		return nil
+	}
+	return b
 }

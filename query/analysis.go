@@ -48,6 +48,7 @@ func (h *Handler) breakdown(ctx context.Context, c echo.Context) (any, error) {
 	a := agg[0]
 	out.FromStep, out.ToStep, out.Steps = a.FirstStep, a.LastStep, a.Rows
 	out.Parts = breakdownParts(a)
+	out.CommMS = fp(a.CommMS)
 	total := 0.0
 	for _, p := range out.Parts {
 		total += float64(p.MS)
@@ -62,6 +63,10 @@ func (h *Handler) breakdown(ctx context.Context, c echo.Context) (any, error) {
 // breakdownParts splits the mean step time into the named parts and
 // "other" (step minus the named parts, never negative); shares are of the
 // larger of the step time and the parts' total, so they sum to 100.
+// Communication is the exposed communication (comm_exposed_ms) where the
+// sender measured it: total collective time overlaps compute and would be
+// counted twice. A sender that gives comm_ms alone (DeepSpeed's timers, an
+// import) has it as communication.
 func breakdownParts(a store.SteadyRank) []api.BreakdownPart {
 	val := func(p *float64) float64 {
 		if p == nil || !finite(*p) || *p < 0 {
@@ -70,7 +75,11 @@ func breakdownParts(a store.SteadyRank) []api.BreakdownPart {
 		return *p
 	}
 	names := []string{"forward", "backward", "optimizer", "communication", "data"}
-	ms := []float64{val(a.ForwardMS), val(a.BackwardMS), val(a.OptimizerMS), val(a.CommMS), val(a.DataMS)}
+	comm := a.CommMS
+	if a.CommExposedMS != nil {
+		comm = a.CommExposedMS
+	}
+	ms := []float64{val(a.ForwardMS), val(a.BackwardMS), val(a.OptimizerMS), val(comm), val(a.DataMS)}
 	named := 0.0
 	for _, v := range ms {
 		named += v

@@ -18,7 +18,7 @@ import (
 
 // compareFigures names the figures of a compare row, as in delta_pct.
 var compareFigures = []string{"gpu_mem_peak_mb", "gpu_mem_mean_mb", "gpu_mem_alloc_peak_mb", "gpu_util_pct", "cpu_util_pct", "step_time_s",
-	"steps_per_s", "samples_per_s", "tflops", "mfu", "final_loss", "best_eval_accuracy", "wasted_gpu_h"}
+	"steps_per_s", "samples_per_s", "comm_ms", "comm_exposed_ms", "tflops", "mfu", "final_loss", "best_eval_accuracy", "wasted_gpu_h"}
 
 func figureOf(row *api.CompareRow, name string) *api.Float {
 	switch name {
@@ -38,6 +38,10 @@ func figureOf(row *api.CompareRow, name string) *api.Float {
 		return row.StepsPerS
 	case "samples_per_s":
 		return row.SamplesPerS
+	case "comm_ms":
+		return row.CommMS
+	case "comm_exposed_ms":
+		return row.CommExposedMS
 	case "tflops":
 		return row.TFLOPS
 	case "mfu":
@@ -272,6 +276,8 @@ func fillSteady(row *api.CompareRow, agg []store.SteadyRank, m api.RunMeta) {
 		sps = &v
 	}
 	row.SamplesPerS = fp(sps)
+	row.CommMS = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.CommMS }))
+	row.CommExposedMS = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.CommExposedMS }))
 	// Per GPU: the mean over ranks, each rank's own GPU.
 	row.TFLOPS = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.TFLOPS }))
 	row.MFU = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.MFU }))

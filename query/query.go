@@ -265,7 +265,7 @@ func scale(v *float64, k float64) *float64 {
 
 // metricUnits gives the unit of each built-in metric.
 var metricUnits = map[string]string{
-	"step_ms": "ms", "forward_ms": "ms", "backward_ms": "ms", "optimizer_ms": "ms", "comm_ms": "ms", "data_ms": "ms",
+	"step_ms": "ms", "forward_ms": "ms", "backward_ms": "ms", "optimizer_ms": "ms", "comm_ms": "ms", "comm_exposed_ms": "ms", "data_ms": "ms",
 	"gpu_util_pct": "percent", "cpu_util_pct": "percent", "gpu_mem_used_gb": "GB", "gpu_mem_peak_gb": "GB",
 	"gpu_mem_reserved_gb": "GB", "throughput_sps": "samples/s", "throughput_tps": "tokens/s", "samples": "samples",
 	"tokens": "tokens", "epoch": "epoch", "tflops": "TFLOP/s", "mfu": "ratio",

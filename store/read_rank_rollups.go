@@ -30,7 +30,7 @@ const ExactRankRows = 5000
 const RawRankSteps = 2000
 
 // rankRollupMetrics are the metrics RankRollups reads.
-var rankRollupMetrics = []string{"step", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms",
+var rankRollupMetrics = []string{"step", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "comm_exposed_ms", "data_ms",
 	"gpu_util_pct", "cpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb", "throughput_sps",
 	"tflops", "mfu", "sync_wait_ms", "input_wait_ms", "busy_ms", "lateness_ms", "last_arrival"}
 
@@ -146,6 +146,7 @@ func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyR
 		v, r := vals[i], &out[i]
 		r.StepMS, r.ForwardMS, r.BackwardMS = mean(v, "step_ms"), mean(v, "forward_ms"), mean(v, "backward_ms")
 		r.OptimizerMS, r.CommMS, r.DataMS = mean(v, "optimizer_ms"), mean(v, "comm_ms"), mean(v, "data_ms")
+		r.CommExposedMS = mean(v, "comm_exposed_ms")
 		r.MedianStepMS = r.StepMS
 		r.GPUUtil, r.CPUUtil, r.GPUMemGB = mean(v, "gpu_util_pct"), mean(v, "cpu_util_pct"), mean(v, "gpu_mem_used_gb")
 		r.PeakGPUMemGB = peak(v, "gpu_mem_used_gb", "gpu_mem_peak_gb")

@@ -23,7 +23,7 @@ var StepMetrics = []string{
 	"throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms",
 	"optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
 	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu",
-	"sync_wait_ms", "input_wait_ms",
+	"sync_wait_ms", "input_wait_ms", "comm_exposed_ms",
 }
 
 // IsStepMetric reports whether name is a built-in step metric.

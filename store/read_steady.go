@@ -88,9 +88,11 @@ type SteadyRank struct {
 	FirstStep, LastStep                        int64
 	FirstTime, LastTime                        time.Time
 	StepMS, ForwardMS, BackwardMS, OptimizerMS *float64
-	CommMS, DataMS                             *float64
-	MedianStepMS, P95StepMS                    *float64
-	GPUUtil, CPUUtil, GPUMemGB, PeakGPUMemGB   *float64
+	// CommMS is the mean time a collective was in flight, CommExposedMS
+	// the mean time the compute stream waited on communication.
+	CommMS, CommExposedMS, DataMS            *float64
+	MedianStepMS, P95StepMS                  *float64
+	GPUUtil, CPUUtil, GPUMemGB, PeakGPUMemGB *float64
 	// MaxGPUMemUsedGB is the highest gpu_mem_used_gb (a sender's NVML
 	// reading); AllocPeakGB and ReservedPeakGB the highest allocator
 	// peaks (gpu_mem_peak_gb, gpu_mem_reserved_gb) the hook measured.
@@ -108,7 +110,7 @@ type SteadyRank struct {
 func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, onlyRank int) ([]SteadyRank, error) {
 	rows, err := s.Pool.Query(ctx, `
 		WITH s AS (
-			SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
+			SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, comm_exposed_ms, data_ms,
 			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, gpu_mem_peak_gb, gpu_mem_reserved_gb, throughput_sps, tflops, mfu,
 			       greatest(gpu_mem_used_gb, gpu_mem_peak_gb) AS mem,
 			       coalesce(forward_ms + backward_ms + coalesce(optimizer_ms, 0), step_ms - coalesce(comm_ms, 0), step_ms) AS busy
@@ -117,7 +119,7 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 			SELECT *, max(busy) OVER (PARTITION BY step) - busy AS wait FROM s
 		)
 		SELECT rank, count(*), min(step), max(step), min(time), max(time),
-		       avg(step_ms), avg(forward_ms), avg(backward_ms), avg(optimizer_ms), avg(comm_ms), avg(data_ms),
+		       avg(step_ms), avg(forward_ms), avg(backward_ms), avg(optimizer_ms), avg(comm_ms), avg(comm_exposed_ms), avg(data_ms),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY step_ms),
 		       avg(gpu_util_pct), avg(cpu_util_pct), avg(gpu_mem_used_gb), max(mem), avg(throughput_sps), avg(tflops), avg(mfu), avg(wait),
 		       max(gpu_mem_used_gb), max(gpu_mem_peak_gb), max(gpu_mem_reserved_gb)
@@ -128,7 +130,7 @@ func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, only
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SteadyRank, error) {
 		var a SteadyRank
 		err := r.Scan(&a.Rank, &a.Rows, &a.FirstStep, &a.LastStep, &a.FirstTime, &a.LastTime,
-			&a.StepMS, &a.ForwardMS, &a.BackwardMS, &a.OptimizerMS, &a.CommMS, &a.DataMS,
+			&a.StepMS, &a.ForwardMS, &a.BackwardMS, &a.OptimizerMS, &a.CommMS, &a.CommExposedMS, &a.DataMS,
 			&a.MedianStepMS, &a.P95StepMS, &a.GPUUtil, &a.CPUUtil, &a.GPUMemGB, &a.PeakGPUMemGB, &a.ThroughputSPS, &a.TFLOPS, &a.MFU, &a.WaitMS,
 			&a.MaxGPUMemUsedGB, &a.AllocPeakGB, &a.ReservedPeakGB)
 		return a, err

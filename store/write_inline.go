@@ -67,7 +67,7 @@ func (b *batchPlan) inlineSteps(q *pgx.Batch, check directCheck) {
 var stepColTypes = []string{"text", "int4", "int8", "timestamptz", "float8", "float8", "float8", "float8",
 	"float8", "bool", "int8", "int8", "float8", "float8", "float8", "float8", "float8", "float8",
 	"float8", "float8", "float8", "float8", "float8", "float8", "float8", "float8", "float8",
-	"int8", "float8", "float8", "text"}
+	"int8", "float8", "float8", "float8", "text"}
 
 // newColumn returns an empty array of the Go type pgx encodes as typ[].
 func newColumn(typ string, n int) any {

@@ -148,7 +148,7 @@ var (
 	stepCols = []string{"run_id", "rank", "step", "time", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped",
 		"samples", "tokens", "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
 		"comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu",
-		"sync_ns", "sync_wait_ms", "input_wait_ms", "metrics"}
+		"sync_ns", "sync_wait_ms", "input_wait_ms", "comm_exposed_ms", "metrics"}
 	layerCols = []string{"run_id", "rank", "step", "time", "forward_ms", "backward_ms"}
 	evalCols  = []string{"run_id", "step", "time", "split", "loss", "accuracy", "f1", "metrics"}
 	gpuCols   = []string{"time", "host", "gpu", "uuid", "name", "run_id", "rank", "util_pct", "mem_util_pct",
@@ -208,7 +208,7 @@ func (b *batchPlan) stepRow(i int, r []any) []any {
 		f(s.LossScale), skipped, optInt(s.Samples), optInt(s.Tokens), f(s.ThroughputSPS), f(s.ThroughputTPS),
 		f(s.StepMS), f(s.ForwardMS), f(s.BackwardMS), f(s.OptimizerMS), f(s.CommMS), f(s.DataMS), f(s.GPUUtilPct),
 		f(s.GPUMemUsedGB), f(s.GPUMemPeakGB), f(s.GPUMemResvGB), f(s.CPUUtilPct), f(s.TFLOPS), f(s.MFU),
-		optInt(s.SyncNS), f(s.SyncWaitMS), f(s.InputWaitMS), jsonValue(s.Metrics, len(s.Metrics) == 0))
+		optInt(s.SyncNS), f(s.SyncWaitMS), f(s.InputWaitMS), f(s.CommExposedMS), jsonValue(s.Metrics, len(s.Metrics) == 0))
 }
 
 func (b *batchPlan) layerRow(i int, r []any) []any {

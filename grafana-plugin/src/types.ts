@@ -129,6 +129,7 @@ export const STEP_METRICS = [
   'backward_ms',
   'optimizer_ms',
   'comm_ms',
+  'comm_exposed_ms',
   'data_ms',
   'gpu_util_pct',
   'gpu_mem_used_gb',

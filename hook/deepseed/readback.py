@@ -79,7 +79,8 @@ class WindowMax:
 class _Slot:
     __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
                  "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
-                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open")
+                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open",
+                 "comm")
 
     def __init__(self, step):
         self.step = step
@@ -108,6 +109,7 @@ class _Slot:
         self.host_release_ns = None
         self.phases = True  # forward, backward and optimizer timed (watch.PHASE_EVERY)
         self.fwd_open = False  # a training forward began and has not returned
+        self.comm = None  # comm.Spans: the step's timed collectives and waits
 
 
 class StepReader:
@@ -117,6 +119,7 @@ class StepReader:
     reader = None  # the reader thread, when read-back runs in the background
     columns = None  # steps read back and not sent yet (records.StepColumns)
     closed_flag = False
+    comm = None  # the comm.CommProbe of a distributed run
 
     def _start_reader(self):
         self._read_lock = threading.Lock()
@@ -301,6 +304,8 @@ class StepReader:
             # The step's synchronisation fields, from its own events: the
             # record is built once they (and its values) have arrived.
             sync = self._sync_fields(slot)
+            if self.comm is not None:
+                self.comm.fill(slot, rec, sync)
             if slot.data_ms is not None:
                 iw = sync.get("input_wait_ms")
                 rec["data_ms"] = round_ms(slot.data_ms if iw is None else max(0.0, slot.data_ms - iw))

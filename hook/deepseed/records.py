@@ -9,7 +9,7 @@ import math
 # Step-record fields a caller may pass by name; anything else goes to metrics.
 STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples", "tokens",
                "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
-               "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb",
+               "comm_ms", "comm_exposed_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb",
                "cpu_util_pct", "tflops", "mfu", "sync_ns", "sync_wait_ms", "input_wait_ms")
 INT_FIELDS = ("samples", "tokens", "sync_ns")
 _STEP_SET = frozenset(STEP_FIELDS)

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 
-from . import env, flops
+from . import env, flops, hang
 from .records import INT_FIELDS, MS_DECIMALS, STEP_FIELDS, round_ms  # noqa: F401 (importable from here too)
 from .records import _Pending, _clean_fields, _derive_throughput, _num, _place, _positive, is_tensor
 from .sender import FileSender, NullSender, Sender, ingest_url
@@ -116,8 +116,11 @@ class Run:
 
         atexit.register(self._atexit)
         self._install_excepthook()
+        self._own_sigterm = False
+        self._watchdog = None
         if handle_signals:
             self._install_sigterm()
+        self._watchdog = hang.start(self, self._own_sigterm) if handle_signals else None
 
     # ---- setup ---------------------------------------------------------------
 
@@ -195,13 +198,20 @@ class Run:
         if threading.current_thread() is not threading.main_thread():
             return
         try:
-            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-                return
+            cur = signal.getsignal(signal.SIGTERM)
         except Exception:
+            return
+        if getattr(cur, "deepseed_handler", False):  # an earlier run's: it serves this one too
+            self._own_sigterm = True
+            return
+        if cur is not signal.SIG_DFL:
             return
 
         def on_term(signum, frame):
             try:
+                for r in (self, _current):
+                    if r is not None and r._watchdog is not None and not r.finished:
+                        r._watchdog.report("SIGTERM")
                 # Only the first run of a process installs this handler; a
                 # later run of the same process (one after another, as in a
                 # sweep) is the current one when the signal comes.
@@ -212,8 +222,10 @@ class Run:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
 
+        on_term.deepseed_handler = True
         try:
             signal.signal(signal.SIGTERM, on_term)
+            self._own_sigterm = True
         except Exception:
             pass
 
@@ -538,6 +550,8 @@ class Run:
                 return
             self.finished = True
             self.status = status
+        if self._watchdog is not None:
+            self._watchdog.stop()
         budget = max(0.0, self.flush_timeout if timeout is None else timeout)
         flushed_at = None
         try:

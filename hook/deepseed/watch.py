@@ -38,6 +38,7 @@ import time
 import torch
 
 from .layers import BLOCK_LIST_NAMES, EMBED_NAMES, ENC_DEC_NAMES, HEAD_NAMES, WRAPPER_PARTS  # noqa: F401
+from . import comm
 from .env import env_period
 from .layers import LayerProfiler, _clean_name, find_layers
 from .phases import PhaseMarks, phase_offset
@@ -181,7 +182,8 @@ class Watcher(PhaseMarks, StepReader):
         self.loss_seen = False
         self.loss_probe = LOSS_PROBE_STEPS
         if not self.manual:
-            self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True)]
+            first = {"prepend": True} if comm.opens_before(root) else {}
+            self.handles = [root.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, **first)]
             self._attach_post()
         if optimizer is not None and not self.manual:
             try:
@@ -200,6 +202,8 @@ class Watcher(PhaseMarks, StepReader):
             self.phase_every = 1
         self.phase_off = phase_offset(self.phase_every, self.layer_every if self.profiler is not None else 0)
         self._describe(inner)
+        # Collectives and the compute stream's waits on them (comm.py).
+        self.comm = comm.attach(self)
         # Read-back leaves the training thread where events complete on
         # their own (a GPU's); host timers complete at once.
         if self.cuda if background_read is None else background_read:
@@ -613,6 +617,8 @@ class Watcher(PhaseMarks, StepReader):
             return
         self.closed_flag = True
         self._stop_reader(wait)
+        if self.comm is not None:
+            self.comm.close()
         for h in self.handles:
             try:
                 h.remove()

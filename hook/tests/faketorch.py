@@ -166,7 +166,7 @@ def _module():
 
 # The hook's modules that import torch at their top: each is imported
 # afresh against the fake, and taken out again by the undo function.
-TORCH_MODULES = ("watch", "layers", "phases", "readback", "torch_utils")
+TORCH_MODULES = ("watch", "layers", "phases", "readback", "torch_utils", "comm")
 
 
 def install():

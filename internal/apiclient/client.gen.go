@@ -21,6 +21,7 @@ import (
 // Defines values for AlertKind.
 const (
 	AlertKindDataStall     AlertKind = "data_stall"
+	AlertKindHang          AlertKind = "hang"
 	AlertKindIdleGpu       AlertKind = "idle_gpu"
 	AlertKindLossSpike     AlertKind = "loss_spike"
 	AlertKindNonFinite     AlertKind = "non_finite"
@@ -34,6 +35,8 @@ const (
 func (e AlertKind) Valid() bool {
 	switch e {
 	case AlertKindDataStall:
+		return true
+	case AlertKindHang:
 		return true
 	case AlertKindIdleGpu:
 		return true
@@ -474,6 +477,7 @@ func (e ListAlertsParamsState) Valid() bool {
 // Defines values for ListAlertsParamsKind.
 const (
 	ListAlertsParamsKindDataStall     ListAlertsParamsKind = "data_stall"
+	ListAlertsParamsKindHang          ListAlertsParamsKind = "hang"
 	ListAlertsParamsKindIdleGpu       ListAlertsParamsKind = "idle_gpu"
 	ListAlertsParamsKindLossSpike     ListAlertsParamsKind = "loss_spike"
 	ListAlertsParamsKindNonFinite     ListAlertsParamsKind = "non_finite"
@@ -487,6 +491,8 @@ const (
 func (e ListAlertsParamsKind) Valid() bool {
 	switch e {
 	case ListAlertsParamsKindDataStall:
+		return true
+	case ListAlertsParamsKindHang:
 		return true
 	case ListAlertsParamsKindIdleGpu:
 		return true
@@ -823,10 +829,14 @@ type AnnotationsResponse struct {
 
 // Breakdown defines model for Breakdown.
 type Breakdown struct {
-	FromStep *int64           `json:"from_step,omitempty"`
-	Parts    *[]BreakdownPart `json:"parts,omitempty"`
-	Rank     *int             `json:"rank,omitempty"`
-	RunId    *string          `json:"run_id,omitempty"`
+	// CommMs mean time a collective was in flight; the communication part is its exposed share (comm_exposed_ms) where measured
+	CommMs   *Float `json:"comm_ms,omitempty"`
+	FromStep *int64 `json:"from_step,omitempty"`
+
+	// Parts forward, backward, optimizer, communication (exposed communication where measured, else comm_ms), data, other
+	Parts *[]BreakdownPart `json:"parts,omitempty"`
+	Rank  *int             `json:"rank,omitempty"`
+	RunId *string          `json:"run_id,omitempty"`
 
 	// StepMs A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	StepMs *Float `json:"step_ms,omitempty"`
@@ -853,6 +863,12 @@ type CompareResponse struct {
 // CompareRow defines model for CompareRow.
 type CompareRow struct {
 	BestEvalAccuracy *Float `json:"best_eval_accuracy,omitempty"`
+
+	// CommExposedMs steady-state mean per step of the time the compute stream waited on communication, over the ranks (ms)
+	CommExposedMs *Float `json:"comm_exposed_ms,omitempty"`
+
+	// CommMs steady-state mean per step of the time a collective was in flight, over the ranks (ms)
+	CommMs *Float `json:"comm_ms,omitempty"`
 
 	// CpuUtilPct the host's CPU utilisation (all of its CPUs, 0..100) on the nodes the run's ranks ran on, mean of each node's host samples over the steady state, averaged over nodes
 	CpuUtilPct *Float             `json:"cpu_util_pct,omitempty"`
@@ -1782,7 +1798,12 @@ type SpreadPoint struct {
 
 // Step defines model for Step.
 type Step struct {
-	BackwardMs       *Float `json:"backward_ms,omitempty"`
+	BackwardMs *Float `json:"backward_ms,omitempty"`
+
+	// CommExposedMs time the compute stream waited on communication, not hidden under compute (ms); the breakdown's communication part
+	CommExposedMs *Float `json:"comm_exposed_ms,omitempty"`
+
+	// CommMs time at least one of the step's collectives was in flight, hidden under compute or not (ms)
 	CommMs           *Float `json:"comm_ms,omitempty"`
 	CpuUtilPct       *Float `json:"cpu_util_pct,omitempty"`
 	DataMs           *Float `json:"data_ms,omitempty"`
@@ -2130,7 +2151,7 @@ type GetRunRanksParams struct {
 
 // GetRunSeriesParams defines parameters for GetRunSeries.
 type GetRunSeriesParams struct {
-	// Metric metric name, repeatable or comma-separated, at most 32; default loss. A step metric (loss, lr, grad_norm, loss_scale, throughput_sps, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms, gpu_util_pct, gpu_mem_used_gb, …), skipped, metrics.NAME for a metric the training script recorded, or a per-rank series computed across the ranks of each step (docs/ranks.md): lateness_ms (arrival at the synchronisation point after the step's first rank, host clocks corrected by the clock offsets GET /runs/{id}/ranks estimates over the steady state) and straggler_score (the EWMA the straggler alert fires on, a fraction of the ranks' median busy time, stored by the alert evaluator). A bucket of these averages the steps of its rank
+	// Metric metric name, repeatable or comma-separated, at most 32; default loss. A step metric (loss, lr, grad_norm, loss_scale, throughput_sps, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, comm_exposed_ms, data_ms, gpu_util_pct, gpu_mem_used_gb, …), skipped, metrics.NAME for a metric the training script recorded, or a per-rank series computed across the ranks of each step (docs/ranks.md): lateness_ms (arrival at the synchronisation point after the step's first rank, host clocks corrected by the clock offsets GET /runs/{id}/ranks estimates over the steady state) and straggler_score (the EWMA the straggler alert fires on, a fraction of the ranks' median busy time, stored by the alert evaluator). A bucket of these averages the steps of its rank
 	Metric *[]string `form:"metric,omitempty" json:"metric,omitempty"`
 
 	// Rank rank number, or "all": one series per rank for a run of up to 16 ranks; past 16, the ranks' distribution per bucket (spread, buckets of at least 100 steps) and the series of the top ranks by the first metric's mean (top=) and of any ranks named beside all (repeatable or comma-separated: rank=all&rank=7, at most 16). Default: the run's lowest rank (0 for an ordinary run)

@@ -28,7 +28,7 @@ func (e *QueryError) Error() string {
 // (lateness_ms, straggler_score); user metrics are named metrics.NAME.
 var stepMetrics = []string{"loss", "lr", "grad_norm", "loss_scale", "epoch", "samples", "tokens",
 	"throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms",
-	"optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
+	"optimizer_ms", "comm_ms", "comm_exposed_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
 	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu", "sync_wait_ms", "input_wait_ms", "skipped",
 	"lateness_ms", "straggler_score"}
 

@@ -1,0 +1,240 @@
+"""Communication time of a distributed step (deepseed/comm.py) through the
+real watcher, with the torch stand-in of faketorch plus a fake
+torch.distributed and a fake torch.cuda.Event whose wait() stands for the
+compute stream waiting on a collective. Timers are host events read from an
+injected clock that the fake operations advance, so every duration below
+is exact and none depends on how loaded the machine is."""
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import types
+import unittest
+from unittest import mock
+
+HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HOOK)
+
+import deepseed  # noqa: E402
+from deepseed.records import expand_steps  # noqa: E402
+
+from . import faketorch  # noqa: E402
+
+# What one step of the fake FSDP model takes on the injected clock, in ms.
+ALL_GATHER, FWD_WAIT, FWD = 2.0, 5.0, 10.0
+BWD_WAIT, BWD, REDUCE_SCATTER, OPT = 4.0, 20.0, 3.0, 1.0
+# A wait of another stream (the all-gather stream on its copy-in): host
+# time here, as everything is, but no wait of the compute stream.
+SIDE_WAIT = 7.0
+# What the compute stream waits on an asynchronous all-gather's work (ZeRO-3).
+ZERO_WAIT = 6.0
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def perf_counter(self):
+        return self.t
+
+    def advance(self, ms):
+        self.t += ms / 1000.0
+
+
+class Stream:
+    def __init__(self, compute):
+        self.compute = compute
+
+
+class CommTest(unittest.TestCase):
+    def setUp(self):
+        self.addCleanup(faketorch.install())
+        self.torch = sys.modules["torch"]
+        self.clock = Clock()
+        clock = self.clock
+
+        def collective(ms):
+            def fn(*args, async_op=False, **kwargs):
+                clock.advance(ms)
+                return None
+            return fn
+
+        class Event:
+            delay_ms = 0.0
+
+            def wait(self, stream=None):
+                clock.advance(self.delay_ms)
+
+        class Work:
+            """An asynchronous collective's work: waiting on it is the
+            current stream waiting until the collective is done."""
+
+            def __init__(self, ms):
+                self.ms = ms
+
+            def wait(self):
+                clock.advance(self.ms)
+                return True
+
+        def async_gather(*args, async_op=False, **kwargs):
+            if async_op:
+                return Work(ZERO_WAIT)
+            clock.advance(ALL_GATHER)
+
+        self.Event, self.Work = Event, Work
+        self.torch.distributed = types.SimpleNamespace(
+            is_available=lambda: True, is_initialized=lambda: False, Work=Work, all_gather=async_gather,
+            all_gather_into_tensor=collective(ALL_GATHER), reduce_scatter_tensor=collective(REDUCE_SCATTER))
+        self.torch.cuda = types.SimpleNamespace(is_available=lambda: False, Event=Event)
+        env = mock.patch.dict(os.environ, {"WORLD_SIZE": "2", "RANK": "0"})
+        env.start()
+        self.addCleanup(env.stop)
+        import deepseed.torch_utils as tu
+        tu.time = types.SimpleNamespace(perf_counter=clock.perf_counter)
+        tmp = tempfile.TemporaryDirectory(prefix="deepseed-test-")
+        self.addCleanup(tmp.cleanup)
+        self.path = os.path.join(tmp.name, "run.ndjson")
+        log = logging.getLogger("deepseed")
+        self.addCleanup(log.setLevel, log.level)
+        log.setLevel(logging.ERROR)
+
+    def wait(self, ms, compute=True):
+        ev = self.Event()
+        ev.delay_ms = ms
+        ev.wait(Stream(compute))
+
+    def steps(self, run):
+        run.finish()
+        with open(self.path) as f:
+            return [r for r in expand_steps(map(json.loads, f)) if r["kind"] == "step"]
+
+    def fsdp_run(self, steps=4):
+        """A model that gathers its parameters and waits for them in its
+        forward, waits again and reduce-scatters its gradients in its
+        backward, as FSDP does."""
+        torch, dist, clock = self.torch, self.torch.distributed, self.clock
+
+        def forward(x):
+            dist.all_gather_into_tensor(None, None)
+            self.wait(FWD_WAIT)
+            self.wait(SIDE_WAIT, compute=False)
+            clock.advance(FWD)
+            return torch.Tensor(1.0, requires_grad=True)
+
+        model = torch.nn.Module(forward=forward)
+        opt = torch.optim.Optimizer(model.parameters())
+        run = deepseed.init(project="comm", run_id="comm1", file=self.path, handle_signals=False, layer_every=0)
+        run.watch(model, optimizer=opt, grad_norm_every=0, background_read=False, phase_every=1)
+        for _ in range(steps):
+            loss = model(torch.Tensor(0.0, (4, 8)))
+            loss.backward_reached()
+            self.wait(BWD_WAIT)
+            clock.advance(BWD)
+            dist.reduce_scatter_tensor(None, None)
+            clock.advance(0.5)
+            opt.step()
+            clock.advance(OPT)
+        return self.steps(run)
+
+    def test_fsdp_step_carries_its_communication_and_waits_as_its_sync_wait(self):
+        steps = self.fsdp_run()
+        self.assertEqual(len(steps), 4)
+        for s in steps:
+            self.assertEqual(s["comm_ms"], ALL_GATHER + REDUCE_SCATTER)
+            self.assertEqual(s["comm_exposed_ms"], FWD_WAIT + BWD_WAIT)
+            # The waits come out of the phases they fell in; the collectives,
+            # blocking here, stay in them.
+            self.assertEqual(s["forward_ms"], ALL_GATHER + SIDE_WAIT + FWD)
+            self.assertEqual(s["backward_ms"], BWD + REDUCE_SCATTER + 0.5)
+            # A rank is late by how much less it waited than its peers: no
+            # arrival time, its whole exposed wait as its sync wait.
+            self.assertNotIn("sync_ns", s)
+            self.assertEqual(s["sync_wait_ms"], s["comm_exposed_ms"])
+            named = s["forward_ms"] + s["backward_ms"] + s["comm_exposed_ms"] + s["optimizer_ms"]
+            self.assertLessEqual(named, s["step_ms"] + 1e-6)
+
+    def test_no_communication_fields_in_a_single_process(self):
+        with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
+            steps = self.fsdp_run(steps=2)
+        for s in steps:
+            self.assertNotIn("comm_ms", s)
+            self.assertNotIn("comm_exposed_ms", s)
+            # The waits stay in the phase times.
+            self.assertEqual(s["forward_ms"], ALL_GATHER + FWD_WAIT + SIDE_WAIT + FWD)
+
+    def test_off_leaves_torch_distributed_alone(self):
+        orig = self.torch.distributed.all_gather_into_tensor
+        with mock.patch.dict(os.environ, {"DEEPSEED_COMM": "off"}):
+            steps = self.fsdp_run(steps=2)
+        self.assertIs(self.torch.distributed.all_gather_into_tensor, orig)
+        self.assertNotIn("comm_ms", steps[0])
+
+    def test_collectives_outside_a_step_pass_through_untimed(self):
+        torch, dist = self.torch, self.torch.distributed
+        model = torch.nn.Module(forward=lambda x: torch.Tensor(1.0, requires_grad=True))
+        opt = torch.optim.Optimizer(model.parameters())
+        run = deepseed.init(project="comm", run_id="comm2", file=self.path, handle_signals=False, layer_every=0)
+        run.watch(model, optimizer=opt, grad_norm_every=0, background_read=False)
+        for _ in range(3):
+            dist.all_gather_into_tensor(None, None)  # between steps: a checkpoint's, an eval's
+            self.wait(FWD_WAIT)
+            model(torch.Tensor(0.0, (4, 8))).backward_reached()
+            opt.step()
+        steps = self.steps(run)
+        self.assertEqual(len(steps), 3)
+        for s in steps:
+            self.assertNotIn("comm_ms", s)
+            self.assertEqual(s.get("comm_exposed_ms", 0.0), 0.0)
+            self.assertEqual(s["forward_ms"], 0.0)
+
+    def test_ddp_exposed_communication_is_its_end_of_backward_wait(self):
+        # DDP's compute stream waits for the gradient all-reduce once, at
+        # the end of the backward: the window the watcher times.
+        torch = self.torch
+        run = deepseed.init(project="comm", run_id="comm3", file=self.path, handle_signals=False, layer_every=0)
+        model = torch.nn.Module(forward=lambda x: x)
+        w = run.watch(model, manual=True, grad_norm_every=0, background_read=False)
+        for i in range(3):
+            w.step_begin(torch.Tensor(0.0, (4, 8)))
+            w.backward_begin(torch.Tensor(1.0, requires_grad=True))
+            w.backward_end()
+            w.optimizer_begin()
+            w.step_end()
+        for s in self.steps(run):
+            self.assertIn("sync_ns", s)
+            self.assertEqual(s["comm_exposed_ms"], s["sync_wait_ms"])
+            self.assertNotIn("comm_ms", s)
+
+    def test_zero3_waits_on_asynchronous_work_are_exposed(self):
+        # ZeRO-3 gathers the next layer's parameters asynchronously and waits
+        # on the work before using them.
+        torch, dist, clock = self.torch, self.torch.distributed, self.clock
+
+        def forward(x):
+            work = dist.all_gather(None, None, async_op=True)
+            clock.advance(FWD)
+            work.wait()
+            return torch.Tensor(1.0, requires_grad=True)
+
+        model = torch.nn.Module(forward=forward)
+        opt = torch.optim.Optimizer(model.parameters())
+        run = deepseed.init(project="comm", run_id="comm4", file=self.path, handle_signals=False, layer_every=0)
+        run.watch(model, optimizer=opt, grad_norm_every=0, background_read=False, phase_every=1)
+        for _ in range(3):
+            model(torch.Tensor(0.0, (4, 8))).backward_reached()
+            clock.advance(BWD)
+            opt.step()
+        self.Work(1.0).wait()  # outside a step: not timed
+        for s in self.steps(run):
+            self.assertEqual(s["comm_exposed_ms"], ZERO_WAIT)
+            self.assertEqual(s["forward_ms"], FWD)
+            self.assertEqual(s["sync_wait_ms"], ZERO_WAIT)
+            self.assertNotIn("sync_ns", s)
+
+    def test_union_counts_overlap_once(self):
+        from deepseed.comm import union_ms
+        self.assertEqual(union_ms([]), 0.0)
+        self.assertEqual(union_ms([(0, 2), (1, 3), (5, 6), (5.5, 5.6), (4, 4)]), 4.0)
+        self.assertEqual(union_ms([(5, 6), (0, 1)]), 2.0)
