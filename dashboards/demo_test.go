@@ -158,14 +158,7 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 type fullDashboard struct {
 	Panels     []fullPanel `json:"panels"`
 	Templating struct {
-		List []struct {
-			Name  string            `json:"name"`
-			Query api.VariableQuery `json:"query"`
-			Multi bool              `json:"multi"`
-			// AllValue is the value of "All" where a single-value
-			// picker offers it; Grafana selects it on first load.
-			AllValue string `json:"allValue"`
-		} `json:"list"`
+		List []templateVariable `json:"list"`
 	} `json:"templating"`
 	Annotations struct {
 		List []struct {
@@ -174,6 +167,16 @@ type fullDashboard struct {
 			Target     json.RawMessage `json:"target"`
 		} `json:"list"`
 	} `json:"annotations"`
+}
+
+// templateVariable is a dashboard variable as the dashboard JSON holds it.
+type templateVariable struct {
+	Name  string            `json:"name"`
+	Query api.VariableQuery `json:"query"`
+	Multi bool              `json:"multi"`
+	// AllValue is the value of "All" where a single-value picker offers
+	// it; Grafana selects it on first load.
+	AllValue string `json:"allValue"`
 }
 
 type fullPanel struct {
