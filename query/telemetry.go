@@ -21,6 +21,17 @@ var defaultGPUMetrics = []string{"util_pct", "mem_used_bytes", "power_w", "temp_
 
 func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	host, runID := c.QueryParam("host"), c.QueryParam("run_id")
+	// rank picks the GPU of one rank (of run_id): the samples the
+	// collector attributed to that rank's process.
+	rank, err := optIntParam(c, "rank", 0, api.MaxRank)
+	if err != nil {
+		return nil, err
+	}
+	sel := store.GPUSelect{Host: host, RunID: runID}
+	if rank != nil {
+		r := int(*rank)
+		sel.Rank = &r
+	}
 	metrics := multiParam(c, "metric")
 	if len(metrics) == 0 {
 		metrics = defaultGPUMetrics
@@ -59,7 +70,7 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 		return nil, bad("to", "must be after from")
 	}
 	out := api.GPUResponse{Series: []api.GPUSeries{}}
-	first, last, err := h.store.GPUTimeSpan(ctx, host, runID, from, to)
+	first, last, err := h.store.GPUTimeSpan(ctx, sel, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +81,7 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	// wide as the span split into max_points.
 	span := last.Sub(*first)
 	bucket := time.Duration((int64(span)/maxPoints)/int64(time.Second)+1) * time.Second
-	series, err := h.store.GPUSeries(ctx, metrics, host, runID, *first, *last, bucket)
+	series, err := h.store.GPUSeries(ctx, metrics, sel, *first, *last, bucket)
 	if err != nil {
 		return nil, err
 	}

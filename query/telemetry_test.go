@@ -2,6 +2,7 @@ package query_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
 	"testing"
@@ -99,4 +100,36 @@ func TestGPUMetricsThrottleReasonsAndXID(t *testing.T) {
 	if pts := res.Series[0].Points; len(pts) != 1 || pts[0].Value != 0x25 || pts[0].Min != 0 || pts[0].Max != 0x25 {
 		t.Errorf("one bucket of throttle reasons: %+v", pts)
 	}
+}
+
+// rank picks the GPU of one rank of a run: the Training run dashboard
+// charts rank 0's GPU from these samples, whatever the other ranks do.
+func TestGPUSeriesOfOneRank(t *testing.T) {
+	e := newEnv(t)
+	recs := []api.Record{runRec("ddp", nil)}
+	for i := range 10 {
+		at := api.T(t0.Add(time.Duration(i) * time.Second))
+		for g, util := range []float64{85, 27} {
+			recs = append(recs, api.Record{GPU: &api.GPU{Kind: "gpu", Time: at, Host: "h", GPU: api.Ptr(g), RunID: "ddp", Rank: api.Ptr(g), UtilPct: api.F(util)}})
+		}
+	}
+	e.write(recs...)
+	for rank, want := range []float64{85, 27} {
+		var res api.GPUResponse
+		e.get(fmt.Sprintf("/gpus?run_id=ddp&metric=util_pct&rank=%d", rank), 200, &res)
+		if len(res.Series) != 1 || res.Series[0].GPU != rank {
+			t.Fatalf("rank %d: series %+v, want GPU %d alone", rank, res.Series, rank)
+		}
+		for _, p := range res.Series[0].Points {
+			if float64(p.Value) != want {
+				t.Errorf("rank %d: point %+v, want %v", rank, p, want)
+			}
+		}
+	}
+	var all api.GPUResponse
+	e.get("/gpus?run_id=ddp&metric=util_pct", 200, &all)
+	if len(all.Series) != 2 {
+		t.Errorf("without rank: %d series, want both GPUs", len(all.Series))
+	}
+	e.get("/gpus?run_id=ddp&rank=-1", 400, nil)
 }
