@@ -143,7 +143,8 @@ func runsFrame(name string, runs []api.RunSummary) *data.Frame {
 		numCol(runs, "final_val_loss", "none", "Final val loss", func(r api.RunSummary) *float64 { return fp(r.FinalValLoss) }),
 		numCol(runs, "mean_throughput_sps", "suffix: samples/s", "Mean throughput", func(r api.RunSummary) *float64 { return fp(r.MeanThroughputSPS) }),
 		numCol(runs, "mean_gpu_util_pct", "percent", "Mean GPU util", func(r api.RunSummary) *float64 { return fp(r.MeanGPUUtilPct) }),
-		numCol(runs, "peak_gpu_mem_gb", "decgbytes", "Peak GPU memory", func(r api.RunSummary) *float64 { return fp(r.PeakGPUMemGB) }),
+		numCol(runs, "peak_gpu_mem_gb", "decgbytes", PeakNVMLDisplay, func(r api.RunSummary) *float64 { return fp(r.PeakGPUMemGB) }),
+		numCol(runs, "peak_gpu_mem_alloc_gb", "decgbytes", PeakAllocDisplay, func(r api.RunSummary) *float64 { return fp(r.PeakGPUMemAllocGB) }),
 		numCol(runs, "mean_step_ms", "ms", "Mean step time", func(r api.RunSummary) *float64 { return fp(r.MeanStepMS) }),
 		numCol(runs, "mean_tflops", "suffix: TFLOP/s", "Mean TFLOP/s per GPU", func(r api.RunSummary) *float64 { return fp(r.MeanTFLOPS) }),
 		numCol(runs, "mean_mfu", "percentunit", "Mean MFU", func(r api.RunSummary) *float64 { return fp(r.MeanMFU) }),
@@ -376,9 +377,18 @@ func breakdownFrame(b api.Breakdown) *data.Frame {
 	return f
 }
 
+// The two measured peaks of GPU memory, named by their source wherever
+// they are shown: NVML counts the device memory in use (the allocator's
+// pool and the CUDA context), the PyTorch allocator its tensors alone.
+const (
+	PeakNVMLDisplay  = "Peak GPU memory (NVML)"
+	PeakAllocDisplay = "Peak allocated (PyTorch)"
+)
+
 // memoryFrame is the ZeRO bar chart: a part per row, bytes per device in
 // separate fields (so the bars stack by where the state lives), then the
-// predicted GPU total and the measured peak as their own bars.
+// predicted GPU total and each measured peak, named by its source, as
+// bars of their own.
 func memoryFrame(m api.MemoryResponse) *data.Frame {
 	type row struct {
 		name  string
@@ -398,7 +408,10 @@ func memoryFrame(m api.MemoryResponse) *data.Frame {
 	}
 	rows = append(rows, row{"predicted GPU", map[string]*float64{"gpu": fv(m.PredictedGPUBytes)}})
 	if m.PeakGPUBytes != nil {
-		rows = append(rows, row{"measured peak", map[string]*float64{"gpu": fp(m.PeakGPUBytes)}})
+		rows = append(rows, row{PeakNVMLDisplay, map[string]*float64{"gpu": fp(m.PeakGPUBytes)}})
+	}
+	if m.AllocPeakGPUBytes != nil {
+		rows = append(rows, row{PeakAllocDisplay, map[string]*float64{"gpu": fp(m.AllocPeakGPUBytes)}})
 	}
 	fields := []*data.Field{strCol(rows, "part", "Part", func(r row) string { return r.name })}
 	for _, dev := range devices {
@@ -530,7 +543,7 @@ func annotationsFrame(r api.AnnotationsResponse) *data.Frame {
 // alertsFrame is the open alerts as a table, the newest opened first.
 func alertsFrame(r api.AlertList) *data.Frame {
 	rows := r.Alerts
-	return data.NewFrame("alerts",
+	f := data.NewFrame("alerts",
 		timeCol(rows, "opened_at", "Opened", func(a api.Alert) *time.Time { return &a.OpenedAt }),
 		strCol(rows, "run_id", "Run", func(a api.Alert) string { return a.RunID }),
 		strCol(rows, "kind", "Kind", func(a api.Alert) string { return a.Kind }),
@@ -540,4 +553,8 @@ func alertsFrame(r api.AlertList) *data.Frame {
 		numCol(rows, "threshold", "none", "Threshold", func(a api.Alert) *float64 { return fp(a.Threshold) }),
 		strCol(rows, "text", "Alert", func(a api.Alert) string { return a.Text }),
 	)
+	if len(rows) == 0 {
+		f.AppendNotices(data.Notice{Severity: data.NoticeSeverityInfo, Text: "no open alert"})
+	}
+	return f
 }
