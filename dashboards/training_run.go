@@ -1,6 +1,8 @@
 package dashboards
 
 import (
+	"regexp"
+
 	"github.com/grafana/grafana-foundation-sdk/go/barchart"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
@@ -99,6 +101,8 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByRegexp("/^(train loss at .*)$/i", []dashboard.DynamicConfigValue{
 			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": true, "viz": true}),
 		}).
+		// A NaN or infinite loss is a red dot where the line breaks off.
+		OverrideByRegexp(nonFinitePoints, append(pointsOnly(9), prop("color", map[string]any{"mode": "fixed", "fixedColor": "red"}))).
 		// Each bucket's min and max shade a band around the mean.
 		OverrideByName("loss max", []dashboard.DynamicConfigValue{
 			prop("custom.lineWidth", 0), prop("custom.fillBelowTo", "loss min"), prop("custom.fillOpacity", 20),
@@ -274,6 +278,9 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		ShowColorScale(true).
 		HideYHistogram()
 }
+
+// nonFinitePoints matches the plugin's marks of NaN and infinite values.
+var nonFinitePoints = "/" + regexp.QuoteMeta(plugin.NonFiniteSuffix) + "$/"
 
 // evalPoints matches the evaluation fields drawn as dots: "<split> loss",
 // "<split> accuracy", "<split> F1". The join on the step leaves one frame,

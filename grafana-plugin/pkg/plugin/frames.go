@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -244,9 +245,9 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 	perRank := q.Rank == "all" || len(ranks) > 1
 	frames := spreadFrames(q, r)
 	for _, s := range r.Series {
-		display := s.Metric
+		display := metricLabel(s.Metric)
 		if perRank {
-			display = fmt.Sprintf("%s rank %d", s.Metric, s.Rank)
+			display = fmt.Sprintf("%s rank %d", display, s.Rank)
 		}
 		unit := metricUnit(s.Metric, s.Unit)
 		labels := data.Labels{"rank": strconv.Itoa(s.Rank)}
@@ -260,6 +261,10 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 			fields = append(fields, stepField(s.Points))
 		}
 		fields = append(fields, data.NewField(s.Metric, labels, val).SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display}))
+		if marks := nonFiniteMarks(val); marks != nil {
+			fields = append(fields, data.NewField(s.Metric+"_non_finite", labels, marks).
+				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display + NonFiniteSuffix}))
+		}
 		if q.MinMax {
 			fields = append(fields,
 				data.NewField(s.Metric+"_min", labels, lo).SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display + " min"}),
@@ -275,6 +280,31 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 		frames = append(frames, f)
 	}
 	return withNotice(frames, "series", r.Notice)
+}
+
+// NonFiniteSuffix ends the display name of the field that marks a
+// series' NaN and infinite values (see nonFiniteMarks).
+const NonFiniteSuffix = " not finite"
+
+// nonFiniteMarks marks where a series is NaN or infinite, which a line
+// chart leaves as a gap: a point at the last finite value before it (0
+// when none), nothing elsewhere, so the chart can draw it as a red dot
+// with the line. Nil when every value is finite.
+func nonFiniteMarks(val []float64) []*float64 {
+	var marks []*float64
+	last := 0.0
+	for i, v := range val {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			last = v
+			continue
+		}
+		if marks == nil {
+			marks = make([]*float64, len(val))
+		}
+		at := last
+		marks[i] = &at
+	}
+	return marks
 }
 
 // stepField is the step of each point beside a time axis: shown in the
@@ -491,7 +521,7 @@ func gpuFrames(r api.GPUResponse) data.Frames {
 	for _, s := range r.Series {
 		display := fmt.Sprintf("%s GPU %d", s.Host, s.GPU)
 		if len(metrics) > 1 {
-			display += " " + s.Metric
+			display += " " + metricLabel(s.Metric)
 		}
 		labels := data.Labels{"host": s.Host, "gpu": strconv.Itoa(s.GPU)}
 		if s.Name != "" {
