@@ -122,13 +122,20 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 			prop("custom.scaleDistribution", map[string]any{"type": "log", "log": 2}),
 			prop("custom.lineStyle", map[string]any{"fill": "dash", "dash": []int{10, 10}}))).
 		OverrideByRegexp("/^(lr|learning[ _]rate)/i", rightAxis("sci")))
-	b = b.WithPanel(stepChart("Step time", "Step time of rank 0 by step, and its parts: forward, backward, optimizer, communication and data loading.",
-		"ms", gridPos(12, y, 12, 9), stepQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
+	// A symmetric log axis: the first steps (compilation, warm-up, often
+	// tens of times the rest) do not squash the steady state to the
+	// bottom, and parts of 0 ms stay on the chart.
+	b = b.WithPanel(stepChart("Step time", "Step time of rank 0 by step, and its parts: forward, backward, optimizer, communication and data loading. Logarithmic axis, so slow first steps leave the steady state readable.",
+		"ms", gridPos(12, y, 12, 9), stepQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0).
+		ScaleDistribution(common.NewScaleDistributionConfigBuilder().Type(common.ScaleDistributionSymlog).Log(10).LinearThreshold(1)).
+		NoValue(noStepTimes))
 	y += 9
 	b = b.WithPanel(stepChart("TFLOP/s and MFU",
 		"By step: model TFLOP/s achieved by the GPU of rank 0 (left) and its model FLOPs utilisation (right): the run's FLOPs per token (6 × parameters plus attention, or as set) × the step's tokens ÷ step time, over the GPU's dense peak at the run's precision.",
 		"suffix: TFLOP/s", gridPos(0, y, 24, 8), stepQuery("0", "tflops", "mfu")).Min(0).NoValue(noFLOPs).
-		OverrideByRegexp("/mfu/i", rightAxis("percentunit", prop("min", 0))))
+		// MFU on a 0–100 % axis of its own: on an axis fitted to it, its
+		// line would lie on top of the TFLOP/s line.
+		OverrideByRegexp("/mfu/i", rightAxis("percentunit", prop("min", 0), prop("max", 1))))
 	y += 8
 
 	b = b.WithRow(row("Compute and memory", y))
@@ -137,7 +144,7 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		Title("Compute time breakdown").
 		Description("Mean time of each part of a step over the steady state (warm-up excluded): forward, backward, optimizer, communication, data loading and the rest.").
 		Datasource(DatasourceRef()).
-		GridPos(gridPos(0, y, 8, 10)).
+		GridPos(gridPos(0, y, 9, 10)).
 		WithTarget(target("A", runQuery(api.QueryBreakdown))).
 		NoValue(noStepTimes).
 		PieType(piechart.PieChartTypeDonut).
@@ -154,7 +161,7 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		Title("ZeRO memory per GPU").
 		Description("Predicted bytes of parameters, gradients, optimizer state and activations for the run's ZeRO stage, precision and offload, beside the peak GPU memory measured.").
 		Datasource(DatasourceRef()).
-		GridPos(gridPos(8, y, 10, 10)).
+		GridPos(gridPos(9, y, 9, 10)).
 		WithTarget(target("A", runQuery(api.QueryMemory))).
 		NoValue("no ZeRO memory breakdown: needs watch() on a DeepSpeed engine, or the export's zero_memory").
 		Orientation(common.VizOrientationHorizontal).
