@@ -425,6 +425,12 @@ const CompareNearWindow = 10 * time.Second
 // GPUResponse answers GET /api/v1/gpus.
 type GPUResponse struct {
 	Series []GPUSeries `json:"series"`
+	// Spread is each metric's distribution over the GPUs, for a run's
+	// GPUs when they are more than MaxRankSeries (no host, GPU or rank
+	// named); Series is then empty and Notice says so. Points carry the
+	// bucket's time; Ranks is how many GPUs reported in it.
+	Spread []SeriesSpread `json:"spread,omitempty"`
+	Notice string         `json:"notice,omitempty"`
 }
 
 // GPUSeries is one metric of one GPU of one host.

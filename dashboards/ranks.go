@@ -63,9 +63,9 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithRow(row("GPUs per rank (over time)", y))
 	y++
 	b = b.WithPanel(rankBand(runTimeSeries("GPU utilisation per rank", "Utilisation of each GPU of the run over its time, from the NVML samples the collectors attributed to the run (host GPU n), and of each rank as its steps reported it where they did. "+bandNote, "percent",
-		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct"), rankGPUQuery("all", "util_pct")).Min(0).Max(100).NoValue(noGPUSamples), "gpu_util_pct"))
+		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct"), rankGPUQuery("all", "util_pct")).Min(0).Max(100).NoValue(noGPUSamples), "gpu_util_pct", "util_pct"))
 	b = b.WithPanel(rankBand(runTimeSeries("GPU memory per rank", "Device memory in use on each GPU of the run as NVML counts it (host GPU n), and on each rank as its steps reported it where they did. "+bandNote, "decbytes",
-		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb"), rankGPUQuery("all", "mem_used_bytes")).Min(0).NoValue(noGPUSamples), "gpu_mem_used_gb"))
+		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb"), rankGPUQuery("all", "mem_used_bytes")).Min(0).NoValue(noGPUSamples), "gpu_mem_used_gb", "mem_used_bytes"))
 	y += 9
 
 	b = b.WithRow(row("Alerts", y))
@@ -204,6 +204,15 @@ const (
 // with Grafana's fill-below-to between its edges. A run of fewer ranks has
 // no such fields, and keeps its line per rank.
 func rankBand[P interface {
+	OverrideByName(string, []dashboard.DynamicConfigValue) P
+}](p P, metrics ...string) P {
+	for _, m := range metrics {
+		p = rankBandOf(p, m)
+	}
+	return p
+}
+
+func rankBandOf[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
 }](p P, metric string) P {
 	name := func(q string) string { return api.SpreadField(metric, q) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +133,34 @@ func TestGPUSeriesOfOneRank(t *testing.T) {
 		t.Errorf("without rank: %d series, want both GPUs", len(all.Series))
 	}
 	e.get("/gpus?run_id=ddp&rank=-1", 400, nil)
+}
+
+// Past 16 GPUs a run's samples come as their distribution over the GPUs,
+// one point a time bucket, not as a series per GPU; one rank's GPU is
+// still its own series.
+func TestGPUSpreadOfManyGPUs(t *testing.T) {
+	e := newEnv(t)
+	recs := []api.Record{runRec("wide", nil)}
+	const gpus = 20
+	for g := range gpus {
+		for i := range 3 {
+			recs = append(recs, api.Record{GPU: &api.GPU{Kind: "gpu", Time: api.T(t0.Add(time.Duration(i) * time.Second)), Host: fmt.Sprintf("h%d", g/8),
+				GPU: api.Ptr(g % 8), RunID: "wide", Rank: api.Ptr(g), UtilPct: api.F(float64(g))}})
+		}
+	}
+	e.write(recs...)
+	var res api.GPUResponse
+	e.get("/gpus?run_id=wide&metric=util_pct&max_points=1", 200, &res)
+	if len(res.Series) != 0 || len(res.Spread) != 1 || !strings.Contains(res.Notice, "20 GPUs") {
+		t.Fatalf("series %d, spread %+v, notice %q: want the distribution alone", len(res.Series), res.Spread, res.Notice)
+	}
+	pts := res.Spread[0].Points
+	if len(pts) != 1 || pts[0].Min != 0 || pts[0].Max != gpus-1 || pts[0].Median != 9.5 || pts[0].Ranks != gpus {
+		t.Errorf("points %+v: want one bucket from 0 to 19, median 9.5, over 20 GPUs", pts)
+	}
+	var one api.GPUResponse
+	e.get("/gpus?run_id=wide&metric=util_pct&rank=13", 200, &one)
+	if len(one.Series) != 1 || len(one.Spread) != 0 || one.Series[0].Points[0].Value != 13 {
+		t.Errorf("rank 13: series %+v, spread %d", one.Series, len(one.Spread))
+	}
 }

@@ -285,3 +285,56 @@ func (s *Store) GPUTimeSpan(ctx context.Context, sel GPUSelect, from, to time.Ti
 	}
 	return first, last, nil
 }
+
+// GPUSpreadRow is one time bucket of a metric's distribution over GPUs:
+// the lowest, 5th percentile, median, 95th percentile and highest of the
+// GPUs' bucket means, their mean, and how many GPUs reported.
+type GPUSpreadRow struct {
+	Time                          time.Time
+	Min, P5, Median, P95, Max, Mn float64
+	GPUs                          int
+}
+
+// CountGPUs returns how many GPUs sel picks in [from, to].
+func (s *Store) CountGPUs(ctx context.Context, sel GPUSelect, from, to time.Time) (int, error) {
+	var n int
+	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT DISTINCT host, gpu FROM gpu_samples
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)) g`,
+		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: count gpus: %w", err)
+	}
+	return n, nil
+}
+
+// GPUSpread returns a gauge metric of the GPUs sel picks in [from, to] as
+// its distribution over the GPUs, one row a time bucket, oldest first:
+// what a chart of a thousand GPUs can show.
+func (s *Store) GPUSpread(ctx context.Context, metric string, sel GPUSelect, from, to time.Time, bucket time.Duration) ([]GPUSpreadRow, error) {
+	if _, ok := gpuColumns[metric]; !ok || metric == "xid_last" || metric == "throttle_reasons" {
+		return nil, fmt.Errorf("store: gpu spread: no distribution of %q", metric)
+	}
+	secs := max(1, int64(bucket/time.Second))
+	rows, err := s.Pool.Query(ctx, `
+		WITH g AS (
+			SELECT date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t, avg(`+metric+`) AS v
+			FROM gpu_samples
+			WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
+			  AND `+metric+` IS NOT NULL
+			GROUP BY host, gpu, t)
+		SELECT t, min(v), percentile_cont(0.05) WITHIN GROUP (ORDER BY v), percentile_cont(0.5) WITHIN GROUP (ORDER BY v),
+		       percentile_cont(0.95) WITHIN GROUP (ORDER BY v), max(v), avg(v), count(*)::int
+		FROM g GROUP BY t ORDER BY t`, from, to, sel.Host, sel.RunID, secs, sel.Rank)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu spread: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GPUSpreadRow, error) {
+		var g GPUSpreadRow
+		err := r.Scan(&g.Time, &g.Min, &g.P5, &g.Median, &g.P95, &g.Max, &g.Mn, &g.GPUs)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu spread: %w", err)
+	}
+	return out, nil
+}

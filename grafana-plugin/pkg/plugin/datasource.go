@@ -305,6 +305,12 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		if q.Format == FormatTable {
 			return data.Frames{gpuTableFrame(r)}, nil
 		}
+		if len(r.Spread) > 0 {
+			// A run of many GPUs: their distribution, drawn as the
+			// ranks' band is.
+			spread := spreadFrames(api.PluginQuery{XAxis: "time"}, api.SeriesResponse{Spread: r.Spread})
+			return withNotice(spread, "gpus", r.Notice), nil
+		}
 		return gpuFrames(r), nil
 
 	case api.QueryAnnotations:
