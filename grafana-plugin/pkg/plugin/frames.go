@@ -377,13 +377,18 @@ func evalsFrames(q api.PluginQuery, r api.EvalsResponse) data.Frames {
 				names[k] = true
 			}
 		}
+		// An evaluation's other figures (an HF Trainer's epoch, runtime,
+		// samples per second) are in the tooltip, not drawn: on the loss
+		// chart they would land on the loss's or the accuracy's axis.
 		for _, k := range slices.Sorted(maps.Keys(names)) {
-			fields = append(fields, labeled(numCol(pts, "metrics."+k, "none", split+" "+k, func(e api.EvalPoint) *float64 {
+			f := labeled(numCol(pts, "metrics."+k, "none", split+" "+k, func(e api.EvalPoint) *float64 {
 				if v, ok := e.Metrics[k]; ok {
 					return fv(v)
 				}
 				return nil
-			})))
+			}))
+			f.Config.Custom = map[string]any{"hideFrom": map[string]any{"viz": true, "legend": true, "tooltip": false}}
+			fields = append(fields, f)
 		}
 		f := data.NewFrame(split, fields...)
 		f.Meta = &data.FrameMeta{}
