@@ -41,10 +41,11 @@ type renderedQuery struct {
 // variables as Grafana does on load: the first value each variable offers,
 // or All where it has an all value), once per run of the demo on the
 // run-scoped dashboards, and sends what comes out to a real server through
-// the plugin's backend. It fails on any variable left in a query and on
-// any query the plugin answers with an error: the Jobs dashboard's $state,
+// the plugin's backend. It fails on any variable left in a query, on any
+// query the plugin answers with an error (the Jobs dashboard's $state,
 // $metric and $goal failed so in a browser while the hand-substituted
-// queries of the other tests passed.
+// queries of the other tests passed), and on a panel that, for some run,
+// gets no row, no notice and has no noValue to say why.
 func TestDashboardQueriesThroughTheFrontend(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads the demo runs and runs the plugin's frontend under Node.js")
@@ -76,6 +77,9 @@ func TestDashboardQueriesThroughTheFrontend(t *testing.T) {
 	tr := backend.TimeRange{From: demo.Epoch(anchor).Add(-time.Hour), To: anchor.Add(time.Hour)}
 
 	picks := make(map[string][]map[string][]string)
+	// Each panel's one-line reason for showing nothing, by dashboard and
+	// title.
+	noValue := make(map[string]string)
 	for _, d := range dashboards.All() {
 		raw, err := os.ReadFile(filepath.Join(jsonDir, d.File()))
 		if err != nil {
@@ -86,6 +90,22 @@ func TestDashboardQueriesThroughTheFrontend(t *testing.T) {
 			t.Fatal(err)
 		}
 		picks[d.UID] = firstLoadVariables(ctx, t, ds, doc, tr)
+		var reasons struct {
+			Panels []struct {
+				Title       string `json:"title"`
+				FieldConfig struct {
+					Defaults struct {
+						NoValue string `json:"noValue"`
+					} `json:"defaults"`
+				} `json:"fieldConfig"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(raw, &reasons); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range reasons.Panels {
+			noValue[d.UID+"/"+p.Title] = p.FieldConfig.Defaults.NoValue
+		}
 	}
 
 	dir := t.TempDir()
@@ -109,6 +129,9 @@ func TestDashboardQueriesThroughTheFrontend(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := make(map[string]bool)
+	// A panel shows data or says why: rows, a notice, or its noValue.
+	type panelKey struct{ dashboard, panel, vars string }
+	shows := make(map[panelKey]bool)
 	for _, q := range queries {
 		seen[q.Dashboard] = true
 		where := fmt.Sprintf("%s %q with %v", q.Dashboard, q.Panel, q.Variables)
@@ -126,12 +149,20 @@ func TestDashboardQueriesThroughTheFrontend(t *testing.T) {
 		if r.Error != nil {
 			t.Errorf("%s: %s answers %v", where, q.Query, r.Error)
 		}
+		key := panelKey{q.Dashboard, q.Panel, fmt.Sprint(q.Variables)}
+		shows[key] = shows[key] || noValue[q.Dashboard+"/"+q.Panel] != "" || strings.HasPrefix(q.Panel, "annotation ")
 		for _, f := range r.Frames {
+			shows[key] = shows[key] || f.Rows() > 0 || len(frameNotices(f)) > 0
 			for _, n := range frameNotices(f) {
 				if n.Severity == data.NoticeSeverityError {
 					t.Errorf("%s: error notice %q for %s", where, n.Text, q.Query)
 				}
 			}
+		}
+	}
+	for k, ok := range shows {
+		if !ok {
+			t.Errorf("%s %q with %s: no data, no notice and no noValue: the panel is blank without a word", k.dashboard, k.panel, k.vars)
 		}
 	}
 	for _, d := range dashboards.All() {

@@ -90,6 +90,7 @@ func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 	return stragglerFlag(dataTable("Ranks",
 		"Steady-state timing of each rank, the columns that name a straggler first. Busy: step time less the wait in the end-of-backward collective. Lateness: arrival there after the first rank (medians; on a long run, means over blocks of 100 steps). Straggler: median lateness above the margin (a share of the median busy time); without recorded arrivals, median step time above the run's median by the margin. A straggler's row is red.",
 		pos, ranksQuery()).
+		NoValue(noRankSteps).
 		// The columns that tell who straggles come first and narrow, so
 		// they fit a 1600-pixel screen; the rest follow.
 		WithTransformation(dashboard.DataTransformerConfig{
@@ -156,7 +157,8 @@ func topStragglers(pos dashboard.GridPos) *table.PanelBuilder {
 			Id: "filterFieldsByName",
 			Options: map[string]any{"include": map[string]any{"names": []string{"Rank", "Host", "Lateness", "Straggler score",
 				"Arrived last", "Busy", "Wait in collective", "Straggler"}}},
-		}))
+		}).
+		NoValue(noRankSteps))
 }
 
 // hostsQuery asks for the ranks of $run rolled up by host.
@@ -173,6 +175,7 @@ func hostTable(pos dashboard.GridPos) *table.PanelBuilder {
 	return dataTable("Hosts",
 		"The ranks of each host, the slowest host first (the one holding the latest rank): how many of its ranks are stragglers, its worst rank, the largest and mean lateness of its ranks, its largest step time, mean GPU utilisation and largest straggler score. A slow node shows as one row with many stragglers; one slow GPU as one straggler on an otherwise ordinary host.",
 		pos, hostsQuery()).
+		NoValue(noRankSteps).
 		OverrideByRegexp(fieldRegexp("stragglers"), []dashboard.DynamicConfigValue{
 			prop("custom.cellOptions", map[string]any{"type": "color-background"}),
 			prop("thresholds", dashboard.ThresholdsConfig{Mode: dashboard.ThresholdsModeAbsolute, Steps: []dashboard.Threshold{
@@ -270,8 +273,12 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 		Unit(unit).
 		Min(0).
 		FillOpacity(80).
-		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{}))
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{})).
+		NoValue(noRankSteps)
 }
+
+// noRankSteps is why the per-rank panels of a run are empty.
+const noRankSteps = "no step with timings recorded for this run: needs watch() (an agent's job that never reached a step has none)"
 
 // stragglerScoreChart is each rank's straggler score by step, with the
 // straggler alert's default threshold (alerts.Defaults) as a dashed line:

@@ -118,6 +118,7 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(stepChart("Gradient norm, loss scale and learning rate",
 		"By step: global gradient L2 norm (left), fp16 dynamic loss scale (right, log 2) and learning rate (right).",
 		"none", gridPos(0, y, 12, 9), stepQuery("0", "grad_norm", "loss_scale", "lr")).
+		NoValue("not recorded by this run: needs watch(model, optimizer=…) or a DeepSpeed engine").
 		OverrideByRegexp("/loss[ _]scale/i", rightAxis("short",
 			prop("custom.scaleDistribution", map[string]any{"type": "log", "log": 2}),
 			prop("custom.lineStyle", map[string]any{"fill": "dash", "dash": []int{10, 10}}))).
