@@ -58,6 +58,12 @@ if [ "$only" = all ] || [ "$only" = go ]; then
   # and hold every package to it.
   mode=$(go test -count=1 -v -run '^TestDatabaseMode$' ./store/storetest/ 2>&1 | sed -n 's/.*storetest_test.go:[0-9]*: database mode: //p' | head -1)
   [ -n "$mode" ] || { go test -count=1 -v -run '^TestDatabaseMode$' ./store/storetest/; exit 1; }
+  # The dashboards' test renders every panel query with the plugin's
+  # frontend (Node.js), so its npm packages come before the Go suite.
+  if [ ! -d grafana-plugin/node_modules ]; then
+    log "npm ci (grafana-plugin), for the dashboards' frontend test"
+    (cd grafana-plugin && npm ci --no-audit --no-fund --loglevel=error)
+  fi
   log "go test (database mode: $mode)"
   case "$mode" in TimescaleDB*) export DEEPSEED_TEST_TIMESCALE=${DEEPSEED_TEST_TIMESCALE:-require} ;; esac
   go test -count=1 -timeout 40m ./...

@@ -103,6 +103,10 @@ var SpreadQuantiles = []string{SpreadMin, SpreadP5, SpreadMedian, SpreadP95, Spr
 // name in their overrides (a band filled from p5 to p95).
 func SpreadField(metric, quantile string) string { return metric + " " + quantile + " of ranks" }
 
+// BaselineFirst as the baseline of /compare is the first of the runs
+// compared: within a sweep, its first trial.
+const BaselineFirst = "@first"
+
 // AllValue is the value of a picker's "All" on the jobs dashboard: no
 // filter.
 const AllValue = "*"

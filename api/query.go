@@ -67,8 +67,17 @@ type RunSummary struct {
 	FinalValF1        *Float `json:"final_val_f1"`
 	FinalValLoss      *Float `json:"final_val_loss"`
 	MeanThroughputSPS *Float `json:"mean_throughput_sps"`
-	MeanGPUUtilPct    *Float `json:"mean_gpu_util_pct"`
-	PeakGPUMemGB      *Float `json:"peak_gpu_mem_gb"`
+	// MeanGPUUtilPct is the mean GPU utilisation the steps carried, else
+	// that of the NVML samples the collectors attributed to the run.
+	MeanGPUUtilPct *Float `json:"mean_gpu_util_pct"`
+	// PeakGPUMemGB is the most device memory in use as NVML counts it (the
+	// allocator's pool plus the CUDA context): the highest of the run's GPU
+	// samples and of the steps' gpu_mem_used_gb.
+	PeakGPUMemGB *Float `json:"peak_gpu_mem_gb"`
+	// PeakGPUMemAllocGB is the PyTorch allocator's peak
+	// (max_memory_allocated) the hook measured on any rank: the tensors
+	// alone, below the NVML figure.
+	PeakGPUMemAllocGB *Float `json:"peak_gpu_mem_alloc_gb"`
 	MeanStepMS        *Float `json:"mean_step_ms"`
 	MeanTFLOPS        *Float `json:"mean_tflops"` // achieved model TFLOP/s per GPU
 	MeanMFU           *Float `json:"mean_mfu"`    // model FLOPs utilisation, 0..1
@@ -263,7 +272,8 @@ type MemoryResponse struct {
 	RunID             string       `json:"run_id"`
 	Parts             []MemoryPart `json:"parts"` // parameters, gradients, optimizer, activations
 	PredictedGPUBytes Float        `json:"predicted_gpu_bytes"`
-	PeakGPUBytes      *Float       `json:"peak_gpu_bytes"` // measured, from steps or GPU samples
+	PeakGPUBytes      *Float       `json:"peak_gpu_bytes"`       // NVML: device memory in use, from GPU samples or steps
+	AllocPeakGPUBytes *Float       `json:"alloc_peak_gpu_bytes"` // the PyTorch allocator's peak the hook measured
 	GPUTotalBytes     *Float       `json:"gpu_total_bytes"`
 }
 
@@ -424,6 +434,12 @@ const CompareNearWindow = 10 * time.Second
 // GPUResponse answers GET /api/v1/gpus.
 type GPUResponse struct {
 	Series []GPUSeries `json:"series"`
+	// Spread is each metric's distribution over the GPUs, for a run's
+	// GPUs when they are more than MaxRankSeries (no host, GPU or rank
+	// named); Series is then empty and Notice says so. Points carry the
+	// bucket's time; Ranks is how many GPUs reported in it.
+	Spread []SeriesSpread `json:"spread,omitempty"`
+	Notice string         `json:"notice,omitempty"`
 }
 
 // GPUSeries is one metric of one GPU of one host.

@@ -49,10 +49,14 @@ func compareBars(f figure, pos dashboard.GridPos, q api.PluginQuery) *barchart.P
 			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("name", "Run", f.field, f.display)}},
 		}).
 		XField("Run").
-		Orientation(common.VizOrientationAuto).
-		ShowValue(common.VisibilityModeAlways).
+		// Horizontal bars: each run's name on its own line, however many
+		// runs (a sweep of 13 piled rotated labels on each other), and
+		// values only where they fit.
+		Orientation(common.VizOrientationHorizontal).
+		ShowValue(common.VisibilityModeAuto).
 		Stacking(common.StackingModeNone).
-		XTickLabelRotation(-30).
+		XTickLabelRotation(0).
+		XTickLabelMaxLength(28).
 		Unit(f.unit).
 		Min(0).
 		FillOpacity(80).
@@ -122,6 +126,9 @@ func focusedTable(t compareTable, pos dashboard.GridPos, q api.PluginQuery) *tab
 			Options: map[string]any{"indexByName": order, "excludeByName": map[string]any{}, "renameByName": map[string]any{}},
 		}).
 		Filterable(false).
+		// Every run compared shows, or the table pages and says so; a
+		// cut-off table would hide the baseline row.
+		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{}).EnablePagination(true)).
 		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.minWidth", 180)})
 	for _, f := range t.figures {
 		p = p.OverrideByName("Δ "+f.display, []dashboard.DynamicConfigValue{
@@ -154,14 +161,15 @@ func deltaThresholds(field string) map[string]any {
 // compareSection is the focused tables and the bar charts of one set of
 // runs. Every table fits 1600 px: at most eleven columns.
 func compareSection(b *dashboard.DashboardBuilder, y uint32, q api.PluginQuery) (*dashboard.DashboardBuilder, uint32) {
+	// Nine grid rows: a header and eight runs a page.
 	for _, t := range compareTables {
-		b = b.WithPanel(focusedTable(t, gridPos(0, y, 24, 6), q))
-		y += 6
+		b = b.WithPanel(focusedTable(t, gridPos(0, y, 24, 9), q))
+		y += 9
 	}
 	for i, f := range compareFigures {
-		b = b.WithPanel(compareBars(f, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), q))
+		b = b.WithPanel(compareBars(f, gridPos(uint32(i%3)*8, y+uint32(i/3)*10, 8, 10), q))
 	}
-	return b, y + uint32((len(compareFigures)+2)/3)*8
+	return b, y + uint32((len(compareFigures)+2)/3)*10
 }
 
 func compare() (dashboard.Dashboard, []Annotation, error) {
@@ -182,9 +190,13 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 
 	// One section per sweep: the experiment report's questions (ZeRO
 	// stages, precision, parallelism, offload, larger model) are sweeps.
+	// Δ there is within the sweep, against its first trial: the
+	// project's baseline is rarely one of its trials.
 	b = b.WithRow(row("Sweep $sweep", y).Repeat(varSweep))
 	y++
-	b, _ = compareSection(b, y, compareQuery(nil, "$"+varSweep))
+	sq := compareQuery(nil, "$"+varSweep)
+	sq.Baseline = api.BaselineFirst
+	b, _ = compareSection(b, y, sq)
 
 	d, err := b.Build()
 	return d, nil, err

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/common"
@@ -259,11 +260,12 @@ func row(title string, y uint32) *dashboard.RowBuilder {
 
 // fieldRegexp matches a frame field by any of names: its field name
 // ("final_loss") or its display name ("Final loss"). Grafana's field
-// matchers compare display names, which the plugin sets.
+// matchers compare display names, which the plugin sets. Names are
+// matched literally: "Peak GPU memory (NVML)" holds no group.
 func fieldRegexp(names ...string) string {
 	alts := make([]string, len(names))
 	for i, n := range names {
-		alts[i] = strings.ReplaceAll(n, "_", "[ _]")
+		alts[i] = strings.ReplaceAll(regexp.QuoteMeta(n), "_", "[ _]")
 	}
 	return "/^(" + strings.Join(alts, "|") + ")$/i"
 }

@@ -1,6 +1,8 @@
 package dashboards
 
 import (
+	"cmp"
+
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
@@ -20,6 +22,13 @@ func gpuTableQuery() api.PluginQuery {
 // row repeated per host), every GPU.
 func gpuQuery(metrics ...string) api.PluginQuery {
 	return api.PluginQuery{QueryType: api.QueryGPUs, Host: "$" + varHost, RunID: "$" + varRun, Metrics: metrics}
+}
+
+// gpuNoValue says why a GPU chart can be empty where NVML cannot measure
+// it; a chart not listed says no sample came in the time range.
+var gpuNoValue = map[string]string{
+	"SM activity":    "not measured on these GPUs: needs GPM (Hopper or newer)",
+	"NVLink traffic": "not measured on these GPUs: no NVLink (PCIe only), or no sample in the range",
 }
 
 // throttleReasons names the NVML clocks-event reasons, one bit each; a
@@ -90,7 +99,8 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		{"Errors", "none", "ECC errors, XID errors, PCIe replays and remapped rows: counters since boot; any rise deserves a look.", []string{"ecc_corrected_total", "ecc_uncorrected_total", "xid_total", "pcie_replay_total", "remapped_rows_total"}},
 	}
 	for i, c := range charts {
-		p := timeSeries(c.title, c.desc, c.unit, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), gpuQuery(c.metrics...)).Min(0)
+		p := timeSeries(c.title, c.desc, c.unit, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), gpuQuery(c.metrics...)).Min(0).
+			NoValue(cmp.Or(gpuNoValue[c.title], "no GPU sample of this host in the time range"))
 		if c.metrics[0] == "util_pct" {
 			p = p.Max(100)
 		}

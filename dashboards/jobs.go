@@ -134,6 +134,10 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		NamePlacement(common.BarGaugeNamePlacementTop).
 		ShowUnfilled(true).
 		Orientation(common.VizOrientationHorizontal).
+		// Grafana hides the name of a bar gauge's only bar unless the
+		// panel sets one: with one project picked, the bar still names
+		// it and its limit.
+		DisplayName("${__field.labels.project} (${__field.labels.limit})").
 		NoValue("no quota set"))
 
 	tq := jobsQuery(api.QuerySweepTrials)

@@ -34,6 +34,12 @@ func stepSeries(rank string, metrics ...string) api.PluginQuery {
 	return q
 }
 
+// rankGPUQuery asks for the NVML samples of the GPU the collector
+// attributed to one rank of $run.
+func rankGPUQuery(rank string, metrics ...string) api.PluginQuery {
+	return api.PluginQuery{QueryType: api.QueryGPUs, RunID: "$" + varRun, Rank: rank, Metrics: metrics}
+}
+
 // stepQuery asks for step metrics of $run with the step as x: the whole
 // run, whatever the time picker says.
 func stepQuery(rank string, metrics ...string) api.PluginQuery {
@@ -97,6 +103,9 @@ type card struct {
 	decimals           float64
 	description        string
 	display            string
+	// noValue is what the card says when the run has no such figure: why,
+	// in one line ("not measured by this run: …"); "–" when empty.
+	noValue string
 }
 
 func statCard(c card, pos dashboard.GridPos, q api.PluginQuery) *stat.PanelBuilder {
@@ -106,15 +115,17 @@ func statCard(c card, pos dashboard.GridPos, q api.PluginQuery) *stat.PanelBuild
 		Datasource(DatasourceRef()).
 		GridPos(pos).
 		WithTarget(target("A", q)).
+		// The frame is one row: "last" shows its value as it is, a NaN
+		// loss as NaN ("lastNotNull" would skip it and show nothing).
 		ReduceOptions(common.NewReduceDataOptionsBuilder().
 			Values(false).
-			Calcs([]string{"lastNotNull"}).
+			Calcs([]string{"last"}).
 			Fields(fieldRegexp(c.field, cmp.Or(c.display, c.title)))).
 		ColorMode(common.BigValueColorModeNone).
 		GraphMode(common.BigValueGraphModeNone).
 		TextMode(common.BigValueTextModeValue).
 		JustifyMode(common.BigValueJustifyModeCenter).
-		NoValue("–")
+		NoValue(cmp.Or(c.noValue, "–"))
 	if c.unit != "" {
 		p = p.Unit(c.unit)
 	}

@@ -62,17 +62,18 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	// run, each point's step in the tooltip.
 	b = b.WithRow(row("GPUs per rank (over time)", y))
 	y++
-	b = b.WithPanel(rankBand(runTimeSeries("GPU utilisation per rank", "Utilisation of each rank's GPU over the run's time; the tooltip gives each point's step. "+bandNote, "percent",
-		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct")).Min(0).Max(100), "gpu_util_pct"))
-	b = b.WithPanel(rankBand(runTimeSeries("GPU memory per rank", "GPU memory in use on each rank over the run's time; the tooltip gives each point's step. "+bandNote, "decgbytes",
-		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb")).Min(0), "gpu_mem_used_gb"))
+	b = b.WithPanel(rankBand(runTimeSeries("GPU utilisation per rank", "Utilisation of each GPU of the run over its time, from the NVML samples the collectors attributed to the run (host GPU n), and of each rank as its steps reported it where they did. "+bandNote, "percent",
+		gridPos(0, y, 12, 9), stepSeries("all", "gpu_util_pct"), rankGPUQuery("all", "util_pct")).Min(0).Max(100).NoValue(noGPUSamples), "gpu_util_pct", "util_pct"))
+	b = b.WithPanel(rankBand(runTimeSeries("GPU memory per rank", "Device memory in use on each GPU of the run as NVML counts it (host GPU n), and on each rank as its steps reported it where they did. "+bandNote, "decbytes",
+		gridPos(12, y, 12, 9), stepSeries("all", "gpu_mem_used_gb"), rankGPUQuery("all", "mem_used_bytes")).Min(0).NoValue(noGPUSamples), "gpu_mem_used_gb", "mem_used_bytes"))
 	y += 9
 
 	b = b.WithRow(row("Alerts", y))
 	y++
 	b = b.WithPanel(dataTable("Open alerts",
 		"The server's detectors' open alerts on this run: non-finite loss, overflow storm, loss spike, idle GPU, stalled run or rank, data stall, straggler.",
-		gridPos(0, y, 24, 7), runQuery(api.QueryAlerts)))
+		gridPos(0, y, 24, 7), runQuery(api.QueryAlerts)).
+		NoValue("no open alert on this run"))
 
 	d, err := b.Build()
 	if err != nil {
@@ -87,19 +88,51 @@ func ranksQuery() api.PluginQuery { return runQuery(api.QueryRanks) }
 
 func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 	return stragglerFlag(dataTable("Ranks",
-		"Steady-state timing of each rank. Busy: step time less the wait in the end-of-backward collective. Lateness: arrival there after the first rank (medians; on a long run, means over blocks of 100 steps). Straggler: median lateness above the margin (a share of the median busy time); without recorded arrivals, median step time above the run's median by the margin.",
-		pos, ranksQuery()))
+		"Steady-state timing of each rank, the columns that name a straggler first. Busy: step time less the wait in the end-of-backward collective. Lateness: arrival there after the first rank (medians; on a long run, means over blocks of 100 steps). Straggler: median lateness above the margin (a share of the median busy time); without recorded arrivals, median step time above the run's median by the margin. A straggler's row is red.",
+		pos, ranksQuery()).
+		NoValue(noRankSteps).
+		// The columns that tell who straggles come first and narrow, so
+		// they fit a 1600-pixel screen; the rest follow.
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id: "organize",
+			Options: map[string]any{
+				"excludeByName": map[string]any{"Rank name": true},
+				"indexByName":   columnOrder(rankColumns),
+			},
+		}).
+		OverrideByRegexp(fieldRegexp("rank", "steps"), []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
+		OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.minWidth", 120)}))
 }
 
-// stragglerFlag colours the ranks frame's straggler flag.
+// rankColumns is the order of the Ranks table's columns, by display name.
+var rankColumns = []string{"Rank", "Host", "Straggler", "Straggler score", "Lateness", "Arrived last", "Busy",
+	"Wait in collective", "Median step", "p95 step", "Waiting on others", "Mean GPU util", "Peak GPU memory", "Steps"}
+
+func columnOrder(names []string) map[string]any {
+	out := make(map[string]any, len(names))
+	for i, n := range names {
+		out[n] = i
+	}
+	return out
+}
+
+// stragglerFlag colours the ranks frame's straggler flag and, through it,
+// the whole row of a straggler.
 func stragglerFlag(p *table.PanelBuilder) *table.PanelBuilder {
 	return p.OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
-		prop("custom.cellOptions", map[string]any{"type": "color-background"}),
-		prop("mappings", []any{map[string]any{"type": "value", "options": map[string]any{
-			"true":  map[string]any{"text": "straggler", "color": "red", "index": 0},
-			"false": map[string]any{"text": "ok", "color": "green", "index": 1},
-		}}}),
+		prop("custom.cellOptions", map[string]any{"type": "color-background", "applyToRow": true}),
+		prop("custom.width", 100),
+		prop("mappings", stragglerMappings()),
 	})
+}
+
+// stragglerMappings name and colour the straggler flag: red for a
+// straggler, no colour otherwise (so only its row stands out).
+func stragglerMappings() []any {
+	return []any{map[string]any{"type": "value", "options": map[string]any{
+		"true":  map[string]any{"text": "straggler", "color": "red", "index": 0},
+		"false": map[string]any{"text": "ok", "color": "transparent", "index": 1},
+	}}}
 }
 
 // topStragglerRows is how many ranks the Top stragglers table lists.
@@ -124,7 +157,8 @@ func topStragglers(pos dashboard.GridPos) *table.PanelBuilder {
 			Id: "filterFieldsByName",
 			Options: map[string]any{"include": map[string]any{"names": []string{"Rank", "Host", "Lateness", "Straggler score",
 				"Arrived last", "Busy", "Wait in collective", "Straggler"}}},
-		}))
+		}).
+		NoValue(noRankSteps))
 }
 
 // hostsQuery asks for the ranks of $run rolled up by host.
@@ -141,6 +175,7 @@ func hostTable(pos dashboard.GridPos) *table.PanelBuilder {
 	return dataTable("Hosts",
 		"The ranks of each host, the slowest host first (the one holding the latest rank): how many of its ranks are stragglers, its worst rank, the largest and mean lateness of its ranks, its largest step time, mean GPU utilisation and largest straggler score. A slow node shows as one row with many stragglers; one slow GPU as one straggler on an otherwise ordinary host.",
 		pos, hostsQuery()).
+		NoValue(noRankSteps).
 		OverrideByRegexp(fieldRegexp("stragglers"), []dashboard.DynamicConfigValue{
 			prop("custom.cellOptions", map[string]any{"type": "color-background"}),
 			prop("thresholds", dashboard.ThresholdsConfig{Mode: dashboard.ThresholdsModeAbsolute, Steps: []dashboard.Threshold{
@@ -156,7 +191,8 @@ var bandNote = fmt.Sprintf("Past %d ranks a line per rank would be unreadable: t
 // rankStepChart is one step metric of every rank by step, a band past
 // api.MaxRankSeries ranks.
 func rankStepChart(title, description, unit string, pos dashboard.GridPos, metric string) *trend.PanelBuilder {
-	return rankBand(stepChart(title, description+" "+bandNote, unit, pos, stepQuery("all", metric)).Min(0), metric)
+	return rankBand(stepChart(title, description+" "+bandNote, unit, pos, stepQuery("all", metric)).Min(0).
+		NoValue("not measured by this run: needs watch() on every rank"), metric)
 }
 
 // Colours of the distribution band.
@@ -171,6 +207,15 @@ const (
 // with Grafana's fill-below-to between its edges. A run of fewer ranks has
 // no such fields, and keeps its line per rank.
 func rankBand[P interface {
+	OverrideByName(string, []dashboard.DynamicConfigValue) P
+}](p P, metrics ...string) P {
+	for _, m := range metrics {
+		p = rankBandOf(p, m)
+	}
+	return p
+}
+
+func rankBandOf[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
 }](p P, metric string) P {
 	name := func(q string) string { return api.SpreadField(metric, q) }
@@ -207,11 +252,18 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 		WithTarget(target("A", ranksQuery())).
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "filterFieldsByName",
-			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank_name", "Rank name", field, display)}},
+			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank_name", "Rank name", field, display, "straggler")}},
 		}).
 		// Bars are labelled with the rank's name ("rank 3"), a string
 		// field of the ranks frame.
 		XField("Rank name").
+		// A straggler's bar is red, the others blue: coloured by the
+		// ranks frame's flag through its value mappings.
+		ColorByField("Straggler").
+		OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{prop("mappings", []any{map[string]any{"type": "value", "options": map[string]any{
+			"true":  map[string]any{"text": "straggler", "color": "red", "index": 0},
+			"false": map[string]any{"text": "ok", "color": "blue", "index": 1},
+		}}})}).
 		XTickLabelRotation(0).
 		// Values and labels thin out as bars narrow: every bar of a few
 		// ranks is labelled, a thousand ranks' bars are not smeared.
@@ -221,8 +273,12 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 		Unit(unit).
 		Min(0).
 		FillOpacity(80).
-		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{}))
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeHidden).Placement(common.LegendPlacementBottom).Calcs([]string{})).
+		NoValue(noRankSteps)
 }
+
+// noRankSteps is why the per-rank panels of a run are empty.
+const noRankSteps = "no step with timings recorded for this run: needs watch() (an agent's job that never reached a step has none)"
 
 // stragglerScoreChart is each rank's straggler score by step, with the
 // straggler alert's default threshold (alerts.Defaults) as a dashed line:
@@ -232,6 +288,7 @@ func stragglerScoreChart(pos dashboard.GridPos) *trend.PanelBuilder {
 	return rankStepChart("Straggler score per rank",
 		fmt.Sprintf("Each rank's straggler score by step: an EWMA of its lateness as a share of the ranks' median busy time. The rank whose line rises is the straggler, from the step where it leaves 0; the straggler alert fires while a score is above the dashed line (%g %%, the default straggler_pct; a run's own setting may differ). Scores are stored by the alert evaluator, so a run it has not scored shows none.", limit*100),
 		"percentunit", pos, "straggler_score").
+		NoValue("no scores by step: they are kept for runs the server watched live; the Ranks table gives this run's final score").
 		Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
 			{Value: nil, Color: "green"},
 			{Value: &limit, Color: "red"},

@@ -101,6 +101,13 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 					t.Errorf("band frame meta %+v: want the notice naming the 1024 ranks", n)
 				}
 			}
+			// The NVML samples of 1,024 GPUs come as their distribution,
+			// not as a line per GPU.
+			if nvml := map[string]string{"GPU utilisation per rank": "util_pct", "GPU memory per rank": "mem_used_bytes"}[p.Title]; nvml != "" {
+				if !slices.Contains(fieldNames(frames), api.SpreadField(nvml, api.SpreadMedian)) || len(frames) > 8 {
+					t.Errorf("%d frames %v: want the distribution of the GPUs' %s beside the steps' band", len(frames), fieldNames(frames), nvml)
+				}
+			}
 			if p.Title == "Hosts" {
 				if host, _ := frames[0].Fields[0].ConcreteAt(0); host != run.Host(straggler) {
 					t.Errorf("first host %v, want the straggler's %s", host, run.Host(straggler))
@@ -123,7 +130,7 @@ func bandFields(t *testing.T, p fullPanel) map[string]bool {
 		if err := json.Unmarshal(raw, &q); err != nil {
 			t.Fatalf("target %s: %v", raw, err)
 		}
-		if q.QueryType != api.QuerySeries || q.Rank != "all" {
+		if (q.QueryType != api.QuerySeries && q.QueryType != api.QueryGPUs) || q.Rank != "all" {
 			continue
 		}
 		for _, m := range q.Metrics {

@@ -1,6 +1,8 @@
 package dashboards
 
 import (
+	"regexp"
+
 	"github.com/grafana/grafana-foundation-sdk/go/barchart"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
@@ -8,34 +10,45 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/piechart"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // summaryCards are the seed dashboard's summary cards and the figures an
 // engineer checks first, in the run_summary frame's field names (the JSON
 // names of [api.RunSummary]).
 var summaryCards = []card{
-	{"Model", "model", "", -1, "Model name from the run's meta.", ""},
-	{"Parameters", "param_count", "short", 0, "Parameter count.", ""},
-	{"GPU", "gpu", "", -1, "GPU model of rank 0.", ""},
-	{"ZeRO stage", "zero_stage", "none", 0, "DeepSpeed ZeRO stage (FSDP sharding shown as its ZeRO equivalent).", ""},
-	{"Precision", "precision", "", -1, "fp32, fp16 or bf16.", ""},
-	{"Effective batch", "effective_batch", "none", 0, "micro batch × gradient accumulation × data-parallel ranks.", ""},
-	{"Status", "status", "", -1, "running, finished, failed or killed.", ""},
-	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record).", ""},
-	{"Steps", "last_step", "none", 0, "Highest step recorded.", "Last step"},
-	{"Final loss", "final_loss", "none", 4, "Training loss at the last step.", ""},
-	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations.", ""},
-	{"Final val F1", "final_val_f1", "percentunit", 1, "F1 score of the last evaluation.", ""},
-	{"Mean throughput", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second over the run.", ""},
-	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation of rank 0.", ""},
-	{"Peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank.", ""},
-	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step.", ""},
-	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time.", ""},
-	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision.", ""},
-	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", ""},
-	{"World size", "world_size", "none", 0, "Number of ranks.", ""},
-	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Empty when the run has finished or its total steps are unknown.", ""},
+	{"Model", "model", "", -1, "Model name from the run's meta.", "", ""},
+	{"Parameters", "param_count", "short", 0, "Parameter count.", "", ""},
+	{"GPU", "gpu", "", -1, "GPU model of rank 0.", "", ""},
+	{"ZeRO stage", "zero_stage", "none", 0, "DeepSpeed ZeRO stage (FSDP sharding shown as its ZeRO equivalent).", "", ""},
+	{"Precision", "precision", "", -1, "fp32, fp16 or bf16.", "", ""},
+	{"Effective batch", "effective_batch", "none", 0, "micro batch × gradient accumulation × data-parallel ranks.", "", ""},
+	{"Status", "status", "", -1, "running, finished, failed or killed.", "", ""},
+	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record).", "", ""},
+	{"Steps", "last_step", "none", 0, "Highest step recorded.", "Last step", ""},
+	{"Final loss", "final_loss", "none", 4, "Training loss at the last step; NaN when it was not finite.", "", ""},
+	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations.", "", "no evaluation with an accuracy"},
+	{"Final val F1", "final_val_f1", "percentunit", 1, "F1 score of the last evaluation.", "", "no evaluation with an F1"},
+	{"Mean throughput", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second over the run.", "", noStepTimes},
+	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation over the run: as the steps reported it, else from the NVML samples the collectors attributed to the run.", "", noGPUSamples},
+	{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it: the allocator's pool plus the CUDA context.", "", noGPUSamples},
+	{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak (torch.cuda.max_memory_allocated) on any rank, as the hook measured it: the tensors alone, below the NVML figure.", "", noHookMemory},
+	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step.", "", noStepTimes},
+	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time.", "Mean TFLOP/s per GPU", noFLOPs},
+	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision.", "", noFLOPs},
+	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", "", ""},
+	{"World size", "world_size", "none", 0, "Number of ranks.", "", ""},
+	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Empty when the run has finished or its total steps are unknown.", "", "finished, or its total steps are unknown"},
 }
+
+// Why a panel of a run is empty, in one line each: what the run did not
+// measure and what measures it.
+const (
+	noGPUSamples = "not measured for this run: no NVML samples attributed to it (needs deepseed collect on its nodes)"
+	noHookMemory = "not measured by this run: needs watch() on a CUDA device"
+	noFLOPs      = "not measured by this run: needs watch() and the model's parameter count and tokens per step"
+	noStepTimes  = "not measured by this run: needs watch()"
+)
 
 func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b := newDashboard(UIDTrainingRun, "DeepSeed · Training run",
@@ -62,10 +75,10 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	// tooltip.
 	b = b.WithRow(row("GPU (over time, with the run's events)", y))
 	y++
-	b = b.WithPanel(runTimeSeries("GPU utilisation", "Utilisation of the GPU of rank 0, as NVML reports it, over the run's time, with the run's events marked; the tooltip gives each point's step.", "percent",
-		gridPos(0, y, 12, 8), stepSeries("0", "gpu_util_pct")).Min(0).Max(100))
-	b = b.WithPanel(runTimeSeries("GPU memory", "GPU memory in use on rank 0, over the run's time, with the run's events marked; the tooltip gives each point's step.", "decgbytes",
-		gridPos(12, y, 12, 8), stepSeries("0", "gpu_mem_used_gb")).Min(0))
+	b = b.WithPanel(runTimeSeries("GPU utilisation", "Utilisation of the GPU of rank 0 over the run's time, from the NVML samples the collector attributed to rank 0 (host GPU n), and as the steps reported it where they did; the run's events marked.", "percent",
+		gridPos(0, y, 12, 8), rankGPUQuery("0", "util_pct"), stepSeries("0", "gpu_util_pct")).Min(0).Max(100).NoValue(noGPUSamples))
+	b = b.WithPanel(runTimeSeries("GPU memory", "Device memory in use on the GPU of rank 0 as NVML counts it (the allocator's pool and the CUDA context) over the run's time, and as the steps reported it where they did; the run's events marked.", "decbytes",
+		gridPos(12, y, 12, 8), rankGPUQuery("0", "mem_used_bytes"), stepSeries("0", "gpu_mem_used_gb")).Min(0).NoValue(noGPUSamples))
 	y += 8
 
 	// Training curves are read by step, as in the seed: Trend panels with
@@ -88,6 +101,8 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByRegexp("/^(train loss at .*)$/i", []dashboard.DynamicConfigValue{
 			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": true, "viz": true}),
 		}).
+		// A NaN or infinite loss is a red dot where the line breaks off.
+		OverrideByRegexp(nonFinitePoints, append(pointsOnly(9), prop("color", map[string]any{"mode": "fixed", "fixedColor": "red"}))).
 		// Each bucket's min and max shade a band around the mean.
 		OverrideByName("loss max", []dashboard.DynamicConfigValue{
 			prop("custom.lineWidth", 0), prop("custom.fillBelowTo", "loss min"), prop("custom.fillOpacity", 20),
@@ -98,22 +113,30 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 			prop("custom.hideFrom", map[string]any{"legend": true, "tooltip": false, "viz": false}),
 		}))
 	b = b.WithPanel(stepChart("Throughput", "Samples per second of rank 0, by step.", "suffix: samples/s",
-		gridPos(12, y, 12, 9), stepQuery("0", "throughput_sps")).Min(0))
+		gridPos(12, y, 12, 9), stepQuery("0", "throughput_sps")).Min(0).NoValue(noStepTimes))
 	y += 9
 	b = b.WithPanel(stepChart("Gradient norm, loss scale and learning rate",
 		"By step: global gradient L2 norm (left), fp16 dynamic loss scale (right, log 2) and learning rate (right).",
 		"none", gridPos(0, y, 12, 9), stepQuery("0", "grad_norm", "loss_scale", "lr")).
+		NoValue("not recorded by this run: needs watch(model, optimizer=…) or a DeepSpeed engine").
 		OverrideByRegexp("/loss[ _]scale/i", rightAxis("short",
 			prop("custom.scaleDistribution", map[string]any{"type": "log", "log": 2}),
 			prop("custom.lineStyle", map[string]any{"fill": "dash", "dash": []int{10, 10}}))).
 		OverrideByRegexp("/^(lr|learning[ _]rate)/i", rightAxis("sci")))
-	b = b.WithPanel(stepChart("Step time", "Step time of rank 0 by step, and its parts: forward, backward, optimizer, communication and data loading.",
-		"ms", gridPos(12, y, 12, 9), stepQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0))
+	// A symmetric log axis: the first steps (compilation, warm-up, often
+	// tens of times the rest) do not squash the steady state to the
+	// bottom, and parts of 0 ms stay on the chart.
+	b = b.WithPanel(stepChart("Step time", "Step time of rank 0 by step, and its parts: forward, backward, optimizer, communication and data loading. Logarithmic axis, so slow first steps leave the steady state readable.",
+		"ms", gridPos(12, y, 12, 9), stepQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0).
+		ScaleDistribution(common.NewScaleDistributionConfigBuilder().Type(common.ScaleDistributionSymlog).Log(10).LinearThreshold(1)).
+		NoValue(noStepTimes))
 	y += 9
 	b = b.WithPanel(stepChart("TFLOP/s and MFU",
 		"By step: model TFLOP/s achieved by the GPU of rank 0 (left) and its model FLOPs utilisation (right): the run's FLOPs per token (6 × parameters plus attention, or as set) × the step's tokens ÷ step time, over the GPU's dense peak at the run's precision.",
-		"suffix: TFLOP/s", gridPos(0, y, 24, 8), stepQuery("0", "tflops", "mfu")).Min(0).
-		OverrideByRegexp("/mfu/i", rightAxis("percentunit", prop("min", 0))))
+		"suffix: TFLOP/s", gridPos(0, y, 24, 8), stepQuery("0", "tflops", "mfu")).Min(0).NoValue(noFLOPs).
+		// MFU on a 0–100 % axis of its own: on an axis fitted to it, its
+		// line would lie on top of the TFLOP/s line.
+		OverrideByRegexp("/mfu/i", rightAxis("percentunit", prop("min", 0), prop("max", 1))))
 	y += 8
 
 	b = b.WithRow(row("Compute and memory", y))
@@ -122,8 +145,9 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		Title("Compute time breakdown").
 		Description("Mean time of each part of a step over the steady state (warm-up excluded): forward, backward, optimizer, communication, data loading and the rest.").
 		Datasource(DatasourceRef()).
-		GridPos(gridPos(0, y, 8, 10)).
+		GridPos(gridPos(0, y, 9, 10)).
 		WithTarget(target("A", runQuery(api.QueryBreakdown))).
+		NoValue(noStepTimes).
 		PieType(piechart.PieChartTypeDonut).
 		Unit("ms").
 		Decimals(1).
@@ -138,8 +162,9 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		Title("ZeRO memory per GPU").
 		Description("Predicted bytes of parameters, gradients, optimizer state and activations for the run's ZeRO stage, precision and offload, beside the peak GPU memory measured.").
 		Datasource(DatasourceRef()).
-		GridPos(gridPos(8, y, 10, 10)).
+		GridPos(gridPos(9, y, 9, 10)).
 		WithTarget(target("A", runQuery(api.QueryMemory))).
+		NoValue("no ZeRO memory breakdown: needs watch() on a DeepSpeed engine, or the export's zero_memory").
 		Orientation(common.VizOrientationHorizontal).
 		XField("Part").
 		ShowValue(common.VisibilityModeAlways).
@@ -150,11 +175,15 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		Min(0).
 		FillOpacity(80).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))
-	peak := card{"Measured peak GPU memory", "peak_gpu_mem_gb", "decgbytes", 2, "Highest GPU memory in use measured on any rank; compare with the predicted bars.", "Peak GPU memory"}
-	b = b.WithPanel(statCard(peak, gridPos(18, y, 6, 5), runQuery(api.QueryRunSummary)).
+	// The two measured peaks, each named by its source, as on the bars.
+	nvml := card{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it (the allocator's pool and the CUDA context); compare with the predicted bars.", "", noGPUSamples}
+	b = b.WithPanel(statCard(nvml, gridPos(18, y, 6, 4), runQuery(api.QueryRunSummary)).
 		ColorMode(common.BigValueColorModeValue))
-	skipped := card{"Overflow-skipped steps", "skipped_steps", "none", 0, "Steps the fp16 loss scaler skipped; each is an annotation on the charts.", "Skipped steps"}
-	b = b.WithPanel(statCard(skipped, gridPos(18, y+5, 6, 5), runQuery(api.QueryRunSummary)))
+	alloc := card{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak on any rank (tensors alone), as the hook measured it.", "", noHookMemory}
+	b = b.WithPanel(statCard(alloc, gridPos(18, y+4, 6, 3), runQuery(api.QueryRunSummary)).
+		ColorMode(common.BigValueColorModeValue))
+	skipped := card{"Overflow-skipped steps", "skipped_steps", "none", 0, "Steps the fp16 loss scaler skipped; each is an annotation on the charts.", "Skipped steps", ""}
+	b = b.WithPanel(statCard(skipped, gridPos(18, y+7, 6, 3), runQuery(api.QueryRunSummary)))
 	y += 10
 
 	b = b.WithRow(row("Per-layer timing", y))
@@ -173,6 +202,7 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(dataTable("Code",
 		"The code that produced the run, one row per line: the entry script's source, then git diff HEAD (uncommitted changes to tracked files) of its checkout, each cut at 512 KiB with a last line saying so. Filter by File to see one. Empty when the run was started with DEEPSEED_CAPTURE_CODE=0, or imported.",
 		gridPos(0, y, 24, 16), runQuery(api.QueryRunCode)).
+		NoValue("no code captured: the run was imported, or started with DEEPSEED_CAPTURE_CODE=0").
 		OverrideByName("File", []dashboard.DynamicConfigValue{prop("custom.width", 220)}).
 		OverrideByName("Line", []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
 		OverrideByName("Code", []dashboard.DynamicConfigValue{prop("custom.inspect", true)}))
@@ -231,6 +261,7 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		Datasource(DatasourceRef()).
 		GridPos(pos).
 		WithTarget(target("A", q)).
+		NoValue("no per-layer " + pass + " times in this run: needs watch(model) (an export carries forward times only when it has them)").
 		Calculate(false).
 		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("Mean time").Layout(common.HeatmapCellLayoutAuto)).
 		Color(heatmap.NewHeatmapColorOptionsBuilder().
@@ -255,6 +286,9 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		ShowColorScale(true).
 		HideYHistogram()
 }
+
+// nonFinitePoints matches the plugin's marks of NaN and infinite values.
+var nonFinitePoints = "/" + regexp.QuoteMeta(plugin.NonFiniteSuffix) + "$/"
 
 // evalPoints matches the evaluation fields drawn as dots: "<split> loss",
 // "<split> accuracy", "<split> F1". The join on the step leaves one frame,

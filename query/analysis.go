@@ -154,6 +154,9 @@ func (h *Handler) memory(ctx context.Context, c echo.Context) (any, error) {
 	if peak != nil {
 		out.PeakGPUBytes = fv(wholeBytes(*peak))
 	}
+	if a := scale(st.AllocPeakGB, 1e9); a != nil {
+		out.AllocPeakGPUBytes = fv(wholeBytes(*a))
+	}
 	if meta.GPUMemTotalGB != nil {
 		out.GPUTotalBytes = fv(wholeBytes(float64(*meta.GPUMemTotalGB) * 1e9))
 	} else if g.TotalMemBytes != nil {

@@ -103,6 +103,14 @@ func (h *Handler) compare(ctx context.Context, c echo.Context) (any, error) {
 		}
 		out.Rows = append(out.Rows, *row)
 	}
+	if out.Baseline == api.BaselineFirst {
+		// Within a sweep: its first trial, the rows being oldest first.
+		if len(out.Rows) == 0 {
+			out.Baseline = ""
+		} else {
+			out.Baseline = out.Rows[0].RunID
+		}
+	}
 	if out.Baseline == "" {
 		return out, nil
 	}

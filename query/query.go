@@ -26,6 +26,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/store"
@@ -47,6 +48,10 @@ type Options struct {
 	// ReplayWait bounds how long a read waits for the standby to replay a
 	// refresh made on the primary; 0 means 2s.
 	ReplayWait time.Duration
+	// Alerts is the detectors' configuration, whose straggler score the
+	// ranks of a run the evaluator never scored are given; nil means
+	// alerts.Defaults().
+	Alerts *alerts.Config
 }
 
 // Handler serves the query routes.

@@ -418,6 +418,14 @@ func TestCompareRowOfKnownRun(t *testing.T) {
 	check("delta gpu_util_pct", r.DeltaPct["gpu_util_pct"], (75.0-90)/90*100)
 	check("baseline delta", b.DeltaPct["step_time_s"], 0)
 
+	// Within the sweep, against its first trial (c1, the oldest).
+	e.get("/compare?sweep=zero&baseline=@first", 200, &res)
+	if res.Baseline != "c1" || len(res.Rows) != 2 {
+		t.Fatalf("baseline %q, rows %d: want c1, the sweep's first trial", res.Baseline, len(res.Rows))
+	}
+	check("c1 against itself", res.Rows[0].DeltaPct["step_time_s"], 0)
+	check("c2 against c1", res.Rows[1].DeltaPct["step_time_s"], (1-0.45)/0.45*100)
+
 	e.get("/compare?run=c2&run=c1", 200, &res)
 	if len(res.Rows) != 2 || res.Rows[0].RunID != "c2" {
 		t.Errorf("run= order not kept: %+v", res.Rows)

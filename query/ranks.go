@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
@@ -98,8 +99,36 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 		}
 		out.Ranks = append(out.Ranks, st)
 	}
+	if err := h.finalScores(ctx, r, ranks, &out); err != nil {
+		return nil, err
+	}
 	out.Hosts = hostStats(out.Ranks)
 	return out, nil
+}
+
+// finalScores gives the ranks of a run that has no stored straggler score
+// (finished before the evaluator saw it, or imported) the score the
+// evaluator would have given them at its last step, from its records.
+func (h *Handler) finalScores(ctx context.Context, r *store.RunRow, ranks []int, out *api.RanksResponse) error {
+	for _, st := range out.Ranks {
+		if st.StragglerScore != nil {
+			return nil
+		}
+	}
+	cfg := alerts.Defaults()
+	if h.opt.Alerts != nil {
+		cfg = *h.opt.Alerts
+	}
+	scores, err := alerts.FinalScores(ctx, h.store, r.RunID, ranks, r.Meta, cfg)
+	if err != nil || scores == nil {
+		return err
+	}
+	for i := range out.Ranks {
+		if v, ok := scores[out.Ranks[i].Rank]; ok {
+			out.Ranks[i].StragglerScore = fv(v)
+		}
+	}
+	return nil
 }
 
 // rankFigures reads every rank's steady-state aggregates and

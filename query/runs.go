@@ -126,7 +126,8 @@ func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary
 		BestValAccuracy: fp(ev.BestAcc), FinalValAccuracy: fp(ev.FinalAcc), BestValF1: fp(ev.BestF1),
 		FinalValF1: fp(ev.FinalF1), FinalValLoss: fp(ev.FinalLoss),
 		MeanThroughputSPS: fp(st.MeanThroughpt), MeanGPUUtilPct: fp(st.MeanGPUUtil), PeakGPUMemGB: fp(st.PeakGPUMemGB),
-		MeanStepMS: fp(st.MeanStepMS), MeanTFLOPS: fp(st.MeanTFLOPS), MeanMFU: fp(st.MeanMFU), SkippedSteps: st.Skipped,
+		PeakGPUMemAllocGB: fp(st.AllocPeakGB),
+		MeanStepMS:        fp(st.MeanStepMS), MeanTFLOPS: fp(st.MeanTFLOPS), MeanMFU: fp(st.MeanMFU), SkippedSteps: st.Skipped,
 	}
 	if s.Tags == nil {
 		s.Tags = []string{}
@@ -156,10 +157,31 @@ func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary
 		s.DurationS = fv(end.Sub(*r.StartedAt).Seconds())
 	}
 	s.TotalSteps = m.TotalSteps
+	if err := h.fillFromGPUSamples(ctx, r.RunID, s); err != nil {
+		return nil, nil, err
+	}
 	if err := h.estimateFinish(ctx, r, s); err != nil {
 		return nil, nil, err
 	}
 	return s, st, nil
+}
+
+// fillFromGPUSamples takes the GPU figures of the summary from the NVML
+// samples the collectors attributed to the run: its peak memory in use
+// (the higher of the samples' and the steps'), and its mean utilisation
+// where the steps carried none (the hook does not send it).
+func (h *Handler) fillFromGPUSamples(ctx context.Context, runID string, s *api.RunSummary) error {
+	g, err := h.store.GPUSampleStats(ctx, runID, zeroTime, zeroTime)
+	if err != nil {
+		return err
+	}
+	if s.MeanGPUUtilPct == nil && g.UtilSamples > 0 {
+		s.MeanGPUUtilPct = fp(g.MeanUtil)
+	}
+	if g.PeakMemBytes != nil && (s.PeakGPUMemGB == nil || *g.PeakMemBytes/1e9 > float64(*s.PeakGPUMemGB)) {
+		s.PeakGPUMemGB = fv(*g.PeakMemBytes / 1e9)
+	}
+	return nil
 }
 
 // estimateFinish sets the time a running run with known total steps has

@@ -21,6 +21,17 @@ var defaultGPUMetrics = []string{"util_pct", "mem_used_bytes", "power_w", "temp_
 
 func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	host, runID := c.QueryParam("host"), c.QueryParam("run_id")
+	// rank picks the GPU of one rank (of run_id): the samples the
+	// collector attributed to that rank's process.
+	rank, err := optIntParam(c, "rank", 0, api.MaxRank)
+	if err != nil {
+		return nil, err
+	}
+	sel := store.GPUSelect{Host: host, RunID: runID}
+	if rank != nil {
+		r := int(*rank)
+		sel.Rank = &r
+	}
 	metrics := multiParam(c, "metric")
 	if len(metrics) == 0 {
 		metrics = defaultGPUMetrics
@@ -59,7 +70,7 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 		return nil, bad("to", "must be after from")
 	}
 	out := api.GPUResponse{Series: []api.GPUSeries{}}
-	first, last, err := h.store.GPUTimeSpan(ctx, host, runID, from, to)
+	first, last, err := h.store.GPUTimeSpan(ctx, sel, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +81,13 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	// wide as the span split into max_points.
 	span := last.Sub(*first)
 	bucket := time.Duration((int64(span)/maxPoints)/int64(time.Second)+1) * time.Second
-	series, err := h.store.GPUSeries(ctx, metrics, host, runID, *first, *last, bucket)
+	if runID != "" && host == "" && rank == nil && gpu == nil {
+		spread, err := h.gpuSpread(ctx, metrics, sel, *first, *last, bucket, &out)
+		if err != nil || spread {
+			return out, err
+		}
+	}
+	series, err := h.store.GPUSeries(ctx, metrics, sel, *first, *last, bucket)
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +107,36 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// gpuSpread answers a run's GPUs, when they are more than
+// api.MaxRankSeries, as each metric's distribution over them: a line per
+// GPU of a thousand GPUs is neither readable nor bounded. It reports
+// whether it did.
+func (h *Handler) gpuSpread(ctx context.Context, metrics []string, sel store.GPUSelect, from, to time.Time, bucket time.Duration, out *api.GPUResponse) (bool, error) {
+	n, err := h.store.CountGPUs(ctx, sel, from, to)
+	if err != nil || n <= api.MaxRankSeries {
+		return false, err
+	}
+	for _, m := range metrics {
+		if m == "xid_last" || m == "throttle_reasons" {
+			return false, nil // no distribution of a code or a mask
+		}
+	}
+	for _, m := range metrics {
+		rows, err := h.store.GPUSpread(ctx, m, sel, from, to, bucket)
+		if err != nil {
+			return false, err
+		}
+		sp := api.SeriesSpread{Metric: m, Unit: gpuUnits[m], Points: make([]api.SpreadPoint, 0, len(rows))}
+		for _, r := range rows {
+			sp.Points = append(sp.Points, api.SpreadPoint{Time: r.Time, Min: api.Float(r.Min), P5: api.Float(r.P5),
+				Median: api.Float(r.Median), P95: api.Float(r.P95), Max: api.Float(r.Max), Mean: api.Float(r.Mn), Ranks: r.GPUs})
+		}
+		out.Spread = append(out.Spread, sp)
+	}
+	out.Notice = fmt.Sprintf("%d GPUs: each chart shows their distribution (median, 5th to 95th percentile, lowest to highest) instead of a line per GPU", n)
+	return true, nil
 }
 
 const maxAnnotations = 10000

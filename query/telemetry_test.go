@@ -2,8 +2,10 @@ package query_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +100,67 @@ func TestGPUMetricsThrottleReasonsAndXID(t *testing.T) {
 	e.get("/gpus?"+q.Encode(), 200, &res)
 	if pts := res.Series[0].Points; len(pts) != 1 || pts[0].Value != 0x25 || pts[0].Min != 0 || pts[0].Max != 0x25 {
 		t.Errorf("one bucket of throttle reasons: %+v", pts)
+	}
+}
+
+// rank picks the GPU of one rank of a run: the Training run dashboard
+// charts rank 0's GPU from these samples, whatever the other ranks do.
+func TestGPUSeriesOfOneRank(t *testing.T) {
+	e := newEnv(t)
+	recs := []api.Record{runRec("ddp", nil)}
+	for i := range 10 {
+		at := api.T(t0.Add(time.Duration(i) * time.Second))
+		for g, util := range []float64{85, 27} {
+			recs = append(recs, api.Record{GPU: &api.GPU{Kind: "gpu", Time: at, Host: "h", GPU: api.Ptr(g), RunID: "ddp", Rank: api.Ptr(g), UtilPct: api.F(util)}})
+		}
+	}
+	e.write(recs...)
+	for rank, want := range []float64{85, 27} {
+		var res api.GPUResponse
+		e.get(fmt.Sprintf("/gpus?run_id=ddp&metric=util_pct&rank=%d", rank), 200, &res)
+		if len(res.Series) != 1 || res.Series[0].GPU != rank {
+			t.Fatalf("rank %d: series %+v, want GPU %d alone", rank, res.Series, rank)
+		}
+		for _, p := range res.Series[0].Points {
+			if float64(p.Value) != want {
+				t.Errorf("rank %d: point %+v, want %v", rank, p, want)
+			}
+		}
+	}
+	var all api.GPUResponse
+	e.get("/gpus?run_id=ddp&metric=util_pct", 200, &all)
+	if len(all.Series) != 2 {
+		t.Errorf("without rank: %d series, want both GPUs", len(all.Series))
+	}
+	e.get("/gpus?run_id=ddp&rank=-1", 400, nil)
+}
+
+// Past 16 GPUs a run's samples come as their distribution over the GPUs,
+// one point a time bucket, not as a series per GPU; one rank's GPU is
+// still its own series.
+func TestGPUSpreadOfManyGPUs(t *testing.T) {
+	e := newEnv(t)
+	recs := []api.Record{runRec("wide", nil)}
+	const gpus = 20
+	for g := range gpus {
+		for i := range 3 {
+			recs = append(recs, api.Record{GPU: &api.GPU{Kind: "gpu", Time: api.T(t0.Add(time.Duration(i) * time.Second)), Host: fmt.Sprintf("h%d", g/8),
+				GPU: api.Ptr(g % 8), RunID: "wide", Rank: api.Ptr(g), UtilPct: api.F(float64(g))}})
+		}
+	}
+	e.write(recs...)
+	var res api.GPUResponse
+	e.get("/gpus?run_id=wide&metric=util_pct&max_points=1", 200, &res)
+	if len(res.Series) != 0 || len(res.Spread) != 1 || !strings.Contains(res.Notice, "20 GPUs") {
+		t.Fatalf("series %d, spread %+v, notice %q: want the distribution alone", len(res.Series), res.Spread, res.Notice)
+	}
+	pts := res.Spread[0].Points
+	if len(pts) != 1 || pts[0].Min != 0 || pts[0].Max != gpus-1 || pts[0].Median != 9.5 || pts[0].Ranks != gpus {
+		t.Errorf("points %+v: want one bucket from 0 to 19, median 9.5, over 20 GPUs", pts)
+	}
+	var one api.GPUResponse
+	e.get("/gpus?run_id=wide&metric=util_pct&rank=13", 200, &one)
+	if len(one.Series) != 1 || len(one.Spread) != 0 || one.Series[0].Points[0].Value != 13 {
+		t.Errorf("rank 13: series %+v, spread %d", one.Series, len(one.Spread))
 	}
 }

@@ -116,7 +116,7 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 		s.ingest = ih
 	}
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
-		query.New(read, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct, Primary: primary}).Register(g)
+		query.New(read, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct, Primary: primary, Alerts: &cfg.Alerts}).Register(g)
 		s.prom.reg.MustRegister(alerts.Collector{Store: read})
 		if s.reading() {
 			s.prom.reg.MustRegister(replicaCollector{read})

@@ -175,7 +175,8 @@ type RunStats struct {
 	Skipped       int64
 	MeanThroughpt *float64
 	MeanGPUUtil   *float64
-	PeakGPUMemGB  *float64
+	PeakGPUMemGB  *float64 // device memory in use the steps carried (gpu_mem_used_gb)
+	AllocPeakGB   *float64 // the allocator's peak the steps carried (gpu_mem_peak_gb)
 	MeanStepMS    *float64
 	MeanTFLOPS    *float64 // achieved model TFLOP/s per GPU
 	MeanMFU       *float64 // model FLOPs utilisation, 0..1
@@ -234,9 +235,7 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	st.MeanTFLOPS = mean("tflops")
 	st.MeanMFU = mean("mfu")
 	st.PeakGPUMemGB = m["gpu_mem_used_gb"].max
-	if p := m["gpu_mem_peak_gb"].max; p != nil && (st.PeakGPUMemGB == nil || *p > *st.PeakGPUMemGB) {
-		st.PeakGPUMemGB = p
-	}
+	st.AllocPeakGB = m["gpu_mem_peak_gb"].max
 	// Steps and span of the lowest rank.
 	lowest := -1
 	err = s.Pool.QueryRow(ctx, `

@@ -153,6 +153,13 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
+// GPUSelect picks GPU samples: of one host, attributed to one run, and of
+// one rank of that run; an empty string or nil Rank is no filter.
+type GPUSelect struct {
+	Host, RunID string
+	Rank        *int
+}
+
 // GPUSeriesRow is one time bucket of one GPU metric.
 type GPUSeriesRow struct {
 	Host, UUID, Name, RunID string
@@ -188,8 +195,7 @@ func IsGPUMetric(name string) bool { _, ok := gpuColumns[name]; return ok }
 // GPUMetrics returns the names IsGPUMetric accepts, sorted.
 func GPUMetrics() []string { return slices.Sorted(maps.Keys(gpuColumns)) }
 
-// GPUSeries returns metrics of the GPU samples matching host and runID
-// (empty: any) in [from, to], summed up over buckets of bucket length as
+// GPUSeries returns metrics of the GPU samples sel picks in [from, to], summed up over buckets of bucket length as
 // gpuColumns says: for each metric, its rows ordered by host, gpu and
 // time, skipping buckets where the metric has no value. Every row of a
 // GPU names the UUID, model and run of its newest sample in the range.
@@ -197,7 +203,7 @@ func GPUMetrics() []string { return slices.Sorted(maps.Keys(gpuColumns)) }
 // All metrics come from one pass over the samples: a day of 1 Hz samples
 // of 8 GPUs is 691,200 rows, and reading them once per metric, with the
 // identity of every bucket sorted out of arrays, took seconds.
-func (s *Store) GPUSeries(ctx context.Context, metrics []string, host, runID string, from, to time.Time, bucket time.Duration) (map[string][]GPUSeriesRow, error) {
+func (s *Store) GPUSeries(ctx context.Context, metrics []string, sel GPUSelect, from, to time.Time, bucket time.Duration) (map[string][]GPUSeriesRow, error) {
 	metrics = slices.Compact(slices.Clone(metrics))
 	var cols strings.Builder
 	for _, m := range metrics {
@@ -211,8 +217,8 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, host, runID str
 	rows, err := s.Pool.Query(ctx, `
 		SELECT host, gpu, date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t`+cols.String()+`
 		FROM gpu_samples
-		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)
-		GROUP BY host, gpu, t ORDER BY host, gpu, t`, from, to, host, runID, secs)
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
+		GROUP BY host, gpu, t ORDER BY host, gpu, t`, from, to, sel.Host, sel.RunID, secs, sel.Rank)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu series: %w", err)
 	}
@@ -247,8 +253,8 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, host, runID str
 	ids := map[key][3]string{}
 	rows, err = s.Pool.Query(ctx, `
 		SELECT DISTINCT ON (host, gpu) host, gpu, uuid, name, run_id FROM gpu_samples
-		WHERE time >= greatest($1::timestamptz, $2::timestamptz - make_interval(secs => $5::float8)) AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)
-		ORDER BY host, gpu, time DESC`, from, to, host, runID, secs)
+		WHERE time >= greatest($1::timestamptz, $2::timestamptz - make_interval(secs => $5::float8)) AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
+		ORDER BY host, gpu, time DESC`, from, to, sel.Host, sel.RunID, secs, sel.Rank)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu identities: %w", err)
 	}
@@ -268,13 +274,67 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, host, runID str
 	return out, nil
 }
 
-// GPUTimeSpan returns the first and last sample time matching host and
-// runID within [from, to].
-func (s *Store) GPUTimeSpan(ctx context.Context, host, runID string, from, to time.Time) (first, last *time.Time, err error) {
+// GPUTimeSpan returns the first and last sample time sel picks within
+// [from, to].
+func (s *Store) GPUTimeSpan(ctx context.Context, sel GPUSelect, from, to time.Time) (first, last *time.Time, err error) {
 	err = s.Pool.QueryRow(ctx, `SELECT min(time), max(time) FROM gpu_samples
-		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4)`, from, to, host, runID).Scan(&first, &last)
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)`,
+		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&first, &last)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: gpu time span: %w", err)
 	}
 	return first, last, nil
+}
+
+// GPUSpreadRow is one time bucket of a metric's distribution over GPUs:
+// the lowest, 5th percentile, median, 95th percentile and highest of the
+// GPUs' bucket means, their mean, and how many GPUs reported.
+type GPUSpreadRow struct {
+	Time                          time.Time
+	Min, P5, Median, P95, Max, Mn float64
+	GPUs                          int
+}
+
+// CountGPUs returns how many GPUs sel picks in [from, to].
+func (s *Store) CountGPUs(ctx context.Context, sel GPUSelect, from, to time.Time) (int, error) {
+	var n int
+	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT DISTINCT host, gpu FROM gpu_samples
+		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)) g`,
+		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: count gpus: %w", err)
+	}
+	return n, nil
+}
+
+// GPUSpread returns a gauge metric of the GPUs sel picks in [from, to] as
+// its distribution over the GPUs, one row a time bucket, oldest first:
+// what a chart of a thousand GPUs can show.
+func (s *Store) GPUSpread(ctx context.Context, metric string, sel GPUSelect, from, to time.Time, bucket time.Duration) ([]GPUSpreadRow, error) {
+	if _, ok := gpuColumns[metric]; !ok || metric == "xid_last" || metric == "throttle_reasons" {
+		return nil, fmt.Errorf("store: gpu spread: no distribution of %q", metric)
+	}
+	secs := max(1, int64(bucket/time.Second))
+	rows, err := s.Pool.Query(ctx, `
+		WITH g AS (
+			SELECT date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t, avg(`+metric+`) AS v
+			FROM gpu_samples
+			WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
+			  AND `+metric+` IS NOT NULL
+			GROUP BY host, gpu, t)
+		SELECT t, min(v), percentile_cont(0.05) WITHIN GROUP (ORDER BY v), percentile_cont(0.5) WITHIN GROUP (ORDER BY v),
+		       percentile_cont(0.95) WITHIN GROUP (ORDER BY v), max(v), avg(v), count(*)::int
+		FROM g GROUP BY t ORDER BY t`, from, to, sel.Host, sel.RunID, secs, sel.Rank)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu spread: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GPUSpreadRow, error) {
+		var g GPUSpreadRow
+		err := r.Scan(&g.Time, &g.Min, &g.P5, &g.Median, &g.P95, &g.Max, &g.Mn, &g.GPUs)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu spread: %w", err)
+	}
+	return out, nil
 }

@@ -53,8 +53,14 @@ export class DataSource extends DataSourceWithBackend<DeepSeedQuery, DeepSeedOpt
     return true;
   }
 
+  /** Grafana calls this for each panel query before it goes to the backend. */
   applyTemplateVariables(query: DeepSeedQuery, scopedVars: ScopedVars): DeepSeedQuery {
     return interpolateQuery(query, scopedVars, (v, sv, fmt) => getTemplateSrv().replace(v, sv, fmt));
+  }
+
+  /** Grafana calls this when queries leave a dashboard: Explore, a copied panel, a mixed data source. */
+  interpolateVariablesInQueries(queries: DeepSeedQuery[], scopedVars: ScopedVars): DeepSeedQuery[] {
+    return queries.map((q) => ({ ...this.applyTemplateVariables(q, scopedVars), datasource: this.getRef() }));
   }
 
   /** Lists behind template variables and editor pickers. */

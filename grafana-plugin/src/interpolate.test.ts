@@ -6,7 +6,8 @@ import { DeepSeedQuery } from './types';
 // replace mimics Grafana's template service for $run (multi-value) and $project.
 const vars: Record<string, string[]> = { run: ['bert-z2', 'bert-z3'], project: ['nlp'], metric: ['loss', 'lr'] };
 function replace(value: string, _sv: ScopedVars, format?: string): string {
-  return value.replace(/\$(\w+)/g, (_m, name: string) => {
+  return value.replace(/\$\{?(\w+)\}?|\[\[(\w+)\]\]/g, (_m, n1: string, n2: string) => {
+    const name = n1 || n2;
     const v = vars[name] || [];
     return format === 'csv' ? v.join(',') : v.length > 1 ? `{${v.join(',')}}` : v.join('');
   });
@@ -34,6 +35,19 @@ describe('interpolateQuery', () => {
     vars.types = ['checkpoint', 'eval'];
     const out = interpolateQuery({ refId: 'A', queryType: 'annotations', eventTypes: ['$types', 'restart'] }, {}, replace);
     expect(out.eventTypes).toEqual(['checkpoint', 'eval', 'restart']);
+  });
+
+  it('replaces variables in every string field, also those it has never heard of', () => {
+    vars.state = ['running'];
+    vars.goal = ['max'];
+    const q = { refId: 'A', queryType: 'sweep_trials', state: '$state', metric: '${project}_acc', goal: '[[goal]]', later: '$project', maxSteps: 5 };
+    const out = interpolateQuery(q as DeepSeedQuery, {}, replace) as typeof q;
+    expect(out.state).toBe('running');
+    expect(out.metric).toBe('nlp_acc');
+    expect(out.goal).toBe('max');
+    expect(out.later).toBe('nlp');
+    expect(out.maxSteps).toBe(5);
+    expect(out.queryType).toBe('sweep_trials');
   });
 
   it('leaves absent fields absent', () => {

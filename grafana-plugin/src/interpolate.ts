@@ -5,31 +5,65 @@ import { DeepSeedQuery } from './types';
 export type Replace = (value: string, scopedVars: ScopedVars, format?: string) => string;
 
 /**
- * interpolateQuery replaces template variables in every string of a query.
- * Multi-value variables in runIds and metrics expand to several entries.
+ * Fields Grafana owns: they name the query and its data source, never a
+ * value a user picks, so they are left as written.
+ */
+const OWN_FIELDS = new Set(['refId', 'datasource', 'key', 'queryType', 'hide']);
+
+/**
+ * interpolateQuery replaces template variables in every string field of a
+ * query, whatever its name, so a field added to the query model is
+ * interpolated without a change here. A list of strings (runIds, metrics,
+ * eventTypes, …) expands a multi-value variable into one entry per value;
+ * nested objects are walked the same way. Numbers and booleans are kept.
  */
 export function interpolateQuery(query: DeepSeedQuery, scopedVars: ScopedVars, replace: Replace): DeepSeedQuery {
-  const one = (v?: string) => (v ? replace(v, scopedVars) : v);
-  const many = (vs?: string[]) =>
-    vs
-      ? vs
-          .flatMap((v) => replace(v, scopedVars, 'csv').split(','))
-          .map((v) => v.trim())
-          .filter((v) => v !== '')
-      : vs;
-  return {
-    ...query,
-    project: one(query.project),
-    runId: one(query.runId),
-    runIds: many(query.runIds),
-    sweep: one(query.sweep),
-    tag: one(query.tag),
-    status: one(query.status),
-    baseline: one(query.baseline),
-    metrics: many(query.metrics),
-    rank: one(query.rank),
-    host: one(query.host),
-    gpu: one(query.gpu),
-    eventTypes: many(query.eventTypes),
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(query)) {
+    out[key] = OWN_FIELDS.has(key) ? value : interpolateValue(value, scopedVars, replace);
+  }
+  return out as unknown as DeepSeedQuery;
+}
+
+function interpolateValue(value: unknown, scopedVars: ScopedVars, replace: Replace): unknown {
+  if (typeof value === 'string') {
+    return replace(value, scopedVars);
+  }
+  if (Array.isArray(value)) {
+    return value.flatMap((v) => {
+      if (typeof v !== 'string') {
+        return [interpolateValue(v, scopedVars, replace)];
+      }
+      return replace(v, scopedVars, 'csv')
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== '');
+    });
+  }
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) {
+      out[k] = interpolateValue(v, scopedVars, replace);
+    }
+    return out;
+  }
+  return value;
+}
+
+/** unresolvedVariables lists the $name, ${name} and [[name]] references left in any string of a query. */
+export function unresolvedVariables(query: unknown): string[] {
+  const found: string[] = [];
+  const walk = (v: unknown) => {
+    if (typeof v === 'string') {
+      for (const m of v.matchAll(/\$\{?\w+|\[\[\w+/g)) {
+        found.push(m[0]);
+      }
+    } else if (Array.isArray(v)) {
+      v.forEach(walk);
+    } else if (v !== null && typeof v === 'object') {
+      Object.values(v).forEach(walk);
+    }
   };
+  walk(query);
+  return found;
 }

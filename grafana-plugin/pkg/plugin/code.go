@@ -51,5 +51,10 @@ func runCodeFrame(r api.RunCodeResponse) *data.Frame {
 		data.NewField("line", nil, line).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Line", Unit: "none"}),
 		data.NewField("text", nil, text).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Code"}),
 	)
+	if len(rows) == 0 {
+		// A table of no rows shows its headers only: the notice says why.
+		f.AppendNotices(data.Notice{Severity: data.NoticeSeverityInfo,
+			Text: "no code captured: the run was imported, or started with DEEPSEED_CAPTURE_CODE=0"})
+	}
 	return f
 }

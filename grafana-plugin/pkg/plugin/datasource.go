@@ -276,6 +276,11 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		// "*" is the Run picker's "All": every GPU, whoever held it.
 		if q.RunID != AllRuns {
 			set("run_id", q.RunID)
+			// A rank number picks that rank's GPU; "all" or none, every
+			// GPU of the run.
+			if _, err := strconv.Atoi(q.Rank); err == nil && q.RunID != "" {
+				set("rank", q.Rank)
+			}
 		}
 		for _, m := range q.Metrics {
 			p.Add("metric", m)
@@ -299,6 +304,12 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		}
 		if q.Format == FormatTable {
 			return data.Frames{gpuTableFrame(r)}, nil
+		}
+		if len(r.Spread) > 0 {
+			// A run of many GPUs: their distribution, drawn as the
+			// ranks' band is.
+			spread := spreadFrames(api.PluginQuery{XAxis: "time"}, api.SeriesResponse{Spread: r.Spread})
+			return withNotice(spread, "gpus", r.Notice), nil
 		}
 		return gpuFrames(r), nil
 

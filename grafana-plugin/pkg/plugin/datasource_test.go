@@ -94,9 +94,22 @@ func TestQueryData(t *testing.T) {
 		t.Errorf("heatmap on time: x is %s", x.Type())
 	}
 	// Training charts on time carry the step, hidden but in the tooltip.
+	// The fixture's NaN loss at step 7 gets a mark of its own, at the
+	// loss before it, and nothing elsewhere.
 	ws := resp.Responses["series_with_step"].Frames[0]
-	if len(ws.Fields) != 3 || ws.Fields[1].Name != "step" || ws.Fields[1].Config.Custom["hideFrom"] == nil {
+	if len(ws.Fields) != 4 || ws.Fields[1].Name != "step" || ws.Fields[1].Config.Custom["hideFrom"] == nil {
 		t.Errorf("series with step: %s", frameSummary(ws))
+	}
+	if m := ws.Fields[3]; m.Config.DisplayNameFromDS != "loss"+NonFiniteSuffix {
+		t.Errorf("non-finite marks: %s", frameSummary(ws))
+	} else {
+		for i := range m.Len() {
+			v, marked := m.ConcreteAt(i)
+			step, _ := ws.Fields[1].ConcreteAt(i)
+			if (step == int64(7)) != marked || (marked && v.(float64) != 2.0-6*0.05) {
+				t.Errorf("row %d (step %v): mark %v, want the loss of step 6 at step 7 only", i, step, v)
+			}
+		}
 	}
 	// Alert rules read numbers with labels: one numeric-wide frame, no
 	// string or time field.

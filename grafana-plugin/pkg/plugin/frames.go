@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -143,7 +144,8 @@ func runsFrame(name string, runs []api.RunSummary) *data.Frame {
 		numCol(runs, "final_val_loss", "none", "Final val loss", func(r api.RunSummary) *float64 { return fp(r.FinalValLoss) }),
 		numCol(runs, "mean_throughput_sps", "suffix: samples/s", "Mean throughput", func(r api.RunSummary) *float64 { return fp(r.MeanThroughputSPS) }),
 		numCol(runs, "mean_gpu_util_pct", "percent", "Mean GPU util", func(r api.RunSummary) *float64 { return fp(r.MeanGPUUtilPct) }),
-		numCol(runs, "peak_gpu_mem_gb", "decgbytes", "Peak GPU memory", func(r api.RunSummary) *float64 { return fp(r.PeakGPUMemGB) }),
+		numCol(runs, "peak_gpu_mem_gb", "decgbytes", PeakNVMLDisplay, func(r api.RunSummary) *float64 { return fp(r.PeakGPUMemGB) }),
+		numCol(runs, "peak_gpu_mem_alloc_gb", "decgbytes", PeakAllocDisplay, func(r api.RunSummary) *float64 { return fp(r.PeakGPUMemAllocGB) }),
 		numCol(runs, "mean_step_ms", "ms", "Mean step time", func(r api.RunSummary) *float64 { return fp(r.MeanStepMS) }),
 		numCol(runs, "mean_tflops", "suffix: TFLOP/s", "Mean TFLOP/s per GPU", func(r api.RunSummary) *float64 { return fp(r.MeanTFLOPS) }),
 		numCol(runs, "mean_mfu", "percentunit", "Mean MFU", func(r api.RunSummary) *float64 { return fp(r.MeanMFU) }),
@@ -243,9 +245,9 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 	perRank := q.Rank == "all" || len(ranks) > 1
 	frames := spreadFrames(q, r)
 	for _, s := range r.Series {
-		display := s.Metric
+		display := metricLabel(s.Metric)
 		if perRank {
-			display = fmt.Sprintf("%s rank %d", s.Metric, s.Rank)
+			display = fmt.Sprintf("%s rank %d", display, s.Rank)
 		}
 		unit := metricUnit(s.Metric, s.Unit)
 		labels := data.Labels{"rank": strconv.Itoa(s.Rank)}
@@ -259,6 +261,10 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 			fields = append(fields, stepField(s.Points))
 		}
 		fields = append(fields, data.NewField(s.Metric, labels, val).SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display}))
+		if marks := nonFiniteMarks(val); marks != nil {
+			fields = append(fields, data.NewField(s.Metric+"_non_finite", labels, marks).
+				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display + NonFiniteSuffix}))
+		}
 		if q.MinMax {
 			fields = append(fields,
 				data.NewField(s.Metric+"_min", labels, lo).SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display + " min"}),
@@ -274,6 +280,31 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 		frames = append(frames, f)
 	}
 	return withNotice(frames, "series", r.Notice)
+}
+
+// NonFiniteSuffix ends the display name of the field that marks a
+// series' NaN and infinite values (see nonFiniteMarks).
+const NonFiniteSuffix = " not finite"
+
+// nonFiniteMarks marks where a series is NaN or infinite, which a line
+// chart leaves as a gap: a point at the last finite value before it (0
+// when none), nothing elsewhere, so the chart can draw it as a red dot
+// with the line. Nil when every value is finite.
+func nonFiniteMarks(val []float64) []*float64 {
+	var marks []*float64
+	last := 0.0
+	for i, v := range val {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			last = v
+			continue
+		}
+		if marks == nil {
+			marks = make([]*float64, len(val))
+		}
+		at := last
+		marks[i] = &at
+	}
+	return marks
 }
 
 // stepField is the step of each point beside a time axis: shown in the
@@ -346,13 +377,18 @@ func evalsFrames(q api.PluginQuery, r api.EvalsResponse) data.Frames {
 				names[k] = true
 			}
 		}
+		// An evaluation's other figures (an HF Trainer's epoch, runtime,
+		// samples per second) are in the tooltip, not drawn: on the loss
+		// chart they would land on the loss's or the accuracy's axis.
 		for _, k := range slices.Sorted(maps.Keys(names)) {
-			fields = append(fields, labeled(numCol(pts, "metrics."+k, "none", split+" "+k, func(e api.EvalPoint) *float64 {
+			f := labeled(numCol(pts, "metrics."+k, "none", split+" "+k, func(e api.EvalPoint) *float64 {
 				if v, ok := e.Metrics[k]; ok {
 					return fv(v)
 				}
 				return nil
-			})))
+			}))
+			f.Config.Custom = map[string]any{"hideFrom": map[string]any{"viz": true, "legend": true, "tooltip": false}}
+			fields = append(fields, f)
 		}
 		f := data.NewFrame(split, fields...)
 		f.Meta = &data.FrameMeta{}
@@ -376,9 +412,18 @@ func breakdownFrame(b api.Breakdown) *data.Frame {
 	return f
 }
 
+// The two measured peaks of GPU memory, named by their source wherever
+// they are shown: NVML counts the device memory in use (the allocator's
+// pool and the CUDA context), the PyTorch allocator its tensors alone.
+const (
+	PeakNVMLDisplay  = "Peak GPU memory (NVML)"
+	PeakAllocDisplay = "Peak allocated (PyTorch)"
+)
+
 // memoryFrame is the ZeRO bar chart: a part per row, bytes per device in
 // separate fields (so the bars stack by where the state lives), then the
-// predicted GPU total and the measured peak as their own bars.
+// predicted GPU total and each measured peak, named by its source, as
+// bars of their own.
 func memoryFrame(m api.MemoryResponse) *data.Frame {
 	type row struct {
 		name  string
@@ -398,7 +443,10 @@ func memoryFrame(m api.MemoryResponse) *data.Frame {
 	}
 	rows = append(rows, row{"predicted GPU", map[string]*float64{"gpu": fv(m.PredictedGPUBytes)}})
 	if m.PeakGPUBytes != nil {
-		rows = append(rows, row{"measured peak", map[string]*float64{"gpu": fp(m.PeakGPUBytes)}})
+		rows = append(rows, row{PeakNVMLDisplay, map[string]*float64{"gpu": fp(m.PeakGPUBytes)}})
+	}
+	if m.AllocPeakGPUBytes != nil {
+		rows = append(rows, row{PeakAllocDisplay, map[string]*float64{"gpu": fp(m.AllocPeakGPUBytes)}})
 	}
 	fields := []*data.Field{strCol(rows, "part", "Part", func(r row) string { return r.name })}
 	for _, dev := range devices {
@@ -478,7 +526,7 @@ func gpuFrames(r api.GPUResponse) data.Frames {
 	for _, s := range r.Series {
 		display := fmt.Sprintf("%s GPU %d", s.Host, s.GPU)
 		if len(metrics) > 1 {
-			display += " " + s.Metric
+			display += " " + metricLabel(s.Metric)
 		}
 		labels := data.Labels{"host": s.Host, "gpu": strconv.Itoa(s.GPU)}
 		if s.Name != "" {
@@ -530,7 +578,7 @@ func annotationsFrame(r api.AnnotationsResponse) *data.Frame {
 // alertsFrame is the open alerts as a table, the newest opened first.
 func alertsFrame(r api.AlertList) *data.Frame {
 	rows := r.Alerts
-	return data.NewFrame("alerts",
+	f := data.NewFrame("alerts",
 		timeCol(rows, "opened_at", "Opened", func(a api.Alert) *time.Time { return &a.OpenedAt }),
 		strCol(rows, "run_id", "Run", func(a api.Alert) string { return a.RunID }),
 		strCol(rows, "kind", "Kind", func(a api.Alert) string { return a.Kind }),
@@ -540,4 +588,8 @@ func alertsFrame(r api.AlertList) *data.Frame {
 		numCol(rows, "threshold", "none", "Threshold", func(a api.Alert) *float64 { return fp(a.Threshold) }),
 		strCol(rows, "text", "Alert", func(a api.Alert) string { return a.Text }),
 	)
+	if len(rows) == 0 {
+		f.AppendNotices(data.Notice{Severity: data.NoticeSeverityInfo, Text: "no open alert"})
+	}
+	return f
 }

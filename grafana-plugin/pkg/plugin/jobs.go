@@ -263,21 +263,25 @@ func jobCountsFrame(c api.JobCounts) *data.Frame {
 }
 
 // quotasFrame is one number field per project, the GPU-hours it has used,
-// labelled project, with its limit as the field's max (and in its display
-// name): a bar gauge draws each project's used / limit. A project without
-// a limit has no max.
+// labelled project and limit, with its limit as the field's max (and in
+// its display name): a bar gauge draws each project's used / limit. A
+// project without a limit has no max.
 func quotasFrame(qs []api.Quota) *data.Frame {
 	fields := make([]*data.Field, 0, len(qs))
 	for _, q := range qs {
 		used := q.UsedGPUHours
 		cfg := &data.FieldConfig{Unit: GPUHoursUnit, Min: ptrConfig(0)}
+		limit := "no limit"
 		if q.GPUHours != nil {
 			cfg.Max = ptrConfig(*q.GPUHours)
-			cfg.DisplayNameFromDS = fmt.Sprintf("%s (limit %s GPU-h)", q.Project, strconv.FormatFloat(*q.GPUHours, 'g', -1, 64))
-		} else {
-			cfg.DisplayNameFromDS = q.Project + " (no limit)"
+			limit = fmt.Sprintf("limit %s GPU-h", strconv.FormatFloat(*q.GPUHours, 'g', -1, 64))
 		}
-		fields = append(fields, numericField("used_gpu_hours", GPUHoursUnit, data.Labels{"project": q.Project}, &used).SetConfig(cfg))
+		cfg.DisplayNameFromDS = fmt.Sprintf("%s (%s)", q.Project, limit)
+		// The limit is a label too: a bar gauge of one project hides a
+		// name from the data source, and its panel names the bar from
+		// the labels instead.
+		labels := data.Labels{"project": q.Project, "limit": limit}
+		fields = append(fields, numericField("used_gpu_hours", GPUHoursUnit, labels, &used).SetConfig(cfg))
 	}
 	f := numericFrame("quotas", fields)
 	limits := map[string]any{}

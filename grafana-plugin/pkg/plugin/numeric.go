@@ -47,6 +47,7 @@ func summaryNumericFrame(r api.RunSummary) *data.Frame {
 		numericField("mean_throughput_sps", "suffix: samples/s", labels, fp(r.MeanThroughputSPS)),
 		numericField("mean_gpu_util_pct", "percent", labels, fp(r.MeanGPUUtilPct)),
 		numericField("peak_gpu_mem_gb", "decgbytes", labels, fp(r.PeakGPUMemGB)),
+		numericField("peak_gpu_mem_alloc_gb", "decgbytes", labels, fp(r.PeakGPUMemAllocGB)),
 		numericField("mean_step_ms", "ms", labels, fp(r.MeanStepMS)),
 		numericField("mean_tflops", "suffix: TFLOP/s", labels, fp(r.MeanTFLOPS)),
 		numericField("mean_mfu", "percentunit", labels, fp(r.MeanMFU)),

@@ -108,3 +108,17 @@ func TestHeatmapNoticeReachesThePanel(t *testing.T) {
 		t.Fatalf("notices %v without a notice from the server", g.Meta.Notices)
 	}
 }
+
+// An HF Trainer's evaluation carries its epoch and runtime beside the
+// loss: they reach the tooltip but are not drawn on the loss chart's axes.
+func TestEvalExtraFiguresStayInTheTooltip(t *testing.T) {
+	fr := evalsFrames(api.PluginQuery{XAxis: "step"}, api.EvalsResponse{Evals: []api.EvalPoint{{
+		Split: "val", Step: 10, Loss: api.Ptr(api.Float(1.5)), Metrics: map[string]api.Float{"epoch": 1},
+	}}})
+	for _, f := range fr[0].Fields {
+		hidden := f.Config != nil && f.Config.Custom["hideFrom"] != nil
+		if want := f.Name == "metrics.epoch"; hidden != want {
+			t.Errorf("field %s: hidden %v, want %v", f.Name, hidden, want)
+		}
+	}
+}

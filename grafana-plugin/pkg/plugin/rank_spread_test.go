@@ -115,7 +115,7 @@ func TestQueryDataRankSpread(t *testing.T) {
 			if f.Meta != nil && len(f.Meta.Notices) > 0 {
 				t.Errorf("frame %d has notices %v", i, f.Meta.Notices)
 			}
-			if v := f.Fields[1]; v.Labels["rank"] != fmt.Sprint(i) || v.Config.DisplayNameFromDS != fmt.Sprintf("lateness_ms rank %d", i) {
+			if v := f.Fields[1]; v.Labels["rank"] != fmt.Sprint(i) || v.Config.DisplayNameFromDS != fmt.Sprintf("lateness rank %d", i) {
 				t.Errorf("frame %d: %s %v", i, v.Config.DisplayNameFromDS, v.Labels)
 			}
 		}

@@ -26,7 +26,7 @@ type Option struct {
 // CallResource serves the lists behind template variables, as GET
 // resources of the data source:
 //
-//	projects                          distinct projects of all runs
+//	projects                          distinct projects of all runs, that of the newest run first
 //	runs?project=&sweep=&tag=&status= runs, newest first (text: name)
 //	sweeps?project=                   distinct non-empty sweep ids of runs
 //	metrics?run=                      series metrics, the run's own included
@@ -77,13 +77,15 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		if err != nil {
 			return nil, err
 		}
+		// The runs come newest first, so the project of the newest run
+		// is first: what Grafana picks on load, beside the newest run
+		// the Run variable picks.
 		var names []string
 		for _, r := range runs {
 			if r.Project != "" && !slices.Contains(names, r.Project) {
 				names = append(names, r.Project)
 			}
 		}
-		slices.Sort(names)
 		return textOptions(names), nil
 
 	case api.VariableRuns:
