@@ -438,6 +438,21 @@ func (e StepKind) Valid() bool {
 	}
 }
 
+// Defines values for StepsKind.
+const (
+	StepsKindSteps StepsKind = "steps"
+)
+
+// Valid indicates whether the value is a known member of the StepsKind enum.
+func (e StepsKind) Valid() bool {
+	switch e {
+	case StepsKindSteps:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SweepCreateGoal.
 const (
 	SweepCreateGoalMax SweepCreateGoal = "max"
@@ -1061,7 +1076,12 @@ type GPUProcess struct {
 
 // GPUResponse defines model for GPUResponse.
 type GPUResponse struct {
+	// Notice says when the answer is a distribution
+	Notice *string      `json:"notice,omitempty"`
 	Series *[]GPUSeries `json:"series,omitempty"`
+
+	// Spread each metric's distribution over the run's GPUs when they are more than 16 and no host, gpu or rank is named; series is then empty. points carry the bucket's time, ranks the GPUs that reported
+	Spread *[]SeriesSpread `json:"spread,omitempty"`
 }
 
 // GPUSeries defines model for GPUSeries.
@@ -1302,9 +1322,13 @@ type MemoryPart struct {
 
 // MemoryResponse defines model for MemoryResponse.
 type MemoryResponse struct {
-	GpuTotalBytes *Float        `json:"gpu_total_bytes,omitempty"`
-	Parts         *[]MemoryPart `json:"parts,omitempty"`
-	PeakGpuBytes  *Float        `json:"peak_gpu_bytes,omitempty"`
+	// AllocPeakGpuBytes the PyTorch allocator's peak the hook measured
+	AllocPeakGpuBytes *Float        `json:"alloc_peak_gpu_bytes,omitempty"`
+	GpuTotalBytes     *Float        `json:"gpu_total_bytes,omitempty"`
+	Parts             *[]MemoryPart `json:"parts,omitempty"`
+
+	// PeakGpuBytes NVML: the most device memory in use, from the run's GPU samples or its steps
+	PeakGpuBytes *Float `json:"peak_gpu_bytes,omitempty"`
 
 	// PredictedGpuBytes A number. NaN and the infinities travel as the strings "NaN", "Infinity" and "-Infinity"; on ingest the bare tokens NaN, Infinity and -Infinity that Python's json module writes are accepted too.
 	PredictedGpuBytes *Float  `json:"predicted_gpu_bytes,omitempty"`
@@ -1577,7 +1601,9 @@ type RunDetail struct {
 	Host             *string    `json:"host,omitempty"`
 	LastSeenAt       *time.Time `json:"last_seen_at,omitempty"`
 	LastStep         *int64     `json:"last_step,omitempty"`
-	MeanGpuUtilPct   *Float     `json:"mean_gpu_util_pct,omitempty"`
+
+	// MeanGpuUtilPct mean GPU utilisation the steps carried, else that of the NVML samples attributed to the run
+	MeanGpuUtilPct *Float `json:"mean_gpu_util_pct,omitempty"`
 
 	// MeanMfu mean model FLOPs utilisation over the run, 0..1
 	MeanMfu    *Float `json:"mean_mfu,omitempty"`
@@ -1601,12 +1627,17 @@ type RunDetail struct {
 	ParamCount *int64 `json:"param_count,omitempty"`
 
 	// Params any JSON value, as sent
-	Params         interface{} `json:"params,omitempty"`
-	PeakGpuMemGb   *Float      `json:"peak_gpu_mem_gb,omitempty"`
-	PipelineStages *int        `json:"pipeline_stages,omitempty"`
-	Precision      *string     `json:"precision,omitempty"`
-	Project        *string     `json:"project,omitempty"`
-	Ranks          *[]int      `json:"ranks,omitempty"`
+	Params interface{} `json:"params,omitempty"`
+
+	// PeakGpuMemAllocGb the PyTorch allocator's peak (max_memory_allocated) the hook measured on any rank: the tensors alone
+	PeakGpuMemAllocGb *Float `json:"peak_gpu_mem_alloc_gb,omitempty"`
+
+	// PeakGpuMemGb most device memory in use as NVML counts it (allocator pool plus CUDA context): the highest of the run's GPU samples and of the steps' gpu_mem_used_gb
+	PeakGpuMemGb   *Float  `json:"peak_gpu_mem_gb,omitempty"`
+	PipelineStages *int    `json:"pipeline_stages,omitempty"`
+	Precision      *string `json:"precision,omitempty"`
+	Project        *string `json:"project,omitempty"`
+	Ranks          *[]int  `json:"ranks,omitempty"`
 
 	// ReplicaLagS For a running run read from a hot standby (a query server given --read-database-url): how many seconds the standby's data is behind the primary's, the same figure as the X-DeepSeed-Replica-Lag header. Absent elsewhere. See docs/scale-out.md.
 	ReplicaLagS  *Float     `json:"replica_lag_s,omitempty"`
@@ -1699,32 +1730,39 @@ type RunSummary struct {
 	GradAccum        *int       `json:"grad_accum,omitempty"`
 	LastSeenAt       *time.Time `json:"last_seen_at,omitempty"`
 	LastStep         *int64     `json:"last_step,omitempty"`
-	MeanGpuUtilPct   *Float     `json:"mean_gpu_util_pct,omitempty"`
+
+	// MeanGpuUtilPct mean GPU utilisation the steps carried, else that of the NVML samples attributed to the run
+	MeanGpuUtilPct *Float `json:"mean_gpu_util_pct,omitempty"`
 
 	// MeanMfu mean model FLOPs utilisation over the run, 0..1
 	MeanMfu    *Float `json:"mean_mfu,omitempty"`
 	MeanStepMs *Float `json:"mean_step_ms,omitempty"`
 
 	// MeanTflops mean achieved model TFLOP/s per GPU over the run
-	MeanTflops        *Float     `json:"mean_tflops,omitempty"`
-	MeanThroughputSps *Float     `json:"mean_throughput_sps,omitempty"`
-	MicroBatch        *int       `json:"micro_batch,omitempty"`
-	Model             *string    `json:"model,omitempty"`
-	Name              *string    `json:"name,omitempty"`
-	OffloadOptimizer  *string    `json:"offload_optimizer,omitempty"`
-	OffloadParams     *string    `json:"offload_params,omitempty"`
-	ParamCount        *int64     `json:"param_count,omitempty"`
-	PeakGpuMemGb      *Float     `json:"peak_gpu_mem_gb,omitempty"`
-	PipelineStages    *int       `json:"pipeline_stages,omitempty"`
-	Precision         *string    `json:"precision,omitempty"`
-	Project           *string    `json:"project,omitempty"`
-	RunId             *string    `json:"run_id,omitempty"`
-	SkippedSteps      *int64     `json:"skipped_steps,omitempty"`
-	StartedAt         *time.Time `json:"started_at,omitempty"`
-	Status            *string    `json:"status,omitempty"`
-	Steps             *int64     `json:"steps,omitempty"`
-	SweepId           *string    `json:"sweep_id,omitempty"`
-	Tags              *[]string  `json:"tags,omitempty"`
+	MeanTflops        *Float  `json:"mean_tflops,omitempty"`
+	MeanThroughputSps *Float  `json:"mean_throughput_sps,omitempty"`
+	MicroBatch        *int    `json:"micro_batch,omitempty"`
+	Model             *string `json:"model,omitempty"`
+	Name              *string `json:"name,omitempty"`
+	OffloadOptimizer  *string `json:"offload_optimizer,omitempty"`
+	OffloadParams     *string `json:"offload_params,omitempty"`
+	ParamCount        *int64  `json:"param_count,omitempty"`
+
+	// PeakGpuMemAllocGb the PyTorch allocator's peak (max_memory_allocated) the hook measured on any rank: the tensors alone
+	PeakGpuMemAllocGb *Float `json:"peak_gpu_mem_alloc_gb,omitempty"`
+
+	// PeakGpuMemGb most device memory in use as NVML counts it (allocator pool plus CUDA context): the highest of the run's GPU samples and of the steps' gpu_mem_used_gb
+	PeakGpuMemGb   *Float     `json:"peak_gpu_mem_gb,omitempty"`
+	PipelineStages *int       `json:"pipeline_stages,omitempty"`
+	Precision      *string    `json:"precision,omitempty"`
+	Project        *string    `json:"project,omitempty"`
+	RunId          *string    `json:"run_id,omitempty"`
+	SkippedSteps   *int64     `json:"skipped_steps,omitempty"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	Status         *string    `json:"status,omitempty"`
+	Steps          *int64     `json:"steps,omitempty"`
+	SweepId        *string    `json:"sweep_id,omitempty"`
+	Tags           *[]string  `json:"tags,omitempty"`
 
 	// TotalSteps the optimizer steps the run will take, from its meta, when known
 	TotalSteps *int `json:"total_steps,omitempty"`
@@ -1849,6 +1887,36 @@ type Step struct {
 
 // StepKind defines model for Step.Kind.
 type StepKind string
+
+// Steps Many steps of one rank as columns, decoded into the Step records they describe: step is an array of step numbers; every other field of a Step (and each metric under metrics) is an array with one entry per step (null where that step has none) or one value for every step. Each step is validated as a Step record; a bad one refuses the batch, naming the step.
+type Steps struct {
+	Kind                 StepsKind                                      `json:"kind"`
+	Metrics              *map[string]Steps_Metrics_AdditionalProperties `json:"metrics,omitempty"`
+	Rank                 *int                                           `json:"rank,omitempty"`
+	RunId                string                                         `json:"run_id"`
+	Step                 []int64                                        `json:"step"`
+	Time                 *Steps_Time                                    `json:"time,omitempty"`
+	AdditionalProperties map[string]interface{}                         `json:"-"`
+}
+
+// StepsKind defines model for Steps.Kind.
+type StepsKind string
+
+// StepsMetrics0 defines model for Steps.Metrics.0.
+type StepsMetrics0 = []*Float
+
+// Steps_Metrics_AdditionalProperties defines model for Steps.metrics.AdditionalProperties.
+type Steps_Metrics_AdditionalProperties struct {
+	union json.RawMessage
+}
+
+// StepsTime0 defines model for Steps.Time.0.
+type StepsTime0 = []*Time
+
+// Steps_Time defines model for Steps.Time.
+type Steps_Time struct {
+	union json.RawMessage
+}
 
 // Sweep A sweep and its trials, best first by metric.
 type Sweep struct {
@@ -2007,7 +2075,7 @@ type CompareRunsParams struct {
 	// Project all runs of this project, oldest first
 	Project *string `form:"project,omitempty" json:"project,omitempty"`
 
-	// Baseline run_id to compute each figure's change against
+	// Baseline run_id to compute each figure's change against, or @first: the first of the runs compared (a sweep's first trial)
 	Baseline *string `form:"baseline,omitempty" json:"baseline,omitempty"`
 }
 
@@ -2021,6 +2089,9 @@ type GetGpuSeriesParams struct {
 
 	// RunId only samples attributed to this run
 	RunId *string `form:"run_id,omitempty" json:"run_id,omitempty"`
+
+	// Rank only the GPU of this rank (of run_id): the samples the collector attributed to that rank's process
+	Rank *int `form:"rank,omitempty" json:"rank,omitempty"`
 
 	// Metric metric, repeatable or comma-separated (default util_pct, mem_used_bytes, power_w, temp_c): a numeric GPU sample field. A time bucket holds the mean of a gauge or counter, the newest xid_last, and for throttle_reasons (NVML clocks-event reasons, a bit mask) every bit any sample set as value and max, the bits all samples set as min.
 	Metric *[]GetGpuSeriesParamsMetric `form:"metric,omitempty" json:"metric,omitempty"`
@@ -2777,6 +2848,145 @@ func (a RunMeta) MarshalJSON() ([]byte, error) {
 	return json.Marshal(object)
 }
 
+// Getter for additional properties for Steps. Returns the specified
+// element and whether it was found
+func (a Steps) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for Steps
+func (a *Steps) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for Steps to handle AdditionalProperties
+func (a *Steps) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["kind"]; found {
+		err = json.Unmarshal(raw, &a.Kind)
+		if err != nil {
+			return fmt.Errorf("error reading 'kind': %w", err)
+		}
+		delete(object, "kind")
+	}
+
+	if raw, found := object["metrics"]; found {
+		err = json.Unmarshal(raw, &a.Metrics)
+		if err != nil {
+			return fmt.Errorf("error reading 'metrics': %w", err)
+		}
+		delete(object, "metrics")
+	}
+
+	if raw, found := object["rank"]; found {
+		err = json.Unmarshal(raw, &a.Rank)
+		if err != nil {
+			return fmt.Errorf("error reading 'rank': %w", err)
+		}
+		delete(object, "rank")
+	}
+
+	if raw, found := object["run_id"]; found {
+		err = json.Unmarshal(raw, &a.RunId)
+		if err != nil {
+			return fmt.Errorf("error reading 'run_id': %w", err)
+		}
+		delete(object, "run_id")
+	}
+
+	if raw, found := object["step"]; found {
+		err = json.Unmarshal(raw, &a.Step)
+		if err != nil {
+			return fmt.Errorf("error reading 'step': %w", err)
+		}
+		delete(object, "step")
+	}
+
+	if raw, found := object["time"]; found {
+		err = json.Unmarshal(raw, &a.Time)
+		if err != nil {
+			return fmt.Errorf("error reading 'time': %w", err)
+		}
+		delete(object, "time")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for Steps to handle AdditionalProperties
+func (a Steps) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["kind"], err = json.Marshal(a.Kind)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'kind': %w", err)
+	}
+
+	if a.Metrics != nil {
+		object["metrics"], err = json.Marshal(a.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'metrics': %w", err)
+		}
+	}
+
+	if a.Rank != nil {
+		object["rank"], err = json.Marshal(a.Rank)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'rank': %w", err)
+		}
+	}
+
+	object["run_id"], err = json.Marshal(a.RunId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'run_id': %w", err)
+	}
+
+	if a.Step != nil {
+		object["step"], err = json.Marshal(a.Step)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'step': %w", err)
+		}
+	}
+
+	if a.Time != nil {
+		object["time"], err = json.Marshal(a.Time)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'time': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
 // AsFloat0 returns the union data inside the Float as a Float0
 func (t Float) AsFloat0() (Float0, error) {
 	var body Float0
@@ -3179,6 +3389,40 @@ func (t *Record) MergeProcess(v Process) error {
 	return err
 }
 
+// AsSteps returns the union data inside the Record as a Steps
+func (t Record) AsSteps() (Steps, error) {
+	var body Steps
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSteps overwrites any union data inside the Record as the provided Steps
+func (t *Record) FromSteps(v Steps) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"steps"}`))
+	t.union = b
+	return err
+}
+
+// MergeSteps performs a merge with any union data inside the Record, using the provided Steps
+func (t *Record) MergeSteps(v Steps) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"steps"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 func (t Record) Discriminator() (string, error) {
 	var discriminator struct {
 		Discriminator string `json:"kind"`
@@ -3213,6 +3457,8 @@ func (t Record) ValueByDiscriminator() (interface{}, error) {
 		return t.AsRun()
 	case "step":
 		return t.AsStep()
+	case "steps":
+		return t.AsSteps()
 	default:
 		return nil, errors.New("unknown discriminator value: " + discriminator)
 	}
@@ -3224,6 +3470,130 @@ func (t Record) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Record) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsStepsMetrics0 returns the union data inside the Steps_Metrics_AdditionalProperties as a StepsMetrics0
+func (t Steps_Metrics_AdditionalProperties) AsStepsMetrics0() (StepsMetrics0, error) {
+	var body StepsMetrics0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromStepsMetrics0 overwrites any union data inside the Steps_Metrics_AdditionalProperties as the provided StepsMetrics0
+func (t *Steps_Metrics_AdditionalProperties) FromStepsMetrics0(v StepsMetrics0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeStepsMetrics0 performs a merge with any union data inside the Steps_Metrics_AdditionalProperties, using the provided StepsMetrics0
+func (t *Steps_Metrics_AdditionalProperties) MergeStepsMetrics0(v StepsMetrics0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsFloat returns the union data inside the Steps_Metrics_AdditionalProperties as a Float
+func (t Steps_Metrics_AdditionalProperties) AsFloat() (Float, error) {
+	var body Float
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromFloat overwrites any union data inside the Steps_Metrics_AdditionalProperties as the provided Float
+func (t *Steps_Metrics_AdditionalProperties) FromFloat(v Float) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeFloat performs a merge with any union data inside the Steps_Metrics_AdditionalProperties, using the provided Float
+func (t *Steps_Metrics_AdditionalProperties) MergeFloat(v Float) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Steps_Metrics_AdditionalProperties) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Steps_Metrics_AdditionalProperties) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsStepsTime0 returns the union data inside the Steps_Time as a StepsTime0
+func (t Steps_Time) AsStepsTime0() (StepsTime0, error) {
+	var body StepsTime0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromStepsTime0 overwrites any union data inside the Steps_Time as the provided StepsTime0
+func (t *Steps_Time) FromStepsTime0(v StepsTime0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeStepsTime0 performs a merge with any union data inside the Steps_Time, using the provided StepsTime0
+func (t *Steps_Time) MergeStepsTime0(v StepsTime0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTime returns the union data inside the Steps_Time as a Time
+func (t Steps_Time) AsTime() (Time, error) {
+	var body Time
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTime overwrites any union data inside the Steps_Time as the provided Time
+func (t *Steps_Time) FromTime(v Time) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTime performs a merge with any union data inside the Steps_Time, using the provided Time
+func (t *Steps_Time) MergeTime(v Time) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Steps_Time) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Steps_Time) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -4817,6 +5187,18 @@ func NewGetGpuSeriesRequest(server string, params *GetGpuSeriesParams) (*http.Re
 		if params.RunId != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "run_id", *params.RunId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Rank != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rank", *params.Rank, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
