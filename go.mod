@@ -2,6 +2,10 @@ module github.com/deepseed/deepseed
 
 go 1.26.8
 
+// The plugin's npm packages are not part of the module, though one of them
+// ships Go files.
+ignore ./grafana-plugin/node_modules
+
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/compose-spec/compose-go/v2 v2.16.2
