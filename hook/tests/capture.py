@@ -11,9 +11,11 @@ class Capture:
 
     statuses: codes answered to the first requests, in order; then 200.
     hold: when set, every request waits until release() before answering.
+    bad_kind: records of this kind are refused as ingest refuses an
+        invalid record: 400 naming the first one's index, nothing kept.
     """
 
-    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False):
+    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False, bad_kind=None):
         self.lock = threading.Lock()
         self.requests = []  # (path, headers, raw body, records)
         self.statuses = list(statuses)
@@ -40,11 +42,15 @@ class Capture:
                 recs = [json.loads(l) for l in raw.decode("utf-8").splitlines() if l.strip()]
                 cap.got_request.set()
                 cap.release_event.wait(60)
+                bad = [i for i, r in enumerate(recs) if bad_kind is not None and r.get("kind") == bad_kind]
                 with cap.lock:
-                    status = cap.statuses.pop(0) if cap.statuses else 200
+                    status = cap.statuses.pop(0) if cap.statuses else (400 if bad else 200)
                     cap.requests.append((self.path, dict(self.headers), raw, recs, status))
                     cap.peers.append(self.client_address)
                 out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
+                if status == 400 and bad:
+                    out = json.dumps({"error": "invalid batch, nothing stored",
+                                      "record": {"index": bad[0], "kind": bad_kind, "message": "test"}}).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
