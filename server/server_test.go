@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -277,7 +278,7 @@ func TestReadinessFollowsDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and stops its own PostgreSQL")
 	}
-	lp := &store.LocalPostgres{Dir: t.TempDir()}
+	lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg")}
 	ctx := context.Background()
 	if _, err := lp.Start(ctx); err != nil {
 		t.Fatal(err)
