@@ -171,8 +171,13 @@ func addDBFlags(f *envFlags) *dbFlags {
 	}
 }
 
-// defaultDataDir is $XDG_DATA_HOME/deepseed, else ~/.local/share/deepseed.
+// defaultDataDir is /var/lib/deepseed for root (a system service, whose
+// home the cluster's own user cannot enter), else $XDG_DATA_HOME/deepseed,
+// else ~/.local/share/deepseed.
 func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/deepseed"
+	}
 	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
 		return filepath.Join(d, "deepseed")
 	}
