@@ -108,7 +108,7 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	// The API document is public: clients read it before they hold a token.
 	e.GET(APIPrefix+"/openapi.json", serveOpenAPI)
 
-	g := e.Group(APIPrefix, s.auth.middleware)
+	g := e.Group(APIPrefix, s.auth.middleware, unescapeParams)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
 		// ingest.New names its own component in the log.
 		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
