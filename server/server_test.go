@@ -418,6 +418,25 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: Validate = %v, want a FieldError naming it", field, err)
 		}
 	}
+	// No token: loopback only, unless InsecureOpen says otherwise.
+	for listen, ok := range map[string]bool{"127.0.0.1:8080": true, "localhost:0": true, "[::1]:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.5:8080": false, "myhost:8080": false} {
+		c := DefaultConfig()
+		c.Listen = listen
+		var fe *FieldError
+		if err := c.Validate(); ok != (err == nil) || (!ok && (!errors.As(err, &fe) || fe.Field != "listen" ||
+			!strings.Contains(err.Error(), "--insecure-open"))) {
+			t.Errorf("no token, --listen %s: Validate = %v; want ok %v", listen, err, ok)
+		}
+		c.InsecureOpen = true
+		if err := c.Validate(); err != nil {
+			t.Errorf("no token, --insecure-open, --listen %s: %v", listen, err)
+		}
+		c.InsecureOpen, c.ReadTokens = false, []string{"r"}
+		if err := c.Validate(); err != nil {
+			t.Errorf("a token, --listen %s: %v", listen, err)
+		}
+	}
 	for in, want := range map[string]time.Duration{"0": 0, "90d": 90 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "36h": 36 * time.Hour} {
 		if got, err := ParseDuration(in); err != nil || got != want {
 			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
