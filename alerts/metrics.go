@@ -19,13 +19,22 @@ var (
 )
 
 // Collector shows the alerts table on a Prometheus registry, read at each
-// scrape (a small aggregate over the alerts table).
+// scrape (a small aggregate over the alerts table): counts by kind, which
+// name no run or project.
 type Collector struct{ Store *store.Store }
+
+// RunCollector shows one series per open alert, naming its run and
+// project: for scrapers that hold a token (see server's /metrics).
+type RunCollector struct{ Store *store.Store }
 
 // Describe implements prometheus.Collector.
 func (Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- openDesc
 	ch <- totalDesc
+}
+
+// Describe implements prometheus.Collector.
+func (RunCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- runOpenDesc
 }
 
@@ -62,7 +71,17 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.CounterValue, 0, k)
 		}
 	}
-	rows, err = c.Store.Pool.Query(ctx, `SELECT a.run_id, coalesce(r.project, ''), a.kind, a.subject FROM alerts a
+}
+
+// Collect implements prometheus.Collector. A database that does not
+// answer leaves the series out of this scrape.
+func (c RunCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.Store == nil || c.Store.Pool == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rows, err := c.Store.Pool.Query(ctx, `SELECT a.run_id, coalesce(r.project, ''), a.kind, a.subject FROM alerts a
 		LEFT JOIN runs r USING (run_id) WHERE a.resolved_at IS NULL ORDER BY a.run_id, a.kind, a.subject LIMIT 1000`)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(runOpenDesc, err)

@@ -135,6 +135,9 @@ func decodeRecord(raw []byte) (Record, *RecordError) {
 	if len(head.Kind) == 0 {
 		return Record{}, &RecordError{Field: "kind", Msg: "missing"}
 	}
+	if k := DuplicateKey(raw); k != "" {
+		return Record{}, &RecordError{Msg: fmt.Sprintf("key %q appears twice in one object; send each key once", truncate(k, 60))}
+	}
 	var kind string
 	if err := json.Unmarshal(head.Kind, &kind); err != nil {
 		return Record{}, &RecordError{Field: "kind", Msg: "want a string"}

@@ -273,8 +273,11 @@ func (d *fastDecoder) metrics() (map[string]Float, bool) {
 		if !ok {
 			return nil, false
 		}
-		// encoding/json keeps the last of repeated keys, as this does.
-		m[d.intern(k)] = v
+		// A repeated key is refused, with its message, by the general path.
+		n := len(m)
+		if m[d.intern(k)] = v; len(m) == n {
+			return nil, false
+		}
 		more, ok := d.next()
 		if !ok {
 			return nil, false

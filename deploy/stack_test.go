@@ -91,6 +91,11 @@ func TestServerRunsAsComposed(t *testing.T) {
 		{"grafana data source", "GET", "/api/v1/runs", dot["DEEPSEED_READ_TOKEN"], http.StatusOK},
 		{"demo loader", "GET", "/api/v1/runs", dot["DEEPSEED_INGEST_TOKEN"], http.StatusOK},
 		{"anyone", "GET", "/api/v1/runs", "", http.StatusUnauthorized},
+		// .env's submit and agent tokens reach the server: the job routes
+		// take them (an empty JSON body is a bad request, not a refusal).
+		{"job submitter", "POST", "/api/v1/jobs", dot["DEEPSEED_SUBMIT_TOKEN"], http.StatusBadRequest},
+		{"demo loader", "POST", "/api/v1/jobs", dot["DEEPSEED_INGEST_TOKEN"], http.StatusForbidden},
+		{"agent", "GET", "/api/v1/jobs", dot["DEEPSEED_AGENT_TOKEN"], http.StatusOK},
 		{"grafana data source", "POST", "/api/v1/ingest", dot["DEEPSEED_READ_TOKEN"], http.StatusForbidden},
 	} {
 		req, _ := http.NewRequest(c.method, base+c.path, strings.NewReader("[]"))

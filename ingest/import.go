@@ -70,8 +70,12 @@ func ExportRunID(body []byte) string {
 // had come through POST /ingest.
 func ParseExport(body []byte, opt ImportOptions) ([]api.Record, error) {
 	var ex export
-	if err := json.Unmarshal(api.NormalizeJSON(body), &ex); err != nil {
+	norm := api.NormalizeJSON(body)
+	if err := json.Unmarshal(norm, &ex); err != nil {
 		return nil, &ImportError{Where: "export", Msg: "not a training_metrics.json object: " + err.Error()}
+	}
+	if k := api.DuplicateKey(norm); k != "" {
+		return nil, &ImportError{Where: "export", Msg: fmt.Sprintf("key %q appears twice in one object; send each key once", k)}
 	}
 	if len(ex.Steps) == 0 && len(ex.Evaluations) == 0 {
 		return nil, &ImportError{Where: "export", Field: "steps", Msg: "missing or empty (want meta, steps, evaluations, zero_memory)"}

@@ -302,6 +302,11 @@ func TestIngestRejectsBadBatchWhole(t *testing.T) {
 		{"mismatched arrays", `{"kind":"layers","run_id":"r","rank":0,"step":2,"names":["a","b"],"forward_ms":[1]}`, "forward_ms", "entries"},
 		{"bad end status", `{"kind":"end","run_id":"r","status":"exploded"}`, "status", "unknown status"},
 		{"malformed json", `{"kind":"step","run_id":"r",`, "", "malformed"},
+		// A repeated key says two things; neither is taken.
+		{"repeated key", `{"kind":"step","run_id":"r","rank":0,"step":2,"loss":1,"loss":2}`, "", `key "loss" appears twice`},
+		{"repeated metric", `{"kind":"step","run_id":"r","rank":0,"step":2,"metrics":{"acc":1,"acc":2}}`, "", `key "acc" appears twice`},
+		{"repeated run key", `{"kind":"run","run_id":"r","project":"a","project":"b"}`, "", `key "project" appears twice`},
+		{"repeated escaped key", `{"kind":"run","run_id":"r","config":{"lr":1,"\u006cr":2}}`, "", `key "lr" appears twice`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

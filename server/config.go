@@ -23,8 +23,12 @@ const (
 // Config is what a server needs besides its store. The serve command fills
 // it from flags and environment variables; Validate checks it in one place.
 type Config struct {
-	// Listen is the TCP address of the HTTP API, e.g. ":8080".
+	// Listen is the TCP address of the HTTP API, e.g. ":8080". With no
+	// token configured it must be a loopback address unless InsecureOpen.
 	Listen string
+	// InsecureOpen allows an API with no token on a non-loopback address:
+	// anyone who reaches it reads and writes every run.
+	InsecureOpen bool
 	// Role selects the routes: all, ingest or query.
 	Role string
 	// HTTP bounds what clients can make the server hold: body size,
@@ -70,7 +74,7 @@ type Config struct {
 // DefaultConfig returns the defaults the serve command starts from.
 func DefaultConfig() Config {
 	return Config{
-		Listen:          ":8080",
+		Listen:          loopbackListen,
 		Role:            RoleAll,
 		HTTP:            httplimit.Defaults(),
 		StragglerPct:    10,
@@ -82,6 +86,37 @@ func DefaultConfig() Config {
 
 		JobHeartbeatTimeout: 60 * time.Second,
 	}
+}
+
+// The API's addresses unless told: every interface when tokens guard it,
+// loopback only when none does.
+const (
+	loopbackListen = "127.0.0.1:8080"
+	networkListen  = ":8080"
+)
+
+// DefaultListen returns where the API listens unless told: loopback only
+// when no token is configured (c.Open), every interface otherwise.
+func (c Config) DefaultListen() string {
+	if c.Open() {
+		return loopbackListen
+	}
+	return networkListen
+}
+
+// IsLoopback reports whether the listen address addr (host:port) takes
+// connections from this machine only: a loopback IP or "localhost". An
+// empty host (":8080") is every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // FieldError says which configuration field is wrong.
@@ -106,6 +141,10 @@ func (c Config) Validate() error {
 		bad("listen", c.Listen, "want host:port or :port")
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		bad("listen", c.Listen, "port must be a number from 0 to 65535")
+	} else if c.Open() && !c.InsecureOpen && !IsLoopback(c.Listen) {
+		bad("listen", c.Listen, "no token is configured, so anyone who reaches this address could read and write every run: "+
+			"set DEEPSEED_INGEST_TOKENS and DEEPSEED_READ_TOKENS, listen on loopback (127.0.0.1:8080), "+
+			"or pass --insecure-open (DEEPSEED_INSECURE_OPEN=1) to serve it open anyway")
 	}
 	switch c.Role {
 	case RoleAll, RoleIngest, RoleQuery:

@@ -23,7 +23,10 @@ var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 // registry the server owns (never the process-wide default one, so two
 // servers in one process stay apart).
 type serverMetrics struct {
-	reg      *prometheus.Registry
+	reg *prometheus.Registry
+	// named holds the series that name runs and projects: shown only to
+	// a scrape that sends a valid token, since /metrics itself is public.
+	named    *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	// retentionFailures counts what the retention job could not do: a run
@@ -33,7 +36,8 @@ type serverMetrics struct {
 
 func newServerMetrics(st *store.Store) *serverMetrics {
 	m := &serverMetrics{
-		reg: prometheus.NewRegistry(),
+		reg:   prometheus.NewRegistry(),
+		named: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "deepseed_http_requests_total",
 			Help: "HTTP requests answered, by route template, method and status code.",
@@ -54,13 +58,25 @@ func newServerMetrics(st *store.Store) *serverMetrics {
 }
 
 // handler answers GET /metrics in the Prometheus text format (or another
-// exposition format the scraper asks for).
-func (m *serverMetrics) handler(log *slog.Logger) echo.HandlerFunc {
-	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+// exposition format the scraper asks for). Anyone may scrape the counts;
+// the series that name runs and projects are added only for a scrape
+// with a valid bearer token (of any scope), so an API without tokens
+// never shows them.
+func (m *serverMetrics) handler(log *slog.Logger, auth *authenticator) echo.HandlerFunc {
+	opts := promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandling: promhttp.ContinueOnError,
-	})
-	return echo.WrapHandler(h)
+	}
+	public := promhttp.HandlerFor(m.reg, opts)
+	all := promhttp.HandlerFor(prometheus.Gatherers{m.reg, m.named}, opts)
+	return func(c echo.Context) error {
+		h := public
+		if token, ok := bearerToken(c.Request().Header.Get(echo.HeaderAuthorization)); ok && auth.scope(token) != "" {
+			h = all
+		}
+		h.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
 }
 
 // poolCollector reads the database pool's statistics at each scrape.

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/promtest"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -120,5 +122,55 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 	write := fams["deepseed_db_write_duration_seconds"].GetMetric()[0].GetHistogram()
 	if write.GetSampleCount() != 1 {
 		t.Errorf("db write histogram counted %d writes, want 1", write.GetSampleCount())
+	}
+}
+
+// /metrics is public: the counts of open alerts are there for anyone, the
+// series that name a run and its project only for a scrape with a valid
+// token.
+func TestMetricsNameRunsOnlyForATokenHolder(t *testing.T) {
+	cfg := testConfig()
+	cfg.AlertsEvery = 100 * time.Millisecond
+	cfg.IngestTokens, cfg.ReadTokens = []string{"metrics-ingest"}, []string{"metrics-read"}
+	r := start(t, New(cfg, storetest.NewStore(t), testLogger(t)))
+	waitFor(t, "readyz", func() bool { code, _, _ := do(t, "GET", r.url+"/readyz", "", ""); return code == 200 })
+
+	t0 := time.Now().Add(-time.Minute)
+	lines := []string{`{"kind":"run","run_id":"secret-run","project":"secret-project","name":"n"}`}
+	for step := 1; step <= 5; step++ {
+		loss := "2.5"
+		if step == 5 {
+			loss = "NaN"
+		}
+		lines = append(lines, stepLine("secret-run", 0, step, t0.Add(time.Duration(step)*time.Second), loss, ""))
+	}
+	if code, b, _ := do(t, "POST", r.url+"/api/v1/ingest", "metrics-ingest", strings.Join(lines, "\n")+"\n"); code != 200 {
+		t.Fatalf("ingest: %d %s", code, b)
+	}
+	waitFor(t, "the alert to open", func() bool {
+		code, b, _ := do(t, "GET", r.url+"/api/v1/alerts?run_id=secret-run&state=open", "metrics-read", "")
+		return code == 200 && strings.Contains(string(b), api.AlertNonFinite)
+	})
+
+	scrape := func(token string) (string, map[string]*dto.MetricFamily) {
+		code, b, _ := do(t, "GET", r.url+"/metrics", token, "")
+		if code != 200 {
+			t.Fatalf("GET /metrics with token %q: %d", token, code)
+		}
+		return string(b), promtest.Parse(t, string(b))
+	}
+	for _, token := range []string{"", "not-a-token"} {
+		page, fams := scrape(token)
+		if m := promtest.Find(fams, "deepseed_alerts_open", map[string]string{"kind": api.AlertNonFinite}); m == nil || m.GetGauge().GetValue() != 1 {
+			t.Errorf("token %q: deepseed_alerts_open{kind=non_finite} = %v; want 1", token, m)
+		}
+		if strings.Contains(page, "secret-run") || strings.Contains(page, "secret-project") {
+			t.Errorf("token %q: /metrics names the run or its project", token)
+		}
+	}
+	_, fams := scrape("metrics-read")
+	if m := promtest.Find(fams, "deepseed_run_alerts_open", map[string]string{"run_id": "secret-run", "project": "secret-project",
+		"kind": api.AlertNonFinite}); m == nil {
+		t.Error("with a read token, deepseed_run_alerts_open has no series for the run")
 	}
 }

@@ -55,3 +55,23 @@ func textProblem(s string, max int) string {
 	}
 	return ""
 }
+
+// unescapeParams gives handlers path parameters as they were written. A
+// run id may hold any text, "/" included; a client sends it
+// percent-encoded (GET /runs/team%2Fexp-1), the router then matches on
+// the escaped path and hands over the escaped value, which this decodes.
+// A path with nothing escaped that way was matched decoded already.
+func unescapeParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Request().URL.RawPath != "" {
+			vals := c.ParamValues()
+			for i, v := range vals {
+				if u, err := url.PathUnescape(v); err == nil {
+					vals[i] = u
+				}
+			}
+			c.SetParamValues(vals...)
+		}
+		return next(c)
+	}
+}

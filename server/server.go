@@ -87,8 +87,13 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	s.mode.Store("")
 	s.notReady.Store("")
 	s.primaryState.Store("")
-	if cfg.Open() {
-		log.Warn("NO API TOKENS CONFIGURED: the API is open to anyone who can reach it; set DEEPSEED_INGEST_TOKENS and DEEPSEED_READ_TOKENS to require bearer tokens")
+	switch {
+	case cfg.Open() && !IsLoopback(cfg.Listen):
+		log.Error("INSECURE: NO API TOKENS and --insecure-open: the API is open to anyone who can reach " + cfg.Listen +
+			": every run can be read and written without a token; set DEEPSEED_INGEST_TOKENS and DEEPSEED_READ_TOKENS to require bearer tokens")
+	case cfg.Open():
+		log.Warn("no API tokens configured: the API takes no token and listens on loopback only; set DEEPSEED_INGEST_TOKENS and DEEPSEED_READ_TOKENS to serve other machines",
+			"listen", cfg.Listen)
 	}
 
 	e := echo.New()
@@ -103,11 +108,11 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", s.prom.handler(log))
+	e.GET("/metrics", s.prom.handler(log, s.auth))
 	// The API document is public: clients read it before they hold a token.
 	e.GET(APIPrefix+"/openapi.json", serveOpenAPI)
 
-	g := e.Group(APIPrefix, s.auth.middleware)
+	g := e.Group(APIPrefix, s.auth.middleware, unescapeParams)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
 		// ingest.New names its own component in the log.
 		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: log})
@@ -118,6 +123,7 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
 		query.New(read, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct, Primary: primary, Alerts: &cfg.Alerts}).Register(g)
 		s.prom.reg.MustRegister(alerts.Collector{Store: read})
+		s.prom.named.MustRegister(alerts.RunCollector{Store: read})
 		if s.reading() {
 			s.prom.reg.MustRegister(replicaCollector{read})
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -277,7 +278,7 @@ func TestReadinessFollowsDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and stops its own PostgreSQL")
 	}
-	lp := &store.LocalPostgres{Dir: t.TempDir()}
+	lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg")}
 	ctx := context.Background()
 	if _, err := lp.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -427,10 +428,29 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("agent token %q: Validate = %v", entry, err)
 		}
 	}
-	c := DefaultConfig()
-	c.AgentTokens = []string{"node1:a:b", "gpu-*:t", "gpu-login:t"}
-	if err := c.Validate(); err != nil {
+	good := DefaultConfig()
+	good.AgentTokens = []string{"node1:a:b", "gpu-*:t", "gpu-login:t"}
+	if err := good.Validate(); err != nil {
 		t.Errorf("valid agent tokens: %v", err)
+	}
+	// No token: loopback only, unless InsecureOpen says otherwise.
+	for listen, ok := range map[string]bool{"127.0.0.1:8080": true, "localhost:0": true, "[::1]:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.5:8080": false, "myhost:8080": false} {
+		c := DefaultConfig()
+		c.Listen = listen
+		var fe *FieldError
+		if err := c.Validate(); ok != (err == nil) || (!ok && (!errors.As(err, &fe) || fe.Field != "listen" ||
+			!strings.Contains(err.Error(), "--insecure-open"))) {
+			t.Errorf("no token, --listen %s: Validate = %v; want ok %v", listen, err, ok)
+		}
+		c.InsecureOpen = true
+		if err := c.Validate(); err != nil {
+			t.Errorf("no token, --insecure-open, --listen %s: %v", listen, err)
+		}
+		c.InsecureOpen, c.ReadTokens = false, []string{"r"}
+		if err := c.Validate(); err != nil {
+			t.Errorf("a token, --listen %s: %v", listen, err)
+		}
 	}
 	for in, want := range map[string]time.Duration{"0": 0, "90d": 90 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "36h": 36 * time.Hour} {
 		if got, err := ParseDuration(in); err != nil || got != want {

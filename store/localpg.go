@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // LocalPostgres is a private PostgreSQL cluster started from the machine's
@@ -43,9 +41,10 @@ type LocalPostgres struct {
 	// Settings are extra server settings (name → value) passed with -c.
 	Settings map[string]string
 
-	bin  string
-	cred *syscall.Credential
-	lock *ownerLock
+	bin      string
+	cred     *syscall.Credential
+	lock     *ownerLock
+	password string // the superuser's, see localpg_auth.go
 }
 
 // ErrNoPostgres says that no PostgreSQL server binaries were found.
@@ -135,7 +134,10 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 		if port == 0 {
 			port = postmasterPort(lp.Dir)
 		}
-		if port != 0 && pingPostgres(ctx, port) == nil {
+		if lp.password == "" {
+			_ = lp.loadPassword() // written by the owner before its cluster answers
+		}
+		if port != 0 && lp.password != "" && lp.pingPostgres(ctx, port) == nil {
 			if lp.Port != 0 && lp.Port != port {
 				log.Warn("private PostgreSQL runs on another port than asked; using its port", "asked", lp.Port, "port", port)
 			}
@@ -177,38 +179,45 @@ func (lp *LocalPostgres) startOwned(ctx context.Context, bin string, log *slog.L
 		return "", fmt.Errorf("local postgres: create data dir: %w", err)
 	}
 	if os.Geteuid() == 0 {
-		cred, uid, gid, err := unprivileged()
+		cred, uid, gid, name, err := unprivileged()
 		if err != nil {
 			return "", fmt.Errorf("local postgres: %w", err)
 		}
 		lp.cred = cred
+		// Every parent directory must be traversable by that user; serve
+		// says which is not rather than change a directory it did not
+		// create.
+		if err := traversable(lp.Dir, uid, gid, name); err != nil {
+			return "", err
+		}
 		if err := chownTree(lp.Dir, uid, gid); err != nil {
 			return "", fmt.Errorf("local postgres: hand data dir to uid %d: %w", uid, err)
-		}
-		// Every parent directory must be traversable by that user.
-		for d := filepath.Dir(lp.Dir); d != "/" && d != "."; d = filepath.Dir(d) {
-			if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
-				_ = os.Chmod(d, st.Mode().Perm()|0o011)
-			}
 		}
 	}
 	if _, err := os.Stat(filepath.Join(lp.Dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		log.Info("initialising private PostgreSQL cluster", "dir", lp.Dir)
-		if out, err := lp.command(ctx, "initdb", "-D", lp.Dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C").CombinedOutput(); err != nil {
-			return "", fmt.Errorf("local postgres: initdb: %w: %s", err, lastLines(out))
+		if err := lp.initdb(ctx); err != nil {
+			return "", err
 		}
+	} else if err := lp.loadPassword(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
 	}
+	// A cluster made before passwords (trust) has none yet: secureLegacy
+	// gives it one once it answers.
 	// A cluster still running from an owner that died without stopping it
 	// (kill -9): its owner lock is free, so nobody else owns it; adopt it
 	// as it runs, so that clients connected to it keep working. pg_ctl
 	// itself handles a stale postmaster.pid whose process is gone.
 	if err := lp.command(ctx, "pg_ctl", "-D", lp.Dir, "status").Run(); err == nil {
-		if port := postmasterPort(lp.Dir); port != 0 && pingPostgres(ctx, port) == nil {
+		if port := postmasterPort(lp.Dir); port != 0 && lp.pingPostgres(ctx, port) == nil {
 			lp.Port = port
 			if err := lp.lock.record(port); err != nil {
 				return "", fmt.Errorf("local postgres: %w", err)
 			}
 			log.Warn("adopting the private PostgreSQL left running by an earlier process", "dir", lp.Dir, "port", port)
+			if err := lp.secureLegacy(ctx, log); err != nil {
+				return "", err
+			}
 			return lp.URL("postgres"), nil
 		}
 		log.Warn("private PostgreSQL left running by an earlier process does not answer; restarting it", "dir", lp.Dir)
@@ -241,24 +250,10 @@ func (lp *LocalPostgres) startOwned(ctx context.Context, bin string, log *slog.L
 		return "", fmt.Errorf("local postgres: pg_ctl start: %w: %s %s", err, lastLines(out), lastLines(tail))
 	}
 	log.Info("private PostgreSQL started", "dir", lp.Dir, "port", lp.Port)
-	return lp.URL("postgres"), nil
-}
-
-// pingPostgres reports whether a PostgreSQL on 127.0.0.1:port accepts a
-// connection as the private cluster's superuser.
-func pingPostgres(ctx context.Context, port int) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port))
-	if err != nil {
-		return err
+	if err := lp.secureLegacy(ctx, log); err != nil {
+		return "", err
 	}
-	return conn.Close(ctx)
-}
-
-// URL returns the connection URL of database db on the running cluster.
-func (lp *LocalPostgres) URL(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", lp.Port, db)
+	return lp.URL("postgres"), nil
 }
 
 // Stop shuts the cluster down (fast mode: open sessions are ended, data
@@ -305,7 +300,7 @@ func (lp *LocalPostgres) command(ctx context.Context, name string, args ...strin
 	return cmd
 }
 
-func unprivileged() (*syscall.Credential, int, int, error) {
+func unprivileged() (*syscall.Credential, int, int, string, error) {
 	for _, name := range []string{"postgres", "nobody"} {
 		u, err := user.Lookup(name)
 		if err != nil {
@@ -313,9 +308,9 @@ func unprivileged() (*syscall.Credential, int, int, error) {
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, name, nil
 	}
-	return nil, 0, 0, errors.New("running as root and no postgres or nobody user to run PostgreSQL as")
+	return nil, 0, 0, "", errors.New("running as root and no postgres or nobody user to run PostgreSQL as")
 }
 
 func chownTree(dir string, uid, gid int) error {

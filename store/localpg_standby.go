@@ -41,8 +41,16 @@ func (lp *LocalPostgres) StartStandby(ctx context.Context, standby *LocalPostgre
 		standby.Settings = lp.Settings
 	}
 	standby.WithoutTimescale = standby.WithoutTimescale || lp.WithoutTimescale
-	out, err := lp.command(ctx, "pg_basebackup", "-D", standby.Dir, "-R", "-X", "stream", "-c", "fast",
-		"-h", "127.0.0.1", "-p", strconv.Itoa(lp.Port), "-U", "postgres").CombinedOutput()
+	// The standby is a copy: same superuser, same password, which
+	// pg_basebackup -R also writes into the standby's primary_conninfo.
+	standby.password = lp.password
+	if err := os.WriteFile(standby.passwordPath(), []byte(lp.password+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("local postgres: start standby: write the password file: %w", err)
+	}
+	bb := lp.command(ctx, "pg_basebackup", "-D", standby.Dir, "-R", "-X", "stream", "-c", "fast",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(lp.Port), "-U", "postgres")
+	bb.Env = append(bb.Env, "PGPASSWORD="+lp.password)
+	out, err := bb.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("local postgres: pg_basebackup from port %d: %w: %s", lp.Port, err, lastLines(out))
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -61,7 +62,7 @@ func TestMigrateConcurrently(t *testing.T) {
 // it (kill -9) must not keep the next server from starting.
 func TestLocalPostgresTakesOverLeftoverCluster(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := filepath.Join(storetest.DataDir(t), "pg")
 	first := &store.LocalPostgres{Dir: dir}
 	if _, err := first.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ func TestSetupModeWithoutUsableTimescale(t *testing.T) {
 	var s *store.Store
 	want := "not installed"
 	if _, ok := store.TimescaleInstalled(bin); ok {
-		lp := &store.LocalPostgres{Dir: filepath.Join(t.TempDir(), "pg"), WithoutTimescale: true}
+		lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
 		u, err := lp.Start(ctx)
 		if err != nil {
 			t.Fatal(err)

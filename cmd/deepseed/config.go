@@ -72,7 +72,7 @@ func (f *envFlags) Func(name, usage string, fn func(string) error) {
 func (f *envFlags) setUsage(synopsis, description, notes string) {
 	f.fs.Usage = func() {
 		w := f.fs.Output()
-		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags (each defaults to its environment variable when set):\n", synopsis, strings.TrimSpace(description))
+		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags %s:\n", synopsis, strings.TrimSpace(description), flagsEnvNote)
 		listed := map[string]bool{}
 		for _, s := range f.specs {
 			listed[s.name] = true
@@ -90,18 +90,20 @@ func (f *envFlags) setUsage(synopsis, description, notes string) {
 	}
 }
 
+// flagsEnvNote heads every list of flags: each names its variable, or
+// says it has none.
+const flagsEnvNote = "(each defaults to its environment variable, where it names one, when set)"
+
 func printFlag(w io.Writer, s envFlag) {
 	fmt.Fprintf(w, "  --%s\n      %s\n", s.name, s.usage)
-	var meta []string
+	meta := []string{"no environment variable"}
 	if s.env != "" {
-		meta = append(meta, "env "+s.env)
+		meta[0] = "env " + s.env
 	}
 	if s.def != "" && s.def != "false" {
 		meta = append(meta, "default "+s.def)
 	}
-	if len(meta) > 0 {
-		fmt.Fprintf(w, "      (%s)\n", strings.Join(meta, ", "))
-	}
+	fmt.Fprintf(w, "      (%s)\n", strings.Join(meta, ", "))
 }
 
 // parse parses args and, for -h or --help, prints the usage to standard
@@ -172,8 +174,13 @@ func addDBFlags(f *envFlags) *dbFlags {
 	}
 }
 
-// defaultDataDir is $XDG_DATA_HOME/deepseed, else ~/.local/share/deepseed.
+// defaultDataDir is /var/lib/deepseed for root (a system service, whose
+// home the cluster's own user cannot enter), else $XDG_DATA_HOME/deepseed,
+// else ~/.local/share/deepseed.
 func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/deepseed"
+	}
 	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
 		return filepath.Join(d, "deepseed")
 	}

@@ -95,7 +95,7 @@ func groupHelp(usage, tokenHelp string) {
 	fmt.Println(usage)
 	f := newEnvFlags("help")
 	addAPIFlags(f, tokenHelp)
-	fmt.Println("\nFlags of every subcommand (each defaults to its environment variable when set):")
+	fmt.Println("\nFlags of every subcommand " + flagsEnvNote + ":")
 	for _, s := range f.specs {
 		printFlag(os.Stdout, s)
 	}

@@ -10,13 +10,15 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // A migrate on the data directory of a running serve connects to that
 // server's private PostgreSQL as a client and leaves it running: the
 // server stays ready after migrate exits.
 func TestMigrateBesideServeLeavesClusterRunning(t *testing.T) {
-	dataDir := t.TempDir()
+	dataDir := storetest.DataDir(t)
 	pgPort, httpPort := freePort(t), freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	cmd, exited, _ := startServe(t, []string{"DEEPSEED_DATA_DIR=" + dataDir},
@@ -57,7 +59,7 @@ func TestMigrateBesideServeLeavesClusterRunning(t *testing.T) {
 	// The owner stops its cluster when it exits.
 	stopServe(t, cmd, exited)
 	ctx := context.Background()
-	if c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", pgPort)); err == nil {
+	if c, err := pgx.Connect(ctx, privateURL(t, dataDir, pgPort, "postgres")+"&connect_timeout=2"); err == nil {
 		c.Close(ctx)
 		t.Fatal("private PostgreSQL still answers after its owner exited")
 	}
@@ -66,7 +68,7 @@ func TestMigrateBesideServeLeavesClusterRunning(t *testing.T) {
 // The lock of an owner killed with SIGKILL is taken over by the next
 // serve, which adopts the cluster left running and stops it at exit.
 func TestServeTakesOverKilledOwner(t *testing.T) {
-	dataDir := t.TempDir()
+	dataDir := storetest.DataDir(t)
 	pgPort, httpPort := freePort(t), freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--local-pg-port", itoa(pgPort)}
@@ -94,7 +96,7 @@ func TestServeTakesOverKilledOwner(t *testing.T) {
 	}
 	stopServe(t, cmd, exited)
 	ctx := context.Background()
-	if c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", pgPort)); err == nil {
+	if c, err := pgx.Connect(ctx, privateURL(t, dataDir, pgPort, "postgres")+"&connect_timeout=2"); err == nil {
 		c.Close(ctx)
 		t.Fatal("adopted PostgreSQL still answers after the new owner exited")
 	}

@@ -27,8 +27,10 @@ Tokens come from the environment only, never from flags (flags show in ps):
                           they claim jobs and report on them (and read), each
                           token only as the agent NAME (its --name); NAME*
                           binds every agent whose name starts with NAME
-With none set the API is open to anyone and a warning is logged at start; the
-job routes that start processes still need a submit or agent token.
+With none set the API takes no token, so serve listens on 127.0.0.1 only
+and refuses a --listen other machines can reach unless --insecure-open says
+so (logged as an error); the job routes that start processes still need a
+submit or agent token.
 Clients send "Authorization: Bearer <token>".
 
 Endpoints: /api/v1/... (ingest and query; see /api/v1/openapi.json),
@@ -65,7 +67,10 @@ docs/durability.md).`
 func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	def := server.DefaultConfig()
 	f := newEnvFlags("serve")
-	listen := f.String("listen", "DEEPSEED_LISTEN", def.Listen, "address of the HTTP API, host:port or :port")
+	listen := f.String("listen", "DEEPSEED_LISTEN", "",
+		"address of the HTTP API, host:port or :port; unset: :8080 (every interface) when a token is configured, 127.0.0.1:8080 (this machine only) when none is")
+	insecure := f.Bool("insecure-open", "DEEPSEED_INSECURE_OPEN", false,
+		"serve the API with no token on a non-loopback --listen: anyone who reaches it reads and writes every run (logged as an error at start); without it serve refuses to start that way")
 	role := f.String("role", "DEEPSEED_ROLE", def.Role, "routes to serve: all, ingest (POST /ingest, /import) or query (the GET routes)")
 	httpf := addHTTPFlags(f, "ingest")
 	straggler := f.String("straggler-pct", "DEEPSEED_STRAGGLER_PCT", strconv.FormatFloat(def.StragglerPct, 'g', -1, 64), "default margin past which GET /runs/{id}/ranks flags a straggler, in percent of the median busy time (its median lateness) or over the median step time when no lateness is recorded")
@@ -90,12 +95,15 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 
 	dbc, errs := db.parse(os.Stderr)
 	cfg := def
-	cfg.Listen = *listen
 	cfg.Role = *role
 	cfg.IngestTokens = server.SplitTokens(os.Getenv("DEEPSEED_INGEST_TOKENS"))
 	cfg.ReadTokens = server.SplitTokens(os.Getenv("DEEPSEED_READ_TOKENS"))
 	cfg.SubmitTokens = server.SplitTokens(os.Getenv("DEEPSEED_SUBMIT_TOKENS"))
 	cfg.AgentTokens = server.SplitTokens(os.Getenv("DEEPSEED_AGENT_TOKENS"))
+	cfg.InsecureOpen = *insecure
+	if cfg.Listen = strings.TrimSpace(*listen); cfg.Listen == "" {
+		cfg.Listen = cfg.DefaultListen()
+	}
 	cfg.CompressAfter, cfg.Timescale = dbc.compressAfter, dbc.timescale
 	var err error
 	if cfg.Retention, err = server.ParseDuration(*retention); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,16 +158,16 @@ func stopServe(t *testing.T, cmd *exec.Cmd, exited *exit) {
 // With no database URL, serve starts a private PostgreSQL in --data-dir,
 // keeps its data across a restart and stops it on exit.
 func TestServePrivatePostgresKeepsData(t *testing.T) {
-	dataDir := t.TempDir()
+	dataDir := storetest.DataDir(t)
 	pgPort, httpPort := freePort(t), freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--local-pg-port", itoa(pgPort)}
 	env := []string{"DEEPSEED_DATA_DIR=" + dataDir}
-	dbURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/deepseed?sslmode=disable", pgPort)
 	ctx := context.Background()
 
 	cmd, exited, logs := startServe(t, env, args...)
 	waitHTTP(t, base+"/readyz", 200, exited)
+	dbURL := privateURL(t, dataDir, pgPort, "deepseed")
 	// Ready comes with the migrations; the mode (TimescaleDB setup can
 	// take a few seconds) is logged and shown by /readyz once known.
 	if mode := waitMode(t, base, exited); !strings.Contains(logs.String(), "database mode:") {
@@ -215,4 +216,15 @@ func TestServeSIGTERMExitsZero(t *testing.T) {
 	if strings.Contains(logs.String(), "ingest-secret-123") {
 		t.Fatal("a token appeared in the log")
 	}
+}
+
+// privateURL is the URL of database db on the private PostgreSQL that
+// serve keeps in dataDir, with the password it generated.
+func privateURL(t *testing.T, dataDir string, port int, db string) string {
+	t.Helper()
+	pw, err := store.ReadLocalPassword(filepath.Join(dataDir, "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", pw, port, db)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // serve and migrate agree on a database where TimescaleDB is not usable
@@ -15,7 +16,7 @@ import (
 // it): auto runs plain PostgreSQL and says how to enable TimescaleDB,
 // --timescale=require makes both fail.
 func TestTimescaleRuleSameForServeAndMigrate(t *testing.T) {
-	lp := &store.LocalPostgres{Dir: filepath.Join(t.TempDir(), "pg"), WithoutTimescale: true}
+	lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
 	if _, err := lp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -121,6 +121,22 @@ def encode(records, yield_every=0) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+# Answers that mean "not now": the records stay queued and are sent again.
+RETRY_STATUSES = (408, 425, 429)
+# Answers that mean "these records are invalid": the only ones dropped.
+BAD_RECORD_STATUSES = (400, 422)
+
+
+def _bad_record(detail, n):
+    """The index of the record an ingest 400 names ({"record": {"index":
+    i}}), or None when it names none within a batch of n."""
+    try:
+        i = json.loads(detail)["record"]["index"]
+    except Exception:
+        return None
+    return i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n else None
+
+
 class Sender:
     """Sends records to one ingest URL from a background thread.
 
@@ -166,6 +182,10 @@ class Sender:
         self._local = _LocalFile(local_path) if local_path else None
         self._server = server
         self._steps_refused = False  # the destination predates steps records
+        # Set once the destination refused these records for a reason no
+        # retry mends (a wrong token, a wrong address): every record from
+        # then on goes to the local file, to be sent with deepseed import.
+        self._refused = None
 
         # Counters, readable by tests and by Run.summary().
         self.dropped = 0  # evicted from a full queue
@@ -251,9 +271,10 @@ class Sender:
         if self._local is not None:
             self._local.close()
         if self.saved and self._local.failed is None:
-            log.warning("deepseed: %d records could not be sent to %s; they are in %s. "
-                        "Send them later with: %s", self.saved, base_url(self.url), self._local.path,
-                        import_hint(self._local.path, self._server, self.token))
+            log.warning("deepseed: %d records could not be sent to %s%s; they are in %s. "
+                        "Send them later with: %s", self.saved, base_url(self.url),
+                        " (%s)" % self._refused if self._refused else "", self._local.path,
+                        import_hint(self._local.path, self._server, self.token or self._refused))
         elif left:
             self._warn_once("close", "deepseed: gave up on %d records at exit after %.1fs", len(left), timeout)
         return not left
@@ -295,8 +316,20 @@ class Sender:
             batch = self._take()
             if not batch:
                 continue
-            while True:
-                ok, retry = self._post(batch)
+            ok = False
+            if self._refused:
+                self._keep_locally(batch)
+                batch = []
+            while batch:
+                ok, retry, rest = self._post(batch)
+                if rest:
+                    # The destination named one bad record and stored
+                    # nothing: send the others again at once.
+                    batch = rest
+                    with self._lock:
+                        self._inflight = len(batch)
+                        self._batch = batch
+                    continue
                 if ok or not retry:
                     break
                 self.failures += 1
@@ -375,7 +408,9 @@ class Sender:
         return batch
 
     def _post(self, batch):
-        """Returns (ok, retry)."""
+        """Returns (ok, retry, rest): rest, when not None, is the batch
+        without the one record the destination refused as bad, to be sent
+        again at once."""
         if self._steps_refused and any(r.get("kind") == "steps" for r in batch):
             self._expand(batch)
         try:
@@ -383,7 +418,7 @@ class Sender:
         except Exception as e:  # pragma: no cover - encode has a default
             self._warn_once("encode", "deepseed: could not encode records: %s", e)
             self.rejected += len(batch)
-            return False, False
+            return False, False, None
         headers = {"Content-Type": "application/x-ndjson", "User-Agent": "deepseed-hook"}
         if self.compress:
             body = gzip.compress(body, compresslevel=5)
@@ -399,16 +434,18 @@ class Sender:
         except Exception as e:  # connection refused, timeout, DNS, reset…
             self._unreachable = True
             self._drop_conn()
-            self._warn_once("conn", "deepseed: cannot reach %s (%s); holding up to %d records and retrying%s",
-                            self.url, e, self.max_queue,
+            self._warn_once("conn", "deepseed: cannot reach %s (%s); holding up to %d records and retrying "
+                            "(is %s right?)%s", self.url, e, self.max_queue, self._url_var(),
                             "; what cannot be sent goes to " + self._local.path if self._local is not None else "")
-            return False, True
+            return False, True, None
         if 200 <= code < 300:
             self.sent += len(batch)
-            return True, False
-        if code in (408, 425, 429) or code >= 500:
-            self._warn_once("http%d" % code, "deepseed: %s answered %d, retrying: %s", self.url, code, detail)
-            return False, True
+            return True, False, None
+        if code in RETRY_STATUSES or code >= 500:
+            # Not now: the queue holds the records and, at exit, what is
+            # left goes to the local file.
+            self._warn_once("http%d" % code, "deepseed: %s answered %d, retrying: %s", self.url, code, detail[:500])
+            return False, True, None
         if (code == 400 and not self._steps_refused and "unknown kind" in detail and "steps" in detail
                 and any(r.get("kind") == "steps" for r in batch)):
             # A server or collector older than the steps record: its steps
@@ -416,9 +453,44 @@ class Sender:
             self._steps_refused = True
             self._warn_once("steps", "deepseed: %s takes no steps records; sending one record a step", self.url)
             return self._post(batch)
-        self.rejected += len(batch)
-        self._warn_once("reject", "deepseed: %s refused %d records with %d: %s", self.url, len(batch), code, detail)
-        return False, False
+        if code in BAD_RECORD_STATUSES:
+            bad = _bad_record(detail, len(batch))
+            if bad is not None and len(batch) > 1:
+                self.rejected += 1
+                self._warn_once("reject", "deepseed: %s refused a record as invalid with %d (it is dropped and "
+                                "counted in records_rejected): %s", self.url, code, detail[:500])
+                return False, False, batch[:bad] + batch[bad + 1:]
+            self.rejected += len(batch)
+            self._warn_once("reject", "deepseed: %s refused %d records as invalid with %d (they are dropped and "
+                            "counted in records_rejected): %s", self.url, len(batch), code, detail[:500])
+            return False, False, None
+        self._refuse(code, detail)
+        self._keep_locally(batch)
+        return False, False, None
+
+    def _token_var(self):
+        return "DEEPSEED_TOKEN" if self._server else "DEEPSEED_COLLECTOR_TOKEN"
+
+    def _url_var(self):
+        return "DEEPSEED_SERVER_URL" if self._server else "DEEPSEED_COLLECTOR_URL"
+
+    def _refuse(self, code, detail):
+        """Sends every record from now on to the local file: the
+        destination refused them for a reason that retrying cannot mend,
+        and says once which setting to fix and how to send them later."""
+        if code in (401, 403):
+            why = "the token was refused with %d; set %s to a token the server accepts" % (code, self._token_var())
+        else:
+            why = "answered %d; set %s to the address of a DeepSeed %s" % (
+                code, self._url_var(), "server" if self._server else "collector")
+        self._refused = why
+        detail = detail[:200].strip()
+        if self._local is None:
+            self._warn_once("refused", "deepseed: %s: %s (%s); records are dropped", base_url(self.url), why, detail)
+            return
+        self._warn_once("refused", "deepseed: %s: %s (%s). This run's records go to %s instead; send them with: %s",
+                        base_url(self.url), why, detail, self._local.path,
+                        import_hint(self._local.path, self._server, True))
 
     def _expand(self, batch):
         """Replaces the batch's steps records by their step records, in
@@ -461,7 +533,7 @@ class Sender:
                 self._drop_conn()
             detail = ""
             if resp.status >= 300:
-                detail = data[:500].decode("utf-8", "replace")
+                detail = data[:4096].decode("utf-8", "replace")
             return resp.status, detail
         raise ConnectionError("no answer")  # pragma: no cover
 

@@ -13,9 +13,11 @@ class Capture:
 
     statuses: codes answered to the first requests, in order; then 200.
     hold: when set, every request waits until release() before answering.
+    bad_kind: records of this kind are refused as ingest refuses an
+        invalid record: 400 naming the first one's index, nothing kept.
     """
 
-    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False, refuse_steps=False):
+    def __init__(self, statuses=(), hold=False, keep_alive=False, drop_idle=False, refuse_steps=False, bad_kind=None):
         self.lock = threading.Lock()
         self.requests = []  # (path, headers, raw body, records)
         self.statuses = list(statuses)
@@ -45,9 +47,13 @@ class Capture:
                 recs = expand_steps(lines)
                 cap.got_request.set()
                 cap.release_event.wait(60)
+                bad = [i for i, r in enumerate(recs) if bad_kind is not None and r.get("kind") == bad_kind]
                 with cap.lock:
-                    status = cap.statuses.pop(0) if cap.statuses else 200
+                    status = cap.statuses.pop(0) if cap.statuses else (400 if bad else 200)
                     out = b'{"accepted":%d}' % len(recs) if status == 200 else b'{"error":"test"}'
+                    if status == 400 and bad:
+                        out = json.dumps({"error": "invalid batch, nothing stored",
+                                          "record": {"index": bad[0], "kind": bad_kind, "message": "test"}}).encode()
                     kinds = [r.get("kind") for r in lines]
                     if refuse_steps and "steps" in kinds:
                         # What a server older than the steps record answers.

@@ -30,7 +30,7 @@ type Replicated struct {
 // of both.
 func NewReplicated(t testing.TB) *Replicated {
 	t.Helper()
-	dir := t.TempDir()
+	dir := DataDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	off := os.Getenv(timescaleEnv) == "off"

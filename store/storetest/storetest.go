@@ -65,6 +65,9 @@ func Main(m *testing.M) int {
 		adminURL = u
 	} else {
 		dir, err := os.MkdirTemp("", "deepseed-pg-")
+		if err == nil {
+			err = reachable(dir)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "storetest:", err)
 			return 1
@@ -253,4 +256,32 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// DataDir returns a new temporary directory to hold the data directory of
+// a private PostgreSQL cluster, removed when the test ends. Run as root,
+// the cluster runs as another user, which must be able to enter it (and
+// LocalPostgres changes no directory it did not create): the test made
+// these, so it opens them to that user.
+func DataDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := reachable(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// reachable lets every user enter dir (not list it), so the cluster's
+// user reaches the data directory under it.
+func reachable(dir string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fmt.Errorf("storetest: %w", err)
+	}
+	return nil
 }
