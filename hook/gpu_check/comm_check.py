@@ -26,14 +26,19 @@ width 1024, random weights, synthetic tokens):
 
 Steps 30-39 of every run are also recorded by torch.profiler on each rank;
 the union of its NCCL kernels' spans is compared with the sum of the hook's
-comm_ms over the same steps.
+comm_ms over the same steps, and the hook's spans by collective and waits
+by phase are put beside the profiler's kernels by name.
 
 Device side (results/comm_check_h200x2.json came from the first line,
-results/comm_check_gpubound_h200x2.json from the second):
+results/comm_check_gpubound_h200x2.json from the second,
+results/comm_check_zero3_h200x2.json from the third, where DeepSpeed's
+backend starts before any model is watched):
 
     python3 hook/gpu_check/comm_check.py --hang --collector .device/deepseed --out $OUT/comm_check.json \\
         --records $OUT/comm_records.ndjson.gz
     python3 hook/gpu_check/comm_check.py --runs fsdp2-control,fsdp2-gpu,zero3-control,zero3-gpu --seq 1024 \\
+        --deepspeed-path .device/ds --deepspeed-deps .device/pylib --collector .device/deepseed ...
+    python3 hook/gpu_check/comm_check.py --runs zero3-control,zero3-gpu,fsdp2-gpu,ddp-control --seq 1024 \\
         --deepspeed-path .device/ds --deepspeed-deps .device/pylib --collector .device/deepseed ...
 
 DeepSpeed is not installed on the GPU machine: --deepspeed-path is a folder
