@@ -18,12 +18,23 @@ compute stream wait for an all-gather or a reduce-scatter with
 ``Stream.wait_event`` / ``wait_stream``, both of which end in
 ``torch.cuda.Event.wait``; DeepSpeed ZeRO-3 waits on the work an
 asynchronous all-gather returned (``Work.wait``, which makes the current
-stream wait). An event on the compute stream before the wait and one after
-it span exactly the time that stream stood still. Waits on other streams,
-and the waits inside a timed collective, pass straight through. DDP's wait,
-at the end of the backward, is the synchronisation window the watcher
-already measures (``sync_wait_ms``); waits inside that window are not timed
-twice.
+stream wait), makes the compute stream wait for its all-gather stream
+(``wait_stream``) and, with ``overlap_comm``, holds the host until its
+reduce-scatter stream is done (``Stream.synchronize`` at the end of the
+backward, ``Event.synchronize`` when too many all-gathers or
+reduce-scatters are in flight). An event on the compute stream before the
+wait and one after it span exactly the time that stream stood still: for a
+host wait, from the moment the compute stream ran out of work (or the host
+began to wait, if later) to the moment the host queued more. Waits on other
+streams, the waits inside a timed collective and the hook's own reads of
+its events pass straight through. DDP's wait, at the end of the backward,
+is the synchronisation window the watcher already measures
+(``sync_wait_ms``); waits inside that window are not timed twice.
+
+DeepSpeed takes ``torch.distributed.all_gather_into_tensor`` and
+``reduce_scatter_tensor`` once, when its communication backend starts
+(``deepspeed.initialize``), usually before the model is watched; attaching
+points that backend at the timed functions too.
 
 Nothing here synchronizes: the events are read with the step's others, once
 the device has run them. Under FSDP or ZeRO, where a rank waits for a late
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 
 import torch
@@ -48,9 +60,19 @@ import torch
 # through these.
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather", "reduce_scatter",
                "broadcast", "reduce", "all_to_all", "all_to_all_single", "_all_gather_base", "_reduce_scatter_base")
+# Host waits timed: torch.cuda.Stream.synchronize, torch.cuda.Event.synchronize
+# and torch.cuda.synchronize.
+HOST_WAITS = ("Stream.synchronize", "Event.synchronize", "synchronize")
+# DeepSpeed's communication backend keeps these torch.distributed functions
+# (attribute of the backend: the functions it may hold).
+DEEPSPEED_CAPTURED = {"all_gather_function": ("all_gather_into_tensor", "_all_gather_base"),
+                      "reduce_scatter_function": ("reduce_scatter_tensor", "_reduce_scatter_base")}
 # A step keeps at most this many spans of each kind (a bound for a model
 # with thousands of FSDP units; the rest are not timed).
 MAX_SPANS = 4096
+# Side streams timing collectives: one for each stream that issues them, up
+# to this many (the rest share one).
+MAX_SIDE = 8
 
 _lock = threading.Lock()
 _orig = {}  # name -> the function wrapped
@@ -75,15 +97,41 @@ def attach(watcher):
     with _lock:
         _install(dist)
         _probe = p
+    _rebind_deepspeed(dist)
     p.hook_ddp(watcher.root)
     return p
+
+
+def _rebind_deepspeed(dist):
+    """Points DeepSpeed's communication backend, when it started before the
+    hook wrapped torch.distributed, at the wrapped functions."""
+    mod = sys.modules.get("deepspeed.comm.comm")
+    cdb = getattr(mod, "cdb", None) if mod is not None else None
+    if cdb is None:
+        return
+    for attr, names in DEEPSPEED_CAPTURED.items():
+        held = getattr(cdb, attr, None)
+        for name in names:
+            if held is not None and held is _orig.get(name):
+                try:
+                    setattr(cdb, attr, getattr(dist, name))
+                except (AttributeError, TypeError):
+                    pass
+                break
 
 
 def opens_before(module):
     """Whether the watcher's forward pre-hook must run before the module's
     own: FSDP2 gathers the root's parameters (and may wait for them) in a
-    pre-hook, which then falls inside the step."""
-    return any(c.__name__ == "FSDPModule" for c in type(module).__mro__)
+    pre-hook, and DeepSpeed ZeRO-3 (whose parameters carry a ``ds_id``)
+    gathers the root's and starts prefetching the first blocks' in one;
+    those then fall inside the step."""
+    if any(c.__name__ == "FSDPModule" for c in type(module).__mro__):
+        return True
+    try:
+        return any(hasattr(p, "ds_id") for p in module.parameters())
+    except Exception:
+        return False
 
 
 def _install(dist):
@@ -106,6 +154,18 @@ def _install(dist):
             work.wait = _timed_work_wait(orig)
             _orig["Work.wait"] = orig
         except (TypeError, AttributeError):  # a class that takes no attribute: untimed
+            pass
+    cuda = getattr(torch, "cuda", None)
+    for name in HOST_WAITS:
+        cls, _, attr = name.rpartition(".")
+        owner = getattr(cuda, cls, None) if cls else cuda
+        fn = getattr(owner, attr, None) if owner is not None else None
+        if fn is None or not callable(fn):
+            continue
+        try:
+            setattr(owner, attr, _timed_host_wait(fn))
+            _orig[name] = fn
+        except (TypeError, AttributeError):
             pass
 
 
@@ -145,13 +205,27 @@ def _timed_work_wait(fn):
     return wait
 
 
+def _timed_host_wait(fn):
+    @functools.wraps(fn)
+    def wait(*args, **kwargs):
+        p = _probe
+        # Any thread's: autograd runs the backward's hooks (ZeRO's
+        # reduce-scatters and their waits) on a thread of its own. The hook's
+        # reads of its own events are its callers'.
+        if (p is None or p.watcher.cur is None or getattr(_tls, "depth", 0)
+                or sys._getframe(1).f_globals.get("__name__", "").startswith(__package__ + ".")):
+            return fn(*args, **kwargs)
+        return p.timed_wait(p.watcher.pool.stream if p.cuda else None, fn, *args, host=True, **kwargs)
+    return wait
+
+
 class Spans:
     """One step's timed collectives and compute-stream waits."""
 
     __slots__ = ("coll", "waits")
 
     def __init__(self):
-        self.coll = []  # (start event, end event)
+        self.coll = []  # (start event, end event, the collective's name)
         self.waits = []  # (phase "f" / "b" / "o", start event, end event)
 
 
@@ -163,7 +237,7 @@ class CommProbe:
         self.watcher = watcher
         self.cuda = watcher.cuda
         self._free = []
-        self._side = None
+        self._side = {}  # issuing stream's handle -> its side stream
         self.ddp = False
         # The last collective entered in a step, for the hang forensics
         # (hang.py): (name, number in the run, step, end event).
@@ -196,24 +270,37 @@ class CommProbe:
 
     # ---- collectives ---------------------------------------------------------
 
-    def _side_stream(self):
-        if self._side is None:
-            self._side = torch.cuda.Stream()
-        return self._side
+    def _side_stream(self, stream):
+        """The side stream timing collectives issued on stream. Each issuing
+        stream has its own: on one shared side stream a collective queued
+        behind a stream that is late (ZeRO-3's reduce-scatters wait for the
+        backward) would hold back the events of collectives issued on
+        another (the all-gathers) that already ran."""
+        key = getattr(stream, "cuda_stream", None)
+        side = self._side.get(key)
+        if side is None:
+            if len(self._side) >= MAX_SIDE:
+                key = None
+                side = self._side.get(None)
+            if side is None:
+                side = self._side[key] = torch.cuda.Stream()
+        return side
 
-    def _start(self, pre):
-        """The start of a collective issued after the event pre: an event on
-        the side stream once both the issuing stream reached pre and the
-        host had issued the collective. A stream that sat idle while the
-        host prepared the call does not count it as communication."""
-        side = self._side_stream()
+    def _start(self, pre, stream):
+        """The start of a collective issued on stream after the event pre:
+        an event on a side stream once both the issuing stream reached pre
+        and the host had issued the collective. A stream that sat idle while
+        the host prepared the call does not count it as communication.
+        Returns the event and the side stream."""
+        side = self._side_stream(stream)
         _orig["Event.wait"](pre, side)
-        return self._record(side)
+        return self._record(side), side
 
     def collective(self, fn, args, kwargs):
         s = self._spans()
         if s is None or len(s.coll) >= MAX_SPANS:
             return fn(*args, **kwargs)
+        name = getattr(fn, "__name__", "collective")
         stream = torch.cuda.current_stream() if self.cuda else None
         pre = self._record(stream)
         _tls.depth = 1
@@ -223,23 +310,23 @@ class CommProbe:
             _tls.depth = 0
         if not self.cuda:
             e1 = self._record()
-            s.coll.append((pre, e1))
+            s.coll.append((pre, e1, name))
             self.seq += 1
-            self.last = (getattr(fn, "__name__", "collective"), self.seq, self.watcher.cur.step, e1)
+            self.last = (name, self.seq, self.watcher.cur.step, e1)
             return out
-        e0 = self._start(pre)
+        e0, side = self._start(pre, stream)
         if out is not None and hasattr(out, "wait"):
             # An asynchronous call: the side stream waits on the work,
             # which leaves the caller's streams as they were.
-            with torch.cuda.stream(self._side):
+            with torch.cuda.stream(side):
                 _wait_work(out)
-            e1 = self._record(self._side)
+            e1 = self._record(side)
         else:
             e1 = self._record(stream)
-        s.coll.append((e0, e1))
+        s.coll.append((e0, e1, name))
         self._free.append(pre)
         self.seq += 1
-        self.last = (getattr(fn, "__name__", "collective"), self.seq, self.watcher.cur.step, e1)
+        self.last = (name, self.seq, self.watcher.cur.step, e1)
         return out
 
     def hook_ddp(self, root):
@@ -265,11 +352,11 @@ class CommProbe:
         pre = self._record() if s is not None and len(s.coll) < MAX_SPANS else None
         work = _orig["all_reduce"](buf, group=group, async_op=True)
         if pre is not None:
-            e0 = self._start(pre)
-            with torch.cuda.stream(self._side):
+            e0, side = self._start(pre, torch.cuda.current_stream())
+            with torch.cuda.stream(side):
                 _wait_work(work)
-            e1 = self._record(self._side)
-            s.coll.append((e0, e1))
+            e1 = self._record(side)
+            s.coll.append((e0, e1, "all_reduce (DDP)"))
             self._free.append(pre)
             self.seq += 1
             self.last = ("all_reduce (DDP)", self.seq, self.watcher.cur.step if self.watcher.cur else None, e1)
@@ -288,12 +375,13 @@ class CommProbe:
     def wait(self, fn, event, stream):
         return self.timed_wait(stream, fn, event, stream)
 
-    def timed_wait(self, stream, fn, *args, **kwargs):
+    def timed_wait(self, stream, fn, *args, host=False, **kwargs):
         """Calls fn (a wait of stream, None: the current one), spanned by
-        two events when that is the compute stream."""
+        two events when that is the compute stream. A host wait (host=True)
+        is spanned on the compute stream whatever it waits for."""
         cur = self.watcher.cur
         s = self._spans()
-        if s is None or len(s.waits) >= MAX_SPANS or not self._is_compute(stream):
+        if s is None or len(s.waits) >= MAX_SPANS or not (host or self._is_compute(stream)):
             return fn(*args, **kwargs)
         if cur.bwd and cur.bwd[-1][1] is not None and cur.sync_end is None and cur.opt is None:
             # Inside the end-of-backward window the watcher times whole.
@@ -321,7 +409,7 @@ class CommProbe:
             return
         ref = slot.ev_start
         iv = []
-        for e0, e1 in s.coll:
+        for e0, e1, _ in s.coll:
             if e1.query():
                 iv.append((ref.elapsed_time(e0), ref.elapsed_time(e1)))
         by = {"f": 0.0, "b": 0.0, "o": 0.0}
@@ -340,7 +428,7 @@ class CommProbe:
             sync["sync_wait_ms"] = rec["comm_exposed_ms"]
             sync.pop("sync_ns", None)
         free = self._free
-        for e0, e1 in s.coll:
+        for e0, e1, _ in s.coll:
             free.extend((e0, e1))
         for _, e0, e1 in s.waits:
             free.extend((e0, e1))

@@ -26,14 +26,19 @@ width 1024, random weights, synthetic tokens):
 
 Steps 30-39 of every run are also recorded by torch.profiler on each rank;
 the union of its NCCL kernels' spans is compared with the sum of the hook's
-comm_ms over the same steps.
+comm_ms over the same steps, and the hook's spans by collective and waits
+by phase are put beside the profiler's kernels by name.
 
 Device side (results/comm_check_h200x2.json came from the first line,
-results/comm_check_gpubound_h200x2.json from the second):
+results/comm_check_gpubound_h200x2.json from the second,
+results/comm_check_zero3_h200x2.json from the third, where DeepSpeed's
+backend starts before any model is watched):
 
     python3 hook/gpu_check/comm_check.py --hang --collector .device/deepseed --out $OUT/comm_check.json \\
         --records $OUT/comm_records.ndjson.gz
     python3 hook/gpu_check/comm_check.py --runs fsdp2-control,fsdp2-gpu,zero3-control,zero3-gpu --seq 1024 \\
+        --deepspeed-path .device/ds --deepspeed-deps .device/pylib --collector .device/deepseed ...
+    python3 hook/gpu_check/comm_check.py --runs zero3-control,zero3-gpu,fsdp2-gpu,ddp-control --seq 1024 \\
         --deepspeed-path .device/ds --deepspeed-deps .device/pylib --collector .device/deepseed ...
 
 DeepSpeed is not installed on the GPU machine: --deepspeed-path is a folder
@@ -163,17 +168,48 @@ def gpu_work(dev, ms):
 
 
 def nccl_spans(prof):
-    """(union, sum) of the NCCL kernels' spans in ms."""
-    iv = []
+    """(union, sum) of the NCCL kernels' spans in ms, their count, and
+    {kernel name: [count, ms]}."""
+    iv, by = {}, {}
     for e in prof.events():
         for k in ([e] + list(getattr(e, "kernels", []) or [])):
             name = getattr(k, "name", "") or ""
             tr = getattr(k, "time_range", None)
             if "nccl" in name.lower() and tr is not None and str(getattr(k, "device_type", "")).endswith("CUDA"):
-                iv.append((tr.start / 1000.0, tr.end / 1000.0))
-    iv = sorted(set(iv))
+                iv[(tr.start / 1000.0, tr.end / 1000.0)] = name.split("(")[0][:60]
+    for (a, b), name in iv.items():
+        d = by.setdefault(name, [0, 0.0])
+        d[0] += 1
+        d[1] = round(d[1] + b - a, 3)
     from deepseed.comm import union_ms
-    return union_ms(iv), sum(b - a for a, b in iv), len(iv)
+    return union_ms(list(iv)), sum(b - a for a, b in iv), len(iv), by
+
+
+def tally_spans(watcher, lo, hi, into):
+    """Adds up, over steps lo..hi-1, the hook's timed collectives by name and
+    the compute stream's waits by phase (forward, backward, other), as they
+    are read back: {"coll": {name: [count, ms]}, "waits": {phase: [count, ms]}}."""
+    probe = getattr(watcher, "comm", None)
+    if probe is None:
+        return
+    fill = probe.fill
+
+    def add(kind, key, ms):
+        d = into.setdefault(kind, {}).setdefault(key, [0, 0.0])
+        d[0] += 1
+        d[1] = round(d[1] + ms, 3)
+
+    def tallied(slot, rec, sync):
+        s = slot.comm
+        if s is not None and lo <= slot.step < hi:
+            for e0, e1, name in s.coll:
+                if e1.query():
+                    add("coll", name, max(0.0, e0.elapsed_time(e1)))
+            for ph, e0, e1 in s.waits:
+                if e1.query():
+                    add("waits", ph, max(0.0, e0.elapsed_time(e1)))
+        return fill(slot, rec, sync)
+    probe.fill = tallied
 
 
 def one_run(name, dev, rank, a, facts):
@@ -197,9 +233,11 @@ def one_run(name, dev, rank, a, facts):
     run = deepseed.init(project="comm-check", name=name, layer_every=0, flush_interval=0.2,
                         params={"planted": PLANTED.get(name, "none"), "plant_ms": a.plant_ms})
     if engine is not None:
-        run.watch(engine)
+        w = run.watch(engine)
     else:
-        run.watch(model, optimizer=opt)
+        w = run.watch(model, optimizer=opt)
+    spans = {}
+    tally_spans(w, PROFILE[0], PROFILE[1], spans)
     g = torch.Generator(device=dev).manual_seed(1000 + rank)
     data = [torch.randint(0, 32000, (a.batch, a.seq), generator=g, device=dev) for _ in range(4)]
     prof = None
@@ -227,9 +265,11 @@ def one_run(name, dev, rank, a, facts):
         if step == PROFILE[1] - 1:
             torch.cuda.synchronize(dev)
             prof.__exit__(None, None, None)
-            out["profiler_nccl_union_ms"], out["profiler_nccl_sum_ms"], out["profiler_nccl_kernels"] = nccl_spans(prof)
+            (out["profiler_nccl_union_ms"], out["profiler_nccl_sum_ms"], out["profiler_nccl_kernels"],
+             out["profiler_nccl_by_kernel"]) = nccl_spans(prof)
     torch.cuda.synchronize(dev)
     run.finish()
+    out["hook_spans_profiled"] = spans
     facts[name] = out
 
 
@@ -410,6 +450,8 @@ def launcher(a):
             v["profiler_nccl_union_ms"] = fv.get("profiler_nccl_union_ms")
             v["profiler_nccl_sum_ms"] = fv.get("profiler_nccl_sum_ms")
             v["gpu_work_matmuls"] = fv.get("gpu_work_matmuls")
+            v["profiler_nccl_by_kernel"] = fv.get("profiler_nccl_by_kernel")
+            v["hook_spans_profiled"] = fv.get("hook_spans_profiled")
             ds = [r.get("metrics", {}).get("deepspeed_comm_ms") for r in records if r.get("kind") == "step"
                   and r.get("run_id") == rid and str(r.get("rank")) == rk and PROFILE[0] <= r.get("step", 0) < PROFILE[1]]
             ds = [x for x in ds if x is not None]

@@ -106,8 +106,8 @@ class Module:
         self.training = mode
         return self
 
-    def register_forward_pre_hook(self, fn, with_kwargs=False):
-        self._pre.append(fn)
+    def register_forward_pre_hook(self, fn, with_kwargs=False, prepend=False):
+        self._pre.insert(0 if prepend else len(self._pre), fn)
         return _Handle(self._pre, fn)
 
     def register_forward_hook(self, fn):

@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import types
 import unittest
 from unittest import mock
@@ -48,7 +49,9 @@ class Stream:
         self.compute = compute
 
 
-class CommTest(unittest.TestCase):
+class Fixture(unittest.TestCase):
+    """The fake torch.distributed and torch.cuda on the injected clock."""
+
     def setUp(self):
         self.addCleanup(faketorch.install())
         self.torch = sys.modules["torch"]
@@ -67,6 +70,17 @@ class CommTest(unittest.TestCase):
             def wait(self, stream=None):
                 clock.advance(self.delay_ms)
 
+            def synchronize(self):
+                # The host waits until the event's stream has reached it.
+                clock.advance(self.delay_ms)
+
+        class CudaStream:
+            """A stream whose synchronize() holds the host delay_ms."""
+            delay_ms = 0.0
+
+            def synchronize(self):
+                clock.advance(self.delay_ms)
+
         class Work:
             """An asynchronous collective's work: waiting on it is the
             current stream waiting until the collective is done."""
@@ -83,11 +97,12 @@ class CommTest(unittest.TestCase):
                 return Work(ZERO_WAIT)
             clock.advance(ALL_GATHER)
 
-        self.Event, self.Work = Event, Work
+        self.Event, self.Work, self.CudaStream = Event, Work, CudaStream
         self.torch.distributed = types.SimpleNamespace(
             is_available=lambda: True, is_initialized=lambda: False, Work=Work, all_gather=async_gather,
             all_gather_into_tensor=collective(ALL_GATHER), reduce_scatter_tensor=collective(REDUCE_SCATTER))
-        self.torch.cuda = types.SimpleNamespace(is_available=lambda: False, Event=Event)
+        self.torch.cuda = types.SimpleNamespace(is_available=lambda: False, Event=Event, Stream=CudaStream,
+                                                synchronize=lambda device=None: None)
         env = mock.patch.dict(os.environ, {"WORLD_SIZE": "2", "RANK": "0"})
         env.start()
         self.addCleanup(env.stop)
@@ -110,6 +125,9 @@ class CommTest(unittest.TestCase):
         with open(self.path) as f:
             return [r for r in expand_steps(map(json.loads, f)) if r["kind"] == "step"]
 
+
+
+class CommTest(Fixture):
     def fsdp_run(self, steps=4):
         """A model that gathers its parameters and waits for them in its
         forward, waits again and reduce-scatters its gradients in its
@@ -238,3 +256,147 @@ class CommTest(unittest.TestCase):
         self.assertEqual(union_ms([]), 0.0)
         self.assertEqual(union_ms([(0, 2), (1, 3), (5, 6), (5.5, 5.6), (4, 4)]), 4.0)
         self.assertEqual(union_ms([(5, 6), (0, 1)]), 2.0)
+
+
+# What a ZeRO-3 step with overlap_comm holds its host for, in ms: a wait for
+# an earlier bucket's reduce-scatter inside the backward (too many in
+# flight), and the wait for the reduce-scatter stream at the end of it.
+BUCKET_WAIT, EPILOGUE_WAIT = 2.5, 9.0
+
+
+class DeepSpeedTest(Fixture):
+    """A stand-in DeepSpeed engine with ZeRO-3's shape of step: the backward
+    ends inside autograd (its callbacks), the engine then waits on the host
+    for its reduce-scatter stream, and its communication backend holds the
+    torch.distributed functions it took when it started, before the model
+    was watched."""
+
+    def setUp(self):
+        super().setUp()
+        self.callbacks = []
+        import deepseed.watch as watch
+        clock = self.clock
+        for patch in (mock.patch.object(watch, "_queue_callback", self.callbacks.append),
+                      # The backward's end and the callbacks' on the injected clock.
+                      mock.patch.object(watch, "time", types.SimpleNamespace(
+                          time_ns=lambda: int(clock.t * 1e9), perf_counter=clock.perf_counter))):
+            patch.start()
+            self.addCleanup(patch.stop)
+        dist = self.torch.distributed
+        # deepspeed.initialize: the backend keeps the functions as they are now.
+        self.cdb = types.SimpleNamespace(all_gather_function=dist.all_gather_into_tensor,
+                                         reduce_scatter_function=dist.reduce_scatter_tensor)
+        mods = {"deepspeed": types.ModuleType("deepspeed"), "deepspeed.comm": types.ModuleType("deepspeed.comm"),
+                "deepspeed.comm.comm": types.SimpleNamespace(cdb=self.cdb)}
+        patch = mock.patch.dict(sys.modules, mods)
+        patch.start()
+        self.addCleanup(patch.stop)
+
+    def engine(self):
+        torch, clock, cdb, test = self.torch, self.clock, self.cdb, self
+        reduce_stream = self.CudaStream()
+        reduce_stream.delay_ms = EPILOGUE_WAIT
+        bucket_event = self.Event()
+        bucket_event.delay_ms = BUCKET_WAIT
+
+        def forward(x):
+            cdb.all_gather_function(None, None)
+            clock.advance(FWD)
+            return torch.Tensor(1.0, requires_grad=True)
+
+        class Engine:
+            module = torch.nn.Module(forward=forward)
+
+        # ZeRO-3's partitioned parameters, and its pre-forward hook on the
+        # root, registered when the engine was made: it gathers the root's
+        # parameters (and starts the first blocks' prefetch).
+        for p in Engine.module.parameters():
+            p.ds_id = 0
+        Engine.module.register_forward_pre_hook(lambda m, args, kwargs=None: cdb.all_gather_function(None, None))
+
+        class Engine(Engine):
+
+            def __call__(self, x):
+                return self.module(x)
+
+            def is_gradient_accumulation_boundary(self):
+                return True
+
+            def backward(self, loss):
+                loss.backward_reached()
+                clock.advance(BWD)
+                # Autograd runs the gradient hooks on a thread of its own.
+                t = threading.Thread(target=bucket_event.synchronize)
+                t.start()
+                t.join()
+                cdb.reduce_scatter_function(None, None)
+                while test.callbacks:  # autograd's end: the hook's callbacks
+                    test.callbacks.pop(0)()
+                # independent_gradient_partition_epilogue
+                reduce_stream.synchronize()
+
+            def step(self):
+                clock.advance(OPT)
+
+        return Engine()
+
+    def train(self, engine, steps=3, run_id="ds1"):
+        run = deepseed.init(project="comm", run_id=run_id, file=self.path, handle_signals=False, layer_every=0)
+        run.watch(engine, grad_norm_every=0, background_read=False)
+        for _ in range(steps):
+            engine.backward(engine(self.torch.Tensor(0.0, (4, 8))))
+            engine.step()
+        return self.steps(run)
+
+    def test_zero3_host_waits_are_the_exposed_communication(self):
+        steps = self.train(self.engine())
+        self.assertEqual(len(steps), 3)
+        for s in steps:
+            self.assertEqual(s["comm_exposed_ms"], BUCKET_WAIT + EPILOGUE_WAIT)
+            self.assertEqual(s["sync_wait_ms"], s["comm_exposed_ms"])
+            self.assertNotIn("sync_ns", s)
+            # The wait inside the backward comes out of it; the one after it
+            # is in no phase.
+            self.assertEqual(s["backward_ms"], BWD + REDUCE_SCATTER)
+            # The root's gather, in the engine's hook, is in the step.
+            self.assertEqual(s["forward_ms"], 2 * ALL_GATHER + FWD)
+
+    def test_backend_started_before_the_hook_is_timed(self):
+        dist = self.torch.distributed
+        steps = self.train(self.engine())
+        for s in steps:
+            self.assertEqual(s.get("comm_ms"), 2 * ALL_GATHER + REDUCE_SCATTER)
+        # The backend now holds the timed functions; a backend holding a
+        # function of its own keeps it.
+        self.assertIs(self.cdb.all_gather_function, dist.all_gather_into_tensor)
+        self.assertIs(self.cdb.reduce_scatter_function, dist.reduce_scatter_tensor)
+
+    def test_backend_function_of_its_own_is_kept(self):
+        own = lambda *a, **k: self.clock.advance(ALL_GATHER)  # noqa: E731
+        self.cdb.all_gather_function = own
+        steps = self.train(self.engine())
+        self.assertIs(self.cdb.all_gather_function, own)
+        for s in steps:
+            self.assertEqual(s.get("comm_ms"), REDUCE_SCATTER)  # both gathers by the backend's own
+
+    def test_host_waits_outside_a_step_or_of_the_hook_are_not_timed(self):
+        engine = self.engine()
+        stream = self.CudaStream()
+        stream.delay_ms = 50.0
+        own = {"__name__": "deepseed.readback"}
+        exec("def read(ev):\n    ev.synchronize()\n", own)
+        ev = self.Event()
+        ev.delay_ms = 40.0
+        inner = engine.module._forward
+
+        def forward(x):
+            own["read"](ev)  # the hook reading its own events
+            return inner(x)
+
+        engine.module._forward = forward
+        stream.synchronize()  # before the first step
+        steps = self.train(engine)
+        for s in steps:
+            self.assertEqual(s["comm_exposed_ms"], BUCKET_WAIT + EPILOGUE_WAIT)
+            # It stays in the phase it fell in.
+            self.assertEqual(s["forward_ms"], 40.0 + 2 * ALL_GATHER + FWD)
