@@ -202,7 +202,15 @@ func (s *Store) Migrated(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	var n int
-	err = s.Pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
+	// A pooled connection the server ended (a restart, an administrator)
+	// fails once and is dropped: one more try takes another, so that one
+	// stale connection does not read as a database that is away.
+	for try := 0; ; try++ {
+		err = s.Pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
+		if err == nil || try == 1 || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return false, fmt.Errorf("read schema_migrations: %w", err)
 	}
