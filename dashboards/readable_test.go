@@ -357,8 +357,10 @@ func barGaugeRules(p rawPanel) []string {
 func anyList(v any) []any { l, _ := v.([]any); return l }
 
 // TestHeatmapsSideBySide: forward and backward per-layer heatmaps sit in
-// one row, each with its own pass, on the step axis, at most
-// layerColumns wide so the step ticks do not crowd.
+// one row, each with its own pass, on the step axis, with step ticks at
+// 1280 px: Grafana's Heatmap panel puts them at most nine columns apart
+// and draws none when nine columns are narrower than 40 px. Its y axis
+// is titled, its title names the x axis (the panel has no x title).
 func TestHeatmapsSideBySide(t *testing.T) {
 	var pos []map[string]any
 	var passes []string
@@ -366,13 +368,24 @@ func TestHeatmapsSideBySide(t *testing.T) {
 		if p["type"] != "heatmap" {
 			continue
 		}
+		gp := p["gridPos"].(map[string]any)
+		axis := p["options"].(map[string]any)["yAxis"].(map[string]any)
+		plot := gp["w"].(float64)*1280/24 - axis["axisWidth"].(float64) - 20
 		for _, tg := range panelTargets(t, p) {
 			passes = append(passes, tg.Pass)
-			if tg.QueryType != api.QueryHeatmap || tg.XAxis == "time" || tg.MaxSteps <= 0 || tg.MaxSteps > 100 {
-				t.Errorf("%q: target %+v, want a heatmap on steps of at most 100 columns", p["title"], tg.PluginQuery)
+			if tg.QueryType != api.QueryHeatmap || tg.XAxis == "time" || tg.MaxSteps <= 0 {
+				t.Errorf("%q: target %+v, want a heatmap on steps", p["title"], tg.PluginQuery)
+			}
+			// The plugin's grid has at most one column per bucket, and
+			// the server at most MaxSteps+1 buckets.
+			if nine := 9 * plot / float64(tg.MaxSteps+1); nine < 40 {
+				t.Errorf("%q: nine of %d columns are %.0f px at 1280 px: no step ticks", p["title"], tg.MaxSteps+1, nine)
 			}
 		}
-		pos = append(pos, p["gridPos"].(map[string]any))
+		if axis["axisLabel"] != "Layer" || !strings.Contains(p["title"].(string), "by step") {
+			t.Errorf("%q: y axis title %v; want \"Layer\" and a title naming the step axis", p["title"], axis["axisLabel"])
+		}
+		pos = append(pos, gp)
 	}
 	if !slices.Equal(passes, []string{"forward", "backward"}) {
 		t.Fatalf("heatmap passes %v, want forward then backward", passes)

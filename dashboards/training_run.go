@@ -249,14 +249,16 @@ func runEvents() []Annotation {
 // picker says) and the colour range of most cells, so the transformer
 // blocks spread over the scale instead of one slow layer setting its top;
 // hovering a cell gives its layer, first step and absolute milliseconds.
-// At most layerColumns columns: the panel's step ticks are at most nine
-// columns apart, so more columns would crowd the labels.
+// Grafana 12's Heatmap panel puts its step ticks at most nine columns
+// apart and draws none when nine columns are narrower than 40 px, and it
+// has no x axis title: at most layerColumns columns keep the ticks, the
+// title says the axis is the step, the y axis is titled "Layer".
 func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 	q := runQuery(api.QueryHeatmap)
 	q.Pass = pass
 	q.MaxSteps = layerColumns
 	return heatmap.NewPanelBuilder().
-		Title("Per-layer " + pass + " time").
+		Title("Per-layer " + pass + " time (ms) by step").
 		Description("Mean " + pass + " milliseconds of each layer of rank 0: rows are the layers in model order (first layer on top), columns the run's steps. Colours span the range of most cells, so differences between transformer layers show; a much slower or faster layer (an embedding, a head) takes the end colour. Hover a cell for its layer, step and milliseconds.").
 		Datasource(DatasourceRef()).
 		GridPos(pos).
@@ -296,7 +298,9 @@ var nonFinitePoints = "/" + regexp.QuoteMeta(plugin.NonFiniteSuffix) + "$/"
 const evalPoints = "/^\\S+ (loss|accuracy|f1)$/i"
 
 // layerColumns is the most step columns a heatmap asks for.
-const layerColumns = 100
+// Nine columns of the plot (a half-width panel at 1280 px, less the
+// layer axis) are then about 60 px.
+const layerColumns = 60
 
 // layerAxisWidth is the heatmap's y axis in pixels: room for a layer name
 // such as "gpt_neox.layers.23.attention" at Grafana's axis font.
