@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/dashboards"
+	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // rawPanel is a generated panel as Grafana reads it, every key kept.
@@ -441,5 +443,35 @@ func TestCompareTablesFit(t *testing.T) {
 	}
 	if tables < 4 {
 		t.Errorf("%d compare tables, want the focused tables of each section", tables)
+	}
+}
+
+// TestFlaggedRankHighlighted: every per-rank step chart of the Ranks
+// dashboard draws the line of the rank the server flags (its series named
+// with the plugin's straggler suffix) thick and red.
+func TestFlaggedRankHighlighted(t *testing.T) {
+	n := 0
+	for _, p := range rawPanels(t, dashboards.UIDRanks) {
+		perRank := false
+		for _, tg := range panelTargets(t, p) {
+			perRank = perRank || (tg.QueryType == api.QuerySeries && tg.Rank == "all")
+		}
+		if !perRank {
+			continue
+		}
+		n++
+		found := false
+		for _, o := range anyList(p["fieldConfig"].(map[string]any)["overrides"]) {
+			m := o.(map[string]any)["matcher"].(map[string]any)
+			if m["id"] == "byRegexp" && m["options"] == dashboards.StragglerSeries {
+				found = regexp.MustCompile(strings.Trim(dashboards.StragglerSeries, "/")).MatchString("Lateness rank 1" + plugin.StragglerSuffix)
+			}
+		}
+		if !found {
+			t.Errorf("%q: no override highlighting the flagged rank's series", p["title"])
+		}
+	}
+	if n < 4 {
+		t.Errorf("%d per-rank charts, want lateness, wait, step time and score at least", n)
 	}
 }
