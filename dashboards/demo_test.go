@@ -41,6 +41,8 @@ var knownBlank = map[string]string{
 	// detectors' evaluator: no alert is open. server/alerts_test.go proves
 	// alerts open and resolve.
 	"deepseed-ranks/Open alerts": "no open alert on the demo's finished runs",
+	// No demo run hangs; the plugin's TestHangReportsTable fills the table.
+	"deepseed-training-run/Hang reports": "no hang on the demo's runs",
 	// Scores (stored by that evaluator, or computed on read for a run it
 	// never scored) and lateness need two ranks, while the run picked here
 	// has one. query/final_scores_test.go and the plugin's rank series

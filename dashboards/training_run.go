@@ -69,6 +69,18 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	}
 	y += uint32((len(summaryCards)+5)/6) * 3
 
+	// Hang forensics: each rank's newest report when its steps stopped
+	// (or it was told to stop), the rank that stopped first on top.
+	b = b.WithPanel(dataTable("Hang reports",
+		"When a rank's steps stop for longer than the hook's threshold, or a launcher's timeout sends SIGTERM, each live rank reports where it is: the step, the last collective it entered and whether its GPU completed it (a rank waiting inside one waits for another), and every thread's Python stack; the collector adds a snapshot of the host's GPUs. The rank that stopped first is on top; the hang alert names it. Open a Stack or Full report cell to read it whole. The reports are also marked on the time charts.",
+		gridPos(0, y, 24, 6), runQuery(api.QueryHangReports)).
+		NoValue("no hang reported: a rank reports one when its steps stop longer than the hook's threshold, or on SIGTERM").
+		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		OverrideByName("Step", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
+		OverrideByName("Stack (main thread)", []dashboard.DynamicConfigValue{prop("custom.inspect", true), prop("custom.minWidth", 320)}).
+		OverrideByName("Full report", []dashboard.DynamicConfigValue{prop("custom.inspect", true)}))
+	y += 6
+
 	// GPU samples are taken by time, and the run's events (checkpoints,
 	// overflow skips, restarts, alerts) are marked in time: these charts
 	// keep a time axis, fitted to the run, with each point's step in the
@@ -217,14 +229,16 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 // runEvents are the run's events as annotations on every time chart, one
 // per event type so each has its own colour and its own toggle at the top
 // of the dashboard: checkpoints, fp16 overflow skips, evaluations,
-// restarts and the server detectors' alerts.
+// restarts, the server detectors' alerts, and hang reports.
 func runEvents() []Annotation {
 	kinds := []struct{ name, eventType, colour string }{
-		{"Checkpoints", "checkpoint", "#73BF69"},  // green
-		{"Overflow skips", "overflow", "#F2495C"}, // red
-		{"Evaluations", "eval", "#5794F2"},        // blue
-		{"Restarts", "restart", "#FF9830"},        // orange
-		{"Alerts", "alert", "#B877D9"},            // purple
+		{"Checkpoints", "checkpoint", "#73BF69"},       // green
+		{"Overflow skips", "overflow", "#F2495C"},      // red
+		{"Evaluations", "eval", "#5794F2"},             // blue
+		{"Restarts", "restart", "#FF9830"},             // orange
+		{"Alerts", "alert", "#B877D9"},                 // purple
+		{"Hangs", plugin.HangEventTypes[0], "#E02F44"}, // dark red
+		{"Hang GPU snapshots", plugin.HangEventTypes[1], "#C4162A"},
 	}
 	out := make([]Annotation, len(kinds))
 	for i, k := range kinds {

@@ -331,6 +331,18 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		}
 		return data.Frames{annotationsFrame(r)}, nil
 
+	case api.QueryHangReports:
+		// The run's reports whole, whatever the dashboard's range.
+		set("run_id", q.RunID)
+		for _, t := range HangEventTypes {
+			p.Add("type", t)
+		}
+		var r api.AnnotationsResponse
+		if err := d.client.get(ctx, "/api/v1/annotations", p, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{hangFrame(r)}, nil
+
 	case api.QueryAlerts:
 		// Open alerts only: a rule fires while one is open and resolves
 		// when the server resolves it.
