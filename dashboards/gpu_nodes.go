@@ -81,7 +81,14 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 	y++
 	b = b.WithPanel(dataTable("GPUs of $host",
 		"One row per GPU: model, the run holding it at the last sample, utilisation (last and mean over the range), memory used and total, temperature and power.",
-		gridPos(0, y, 24, 7), gpuTableQuery()))
+		gridPos(0, y, 24, 7), gpuTableQuery()).
+		// Grafana shares a table's width equally among its columns: the
+		// GPU index needs little, a model name ("NVIDIA H100 80GB HBM3")
+		// and a run id more, or they are cut.
+		OverrideByName("GPU", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		OverrideByName("Model", []dashboard.DynamicConfigValue{prop("custom.minWidth", 210)}).
+		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.minWidth", 170)}).
+		OverrideByName("Host", []dashboard.DynamicConfigValue{prop("custom.minWidth", 130)}))
 	y += 7
 	type chart struct {
 		title, unit, desc string

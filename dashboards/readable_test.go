@@ -475,3 +475,43 @@ func TestFlaggedRankHighlighted(t *testing.T) {
 		t.Errorf("%d per-rank charts, want lateness, wait, step time and score at least", n)
 	}
 }
+
+// TestGPUTableColumnsFit: the GPU nodes table gives the model name and
+// the run id room of their own (Grafana shares a table's width equally,
+// which cut "NVIDIA H100 80GB HBM3"), and the dashboard opens on the
+// last hours, not on a week that shrinks a run to a pixel.
+func TestGPUTableColumnsFit(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(jsonDir, dashboards.UIDGPUNodes+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Time struct{ From, To string } `json:"time"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Time.From != "now-6h" || doc.Time.To != "now" {
+		t.Errorf("opens on %s to %s, want the last 6 hours", doc.Time.From, doc.Time.To)
+	}
+	width := map[string]float64{}
+	for _, p := range rawPanels(t, dashboards.UIDGPUNodes) {
+		if p["type"] != "table" {
+			continue
+		}
+		for _, o := range anyList(p["fieldConfig"].(map[string]any)["overrides"]) {
+			m := o.(map[string]any)
+			name, _ := m["matcher"].(map[string]any)["options"].(string)
+			for _, pr := range anyList(m["properties"]) {
+				pp := pr.(map[string]any)
+				if pp["id"] == "custom.minWidth" || pp["id"] == "custom.width" {
+					width[name], _ = pp["value"].(float64)
+				}
+			}
+		}
+	}
+	// About 8 px a character at Grafana's table font, plus padding.
+	if width["Model"] < 21*8+16 || width["Run"] < 16*8+16 {
+		t.Errorf("column widths %v: a model name or run id would be cut", width)
+	}
+}
