@@ -75,6 +75,11 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		WithVariable(runVar(false).IncludeAll(true).AllValue(plugin.AllRuns)).
 		WithVariable(queryVar(varHost, "Host", api.VariableQuery{Resource: api.VariableHosts, Run: "$" + varRun}).
 			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
+	// Opened directly it shows the last 6 hours; one click fits the range
+	// to the chosen run, or with All to the project's newest run, as the
+	// links from the Training run and Ranks dashboards do.
+	b = windowVars(b).
+		Link(runLink("Fit the time range to the run (All: the newest run)", UIDGPUNodes))
 
 	y := uint32(0)
 	b = b.WithRow(row("Host $host", y).Repeat(varHost))

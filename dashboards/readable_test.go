@@ -515,3 +515,25 @@ func TestGPUTableColumnsFit(t *testing.T) {
 		t.Errorf("column widths %v: a model name or run id would be cut", width)
 	}
 }
+
+// TestGPUNodesFitToRun: the GPU nodes dashboard links to itself over the
+// chosen run's window (the newest run's with All), so a run opened there
+// directly is one click from filling the charts.
+func TestGPUNodesFitToRun(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(jsonDir, dashboards.UIDGPUNodes+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Links []struct{ Title, URL string } `json:"links"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range doc.Links {
+		if strings.Contains(l.URL, "/d/"+dashboards.UIDGPUNodes+"?") && strings.Contains(l.URL, "from=${run_from}") {
+			return
+		}
+	}
+	t.Errorf("links %+v: none fits the GPU nodes dashboard to a run", doc.Links)
+}
