@@ -10,7 +10,7 @@ type VariableQuery struct {
 	RefID    string `json:"refId,omitempty"`
 	Resource string `json:"resource"`
 
-	Project string `json:"project,omitempty"` // runs, sweeps, job_sweeps
+	Project string `json:"project,omitempty"` // runs, sweeps, job_sweeps; window: the project whose newest run "*" stands for
 	Sweep   string `json:"sweep,omitempty"`   // runs, sweep_metrics, sweep_goals
 	Tag     string `json:"tag,omitempty"`     // runs
 	Status  string `json:"status,omitempty"`  // runs

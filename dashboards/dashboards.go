@@ -194,7 +194,7 @@ func windowVars(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
 	for _, v := range []struct{ name, part string }{
 		{varRunSpan, "span"}, {varRunShift, "shift"}, {varRunFrom, "from"}, {varRunTo, "to"},
 	} {
-		b = b.WithVariable(queryVar(v.name, "", api.VariableQuery{Resource: api.VariableWindow, Run: "$" + varRun, Part: v.part}).
+		b = b.WithVariable(queryVar(v.name, "", api.VariableQuery{Resource: api.VariableWindow, Run: "$" + varRun, Project: "$" + varProject, Part: v.part}).
 			Hide(dashboard.VariableHideHideVariable).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
 	}

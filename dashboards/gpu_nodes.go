@@ -75,13 +75,25 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		WithVariable(runVar(false).IncludeAll(true).AllValue(plugin.AllRuns)).
 		WithVariable(queryVar(varHost, "Host", api.VariableQuery{Resource: api.VariableHosts, Run: "$" + varRun}).
 			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
+	// Opened directly it shows the last 6 hours; one click fits the range
+	// to the chosen run, or with All to the project's newest run, as the
+	// links from the Training run and Ranks dashboards do.
+	b = windowVars(b).
+		Link(runLink("Fit the time range to the run (All: the newest run)", UIDGPUNodes))
 
 	y := uint32(0)
 	b = b.WithRow(row("Host $host", y).Repeat(varHost))
 	y++
 	b = b.WithPanel(dataTable("GPUs of $host",
 		"One row per GPU: model, the run holding it at the last sample, utilisation (last and mean over the range), memory used and total, temperature and power.",
-		gridPos(0, y, 24, 7), gpuTableQuery()))
+		gridPos(0, y, 24, 7), gpuTableQuery()).
+		// Grafana shares a table's width equally among its columns: the
+		// GPU index needs little, a model name ("NVIDIA H100 80GB HBM3")
+		// and a run id more, or they are cut.
+		OverrideByName("GPU", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		OverrideByName("Model", []dashboard.DynamicConfigValue{prop("custom.minWidth", 210)}).
+		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.minWidth", 170)}).
+		OverrideByName("Host", []dashboard.DynamicConfigValue{prop("custom.minWidth", 130)}))
 	y += 7
 	type chart struct {
 		title, unit, desc string

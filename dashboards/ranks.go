@@ -1,6 +1,8 @@
 package dashboards
 
 import (
+	"regexp"
+
 	"fmt"
 
 	"github.com/grafana/grafana-foundation-sdk/go/barchart"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 func ranks() (dashboard.Dashboard, []Annotation, error) {
@@ -205,15 +208,24 @@ const (
 // api.MaxRankSeries ranks (fields api.SpreadField): the median as a line,
 // a band from p5 to p95 inside a fainter one from min to max, each filled
 // with Grafana's fill-below-to between its edges. A run of fewer ranks has
-// no such fields, and keeps its line per rank.
+// no such fields, and keeps its line per rank. The line of a rank the
+// server flags as a straggler (named with plugin.StragglerSuffix) is
+// drawn thick and red.
 func rankBand[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
+	OverrideByRegexp(string, []dashboard.DynamicConfigValue) P
 }](p P, metrics ...string) P {
 	for _, m := range metrics {
 		p = rankBandOf(p, m)
 	}
-	return p
+	return p.OverrideByRegexp(StragglerSeries, []dashboard.DynamicConfigValue{
+		prop("color", map[string]any{"mode": "fixed", "fixedColor": "red"}),
+		prop("custom.lineWidth", 3),
+	})
 }
+
+// StragglerSeries matches the display names of a flagged rank's series.
+var StragglerSeries = "/" + regexp.QuoteMeta(plugin.StragglerSuffix) + "$/"
 
 func rankBandOf[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
@@ -286,9 +298,9 @@ const noRankSteps = "no step with timings recorded for this run: needs watch() (
 func stragglerScoreChart(pos dashboard.GridPos) *trend.PanelBuilder {
 	limit := alerts.Defaults().StragglerPct / 100
 	return rankStepChart("Straggler score per rank",
-		fmt.Sprintf("Each rank's straggler score by step: an EWMA of its lateness as a share of the ranks' median busy time. The rank whose line rises is the straggler, from the step where it leaves 0; the straggler alert fires while a score is above the dashed line (%g %%, the default straggler_pct; a run's own setting may differ). Scores are stored by the alert evaluator, so a run it has not scored shows none.", limit*100),
+		fmt.Sprintf("Each rank's straggler score by step: an EWMA of its lateness as a share of the ranks' median busy time. The rank whose line rises is the straggler, from the step where it leaves 0; the straggler alert fires while a score is above the dashed line (%g %%, the default straggler_pct; a run's own setting may differ). Scores are those the alert evaluator stored while the run was live; for a run it never scored (finished, imported) they are computed from its records by the same definition.", limit*100),
 		"percentunit", pos, "straggler_score").
-		NoValue("no scores by step: they are kept for runs the server watched live; the Ranks table gives this run's final score").
+		NoValue("no straggler score: needs two or more ranks whose steps record their wait at the collective (watch() on every rank)").
 		Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
 			{Value: nil, Color: "green"},
 			{Value: &limit, Color: "red"},

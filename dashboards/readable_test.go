@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/dashboards"
+	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // rawPanel is a generated panel as Grafana reads it, every key kept.
@@ -357,8 +359,10 @@ func barGaugeRules(p rawPanel) []string {
 func anyList(v any) []any { l, _ := v.([]any); return l }
 
 // TestHeatmapsSideBySide: forward and backward per-layer heatmaps sit in
-// one row, each with its own pass, on the step axis, at most
-// layerColumns wide so the step ticks do not crowd.
+// one row, each with its own pass, on the step axis, with step ticks at
+// 1280 px: Grafana's Heatmap panel puts them at most nine columns apart
+// and draws none when nine columns are narrower than 40 px. Its y axis
+// is titled, its title names the x axis (the panel has no x title).
 func TestHeatmapsSideBySide(t *testing.T) {
 	var pos []map[string]any
 	var passes []string
@@ -366,13 +370,24 @@ func TestHeatmapsSideBySide(t *testing.T) {
 		if p["type"] != "heatmap" {
 			continue
 		}
+		gp := p["gridPos"].(map[string]any)
+		axis := p["options"].(map[string]any)["yAxis"].(map[string]any)
+		plot := gp["w"].(float64)*1280/24 - axis["axisWidth"].(float64) - 20
 		for _, tg := range panelTargets(t, p) {
 			passes = append(passes, tg.Pass)
-			if tg.QueryType != api.QueryHeatmap || tg.XAxis == "time" || tg.MaxSteps <= 0 || tg.MaxSteps > 100 {
-				t.Errorf("%q: target %+v, want a heatmap on steps of at most 100 columns", p["title"], tg.PluginQuery)
+			if tg.QueryType != api.QueryHeatmap || tg.XAxis == "time" || tg.MaxSteps <= 0 {
+				t.Errorf("%q: target %+v, want a heatmap on steps", p["title"], tg.PluginQuery)
+			}
+			// The plugin's grid has at most one column per bucket, and
+			// the server at most MaxSteps+1 buckets.
+			if nine := 9 * plot / float64(tg.MaxSteps+1); nine < 40 {
+				t.Errorf("%q: nine of %d columns are %.0f px at 1280 px: no step ticks", p["title"], tg.MaxSteps+1, nine)
 			}
 		}
-		pos = append(pos, p["gridPos"].(map[string]any))
+		if axis["axisLabel"] != "Layer" || !strings.Contains(p["title"].(string), "by step") {
+			t.Errorf("%q: y axis title %v; want \"Layer\" and a title naming the step axis", p["title"], axis["axisLabel"])
+		}
+		pos = append(pos, gp)
 	}
 	if !slices.Equal(passes, []string{"forward", "backward"}) {
 		t.Fatalf("heatmap passes %v, want forward then backward", passes)
@@ -429,4 +444,96 @@ func TestCompareTablesFit(t *testing.T) {
 	if tables < 4 {
 		t.Errorf("%d compare tables, want the focused tables of each section", tables)
 	}
+}
+
+// TestFlaggedRankHighlighted: every per-rank step chart of the Ranks
+// dashboard draws the line of the rank the server flags (its series named
+// with the plugin's straggler suffix) thick and red.
+func TestFlaggedRankHighlighted(t *testing.T) {
+	n := 0
+	for _, p := range rawPanels(t, dashboards.UIDRanks) {
+		perRank := false
+		for _, tg := range panelTargets(t, p) {
+			perRank = perRank || (tg.QueryType == api.QuerySeries && tg.Rank == "all")
+		}
+		if !perRank {
+			continue
+		}
+		n++
+		found := false
+		for _, o := range anyList(p["fieldConfig"].(map[string]any)["overrides"]) {
+			m := o.(map[string]any)["matcher"].(map[string]any)
+			if m["id"] == "byRegexp" && m["options"] == dashboards.StragglerSeries {
+				found = regexp.MustCompile(strings.Trim(dashboards.StragglerSeries, "/")).MatchString("Lateness rank 1" + plugin.StragglerSuffix)
+			}
+		}
+		if !found {
+			t.Errorf("%q: no override highlighting the flagged rank's series", p["title"])
+		}
+	}
+	if n < 4 {
+		t.Errorf("%d per-rank charts, want lateness, wait, step time and score at least", n)
+	}
+}
+
+// TestGPUTableColumnsFit: the GPU nodes table gives the model name and
+// the run id room of their own (Grafana shares a table's width equally,
+// which cut "NVIDIA H100 80GB HBM3"), and the dashboard opens on the
+// last hours, not on a week that shrinks a run to a pixel.
+func TestGPUTableColumnsFit(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(jsonDir, dashboards.UIDGPUNodes+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Time struct{ From, To string } `json:"time"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Time.From != "now-6h" || doc.Time.To != "now" {
+		t.Errorf("opens on %s to %s, want the last 6 hours", doc.Time.From, doc.Time.To)
+	}
+	width := map[string]float64{}
+	for _, p := range rawPanels(t, dashboards.UIDGPUNodes) {
+		if p["type"] != "table" {
+			continue
+		}
+		for _, o := range anyList(p["fieldConfig"].(map[string]any)["overrides"]) {
+			m := o.(map[string]any)
+			name, _ := m["matcher"].(map[string]any)["options"].(string)
+			for _, pr := range anyList(m["properties"]) {
+				pp := pr.(map[string]any)
+				if pp["id"] == "custom.minWidth" || pp["id"] == "custom.width" {
+					width[name], _ = pp["value"].(float64)
+				}
+			}
+		}
+	}
+	// About 8 px a character at Grafana's table font, plus padding.
+	if width["Model"] < 21*8+16 || width["Run"] < 16*8+16 {
+		t.Errorf("column widths %v: a model name or run id would be cut", width)
+	}
+}
+
+// TestGPUNodesFitToRun: the GPU nodes dashboard links to itself over the
+// chosen run's window (the newest run's with All), so a run opened there
+// directly is one click from filling the charts.
+func TestGPUNodesFitToRun(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(jsonDir, dashboards.UIDGPUNodes+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Links []struct{ Title, URL string } `json:"links"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range doc.Links {
+		if strings.Contains(l.URL, "/d/"+dashboards.UIDGPUNodes+"?") && strings.Contains(l.URL, "from=${run_from}") {
+			return
+		}
+	}
+	t.Errorf("links %+v: none fits the GPU nodes dashboard to a run", doc.Links)
 }

@@ -69,6 +69,18 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	}
 	y += uint32((len(summaryCards)+5)/6) * 3
 
+	// Hang forensics: each rank's newest report when its steps stopped
+	// (or it was told to stop), the rank that stopped first on top.
+	b = b.WithPanel(dataTable("Hang reports",
+		"When a rank's steps stop for longer than the hook's threshold, or a launcher's timeout sends SIGTERM, each live rank reports where it is: the step, the last collective it entered and whether its GPU completed it (a rank waiting inside one waits for another), and every thread's Python stack; the collector adds a snapshot of the host's GPUs. The rank that stopped first is on top; the hang alert names it. Open a Stack or Full report cell to read it whole. The reports are also marked on the time charts.",
+		gridPos(0, y, 24, 6), runQuery(api.QueryHangReports)).
+		NoValue("no hang reported: a rank reports one when its steps stop longer than the hook's threshold, or on SIGTERM").
+		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		OverrideByName("Step", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
+		OverrideByName("Stack (main thread)", []dashboard.DynamicConfigValue{prop("custom.inspect", true), prop("custom.minWidth", 320)}).
+		OverrideByName("Full report", []dashboard.DynamicConfigValue{prop("custom.inspect", true)}))
+	y += 6
+
 	// GPU samples are taken by time, and the run's events (checkpoints,
 	// overflow skips, restarts, alerts) are marked in time: these charts
 	// keep a time axis, fitted to the run, with each point's step in the
@@ -217,14 +229,16 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 // runEvents are the run's events as annotations on every time chart, one
 // per event type so each has its own colour and its own toggle at the top
 // of the dashboard: checkpoints, fp16 overflow skips, evaluations,
-// restarts and the server detectors' alerts.
+// restarts, the server detectors' alerts, and hang reports.
 func runEvents() []Annotation {
 	kinds := []struct{ name, eventType, colour string }{
-		{"Checkpoints", "checkpoint", "#73BF69"},  // green
-		{"Overflow skips", "overflow", "#F2495C"}, // red
-		{"Evaluations", "eval", "#5794F2"},        // blue
-		{"Restarts", "restart", "#FF9830"},        // orange
-		{"Alerts", "alert", "#B877D9"},            // purple
+		{"Checkpoints", "checkpoint", "#73BF69"},       // green
+		{"Overflow skips", "overflow", "#F2495C"},      // red
+		{"Evaluations", "eval", "#5794F2"},             // blue
+		{"Restarts", "restart", "#FF9830"},             // orange
+		{"Alerts", "alert", "#B877D9"},                 // purple
+		{"Hangs", plugin.HangEventTypes[0], "#E02F44"}, // dark red
+		{"Hang GPU snapshots", plugin.HangEventTypes[1], "#C4162A"},
 	}
 	out := make([]Annotation, len(kinds))
 	for i, k := range kinds {
@@ -249,14 +263,16 @@ func runEvents() []Annotation {
 // picker says) and the colour range of most cells, so the transformer
 // blocks spread over the scale instead of one slow layer setting its top;
 // hovering a cell gives its layer, first step and absolute milliseconds.
-// At most layerColumns columns: the panel's step ticks are at most nine
-// columns apart, so more columns would crowd the labels.
+// Grafana 12's Heatmap panel puts its step ticks at most nine columns
+// apart and draws none when nine columns are narrower than 40 px, and it
+// has no x axis title: at most layerColumns columns keep the ticks, the
+// title says the axis is the step, the y axis is titled "Layer".
 func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 	q := runQuery(api.QueryHeatmap)
 	q.Pass = pass
 	q.MaxSteps = layerColumns
 	return heatmap.NewPanelBuilder().
-		Title("Per-layer " + pass + " time").
+		Title("Per-layer " + pass + " time (ms) by step").
 		Description("Mean " + pass + " milliseconds of each layer of rank 0: rows are the layers in model order (first layer on top), columns the run's steps. Colours span the range of most cells, so differences between transformer layers show; a much slower or faster layer (an embedding, a head) takes the end colour. Hover a cell for its layer, step and milliseconds.").
 		Datasource(DatasourceRef()).
 		GridPos(pos).
@@ -296,7 +312,9 @@ var nonFinitePoints = "/" + regexp.QuoteMeta(plugin.NonFiniteSuffix) + "$/"
 const evalPoints = "/^\\S+ (loss|accuracy|f1)$/i"
 
 // layerColumns is the most step columns a heatmap asks for.
-const layerColumns = 100
+// Nine columns of the plot (a half-width panel at 1280 px, less the
+// layer axis) are then about 60 px.
+const layerColumns = 60
 
 // layerAxisWidth is the heatmap's y axis in pixels: room for a layer name
 // such as "gpt_neox.layers.23.attention" at Grafana's axis font.

@@ -98,7 +98,7 @@ func (h *Handler) series(ctx context.Context, c echo.Context) (any, error) {
 		return nil, err
 	}
 	refreshed := false
-	across := newRankSeries(h, r.RunID)
+	across := newRankSeries(h, r)
 	out := api.SeriesResponse{RunID: r.RunID, MaxPoints: int(maxPoints), Series: []api.Series{}}
 	// The lag is read before the data: the answer is at least as fresh as
 	// it says.

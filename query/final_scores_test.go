@@ -2,8 +2,10 @@ package query_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/query"
 )
 
 // A finished run the alert evaluator never saw (yesterday's, or an
@@ -47,4 +49,78 @@ func TestRanksScoreAFinishedRunAfterTheFact(t *testing.T) {
 	if !res.Ranks[1].Straggler || res.Ranks[0].Straggler {
 		t.Errorf("flags %v %v: want rank 1 alone flagged", res.Ranks[0].Straggler, res.Ranks[1].Straggler)
 	}
+}
+
+// The same run's straggler score by step (the Ranks dashboard's chart),
+// also computed from its records: rank 1's line rises towards 0.3 and
+// ends at the score GET /runs/{id}/ranks gives; rank 0's stays at 0.
+func TestStragglerScoreSeriesAfterTheFact(t *testing.T) {
+	e := newEnv(t)
+	writeLateRank(e, 60)
+
+	var res api.SeriesResponse
+	e.get("/runs/ddp-late/series?metric=straggler_score&rank=all&x_axis=step", 200, &res)
+	byRank := map[int][]api.Point{}
+	for _, s := range res.Series {
+		byRank[s.Rank] = s.Points
+	}
+	if len(byRank[0]) < 50 || len(byRank[1]) < 50 {
+		t.Fatalf("points by rank: %d and %d, want one a step", len(byRank[0]), len(byRank[1]))
+	}
+	for _, p := range byRank[0] {
+		if float64(p.Value) != 0 {
+			t.Fatalf("rank 0 scores %v at step %d, want 0", p.Value, p.Step)
+		}
+	}
+	one := byRank[1]
+	first, last := float64(one[0].Value), float64(one[len(one)-1].Value)
+	if !(first < last) || last < 0.29 || last > 0.31 {
+		t.Errorf("rank 1 from %v to %v, want rising to 0.3", first, last)
+	}
+}
+
+// Past the row budget (many ranks × steps) the scores come from the
+// rollups of lateness and busy time, a block of 100 steps an update: the
+// same story, rank 1 at 0.3 and rank 0 at 0, from a few rows a rank.
+func TestStragglerScoreSeriesFromRollups(t *testing.T) {
+	e := newEnv(t)
+	writeLateRank(e, 400)
+	defer query.SetScoreRowBudget(10)()
+
+	var res api.SeriesResponse
+	e.get("/runs/ddp-late/series?metric=straggler_score&rank=all&x_axis=step", 200, &res)
+	last := map[int]float64{}
+	points := 0
+	for _, s := range res.Series {
+		points += len(s.Points)
+		if len(s.Points) > 0 {
+			last[s.Rank] = float64(s.Points[len(s.Points)-1].Value)
+		}
+	}
+	if points == 0 || points > 2*5 {
+		t.Fatalf("%d points, want one a rank a block of 100 steps", points)
+	}
+	if last[0] != 0 || last[1] < 0.29 || last[1] > 0.31 {
+		t.Errorf("final scores %v, want rank 1 at 0.3 and rank 0 at 0", last)
+	}
+}
+
+// writeLateRank writes a finished two-rank run of n steps whose rank 1
+// reaches every all-reduce 30 ms after rank 0 (100 ms busy each).
+func writeLateRank(e *env, n int64) {
+	recs := []api.Record{runRec("ddp-late", nil)}
+	const stepNS = int64(200e6)
+	for step := int64(1); step <= n; step++ {
+		for rank, late := range []float64{0, 30} {
+			arrival := int64(1.7e18) + step*stepNS + int64(late*1e6)
+			wait := 30 - late
+			recs = append(recs, stepRec("ddp-late", rank, step, func(s *api.Step) {
+				s.StepMS = api.F(100 + wait)
+				s.SyncNS = api.Ptr(arrival)
+				s.SyncWaitMS = api.F(wait)
+			}))
+		}
+	}
+	recs = append(recs, api.Record{End: &api.End{Kind: "end", RunID: "ddp-late", Time: api.T(t0.Add(time.Duration(n+1) * time.Second)), Status: "finished"}})
+	e.write(recs...)
 }

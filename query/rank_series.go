@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -13,6 +14,7 @@ import (
 type rankSeries struct {
 	h       *Handler
 	runID   string
+	meta    []byte // the run's meta: its alert settings
 	offsets *int64 // first step of the clock offset estimate, once known
 	cache   map[rankSeriesKey]map[int][]store.RankBucket
 }
@@ -22,8 +24,8 @@ type rankSeriesKey struct {
 	from, to, width int64
 }
 
-func newRankSeries(h *Handler, runID string) *rankSeries {
-	return &rankSeries{h: h, runID: runID, cache: map[rankSeriesKey]map[int][]store.RankBucket{}}
+func newRankSeries(h *Handler, r *store.RunRow) *rankSeries {
+	return &rankSeries{h: h, runID: r.RunID, meta: r.Meta, cache: map[rankSeriesKey]map[int][]store.RankBucket{}}
 }
 
 // buckets returns one rank's buckets of metric over the plan.
@@ -42,6 +44,9 @@ func (rs *rankSeries) buckets(ctx context.Context, rank int, metric string, p pl
 			rows, err = rs.h.store.LatenessBuckets(ctx, rs.runID, from, p.From, p.To, p.Width)
 		default:
 			rows, err = rs.h.store.ScoreBuckets(ctx, rs.runID, p.From, p.To, p.Width)
+			if err == nil && len(rows) == 0 {
+				rows, err = rs.computedScores(ctx, p)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -80,4 +85,99 @@ func (rs *rankSeries) offsetsFrom(ctx context.Context) (int64, error) {
 	}
 	rs.offsets = &from
 	return from, nil
+}
+
+// scoreRowBudget is the most rank-steps a straggler score series is
+// computed from row by row; past it, from the rollups of lateness and
+// busy time (docs/scale.md), at the narrowest width that keeps the blocks
+// read within it.
+var scoreRowBudget int64 = 50_000
+
+// computedScores are the straggler scores by step of a run the evaluator
+// never scored (finished before the server watched it, or imported),
+// computed on read by the evaluator's definition (alerts.ScoreSeries), as
+// GET /runs/{id}/ranks does for the final score; bucketed over the plan.
+func (rs *rankSeries) computedScores(ctx context.Context, p plan) ([]store.RankBucket, error) {
+	ranks, err := rs.h.store.RunRanks(ctx, rs.runID)
+	if err != nil || len(ranks) < 2 {
+		return nil, err
+	}
+	cfg := alerts.Defaults()
+	if rs.h.opt.Alerts != nil {
+		cfg = *rs.h.opt.Alerts
+	}
+	n := int64(len(ranks))
+	var pts []alerts.ScorePoint
+	if n*(p.To-p.From+1) <= scoreRowBudget {
+		pts, err = alerts.ScoreSeries(ctx, rs.h.store, rs.runID, ranks, rs.meta, cfg, p.From, p.To)
+	} else {
+		pts, err = rs.blockScores(ctx, p, n, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return bucketScores(pts, p.Width), nil
+}
+
+// blockScores computes the scores from the rollups of lateness and busy
+// time: a few rows a rank a block.
+func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg alerts.Config) ([]alerts.ScorePoint, error) {
+	if err := rs.h.refreshRollups(ctx, rs.runID); err != nil {
+		return nil, err
+	}
+	width := store.RollupWidths[len(store.RollupWidths)-1]
+	for _, w := range store.RollupWidths {
+		if ranks*((p.To-p.From)/w+1) <= scoreRowBudget {
+			width = w
+			break
+		}
+	}
+	rows, err := rs.h.store.SyncBlocks(ctx, rs.runID, width, p.From, p.To, []string{"lateness_ms", "busy_ms"})
+	if err != nil {
+		return nil, err
+	}
+	var blocks []alerts.ScoreBlock
+	for _, r := range rows {
+		if len(blocks) == 0 || blocks[len(blocks)-1].FirstStep/width != r.Bucket {
+			blocks = append(blocks, alerts.ScoreBlock{FirstStep: r.Bucket * width, FirstTime: r.FirstTime, Steps: width,
+				Late: map[int]float64{}, Busy: map[int]float64{}})
+		}
+		b := &blocks[len(blocks)-1]
+		if r.FirstTime.Before(b.FirstTime) {
+			b.FirstTime = r.FirstTime
+		}
+		if r.Metric == "lateness_ms" {
+			b.Late[r.Rank] = r.Mean
+		} else {
+			b.Busy[r.Rank] = r.Mean
+		}
+	}
+	return alerts.BlockScores(blocks, rs.meta, cfg), nil
+}
+
+// bucketScores sums scores into buckets of width steps, by rank.
+func bucketScores(pts []alerts.ScorePoint, width int64) []store.RankBucket {
+	type key struct {
+		rank   int
+		bucket int64
+	}
+	at := map[key]int{}
+	var out []store.RankBucket
+	for _, s := range pts {
+		k := key{s.Rank, s.Step / width}
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, store.RankBucket{Rank: s.Rank, FirstStep: s.Step, FirstTime: s.Time, Min: s.Score, Max: s.Score})
+			i = len(out) - 1
+		}
+		b := &out[i]
+		if s.Step < b.FirstStep {
+			b.FirstStep, b.FirstTime = s.Step, s.Time
+		}
+		b.Min, b.Max = min(b.Min, s.Score), max(b.Max, s.Score)
+		b.Sum += s.Score
+		b.Count++
+	}
+	return out
 }

@@ -136,3 +136,39 @@ func (s *Store) rankBuckets(ctx context.Context, what, runID, sql string, args .
 	}
 	return out, nil
 }
+
+// SyncBlock is one rank's rollup of a per-rank sync metric (SyncMetrics)
+// over the block [Bucket·Width, (Bucket+1)·Width).
+type SyncBlock struct {
+	Rank      int
+	Metric    string
+	Bucket    int64
+	FirstStep int64
+	FirstTime time.Time
+	Mean      float64
+}
+
+// SyncBlocks returns every rank's rollups of width of the metrics (of
+// SyncMetrics) over the blocks holding steps from to to, ordered by
+// bucket and rank: a few rows a rank a block, whatever the steps. The
+// rollups must be fresh (RefreshRollups).
+func (s *Store) SyncBlocks(ctx context.Context, runID string, width, from, to int64, metrics []string) ([]SyncBlock, error) {
+	if !slices.Contains(RollupWidths, width) {
+		return nil, fmt.Errorf("store: sync blocks of %s: no rollups of width %d", runID, width)
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT rank, metric, bucket, first_step, first_time, sum / count FROM metric_rollups
+		WHERE run_id = $1 AND width = $2 AND bucket >= $3 AND bucket <= $4 AND metric = ANY($5) AND count > 0
+		ORDER BY bucket, rank`, runID, width, from/width, to/width, metrics)
+	if err != nil {
+		return nil, fmt.Errorf("store: sync blocks of %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SyncBlock, error) {
+		var b SyncBlock
+		err := r.Scan(&b.Rank, &b.Metric, &b.Bucket, &b.FirstStep, &b.FirstTime, &b.Mean)
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: sync blocks of %s: %w", runID, err)
+	}
+	return out, nil
+}

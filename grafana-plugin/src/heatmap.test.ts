@@ -54,11 +54,15 @@ describe('per-layer heatmap frame', () => {
 
   it('shows every cell its absolute milliseconds, also those beyond the colour range', () => {
     const config = frame.fields[1].config;
+    const mapped = (config.mappings?.[0]?.options ?? {}) as Record<string, unknown>;
     let beyond = 0;
     for (const field of frame.fields.slice(1)) {
       for (const v of field.values as number[]) {
         const text = tooltipText(config, v);
-        if (v > custom.colour_max_ms || v < custom.colour_min_ms) {
+        // Cells beyond the range are given values just inside its ends.
+        expect(v).toBeGreaterThanOrEqual(custom.colour_min_ms);
+        expect(v).toBeLessThanOrEqual(custom.colour_max_ms);
+        if (String(v) in mapped) {
           beyond++;
           // The embedding takes 14–16 ms, the final norm 0.05 ms.
           expect(text).toMatch(/^(1[456]\.000|0\.050) ms \((above|below) the colour range\)$/);
@@ -74,5 +78,16 @@ describe('per-layer heatmap frame', () => {
     const first = frame.fields[2].values[0] as number;
     const last = frame.fields[25].values[0] as number;
     expect((last - first) / (custom.colour_max_ms - custom.colour_min_ms)).toBeGreaterThan(0.5);
+  });
+
+  // The panel's colour legend prints the smallest and largest cell values
+  // with the same display processor: two short labels with the unit.
+  it('labels the colour legend with the range ends in ms, not a mapping text', () => {
+    const config = frame.fields[1].config;
+    const all = frame.fields.slice(1).flatMap((f) => f.values as number[]);
+    const lo = tooltipText(config, Math.min(...all));
+    const hi = tooltipText(config, Math.max(...all));
+    expect(lo).toBe(`${custom.colour_min_ms.toFixed(3)} ms`);
+    expect(hi).toBe(`${custom.colour_max_ms.toFixed(3)} ms`);
   });
 });

@@ -20,7 +20,8 @@ export type QueryType =
   | 'jobs'
   | 'job_counts'
   | 'quotas'
-  | 'sweep_trials';
+  | 'sweep_trials'
+  | 'hang_reports';
 
 /** One panel query. Field names match api.PluginQuery in the Go backend. */
 export interface DeepSeedQuery extends DataQuery {
@@ -90,6 +91,12 @@ export const QUERY_TYPES: QueryTypeInfo[] = [
   { value: 'runs', label: 'Runs', description: 'Runs of a project, sweep or tag (table)', needsRun: false },
   { value: 'gpus', label: 'GPU telemetry', description: 'Per host and GPU time series', needsRun: false },
   { value: 'annotations', label: 'Run events', description: 'Checkpoints, overflow skips, restarts, evaluations', needsRun: false },
+  {
+    value: 'hang_reports',
+    label: 'Hang reports',
+    description: "Each rank's newest hang report: step, last collective, stack, its GPUs (table)",
+    needsRun: true,
+  },
   { value: 'alerts', label: 'Alerts', description: "Open alerts of the server's detectors (table; numeric format for alert rules)", needsRun: false },
   { value: 'jobs', label: 'Jobs', description: 'Jobs of a project, sweep or state, newest first (table)', needsRun: false },
   { value: 'job_counts', label: 'Job counters', description: 'Total, active, done, failed, … (one row, for stat panels)', needsRun: false },

@@ -57,6 +57,10 @@ def find_layers(model):
                     best = (n, name, m)
         if best is not None:
             lists.append((best[1], best[2]))
+    if not lists:
+        rows = _sequence_rows(named)
+        if rows:
+            return rows
     list_names = {n for n, _ in lists}
     chosen = []
     rows = []
@@ -81,6 +85,40 @@ def find_layers(model):
         elif last in HEAD_NAMES and rows:
             rows.append([last, m, _clean_name(name)])
             chosen.append(name)
+    seen = collections.Counter(r[0] for r in rows)
+    return [(r[2] if seen[r[0]] > 1 else r[0], r[1]) for r in rows]
+
+
+def _sequence_rows(named):
+    """The rows of a model built as a sequence of modules (nn.Sequential,
+    a DeepSpeed PipelineModule stage): the children of the container whose
+    children are numbered and include a run of one type, each child a row,
+    in order: "Embed", "Block.1" … "Block.12", "Head". None when the model
+    has no such container. Without it, a sequence of an embedding module,
+    blocks and a head would give only the embedding's first nn.Embedding."""
+    kids = collections.defaultdict(list)
+    for name, m in named:
+        if not name:
+            continue
+        parent, _, key = name.rpartition(".")
+        if key.isdigit():
+            kids[parent].append((name, key, m))
+    best = None
+    for parent, children in kids.items():
+        types = collections.Counter(type(m) for _, _, m in children)
+        block, n = types.most_common(1)[0]
+        if n < 2:
+            continue
+        size = sum(p.numel() for _, _, m in children if type(m) is block for p in m.parameters())
+        if best is None or size > best[0]:
+            best = (size, block, children)
+    if best is None:
+        return None
+    _, block, children = best
+    rows = []
+    for name, key, m in children:
+        label = "%s.%s" % (block.__name__, key) if type(m) is block else type(m).__name__
+        rows.append([label, m, _clean_name(name)])
     seen = collections.Counter(r[0] for r in rows)
     return [(r[2] if seen[r[0]] > 1 else r[0], r[1]) for r in rows]
 

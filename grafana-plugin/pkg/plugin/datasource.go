@@ -199,7 +199,7 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		if err := d.client.get(ctx, runPath(q.RunID, "series"), p, &r); err != nil {
 			return nil, err
 		}
-		return seriesFrames(q, r), nil
+		return seriesFrames(q, r, d.flaggedRanks(ctx, q)), nil
 
 	case api.QueryHeatmap:
 		set("pass", q.Pass)
@@ -331,6 +331,18 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 		}
 		return data.Frames{annotationsFrame(r)}, nil
 
+	case api.QueryHangReports:
+		// The run's reports whole, whatever the dashboard's range.
+		set("run_id", q.RunID)
+		for _, t := range HangEventTypes {
+			p.Add("type", t)
+		}
+		var r api.AnnotationsResponse
+		if err := d.client.get(ctx, "/api/v1/annotations", p, &r); err != nil {
+			return nil, err
+		}
+		return data.Frames{hangFrame(r)}, nil
+
 	case api.QueryAlerts:
 		// Open alerts only: a rule fires while one is open and resolves
 		// when the server resolves it.
@@ -448,4 +460,28 @@ func (d *Datasource) CheckHealth(ctx context.Context, _ *backend.CheckHealthRequ
 		Status:  backend.HealthStatusOk,
 		Message: fmt.Sprintf("Connected to DeepSeed: server ready, token accepted, %d runs", page.Total),
 	}, nil
+}
+
+// flaggedRanks are the ranks GET /runs/{id}/ranks flags as stragglers,
+// for a query of every rank's series: their series are named so a panel
+// override (StragglerSuffix) can highlight them. Nil for one rank's
+// series, or when the server cannot say (the series still draw).
+func (d *Datasource) flaggedRanks(ctx context.Context, q api.PluginQuery) map[int]bool {
+	if q.Rank != "all" {
+		return nil
+	}
+	var rr api.RanksResponse
+	if err := d.client.get(ctx, runPath(q.RunID, "ranks"), nil, &rr); err != nil {
+		return nil
+	}
+	var out map[int]bool
+	for _, r := range rr.Ranks {
+		if r.Straggler {
+			if out == nil {
+				out = map[int]bool{}
+			}
+			out[r.Rank] = true
+		}
+	}
+	return out
 }

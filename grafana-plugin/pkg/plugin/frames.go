@@ -236,8 +236,9 @@ func flattenJSON(rows []kv, section, prefix string, raw json.RawMessage) []kv {
 // the trend panel), the value, and optionally the bucket's min and max.
 // On a run of more than api.MaxRankSeries ranks, rank=all answers the
 // ranks' distribution (spreadFrames, first) and the series of the ranks
-// the server picked; its notice says so on the first frame.
-func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
+// the server picked; its notice says so on the first frame. The series of
+// a rank in flagged end their display name with StragglerSuffix.
+func seriesFrames(q api.PluginQuery, r api.SeriesResponse, flagged map[int]bool) data.Frames {
 	ranks := map[int]bool{}
 	for _, s := range r.Series {
 		ranks[s.Rank] = true
@@ -248,6 +249,9 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 		display := metricLabel(s.Metric)
 		if perRank {
 			display = fmt.Sprintf("%s rank %d", display, s.Rank)
+			if flagged[s.Rank] {
+				display += StragglerSuffix
+			}
 		}
 		unit := metricUnit(s.Metric, s.Unit)
 		labels := data.Labels{"rank": strconv.Itoa(s.Rank)}
@@ -281,6 +285,10 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 	}
 	return withNotice(frames, "series", r.Notice)
 }
+
+// StragglerSuffix ends the display name of the series of a rank the
+// server flags as a straggler, for dashboards to highlight by name.
+const StragglerSuffix = " (straggler)"
 
 // NonFiniteSuffix ends the display name of the field that marks a
 // series' NaN and infinite values (see nonFiniteMarks).

@@ -18,7 +18,7 @@ import (
 // is one row, named by the layer's full name, and a cell's value both
 // picks its colour and is the number its tooltip shows.
 //
-// x is the step (the first step of each column's bucket), so the columns
+// x is the step where each column's bucket starts (see stepGrid), so the columns
 // are labelled by step and do not depend on the dashboard's time range;
 // xAxis "time" gives the bucket's start time instead.
 //
@@ -29,10 +29,14 @@ import (
 // robust range: that of the cells within Tukey's fences (the quartiles of
 // all cells widened by 1.5 times their spread). Cells beyond it take the
 // range's end colour. The panel colours a cell by the value it is given,
-// so a cell beyond the range is given a value just past the range's end,
-// each one distinct, and a value mapping on the first layer field (whose
-// config the panel copies to every cell) maps that value back to the
-// cell's true milliseconds: the tooltip shows every cell's absolute time.
+// so a cell beyond the range is given a value just inside the range's end
+// (each one distinct, and none a value some cell has), and a value mapping
+// on the first layer field (whose config the panel copies to every cell)
+// maps that value back to the cell's true milliseconds: the tooltip shows
+// every cell's absolute time. Just inside, not just past: the panel's
+// colour legend is labelled with the smallest and largest values, which
+// are then true cells' times printed with the unit, never a mapping's
+// text.
 
 // heatmapFrame is the heatmap-rows frame of h.
 func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
@@ -41,18 +45,25 @@ func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
 		t := make([]time.Time, len(h.Times))
 		copy(t, h.Times)
 		fields = append(fields, data.NewField("time", nil, t).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step bucket start"}))
-	} else {
-		s := make([]int64, len(h.Steps))
-		copy(s, h.Steps)
-		fields = append(fields, data.NewField("step", nil, s).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step", Unit: "none"}))
 	}
+	// at[j] is the frame column of the server's column j.
+	at := make([]int, len(h.Steps))
 	cols := len(h.Steps)
+	for j := range at {
+		at[j] = j
+	}
+	if q.XAxis != "time" {
+		var xs []int64
+		xs, at = stepGrid(h.Steps, h.BucketSteps)
+		cols = len(xs)
+		fields = append(fields, data.NewField("step", nil, xs).SetConfig(&data.FieldConfig{DisplayNameFromDS: "Step", Unit: "none"}))
+	}
 	rows := make([][]*float64, len(h.Layers))
 	for i := range h.Layers {
 		rows[i] = make([]*float64, cols)
 		if i < len(h.Values) {
-			for j := 0; j < cols && j < len(h.Values[i]); j++ {
-				rows[i][j] = fp(h.Values[i][j])
+			for j := 0; j < len(at) && j < len(h.Values[i]); j++ {
+				rows[i][at[j]] = fp(h.Values[i][j])
 			}
 		}
 	}
@@ -80,6 +91,55 @@ func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
 			scale.lo, scale.hi, n)})
 	}
 	return f
+}
+
+// stepGrid places the columns, labelled by their buckets' first steps, on an
+// evenly spaced step axis: Grafana's Heatmap panel takes the distance
+// between the first two columns as every cell's width and puts its step
+// ticks at most nine such distances apart, so uneven columns (a bucket
+// whose first step is late, an empty bucket) would make every cell and
+// tick spacing as narrow as the closest pair. Each step is moved down to
+// its bucket's start (the server's buckets are multiples of width), the
+// spacing is the greatest common divisor of the gaps (the recording
+// cadence, at least a bucket), and missing columns are empty. The grid
+// has at most one column per bucket of the server's plan. at[j] is the
+// grid column of steps[j].
+func stepGrid(steps []int64, width int64) (xs []int64, at []int) {
+	at = make([]int, len(steps))
+	if len(steps) == 0 {
+		return []int64{}, at
+	}
+	width = max(width, 1)
+	snapped := make([]int64, len(steps))
+	var d int64
+	for j, s := range steps {
+		snapped[j] = s / width * width
+		if j > 0 {
+			if gap := snapped[j] - snapped[j-1]; gap > 0 {
+				d = gcd(d, gap)
+			}
+		}
+	}
+	if d == 0 {
+		d = width
+	}
+	first := snapped[0]
+	n := (snapped[len(snapped)-1]-first)/d + 1
+	xs = make([]int64, n)
+	for k := range xs {
+		xs[k] = first + int64(k)*d
+	}
+	for j, s := range snapped {
+		at[j] = int((s - first) / d)
+	}
+	return xs, at
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // colourScale is what clipToColourRange did.
@@ -115,6 +175,20 @@ func clipToColourRange(rows [][]*float64) colourScale {
 	// Far below the range's width and far above float64's resolution at
 	// its ends, so moved cells keep their end colour and stay distinct.
 	eps := (hi - lo) * 1e-9
+	taken := make(map[float64]bool, len(all))
+	for _, v := range all {
+		taken[v] = true
+	}
+	// next is the k-th free value stepping from end towards the range.
+	next := func(end, dir float64, k *int) float64 {
+		for {
+			*k++
+			if c := end + dir*float64(*k)*eps; !taken[c] {
+				taken[c] = true
+				return c
+			}
+		}
+	}
 	above, below := 0, 0
 	for _, r := range rows {
 		for j, v := range r {
@@ -125,11 +199,9 @@ func clipToColourRange(rows [][]*float64) colourScale {
 			var where string
 			switch {
 			case *v > hi:
-				above++
-				c, where = hi+float64(above)*eps, "above"
+				c, where = next(hi, -1, &above), "above"
 			case *v < lo:
-				below++
-				c, where = lo-float64(below)*eps, "below"
+				c, where = next(lo, 1, &below), "below"
 			default:
 				continue
 			}

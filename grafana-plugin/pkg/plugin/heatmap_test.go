@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -165,6 +166,22 @@ func TestHeatmapFramesReadLikeTheSeed(t *testing.T) {
 			}
 		}
 	}
+	// The colour legend is labelled with the smallest and largest cell
+	// values: true times, printed by the unit, never a mapping's text
+	// (which would run the two labels together).
+	cmin, cmax := math.Inf(1), math.Inf(-1)
+	for i := range layers {
+		for j := range want.Steps {
+			v := cellAt(t, f, i+1, j)
+			cmin, cmax = min(cmin, v), max(cmax, v)
+		}
+	}
+	if _, ok := mapper[jsNumber(cmin)]; ok || cmin != lo {
+		t.Errorf("legend's low end %v: want the range's end %v, unmapped", cmin, lo)
+	}
+	if _, ok := mapper[jsNumber(cmax)]; ok || cmax != hi {
+		t.Errorf("legend's high end %v: want the range's end %v, unmapped", cmax, hi)
+	}
 	if mapped != 2*steps || len(mapper) != mapped {
 		t.Errorf("%d cells mapped, %d mappings; want the embedding's and the norm's %d cells", mapped, len(mapper), 2*steps)
 	}
@@ -229,6 +246,39 @@ func TestJSNumber(t *testing.T) {
 	} {
 		if got := jsNumber(f); got != want {
 			t.Errorf("jsNumber(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
+
+// TestStepGridEvenlySpaced: Grafana's Heatmap panel sizes every cell and
+// spaces its step ticks by the first two columns' distance, so the frame's
+// columns must be evenly spaced whatever the server's buckets held.
+func TestStepGridEvenlySpaced(t *testing.T) {
+	cases := []struct {
+		steps []int64
+		width int64
+		want  []int64
+		at    []int
+	}{
+		// Layer records every 10 steps, one bucket per step.
+		{[]int64{10, 20, 30}, 1, []int64{10, 20, 30}, []int{0, 1, 2}},
+		// Buckets of 5 whose first steps are 1, 5, 10: bucket starts.
+		{[]int64{1, 5, 10, 15}, 5, []int64{0, 5, 10, 15}, []int{0, 1, 2, 3}},
+		// An empty bucket becomes an empty column, not a wider gap.
+		{[]int64{3, 7, 15}, 4, []int64{0, 4, 8, 12}, []int{0, 1, 3}},
+		// Records every 10 steps in buckets of 7: the 7-step grid.
+		{[]int64{10, 20, 30, 40}, 7, []int64{7, 14, 21, 28, 35}, []int{0, 1, 3, 4}},
+		{nil, 3, []int64{}, []int{}},
+	}
+	for _, c := range cases {
+		xs, at := stepGrid(c.steps, c.width)
+		if !slices.Equal(xs, c.want) || !slices.Equal(at, c.at) {
+			t.Errorf("steps %v width %d: grid %v at %v, want %v at %v", c.steps, c.width, xs, at, c.want, c.at)
+		}
+		for k := 2; k < len(xs); k++ {
+			if xs[k]-xs[k-1] != xs[1]-xs[0] {
+				t.Errorf("steps %v: grid %v not evenly spaced", c.steps, xs)
+			}
 		}
 	}
 }

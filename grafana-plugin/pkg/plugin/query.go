@@ -58,7 +58,7 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 	}
 	switch q.QueryType {
 	case api.QueryRunSummary, api.QueryRunDetails, api.QueryRunCode, api.QuerySeries, api.QueryHeatmap, api.QueryEvals,
-		api.QueryBreakdown, api.QueryMemory, api.QueryRanks:
+		api.QueryBreakdown, api.QueryMemory, api.QueryRanks, api.QueryHangReports:
 		if strings.TrimSpace(q.RunID) == "" {
 			return q, &QueryError{Field: "runId", Msg: "a run is required for " + q.QueryType}
 		}

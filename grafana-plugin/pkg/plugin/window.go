@@ -108,6 +108,22 @@ func (d *Datasource) windowResource(ctx context.Context, q url.Values, now time.
 		}
 		pickerTo = t
 	}
+	if run == AllRuns {
+		// A dashboard showing every run (GPU nodes' "All") fits its time
+		// range to the newest run of the project.
+		p := url.Values{"limit": {"1"}}
+		if pr := q.Get("project"); pr != "" && pr != AllRuns {
+			p.Set("project", pr)
+		}
+		var page api.RunList
+		if err := d.client.get(ctx, "/api/v1/runs", p, &page); err != nil {
+			return nil, err
+		}
+		if len(page.Runs) == 0 {
+			return nil, &QueryError{Field: "run", Msg: "no run to fit the time range to"}
+		}
+		run = page.Runs[0].RunID
+	}
 	var r api.RunDetail
 	if err := d.client.get(ctx, runPath(run, ""), nil, &r); err != nil {
 		return nil, err

@@ -1,9 +1,14 @@
 package plugin
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
 
 	"github.com/deepseed/deepseed/api"
 )
@@ -57,3 +62,36 @@ func TestRunWindow(t *testing.T) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// With run "*" (the GPU nodes dashboard's All) the window is that of the
+// project's newest run.
+func TestWindowOfAllIsTheNewestRun(t *testing.T) {
+	base := startServer(t)
+	ingest(t, base, []map[string]any{
+		{"kind": "run", "run_id": "older", "project": "w", "started_at": ts(0)},
+		{"kind": "end", "run_id": "older", "time": ts(time.Hour), "status": "finished"},
+		{"kind": "run", "run_id": "newer", "project": "w", "started_at": ts(2 * time.Hour)},
+		{"kind": "end", "run_id": "newer", "time": ts(3 * time.Hour), "status": "finished"},
+	})
+	tp := startPlugin(t)
+	pc := pluginContext("window-all", base, readToken)
+	get := func(query string) string {
+		t.Helper()
+		var s sink
+		if err := tp.Client.CallResource(context.Background(), &backend.CallResourceRequest{
+			PluginContext: pc, Path: api.VariableWindow, Method: http.MethodGet, URL: api.VariableWindow + "?" + query}, &s); err != nil {
+			t.Fatal(err)
+		}
+		if s.resp.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", query, s.resp.Status, s.resp.Body)
+		}
+		var opts []Option
+		if err := json.Unmarshal(s.resp.Body, &opts); err != nil || len(opts) != 1 {
+			t.Fatalf("%s: %s", query, s.resp.Body)
+		}
+		return opts[0].Value
+	}
+	if all, newer := get("run=*&project=w&part=from"), get("run=newer&part=from"); all != newer {
+		t.Errorf("window of All starts at %s, want the newest run's %s", all, newer)
+	}
+}
