@@ -105,7 +105,10 @@ func TestRankSeriesShowWhoStragglesSinceWhen(t *testing.T) {
 		}
 	}
 	s2 := all["straggler_score"][2].Points
-	if v := float64(s2[from50-2].Value); v != 0 {
+	// Zero, or within rounding of it where the score was computed on read
+	// (before the evaluator stored its own, from the whole run's clock
+	// offsets).
+	if v := float64(s2[from50-2].Value); math.Abs(v) > 1e-5 {
 		t.Errorf("rank 2 score before step %d: %v, want 0", from50, v)
 	}
 	for i := from50; i < steps; i++ {
