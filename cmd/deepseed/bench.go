@@ -409,3 +409,19 @@ func randomTag() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// benchDir makes a bench's working directory, where its private
+// PostgreSQL keeps its data. Made here, so opened here: run as root, that
+// PostgreSQL runs as another user, which must enter it (serve itself
+// never opens a directory it did not make).
+func benchDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("open %s to the database's user: %w", dir, err)
+	}
+	return dir, nil
+}

@@ -105,7 +105,7 @@ func runCollectorBench(ctx context.Context, args []string) error {
 		}
 		b.bin = exe
 	}
-	dir, err := os.MkdirTemp("", "deepseed-bench-collector-")
+	dir, err := benchDir("deepseed-bench-collector-")
 	if err != nil {
 		return fmt.Errorf("bench collector: %w", err)
 	}

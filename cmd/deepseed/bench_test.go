@@ -103,3 +103,25 @@ func TestBenchIngestPerRank(t *testing.T) {
 		t.Errorf("%d steps of the scratch run left behind", left)
 	}
 }
+
+// TestBenchCollector runs the collector bench for a moment with a few
+// ranks: its own PostgreSQL, server and collector start, every record it
+// acknowledged is stored once, and it prints what it measured.
+func TestBenchCollector(t *testing.T) {
+	code, stdout, stderr := runBinary(t, nil, "bench", "collector", "--ranks", "4", "--rate", "20", "--duration", "2s")
+	if code != 0 {
+		t.Fatalf("bench collector exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	m := regexp.MustCompile(`(?m)^database: +(\d+) records stored for (\d+) acknowledged, (\d+) stored twice`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no database line in:\n%s", stdout)
+	}
+	if m[1] != m[2] || m[3] != "0" || m[2] == "0" {
+		t.Errorf("bench collector: %s stored for %s acknowledged, %s twice; want every acknowledged record once", m[1], m[2], m[3])
+	}
+	for _, re := range []string{`(?m)^acknowledged: \d+ records`, `(?m)^forwarded: `, `(?m)^ack latency: +p50 `} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("no line matching %q in:\n%s", re, stdout)
+		}
+	}
+}

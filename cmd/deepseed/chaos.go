@@ -109,12 +109,7 @@ func runChaos(ctx context.Context, args []string) error {
 		}
 		bin = exe
 	}
-	dir, err := os.MkdirTemp("", "deepseed-chaos-")
-	if err == nil {
-		// Made here, so opened here: run as root, the private PostgreSQL
-		// runs as another user, which must enter it.
-		err = os.Chmod(dir, 0o711)
-	}
+	dir, err := benchDir("deepseed-chaos-")
 	if err != nil {
 		return fmt.Errorf("bench chaos: %w", err)
 	}
