@@ -26,6 +26,12 @@ def _env_int(*names):
     return None
 
 
+def is_set(name):
+    """Whether environment variable name holds a value (not blank)."""
+    v = os.environ.get(name)
+    return v is not None and v.strip() != ""
+
+
 def env_period(name, default):
     """A step period from environment variable name: its whole number, or
     default, with a warning, when it holds something else (a typo must not

@@ -40,7 +40,7 @@ class Run:
     """
 
     def __init__(self, project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
-                 collector_url=None, server_url=None, token=None, layer_every=10, meta=None, mode=None,
+                 collector_url=None, server_url=None, token=None, layer_every=None, meta=None, mode=None,
                  max_queue=10000, batch_size=500, flush_interval=1.0, flush_timeout=None, compress=None,
                  file=None, handle_signals=True, flops_per_token=None, peak_tflops=None, total_steps=None):
         self._lock = threading.RLock()
@@ -48,7 +48,11 @@ class Run:
         self.finished = False
         self.status = None
         self.started = time.time()
-        self.layer_every = int(env.env_period("DEEPSEED_LAYER_EVERY", layer_every) or 0)
+        # A period the caller set (here or in the environment) is kept
+        # exactly; the default one is spaced in time on fast steps (see
+        # watch.SAMPLE_MIN_MS).
+        self.layer_every_set = layer_every is not None or env.is_set("DEEPSEED_LAYER_EVERY")
+        self.layer_every = int(env.env_period("DEEPSEED_LAYER_EVERY", 10 if layer_every is None else layer_every) or 0)
         self.flush_timeout = float(flush_timeout if flush_timeout is not None
                                    else os.environ.get("DEEPSEED_FLUSH_TIMEOUT", 5.0))
 
@@ -509,8 +513,10 @@ class Run:
                 optimizer timing and gradient norm periods (10; phases every
                 step in a distributed run), events read on a thread (GPU).
             sample_min_ms: in a single process, layers, phases and the
-                gradient norm also come no sooner than this after the
-                previous one of their kind (250; 0: by period alone).
+                gradient norm at their default periods also come no sooner
+                than this after the previous one of their kind (250; 0: by
+                period alone). A period set by argument or environment
+                variable is kept exactly.
         """
         try:
             from .watch import Watcher
@@ -523,6 +529,7 @@ class Run:
                     self._watcher.close(wait=False)
                 self._watcher = Watcher(self, model, optimizer=optimizer, layers=layers,
                                         layer_every=self.layer_every if layer_every is None else layer_every,
+                                        layer_every_set=self.layer_every_set or layer_every is not None,
                                         grad_norm=grad_norm, batch_size=batch_size,
                                         tokens_per_sample=tokens_per_sample, **kwargs)
             return self._watcher
@@ -608,7 +615,7 @@ class Run:
 
 
 def init(project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
-         collector_url=None, server_url=None, token=None, layer_every=10, **kwargs):
+         collector_url=None, server_url=None, token=None, layer_every=None, **kwargs):
     """Starts a run and announces it. See :class:`Run` for the options.
 
     Records go to the node's collector (DEEPSEED_COLLECTOR_URL, default

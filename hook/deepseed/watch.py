@@ -39,7 +39,7 @@ import torch
 
 from .layers import BLOCK_LIST_NAMES, EMBED_NAMES, ENC_DEC_NAMES, HEAD_NAMES, WRAPPER_PARTS  # noqa: F401
 from . import comm
-from .env import env_period
+from .env import env_period, is_set
 from .layers import LayerProfiler, _clean_name, find_layers
 from .phases import PhaseMarks, phase_offset
 from .readback import ANCHOR_KEEP, MAX_PENDING, StepReader, WindowMax, _Slot  # noqa: F401
@@ -60,9 +60,10 @@ GRAD_NORM_EVERY = 10
 # layer steps (phase_offset), so that the layer profiler's own cost never
 # lands in the phase times a breakdown averages.
 PHASE_EVERY = 10
-# In a single process, a sampled step (layers, phases, gradient norm) also
-# comes no sooner than SAMPLE_MIN_MS after the previous one of its kind
-# (DEEPSEED_SAMPLE_MIN_MS, sample_min_ms=; 0 turns the floor off): each
+# In a single process, a sampled step (layers, phases, gradient norm) at its
+# default period also comes no sooner than SAMPLE_MIN_MS after the previous
+# one of its kind (DEEPSEED_SAMPLE_MIN_MS, sample_min_ms=; 0 turns the floor
+# off; a period the caller set is kept exactly): each
 # costs the training thread from about a hundred µs (phases, norm) to a
 # millisecond or more (layers), which on steps of a few milliseconds would
 # be most of what the hook costs. Steps of 25 ms or more keep their periods.
@@ -100,7 +101,7 @@ class Watcher(PhaseMarks, StepReader):
 
     def __init__(self, run, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
                  tokens_per_sample=None, adapter=None, grad_norm_every=None, manual=False, phase_every=None,
-                 background_read=None, sample_min_ms=None):
+                 background_read=None, sample_min_ms=None, layer_every_set=True):
         self.run = run
         self.engine = None
         self.adapter = adapter
@@ -119,9 +120,11 @@ class Watcher(PhaseMarks, StepReader):
         self.tokens_per_sample = tokens_per_sample
         self.layer_every = int(layer_every or 0)
         self.grad_norm = grad_norm
+        norm_set = grad_norm_every is not None or is_set("DEEPSEED_GRAD_NORM_EVERY")
         if grad_norm_every is None:
             grad_norm_every = env_period("DEEPSEED_GRAD_NORM_EVERY", GRAD_NORM_EVERY)
         self.grad_norm_every = max(0, int(grad_norm_every or 0))
+        phase_set = phase_every is not None or is_set("DEEPSEED_PHASE_EVERY")
         if phase_every is None:
             phase_every = env_period("DEEPSEED_PHASE_EVERY", 1 if run.world_size > 1 else PHASE_EVERY)
         self.phase_every = max(1, int(phase_every))
@@ -129,6 +132,11 @@ class Watcher(PhaseMarks, StepReader):
             sample_min_ms = env_period("DEEPSEED_SAMPLE_MIN_MS", SAMPLE_MIN_MS)
         # A distributed run's ranks sample the same steps: by period alone.
         self.sample_min_s = max(0.0, float(sample_min_ms or 0)) / 1000.0 if run.world_size <= 1 else 0.0
+        # A period the caller chose is kept exactly: the floor spaces the
+        # default ones only.
+        self.layer_floor = 0.0 if layer_every_set else self.sample_min_s
+        self.phase_floor = 0.0 if phase_set else self.sample_min_s
+        self.norm_floor = 0.0 if norm_set else self.sample_min_s
         self.layer_at = self.phase_at = self.norm_at = -1e9
         self.user_grad_norm = False
         self.sharded_grads = False
@@ -432,9 +440,9 @@ class Watcher(PhaseMarks, StepReader):
         if (self.adapter is not None or self.grad_norm == "off" or self.user_grad_norm
                 or not self.grad_norm_every or cur.step % self.grad_norm_every):
             return
-        if self.grad_norm_every > 1 and self.sample_min_s:
+        if self.grad_norm_every > 1 and self.norm_floor:
             now = _now()
-            if now - self.norm_at < self.sample_min_s:
+            if now - self.norm_at < self.norm_floor:
                 return
             self.norm_at = now
         gn = fused_grad_norm(self.params)
@@ -489,9 +497,8 @@ class Watcher(PhaseMarks, StepReader):
             self._take_anchor()
         cur.open_ns = time.time_ns()
         cur.ev_start = self.pool.record()
-        floor = self.sample_min_s
         if (self.profiler is not None and cur.step % self.layer_every == 0
-                and (self.layer_every == 1 or now - self.layer_at >= floor)):
+                and (self.layer_every == 1 or now - self.layer_at >= self.layer_floor)):
             self.layer_at = now
             cur.layer = self.profiler.arm()
         if self.phase_every == 1:
@@ -499,7 +506,7 @@ class Watcher(PhaseMarks, StepReader):
         else:
             # A layer step is no phase step unless every step is a layer step.
             cur.phases = (cur.step % self.phase_every == self.phase_off and (cur.layer is None or self.layer_every == 1)
-                          and now - self.phase_at >= floor)
+                          and now - self.phase_at >= self.phase_floor)
             if cur.phases:
                 self.phase_at = now
         if cur.phases and self.post_handle is None and not self.manual:

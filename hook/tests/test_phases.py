@@ -158,10 +158,16 @@ class PhaseSamplingTest(unittest.TestCase):
         # the previous of their kind; on 26 ms steps the periods hold.
         from deepseed import watch as watch_mod
         torch = sys.modules["torch"]
-        for step_s, want_layers, want_phases in ((0.00505, [10, 60, 110], [5, 55, 105]),
-                                                 (0.026, list(range(10, 121, 10)), list(range(5, 121, 10)))):
+        every10, phases10 = list(range(10, 121, 10)), list(range(5, 121, 10))
+        # The third case sets the periods itself: they are kept exactly,
+        # however short the step.
+        for step_s, want_layers, want_phases, periods in ((0.00505, [10, 60, 110], [5, 55, 105], {}),
+                                                          (0.026, every10, phases10, {}),
+                                                          (0.00505, every10, phases10,
+                                                           {"layer_every": 10, "phase_every": 10,
+                                                            "grad_norm_every": 10})):
             clock = [1000.0]
-            path = os.path.join(self.dir, "floor%g.ndjson" % step_s)
+            path = os.path.join(self.dir, "floor%g%d.ndjson" % (step_s, len(periods)))
             with mock.patch.object(watch_mod, "_now", lambda: clock[0]), \
                     mock.patch.object(watch_mod, "fused_grad_norm", lambda params: torch.Tensor(3.0)):
                 run = deepseed.init(project="phases", run_id="floor", file=path, handle_signals=False)
@@ -169,7 +175,7 @@ class PhaseSamplingTest(unittest.TestCase):
                 model = torch.nn.Module(forward=lambda x: b(a(x)) and torch.Tensor(2.0, requires_grad=True),
                                         children=[a, b])
                 opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
-                w = run.watch(model, optimizer=opt, layers=["0", "1"])
+                w = run.watch(model, optimizer=opt, layers=["0", "1"], **periods)
                 self.assertEqual(w.sample_min_s, 0.25)
                 for _ in range(120):
                     clock[0] += step_s
