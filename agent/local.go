@@ -242,16 +242,8 @@ func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 		select {
 		case <-c.done:
 			code := c.exit
-			st.ExitCode, st.EndedAt = &code, c.ended
-			switch {
-			case cancelled:
-				st.State = StateCancelled
-			case code == 0:
-				st.State = StateFinished
-			default:
-				st.State = StateFailed
-				st.Detail = fmt.Sprintf("exit status %d", code)
-			}
+			st.EndedAt = c.ended
+			setEnded(&st, code, cancelled, "")
 			l.mu.Lock()
 			delete(l.children, h.ExternalID)
 			delete(l.cancelled, h.ExternalID)
@@ -266,19 +258,10 @@ func (l *Local) Poll(ctx context.Context, h Handle) (Status, error) {
 		return st, nil
 	}
 	if code, ok := readExitFile(h.ExitPath); ok {
-		st.ExitCode = &code
 		if fi, err := os.Stat(h.ExitPath); err == nil {
 			st.EndedAt = fi.ModTime() // the wrapper wrote it as the command ended
 		}
-		switch {
-		case cancelled:
-			st.State = StateCancelled
-		case code == 0:
-			st.State = StateFinished
-		default:
-			st.State = StateFailed
-			st.Detail = fmt.Sprintf("exit status %d (from the job's exit file: it ended while the agent was away)", code)
-		}
+		setEnded(&st, code, cancelled, " (from the job's exit file: it ended while the agent was away)")
 		return st, nil
 	}
 	if cancelled {
@@ -445,4 +428,20 @@ func bootTime() (time.Time, error) {
 		}
 	}
 	return time.Time{}, errors.New("/proc/stat: no btime")
+}
+
+// setEnded sets the state of a job that ended with exit status code:
+// cancelled if it was cancelled, finished on 0, else failed, its detail
+// the status and where it was read (note).
+func setEnded(st *Status, code int, cancelled bool, note string) {
+	st.ExitCode = &code
+	switch {
+	case cancelled:
+		st.State = StateCancelled
+	case code == 0:
+		st.State = StateFinished
+	default:
+		st.State = StateFailed
+		st.Detail = fmt.Sprintf("exit status %d%s", code, note)
+	}
 }
