@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/deepseed/deepseed/dashboards"
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 	"github.com/deepseed/deepseed/internal/fleettest"
+	"github.com/deepseed/deepseed/server/servertest"
 )
 
 // TestRanksDashboardPastSixteenRanks runs every panel of the Ranks
@@ -35,7 +35,7 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 	// A thousand ranks, as the dashboard is meant for; 200 steps give the
 	// band two buckets.
 	run := fleettest.Run{ID: "fleet-1024", Ranks: 1024, Steps: 200, Late: straggler, Start: start}
-	ingestRecords(t, base, ingestToken, run.Records())
+	servertest.Ingest(t, base, ingestToken, run.Records())
 
 	ctx := context.Background()
 	inst, err := plugin.NewDatasource(ctx, backend.DataSourceInstanceSettings{
@@ -149,34 +149,4 @@ func hasBand(t *testing.T, p fullPanel, frames data.Frames) bool {
 	t.Helper()
 	band := bandFields(t, p)
 	return slices.ContainsFunc(fieldNames(frames), func(n string) bool { return band[n] })
-}
-
-// ingestRecords posts NDJSON records to the server.
-func ingestRecords(t *testing.T, base, token string, recs []map[string]any) {
-	t.Helper()
-	// Bodies of at most 10,000 records, as a collector sends them.
-	for len(recs) > 10000 {
-		ingestRecords(t, base, token, recs[:10000])
-		recs = recs[10000:]
-	}
-	var b strings.Builder
-	for _, r := range recs {
-		line, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/ingest", strings.NewReader(b.String()))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/x-ndjson")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("ingest: %s", res.Status)
-	}
 }

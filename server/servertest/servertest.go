@@ -4,8 +4,11 @@ package servertest
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,5 +43,40 @@ func Start(t testing.TB, cfg server.Config, st *store.Store) string {
 			t.Fatalf("server at %s never became ready (%v)", base, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Ingest posts records to the server at base as NDJSON with token, in
+// bodies of at most 10,000 records as a collector sends them, and fails
+// the test on any answer but 200.
+func Ingest(t testing.TB, base, token string, records []map[string]any) {
+	t.Helper()
+	for len(records) > 0 {
+		n := min(len(records), 10000)
+		var b strings.Builder
+		for _, r := range records[:n] {
+			line, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+		records = records[n:]
+		req, err := http.NewRequest(http.MethodPost, base+"/api/v1/ingest", strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("ingest: %d %s", res.StatusCode, body)
+		}
 	}
 }

@@ -1,14 +1,10 @@
 package plugin
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,27 +44,7 @@ func startServer(t *testing.T) string {
 // ingest posts NDJSON records to the server with the ingest token.
 func ingest(t *testing.T, base string, records []map[string]any) {
 	t.Helper()
-	var b strings.Builder
-	for _, r := range records {
-		line, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/ingest", strings.NewReader(b.String()))
-	req.Header.Set("Authorization", "Bearer "+ingestToken)
-	req.Header.Set("Content-Type", "application/x-ndjson")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("ingest: %d %s", res.StatusCode, body)
-	}
+	servertest.Ingest(t, base, ingestToken, records)
 }
 
 func ts(d time.Duration) string { return t0.Add(d).Format(time.RFC3339Nano) }
