@@ -36,9 +36,9 @@ def env_period(name, default):
     """A step period from environment variable name: its whole number, or
     default, with a warning, when it holds something else (a typo must not
     stop the training script nor switch the watcher off)."""
-    v = os.environ.get(name)
-    if v is None or v.strip() == "":
+    if not is_set(name):
         return default
+    v = os.environ[name]
     try:
         return int(v)
     except ValueError:

@@ -43,6 +43,8 @@ import threading
 import time
 import traceback
 
+from . import env
+
 log = logging.getLogger("deepseed")
 
 DEFAULT_HANG_S = 300.0
@@ -265,8 +267,7 @@ def encode(snap):
 def start(run, own_sigterm):
     """The run's watchdog, or None when off."""
     s = threshold()
-    explicit = bool(os.environ.get("DEEPSEED_HANG_S", "").strip())
-    if s <= 0 or (run.world_size <= 1 and not explicit):
+    if s <= 0 or (run.world_size <= 1 and not env.is_set("DEEPSEED_HANG_S")):
         return None
     try:
         return Watchdog(run, s, own_sigterm)

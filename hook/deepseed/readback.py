@@ -340,15 +340,9 @@ class StepReader:
             return None
         finally:
             nxt = slot.nxt_start
-            if not slot.fwd and not slot.bwd and slot.opt is None and slot.layer is None and slot.sync_end is None:
-                # A step without phase events: its own two, never shared.
-                for ev in (slot.ev_start, slot.ev_end):
-                    if ev is not nxt:
-                        self.pool.put(ev)
-            else:
-                for ev in self._slot_events(slot):
-                    if ev is not nxt:
-                        self.pool.put(ev)
+            for ev in self._slot_events(slot):
+                if ev is not nxt:
+                    self.pool.put(ev)
 
     # ---- synchronisation ------------------------------------------------------
 
