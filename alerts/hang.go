@@ -25,9 +25,6 @@ import (
 // a job whose ranks issue the same collectives in the same order, as DDP,
 // FSDP and ZeRO do): the others wait for them to catch up.
 
-// HangEventType is the type of the hook's hang events.
-const HangEventType = "hang"
-
 // hangReport is one rank's newest hang event.
 type hangReport struct {
 	Rank           int
@@ -55,7 +52,7 @@ type hangText struct {
 // after.
 func recentHangs(ctx context.Context, q querier, runID string, after time.Time) ([]hangReport, error) {
 	rows, err := q.Query(ctx, `SELECT DISTINCT ON (rank) rank, time, step, text FROM events
-		WHERE run_id = $1 AND type = $2 AND time > $3 AND rank >= 0 ORDER BY rank, time DESC`, runID, HangEventType, after)
+		WHERE run_id = $1 AND type = $2 AND time > $3 AND rank >= 0 ORDER BY rank, time DESC`, runID, api.EventHang, after)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: hang events of %s: %w", runID, err)
 	}

@@ -16,6 +16,15 @@ const (
 	AlertHang          = "hang"
 )
 
+// EventHang is the type of the hook's hang report (hook/deepseed/hang.py:
+// its text is JSON: reason, rank, host, step, the last collective, every
+// thread's stack); EventHangGPUs that of the snapshot of the host's GPUs
+// the collector sends beside it.
+const (
+	EventHang     = "hang"
+	EventHangGPUs = "hang_gpus"
+)
+
 // AlertKinds lists every alert kind.
 var AlertKinds = []string{AlertNonFinite, AlertOverflowStorm, AlertLossSpike, AlertIdleGPU,
 	AlertStalled, AlertRankStopped, AlertDataStall, AlertStraggler, AlertHang}

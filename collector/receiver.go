@@ -64,7 +64,7 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		fwd = append(fwd, raws[i])
-		if ev := rec.Event; ev != nil && ev.Type == HangEventType {
+		if ev := rec.Event; ev != nil && ev.Type == api.EventHang {
 			if b := c.hangGPUs(ev); b != nil {
 				extra = append(extra, b)
 			}
@@ -143,13 +143,6 @@ func writeJSONError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
-// HangEventType is the type of the hook's hang report (hook/deepseed/hang.py);
-// HangGPUsEventType that of the snapshot the collector sends beside it.
-const (
-	HangEventType     = "hang"
-	HangGPUsEventType = "hang_gpus"
-)
-
 // hangGPUs is an event beside a rank's hang report, on its run, rank and
 // step: the newest reading of each of this node's GPUs as the last sample
 // has it (utilisation, memory, clocks, power, temperature, throttle
@@ -173,7 +166,7 @@ func (c *Collector) hangGPUs(ev *api.Event) []byte {
 		return nil
 	}
 	b, err := json.Marshal(&api.Event{Kind: api.KindEvent, RunID: ev.RunID, Time: api.T(c.now()), Step: ev.Step,
-		Rank: ev.Rank, Type: HangGPUsEventType, Text: string(text)})
+		Rank: ev.Rank, Type: api.EventHangGPUs, Text: string(text)})
 	if err != nil {
 		return nil
 	}

@@ -20,7 +20,7 @@ import (
 // it (the "hang_gpus" event: {"host", "gpus": [...]}).
 
 // HangEventTypes are the event types a hang_reports query reads.
-var HangEventTypes = []string{"hang", "hang_gpus"}
+var HangEventTypes = []string{api.EventHang, api.EventHangGPUs}
 
 // noHangReport is the table's notice for a run without one.
 const noHangReport = "no hang reported: a rank reports one when its steps stop longer than the hook's threshold, or on SIGTERM"
@@ -65,7 +65,7 @@ func hangFrame(r api.AnnotationsResponse) *data.Frame {
 	snapAt := map[string]time.Time{}
 	for _, a := range r.Annotations {
 		switch a.Type {
-		case "hang":
+		case api.EventHang:
 			var h hangReport
 			if json.Unmarshal([]byte(a.Text), &h) != nil || h.Rank == nil {
 				continue
@@ -74,7 +74,7 @@ func hangFrame(r api.AnnotationsResponse) *data.Frame {
 				continue
 			}
 			newest[*h.Rank] = &hangRow{at: a.Time, rank: *h.Rank, r: h, report: a.Text}
-		case "hang_gpus":
+		case api.EventHangGPUs:
 			var g hangGPUs
 			if json.Unmarshal([]byte(a.Text), &g) != nil || g.Host == "" {
 				continue
