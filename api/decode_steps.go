@@ -35,9 +35,9 @@ func (c *stepsColumn) at(i int) json.RawMessage {
 	return c.scalar
 }
 
-// decodeSteps decodes a steps record into its step records.
+// decodeSteps decodes a steps record into its step records; raw is
+// normalised already (decodeRecord, its caller, did that).
 func decodeSteps(raw []byte) (Record, *RecordError) {
-	raw = NormalizeJSON(raw)
 	fail := func(field, msg string) (Record, *RecordError) {
 		return Record{}, &RecordError{Kind: KindSteps, Field: field, Msg: msg}
 	}
@@ -305,6 +305,8 @@ func skipValue(b []byte, i int) (int, bool) {
 	return i, i > start
 }
 
+// skipString returns the index just past the string whose opening quote
+// is at i, and false when it is not closed.
 func skipString(b []byte, i int) (int, bool) {
 	for j := i + 1; j < len(b); j++ {
 		switch b[j] {

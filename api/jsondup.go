@@ -34,7 +34,10 @@ func DuplicateKey(raw []byte) string {
 		case ',':
 			expectKey = len(frames) > 0 && frames[len(frames)-1].obj
 		case '"':
-			end := stringEnd(raw, i+1)
+			end := len(raw) // an unclosed string runs to the end
+			if e, ok := skipString(raw, i); ok {
+				end = e - 1 // its closing quote
+			}
 			if expectKey {
 				key := span{from: int32(i + 1), to: int32(end), escaped: bytes.IndexByte(raw[i+1:end], '\\') >= 0}
 				f := &frames[len(frames)-1]
@@ -102,18 +105,4 @@ type frame struct {
 	seen    uint64
 	obj     bool
 	escaped bool
-}
-
-// stringEnd returns the index of the quote that closes the string whose
-// body starts at i (len(b) when it is not closed).
-func stringEnd(b []byte, i int) int {
-	for ; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i
-		}
-	}
-	return len(b)
 }
