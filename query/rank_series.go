@@ -16,6 +16,7 @@ type rankSeries struct {
 	runID   string
 	meta    []byte // the run's meta: its alert settings
 	offsets *int64 // first step of the clock offset estimate, once known
+	ranks   []int  // the run's ranks, once read
 	cache   map[rankSeriesKey]map[int][]store.RankBucket
 }
 
@@ -73,7 +74,7 @@ func (rs *rankSeries) offsetsFrom(ctx context.Context) (int64, error) {
 	if rs.offsets != nil {
 		return *rs.offsets, nil
 	}
-	ranks, err := rs.h.store.RunRanks(ctx, rs.runID)
+	ranks, err := rs.runRanks(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -87,6 +88,18 @@ func (rs *rankSeries) offsetsFrom(ctx context.Context) (int64, error) {
 	return from, nil
 }
 
+// runRanks reads the run's ranks once for every series of the answer.
+func (rs *rankSeries) runRanks(ctx context.Context) ([]int, error) {
+	if rs.ranks == nil {
+		ranks, err := rs.h.store.RunRanks(ctx, rs.runID)
+		if err != nil {
+			return nil, err
+		}
+		rs.ranks = ranks
+	}
+	return rs.ranks, nil
+}
+
 // scoreRowBudget is the most rank-steps a straggler score series is
 // computed from row by row; past it, from the rollups of lateness and
 // busy time (docs/scale.md), at the narrowest width that keeps the blocks
@@ -98,14 +111,11 @@ var scoreRowBudget int64 = 50_000
 // computed on read by the evaluator's definition (alerts.ScoreSeries), as
 // GET /runs/{id}/ranks does for the final score; bucketed over the plan.
 func (rs *rankSeries) computedScores(ctx context.Context, p plan) ([]store.RankBucket, error) {
-	ranks, err := rs.h.store.RunRanks(ctx, rs.runID)
+	ranks, err := rs.runRanks(ctx)
 	if err != nil || len(ranks) < 2 {
 		return nil, err
 	}
-	cfg := alerts.Defaults()
-	if rs.h.opt.Alerts != nil {
-		cfg = *rs.h.opt.Alerts
-	}
+	cfg := rs.h.alertsConfig()
 	n := int64(len(ranks))
 	var pts []alerts.ScorePoint
 	if n*(p.To-p.From+1) <= scoreRowBudget {

@@ -115,11 +115,7 @@ func (h *Handler) finalScores(ctx context.Context, r *store.RunRow, ranks []int,
 			return nil
 		}
 	}
-	cfg := alerts.Defaults()
-	if h.opt.Alerts != nil {
-		cfg = *h.opt.Alerts
-	}
-	scores, err := alerts.FinalScores(ctx, h.store, r.RunID, ranks, r.Meta, cfg)
+	scores, err := alerts.FinalScores(ctx, h.store, r.RunID, ranks, r.Meta, h.alertsConfig())
 	if err != nil || scores == nil {
 		return err
 	}
@@ -268,4 +264,13 @@ func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64, ran
 		return nil, err
 	}
 	return steadyOf(rr), nil
+}
+
+// alertsConfig is the detectors' configuration the server runs with
+// (Options.Alerts), whose straggler score runs never scored are given.
+func (h *Handler) alertsConfig() alerts.Config {
+	if h.opt.Alerts != nil {
+		return *h.opt.Alerts
+	}
+	return alerts.Defaults()
 }
