@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from . import flops
+
 # Step-record fields a caller may pass by name; anything else goes to metrics.
 STEP_FIELDS = ("epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples", "tokens",
                "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
@@ -224,10 +226,18 @@ class StepColumns:
                                       for x, m in zip(have, ms)])
             tokens = cols.get("tokens")
             if flops_token and tokens is not None:
-                _fill(cols, "tflops", [flops_token * x / (m / 1000.0) / 1e12 if x and m and m > 0 else None
-                                       for x, m in zip(tokens, ms)])
-                if peak and peak > 0:
-                    _fill(cols, "mfu", [x / peak if x is not None else None for x in cols["tflops"]])
+                # As a step record gets them (Run._send): TFLOP/s and MFU
+                # where the step sent no TFLOP/s of its own.
+                tf = cols.get("tflops") or [None] * n
+                mf = cols.get("mfu") or [None] * n
+                for i, (x, m) in enumerate(zip(tokens, ms)):
+                    if tf[i] is None:
+                        tf[i], derived = flops.achieved(flops_token, x, m, peak)
+                        if tf[i] is not None and mf[i] is None:
+                            mf[i] = derived
+                cols["tflops"] = tf
+                if any(v is not None for v in mf):
+                    cols["mfu"] = mf
         rec = {"kind": "steps", "run_id": self.run_id, "rank": self.rank, "step": self.steps, "time": self.times}
         for k, col in cols.items():
             _column(rec, k, col, n)

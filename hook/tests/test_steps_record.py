@@ -49,6 +49,15 @@ class StepColumnsTest(unittest.TestCase):
         self.assertNotIn("tflops", c)
         self.assertNotIn("metrics", c)
 
+    def test_a_callers_tflops_is_kept_without_a_derived_mfu_as_in_a_step_record(self):
+        cols = StepColumns("r1", 0)
+        cols.add(1, 100.0, {"step_ms": 2.0, "tokens": 512}, {"tflops": 9.0}, 0.0)
+        cols.add(2, 100.5, {"step_ms": 2.0, "tokens": 512}, {}, 0.0)
+        a, b = wire(cols.records(flops_token=1e6, peak=100.0))
+        self.assertEqual(a["tflops"], 9.0)
+        self.assertNotIn("mfu", a)
+        self.assertEqual((b["tflops"], b["mfu"]), (0.256, 0.00256))
+
     def test_metrics_past_a_records_bound_split_the_steps(self):
         # Each step has few metrics, all of them together more than one
         # record may carry (256 names): the steps go in several records.
