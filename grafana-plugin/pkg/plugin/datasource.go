@@ -226,7 +226,11 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 
 	case api.QueryBreakdown:
 		oneRank()
-		steps()
+		// A breakdown runs from a step to the run's end: GET breakdown
+		// takes no to_step.
+		if q.FromStep != nil {
+			p.Set("from_step", strconv.FormatInt(*q.FromStep, 10))
+		}
 		var r api.Breakdown
 		if err := d.client.get(ctx, runPath(q.RunID, "breakdown"), p, &r); err != nil {
 			return nil, err
