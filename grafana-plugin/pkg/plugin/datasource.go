@@ -11,7 +11,6 @@ package plugin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -370,16 +369,6 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 	return nil, &QueryError{Field: "queryType", Msg: "unknown " + q.QueryType}
 }
 
-// compareRuns gives the run ids of a compare query. A multi-value run
-// variable may arrive as one "{a,b}" or "a,b" string; it is split here.
-func compareRuns(q api.PluginQuery) []string {
-	ids := q.RunIDs
-	if len(ids) == 0 && q.RunID != "" {
-		ids = []string{q.RunID}
-	}
-	return splitList(ids)
-}
-
 // splitList flattens list values that a multi-value variable may have
 // turned into one "{a,b}" or "a,b" string.
 func splitList(vs []string) []string {
@@ -401,91 +390,3 @@ const AllRuns = "*"
 
 // maxPointsLimit is the most points the query service gives one series.
 const maxPointsLimit = 10000
-
-// listRunsPage is the page size of GET /runs; maxRuns bounds how many
-// runs a table or variable lists.
-const (
-	listRunsPage = 500
-	maxRuns      = 10000
-)
-
-// listRuns pages through GET /runs with the given filters.
-func (d *Datasource) listRuns(ctx context.Context, filter url.Values) ([]api.RunSummary, error) {
-	var all []api.RunSummary
-	for offset := 0; offset < maxRuns; {
-		p := url.Values{}
-		for k, v := range filter {
-			p[k] = v
-		}
-		p.Set("limit", strconv.Itoa(listRunsPage))
-		p.Set("offset", strconv.Itoa(offset))
-		var page api.RunList
-		if err := d.client.get(ctx, "/api/v1/runs", p, &page); err != nil {
-			return nil, err
-		}
-		all = append(all, page.Runs...)
-		offset += len(page.Runs)
-		if len(page.Runs) == 0 || offset >= page.Total {
-			break
-		}
-	}
-	if all == nil {
-		all = []api.RunSummary{}
-	}
-	return all, nil
-}
-
-// CheckHealth backs "Save & test": first the server's /readyz (is it
-// there, with its database?), then an authenticated GET /api/v1/runs (is
-// the token accepted?); the message says which of the two failed.
-func (d *Datasource) CheckHealth(ctx context.Context, _ *backend.CheckHealthRequest) (*backend.CheckHealthResult, error) {
-	if err := d.client.get(ctx, "/readyz", nil, nil); err != nil {
-		msg := fmt.Sprintf("DeepSeed server at %s is not ready: %v", d.settings.URL, err)
-		if httpStatus(err) == 0 {
-			msg = fmt.Sprintf("DeepSeed server at %s is unreachable: %v", d.settings.URL, err)
-		}
-		return &backend.CheckHealthResult{Status: backend.HealthStatusError, Message: msg}, nil
-	}
-	var page api.RunList
-	err := d.client.get(ctx, "/api/v1/runs", url.Values{"limit": {"1"}}, &page)
-	switch s := httpStatus(err); {
-	case err == nil:
-	case s == http.StatusUnauthorized || s == http.StatusForbidden:
-		msg := "The DeepSeed server rejected the token: set a read token of the server in the data source's settings"
-		if d.settings.Secrets.Token == "" {
-			msg = "The DeepSeed server requires a token: set a read token in the data source's settings"
-		}
-		return &backend.CheckHealthResult{Status: backend.HealthStatusError, Message: msg}, nil
-	default:
-		return &backend.CheckHealthResult{Status: backend.HealthStatusError,
-			Message: fmt.Sprintf("DeepSeed server is ready but listing runs failed: %v", err)}, nil
-	}
-	return &backend.CheckHealthResult{
-		Status:  backend.HealthStatusOk,
-		Message: fmt.Sprintf("Connected to DeepSeed: server ready, token accepted, %d runs", page.Total),
-	}, nil
-}
-
-// flaggedRanks are the ranks GET /runs/{id}/ranks flags as stragglers,
-// for a query of every rank's series: their series are named so a panel
-// override (StragglerSuffix) can highlight them. Nil for one rank's
-// series, or when the server cannot say (the series still draw).
-func (d *Datasource) flaggedRanks(ctx context.Context, q api.PluginQuery) map[int]bool {
-	if q.Rank != "all" {
-		return nil
-	}
-	var rr api.RanksResponse
-	if err := d.client.get(ctx, runPath(q.RunID, "ranks"), nil, &rr); err != nil {
-		return nil
-	}
-	var out map[int]bool
-	for _, r := range rr.Ranks {
-		if r.Straggler {
-			if out == nil {
-				out = map[int]bool{}
-			}
-			out[r.Rank] = true
-		}
-	}
-	return out
-}

@@ -267,3 +267,8 @@ func jsNumber(f float64) string {
 	exp = strings.TrimLeft(exp[1:], "0")
 	return mant + "e" + sign + exp
 }
+
+// FrameTypeHeatmapRows is the frame type Grafana's Heatmap panel reads as
+// ready-made rows (x first, then one numeric field per y bucket). The SDK
+// has no constant for it.
+const FrameTypeHeatmapRows data.FrameType = "heatmap-rows"

@@ -2,7 +2,10 @@ package plugin
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
@@ -90,4 +93,38 @@ func gpuTableFrame(r api.GPUResponse) *data.Frame {
 		}))
 	}
 	return data.NewFrame("gpus", fields...)
+}
+
+// gpuFrames gives one time series per host, GPU and metric, labelled so
+// alert rules get one instance per GPU.
+func gpuFrames(r api.GPUResponse) data.Frames {
+	metrics := map[string]bool{}
+	for _, s := range r.Series {
+		metrics[s.Metric] = true
+	}
+	frames := make(data.Frames, 0, len(r.Series))
+	for _, s := range r.Series {
+		display := fmt.Sprintf("%s GPU %d", s.Host, s.GPU)
+		if len(metrics) > 1 {
+			display += " " + metricLabel(s.Metric)
+		}
+		labels := data.Labels{"host": s.Host, "gpu": strconv.Itoa(s.GPU)}
+		if s.Name != "" {
+			labels["gpu_name"] = s.Name
+		}
+		if s.RunID != "" {
+			labels["run_id"] = s.RunID
+		}
+		t := make([]time.Time, len(s.Points))
+		v := make([]float64, len(s.Points))
+		for i, p := range s.Points {
+			t[i], v[i] = p.Time, float64(p.Value)
+		}
+		f := data.NewFrame(display,
+			data.NewField("time", nil, t),
+			data.NewField(s.Metric, labels, v).SetConfig(&data.FieldConfig{Unit: metricUnit(s.Metric, s.Unit), DisplayNameFromDS: display}))
+		f.Meta = timeSeriesMeta()
+		frames = append(frames, f)
+	}
+	return frames
 }
