@@ -9,6 +9,27 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// alertsQuery is the open alerts, from GET /alerts: a table or, numeric,
+// a field per alert for alert rules.
+var alertsQuery = get[api.AlertList]{
+	path: pathOf("/api/v1/alerts"),
+	params: func(r request) params {
+		// Open alerts only: a rule fires while one is open and resolves
+		// when the server resolves it.
+		p := params{"state": {"open"}, "limit": {"1000"}}
+		p.set("project", r.Project)
+		p.set("run_id", r.RunID)
+		p.set("kind", r.AlertKind)
+		return p
+	},
+	frames: func(r request, a api.AlertList) data.Frames {
+		if r.Format == FormatNumeric {
+			return data.Frames{alertsNumericFrame(a)}
+		}
+		return data.Frames{alertsFrame(a)}
+	},
+}
+
 // alertsFrame is the open alerts as a table, the newest opened first.
 func alertsFrame(r api.AlertList) *data.Frame {
 	rows := r.Alerts

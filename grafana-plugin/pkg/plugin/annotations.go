@@ -10,6 +10,26 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// annotationsQuery is run events for annotations, from GET /annotations:
+// a run's whole, or those of the dashboard's range.
+var annotationsQuery = get[api.AnnotationsResponse]{
+	path: pathOf("/api/v1/annotations"),
+	params: func(r request) params {
+		p := params{}
+		p.set("run_id", r.RunID)
+		// One annotation per event type (checkpoints, overflow skips, …)
+		// lets a dashboard give each its own colour and toggle.
+		p.add("type", splitList(r.EventTypes))
+		// A run's events are wanted whole: its panels show the run's own
+		// window (see window.go), which the dashboard's range may not cover.
+		if r.RunID == "" {
+			p.timeRange(r.timeRange)
+		}
+		return p
+	},
+	frames: func(_ request, a api.AnnotationsResponse) data.Frames { return data.Frames{annotationsFrame(a)} },
+}
+
 // annotationsFrame has the fields Grafana's annotation support maps by
 // name: time, title, text and tags (comma-separated).
 func annotationsFrame(r api.AnnotationsResponse) *data.Frame {

@@ -6,6 +6,23 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// compareQuery is the comparison table, from GET /compare: the query's
+// runs, else its sweep's, else its project's.
+var compareQuery = get[api.CompareResponse]{
+	path: pathOf("/api/v1/compare"),
+	params: func(r request) params {
+		p := params{}
+		p.add("run", compareRuns(r.PluginQuery))
+		p.set("sweep", r.Sweep)
+		if len(p["run"]) == 0 && r.Sweep == "" {
+			p.set("project", r.Project)
+		}
+		p.set("baseline", r.Baseline)
+		return p
+	},
+	frames: func(_ request, c api.CompareResponse) data.Frames { return data.Frames{compareFrame(c)} },
+}
+
 // compareFigures are the steady-state columns of the comparison table with
 // their units; a baseline adds a Δ % column for each.
 var compareFigures = []struct {

@@ -10,6 +10,12 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// evalsQuery is a run's evaluations, from GET /runs/{id}/evals.
+var evalsQuery = get[api.EvalsResponse]{
+	path:   runPathOf("evals"),
+	frames: func(r request, e api.EvalsResponse) data.Frames { return evalsFrames(r.PluginQuery, e) },
+}
+
 // evalsFrames gives one frame per split (val, test, …): the points to
 // overlay on the loss chart, with the training loss at each.
 func evalsFrames(q api.PluginQuery, r api.EvalsResponse) data.Frames {

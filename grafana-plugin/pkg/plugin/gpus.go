@@ -12,6 +12,53 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// gpusQuery is GPU telemetry, from GET /gpus: a time series per host, GPU
+// and metric, the distribution of a run's many GPUs, or, as a table, a
+// row per GPU.
+var gpusQuery = get[api.GPUResponse]{
+	path: pathOf("/api/v1/gpus"),
+	params: func(r request) params {
+		p := params{}
+		p.set("host", r.Host)
+		// "*" is the Run picker's "All": every GPU, whoever held it.
+		if r.RunID != AllRuns {
+			p.set("run_id", r.RunID)
+			// A rank number picks that rank's GPU; "all" or none, every
+			// GPU of the run.
+			if _, err := strconv.Atoi(r.Rank); err == nil && r.RunID != "" {
+				p.set("rank", r.Rank)
+			}
+		}
+		p.add("metric", r.Metrics)
+		p.timeRange(r.timeRange)
+		p.maxPoints(r.maxDataPoints)
+		return p
+	},
+	frames: func(q request, r api.GPUResponse) data.Frames {
+		if q.GPU != "" {
+			// The service filters by host and run; one GPU of a host is
+			// picked here.
+			keep := r.Series[:0]
+			for _, s := range r.Series {
+				if strconv.Itoa(s.GPU) == q.GPU {
+					keep = append(keep, s)
+				}
+			}
+			r.Series = keep
+		}
+		if q.Format == FormatTable {
+			return data.Frames{gpuTableFrame(r)}
+		}
+		if len(r.Spread) > 0 {
+			// A run of many GPUs: their distribution, drawn as the
+			// ranks' band is.
+			spread := spreadFrames(api.PluginQuery{XAxis: "time"}, api.SeriesResponse{Spread: r.Spread})
+			return withNotice(spread, "gpus", r.Notice)
+		}
+		return gpuFrames(r)
+	},
+}
+
 // FormatTable is the gpus query format of one table row per GPU.
 const FormatTable = "table"
 

@@ -1,10 +1,21 @@
 package plugin
 
 import (
+	"context"
+
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/api"
 )
+
+// jobCountsQuery is the job counters, from the counts of GET /jobs.
+var jobCountsQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) (data.Frames, error) {
+	jobs, err := d.listJobs(ctx, r.Project, r.Sweep, r.State, 1)
+	if err != nil {
+		return nil, err
+	}
+	return data.Frames{jobCountsFrame(jobs.Counts)}, nil
+})
 
 // jobCountFields are the counters of [api.JobCounts], the seed's four
 // first.

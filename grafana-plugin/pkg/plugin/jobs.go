@@ -15,9 +15,19 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
-// This file serves the jobs dashboard: the job table, its counters, the
-// GPU quotas and a sweep's trials, each one call to the server's job
-// routes (which read tokens may read).
+// The jobs dashboard's query types read the server's job routes, which
+// read tokens may read: the job table (this file), its counters
+// (job_counts.go), the GPU quotas (quotas.go) and a sweep's trials
+// (sweep_trials.go).
+
+// jobsQuery is the job table, from GET /jobs.
+var jobsQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) (data.Frames, error) {
+	jobs, err := d.listJobs(ctx, r.Project, r.Sweep, r.State, maxJobs)
+	if err != nil {
+		return nil, err
+	}
+	return data.Frames{jobsFrame(jobs, r.now)}, nil
+})
 
 // JobStates are the states of a job, in the order a job goes through them.
 var JobStates = []string{"queued", "running", "finished", "failed", "cancelled", "lost"}
@@ -44,59 +54,6 @@ func (d *Datasource) listJobs(ctx context.Context, project, sweep, state string,
 	var r api.JobList
 	err := d.client.get(ctx, "/api/v1/jobs", p, &r)
 	return r, err
-}
-
-// runJobs answers the job query types.
-func (d *Datasource) runJobs(ctx context.Context, q api.PluginQuery, now time.Time) (data.Frames, error) {
-	switch q.QueryType {
-	case api.QueryJobs:
-		r, err := d.listJobs(ctx, q.Project, q.Sweep, q.State, maxJobs)
-		if err != nil {
-			return nil, err
-		}
-		return data.Frames{jobsFrame(r, now)}, nil
-
-	case api.QueryJobCounts:
-		r, err := d.listJobs(ctx, q.Project, q.Sweep, q.State, 1)
-		if err != nil {
-			return nil, err
-		}
-		return data.Frames{jobCountsFrame(r.Counts)}, nil
-
-	case api.QueryQuotas:
-		var list []api.Quota
-		if p := filterValue(q.Project); p != "" {
-			var one api.Quota
-			if err := d.client.get(ctx, "/api/v1/quotas/"+url.PathEscape(p), nil, &one); err != nil {
-				return nil, err
-			}
-			list = []api.Quota{one}
-		} else {
-			var r api.QuotaList
-			if err := d.client.get(ctx, "/api/v1/quotas", nil, &r); err != nil {
-				return nil, err
-			}
-			list = r.Quotas
-		}
-		return data.Frames{quotasFrame(list)}, nil
-
-	case api.QuerySweepTrials:
-		id, err := d.sweepOrNewest(ctx, q.Sweep, q.Project)
-		if err != nil {
-			return nil, err
-		}
-		if id == "" {
-			f := data.NewFrame("sweep_trials")
-			f.Meta = &data.FrameMeta{Notices: []data.Notice{{Severity: data.NoticeSeverityInfo, Text: "no sweep yet: create one with deepseed sweep create"}}}
-			return data.Frames{f}, nil
-		}
-		sw, err := d.getSweep(ctx, id, q.Metric, q.Goal)
-		if err != nil {
-			return nil, err
-		}
-		return data.Frames{sweepTrialsFrame(sw, now)}, nil
-	}
-	return nil, &QueryError{Field: "queryType", Msg: "unknown " + q.QueryType}
 }
 
 // jobWindow is the window of a job's run, as the window resource gives a

@@ -9,6 +9,12 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// memoryQuery is a run's ZeRO memory bars, from GET /runs/{id}/memory.
+var memoryQuery = get[api.MemoryResponse]{
+	path:   runPathOf("memory"),
+	frames: func(_ request, m api.MemoryResponse) data.Frames { return data.Frames{memoryFrame(m)} },
+}
+
 // The two measured peaks of GPU memory, named by their source wherever
 // they are shown: NVML counts the device memory in use (the allocator's
 // pool and the CUDA context), the PyTorch allocator its tensors alone.

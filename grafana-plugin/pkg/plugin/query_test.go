@@ -122,3 +122,18 @@ func TestEvalExtraFiguresStayInTheTooltip(t *testing.T) {
 		}
 	}
 }
+
+// Every query type ParseQuery accepts has its entry in the dispatch
+// table, and the table has no other.
+func TestQueryTypesTable(t *testing.T) {
+	for _, qt := range api.PluginQueryTypes {
+		if queryTypes[qt] == nil {
+			t.Errorf("query type %s has no entry in queryTypes", qt)
+		}
+	}
+	for qt := range queryTypes {
+		if !slices.Contains(api.PluginQueryTypes, qt) {
+			t.Errorf("queryTypes answers %s, which api.PluginQueryTypes does not list", qt)
+		}
+	}
+}

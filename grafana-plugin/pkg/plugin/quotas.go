@@ -1,13 +1,35 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"strconv"
 
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/api"
 )
+
+// quotasQuery is the GPU-hour quotas: GET /quotas/{project} for a project,
+// else GET /quotas for every one.
+var quotasQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) (data.Frames, error) {
+	var list []api.Quota
+	if p := filterValue(r.Project); p != "" {
+		var one api.Quota
+		if err := d.client.get(ctx, "/api/v1/quotas/"+url.PathEscape(p), nil, &one); err != nil {
+			return nil, err
+		}
+		list = []api.Quota{one}
+	} else {
+		var qs api.QuotaList
+		if err := d.client.get(ctx, "/api/v1/quotas", nil, &qs); err != nil {
+			return nil, err
+		}
+		list = qs.Quotas
+	}
+	return data.Frames{quotasFrame(list)}, nil
+})
 
 // GPUHoursUnit is the unit of GPU-hour figures.
 const GPUHoursUnit = "suffix: GPU-h"

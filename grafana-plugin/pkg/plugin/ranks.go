@@ -8,6 +8,28 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// ranksQuery is a run's ranks, from GET /runs/{id}/ranks: the per-rank
+// table, its hosts, or, numeric, a field per rank and figure.
+var ranksQuery = get[api.RanksResponse]{
+	path: runPathOf("ranks"),
+	params: func(r request) params {
+		p := params{}
+		if r.StragglerPct > 0 {
+			p.set("straggler_pct", strconv.FormatFloat(r.StragglerPct, 'g', -1, 64))
+		}
+		return p
+	},
+	frames: func(r request, rr api.RanksResponse) data.Frames {
+		switch {
+		case r.Format == FormatNumeric:
+			return data.Frames{ranksNumericFrame(r.RunID, rr)}
+		case r.Part == api.PartHosts:
+			return data.Frames{hostsFrame(rr)}
+		}
+		return data.Frames{ranksFrame(rr)}
+	},
+}
+
 // ranksFrame is the per-rank table (and the bars of step time per rank).
 func ranksFrame(r api.RanksResponse) *data.Frame {
 	rows := r.Ranks

@@ -14,6 +14,12 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// runDetailsQuery is a run's key/value table, from GET /runs/{id}.
+var runDetailsQuery = get[api.RunDetail]{
+	path:   runPathOf(""),
+	frames: func(_ request, rd api.RunDetail) data.Frames { return data.Frames{runDetailsFrame(rd)} },
+}
+
 // kv is one row of the run-details table.
 type kv struct{ section, key, value string }
 

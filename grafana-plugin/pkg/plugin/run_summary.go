@@ -6,6 +6,18 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// runSummaryQuery is the summary cards of a run, from GET /runs/{id}: the
+// runs table of one row or, numeric, a field per figure.
+var runSummaryQuery = get[api.RunDetail]{
+	path: runPathOf(""),
+	frames: func(r request, rd api.RunDetail) data.Frames {
+		if r.Format == FormatNumeric {
+			return data.Frames{summaryNumericFrame(rd.RunSummary)}
+		}
+		return data.Frames{runsFrame("run_summary", []api.RunSummary{rd.RunSummary})}
+	},
+}
+
 // summaryNumericFrame is run_summary for alert rules: the run's numeric
 // figures, each labelled with the run's id, name and project. An alert on
 // final_loss or skipped_steps of $run (or of a fixed run id) reads it.

@@ -12,6 +12,21 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// runsQuery is the runs table: every page of GET /runs, filtered by the
+// query's project, sweep, tag and status.
+var runsQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) (data.Frames, error) {
+	p := params{}
+	p.set("project", r.Project)
+	p.set("sweep", r.Sweep)
+	p.set("tag", r.Tag)
+	p.set("status", r.Status)
+	runs, err := d.listRuns(ctx, url.Values(p))
+	if err != nil {
+		return nil, err
+	}
+	return data.Frames{runsFrame("runs", runs)}, nil
+})
+
 // runsFrame is the runs table; run_summary is the same frame with one row,
 // for the stat panels of the summary cards.
 func runsFrame(name string, runs []api.RunSummary) *data.Frame {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -11,6 +12,32 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 )
+
+// seriesQuery is a run's series, from GET /runs/{id}/series; a query of
+// every rank also asks which ranks are stragglers, to name their series.
+var seriesQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) (data.Frames, error) {
+	var s api.SeriesResponse
+	if err := d.client.get(ctx, runPath(r.RunID, "series"), url.Values(seriesParams(r)), &s); err != nil {
+		return nil, err
+	}
+	return seriesFrames(r.PluginQuery, s, d.flaggedRanks(ctx, r.PluginQuery)), nil
+})
+
+// seriesParams are the parameters of GET /runs/{id}/series.
+func seriesParams(r request) params {
+	p := params{}
+	p.add("metric", r.Metrics)
+	p.set("rank", r.Rank)
+	p.step("from_step", r.FromStep)
+	p.step("to_step", r.ToStep)
+	p.maxPoints(r.maxDataPoints)
+	// On the step axis the whole run is wanted whatever the dashboard's
+	// time picker says; on the time axis the picker rules.
+	if r.XAxis != "step" {
+		p.timeRange(r.timeRange)
+	}
+	return p
+}
 
 // seriesFrames gives one frame per metric and rank: x (time, or step for
 // the trend panel), the value, and optionally the bucket's min and max.

@@ -15,6 +15,25 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// sweepTrialsQuery is a sweep's trials, from GET /sweeps/{id}: the query's
+// sweep, else the newest of its project.
+var sweepTrialsQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) (data.Frames, error) {
+	id, err := d.sweepOrNewest(ctx, r.Sweep, r.Project)
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		f := data.NewFrame("sweep_trials")
+		f.Meta = &data.FrameMeta{Notices: []data.Notice{{Severity: data.NoticeSeverityInfo, Text: "no sweep yet: create one with deepseed sweep create"}}}
+		return data.Frames{f}, nil
+	}
+	sw, err := d.getSweep(ctx, id, r.Metric, r.Goal)
+	if err != nil {
+		return nil, err
+	}
+	return data.Frames{sweepTrialsFrame(sw, r.now)}, nil
+})
+
 // sweepOrNewest is sweep, or for none or All the newest sweep of project
 // (of any project for none or All): the trials panel shows the latest
 // sweep until one is picked. "" when there is no sweep at all.
