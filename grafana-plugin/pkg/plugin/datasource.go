@@ -127,5 +127,5 @@ func (d *Datasource) run(ctx context.Context, q api.PluginQuery, dq backend.Data
 	if !ok {
 		return nil, &QueryError{Field: "queryType", Msg: "unknown " + q.QueryType}
 	}
-	return t.run(ctx, d, request{PluginQuery: q, timeRange: dq.TimeRange, maxDataPoints: dq.MaxDataPoints, now: time.Now()})
+	return t.answer.run(ctx, d, request{PluginQuery: q, timeRange: dq.TimeRange, maxDataPoints: dq.MaxDataPoints, now: time.Now()})
 }

@@ -13,33 +13,39 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
-// queryTypes answers each query type of [api.PluginQueryTypes]; each is
+// queryTypes has each query type of [api.PluginQueryTypes]; its answer is
 // defined in the file named after it, its parameters beside its frames.
 var queryTypes = map[string]queryType{
-	api.QueryRuns:        runsQuery,
-	api.QueryRunSummary:  runSummaryQuery,
-	api.QueryRunDetails:  runDetailsQuery,
-	api.QueryRunCode:     runCodeQuery,
-	api.QuerySeries:      seriesQuery,
-	api.QueryHeatmap:     heatmapQuery,
-	api.QueryEvals:       evalsQuery,
-	api.QueryBreakdown:   breakdownQuery,
-	api.QueryMemory:      memoryQuery,
-	api.QueryRanks:       ranksQuery,
-	api.QueryCompare:     compareQuery,
-	api.QueryGPUs:        gpusQuery,
-	api.QueryAnnotations: annotationsQuery,
-	api.QueryHangReports: hangReportsQuery,
-	api.QueryAlerts:      alertsQuery,
-	api.QueryJobs:        jobsQuery,
-	api.QueryJobCounts:   jobCountsQuery,
-	api.QueryQuotas:      quotasQuery,
-	api.QuerySweepTrials: sweepTrialsQuery,
+	api.QueryRuns:        {needsRun: false, answer: runsQuery},
+	api.QueryRunSummary:  {needsRun: true, answer: runSummaryQuery},
+	api.QueryRunDetails:  {needsRun: true, answer: runDetailsQuery},
+	api.QueryRunCode:     {needsRun: true, answer: runCodeQuery},
+	api.QuerySeries:      {needsRun: true, answer: seriesQuery},
+	api.QueryHeatmap:     {needsRun: true, answer: heatmapQuery},
+	api.QueryEvals:       {needsRun: true, answer: evalsQuery},
+	api.QueryBreakdown:   {needsRun: true, answer: breakdownQuery},
+	api.QueryMemory:      {needsRun: true, answer: memoryQuery},
+	api.QueryRanks:       {needsRun: true, answer: ranksQuery},
+	api.QueryCompare:     {needsRun: false, answer: compareQuery},
+	api.QueryGPUs:        {needsRun: false, answer: gpusQuery},
+	api.QueryAnnotations: {needsRun: false, answer: annotationsQuery},
+	api.QueryHangReports: {needsRun: true, answer: hangReportsQuery},
+	api.QueryAlerts:      {needsRun: false, answer: alertsQuery},
+	api.QueryJobs:        {needsRun: false, answer: jobsQuery},
+	api.QueryJobCounts:   {needsRun: false, answer: jobCountsQuery},
+	api.QueryQuotas:      {needsRun: false, answer: quotasQuery},
+	api.QuerySweepTrials: {needsRun: false, answer: sweepTrialsQuery},
 }
 
-// A queryType answers one type of query: it calls the query service and
+// queryType is one type of query.
+type queryType struct {
+	needsRun bool     // ParseQuery refuses a query of the type without a runId
+	answer   answerer // calls the query service, builds the frames
+}
+
+// An answerer answers one type of query: it calls the query service and
 // turns the answer into frames.
-type queryType interface {
+type answerer interface {
 	run(ctx context.Context, d *Datasource, r request) (data.Frames, error)
 }
 
@@ -51,8 +57,8 @@ type request struct {
 	now           time.Time
 }
 
-// get is a query type of one GET: its path and parameters come from the
-// request, its frames from the answer, decoded into an A.
+// get answers a query type of one GET: its path and parameters come from
+// the request, its frames from the answer, decoded into an A.
 type get[A any] struct {
 	path   func(r request) string
 	params func(r request) params // nil: none
@@ -71,7 +77,7 @@ func (t get[A]) run(ctx context.Context, d *Datasource, r request) (data.Frames,
 	return t.frames(r, answer), nil
 }
 
-// queryFunc is a query type of more than one call, or of calls that
+// queryFunc answers a query type of more than one call, or of calls that
 // depend on an answer.
 type queryFunc func(ctx context.Context, d *Datasource, r request) (data.Frames, error)
 
