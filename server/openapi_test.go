@@ -144,3 +144,34 @@ func jsonFields(t reflect.Type) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Every operation has an operationId of its own, so that clients
+// generated from the document get usable names.
+func TestOpenAPIOperationIDs(t *testing.T) {
+	doc := loadOpenAPI(t)
+	seen := map[string]string{}
+	for path, ops := range doc.Paths {
+		for method, raw := range ops {
+			if !slices.Contains([]string{"get", "put", "post", "delete", "patch", "head", "options"}, method) {
+				continue
+			}
+			var op struct {
+				OperationID string `json:"operationId"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			where := strings.ToUpper(method) + " " + path
+			switch other, dup := seen[op.OperationID]; {
+			case op.OperationID == "":
+				t.Errorf("%s has no operationId", where)
+			case dup:
+				t.Errorf("%s and %s share operationId %s", where, other, op.OperationID)
+			}
+			seen[op.OperationID] = where
+		}
+	}
+	if len(seen) < 20 {
+		t.Fatalf("only %d operations in api/openapi.json", len(seen))
+	}
+}

@@ -38,6 +38,27 @@ import (
 // are then true cells' times printed with the unit, never a mapping's
 // text.
 
+// heatmapQuery is a run's layer heatmap, from GET /runs/{id}/heatmap: as
+// many columns as the query asks for, else as the panel is wide.
+var heatmapQuery = get[api.Heatmap]{
+	path: runPathOf("heatmap"),
+	params: func(r request) params {
+		p := params{}
+		p.set("pass", r.Pass)
+		p.oneRank(r.Rank)
+		switch {
+		case r.MaxSteps > 0:
+			p.set("max_steps", strconv.Itoa(min(r.MaxSteps, maxPointsLimit)))
+		case r.maxDataPoints > 0:
+			p.set("max_steps", strconv.FormatInt(min(r.maxDataPoints, maxPointsLimit), 10))
+		}
+		p.step("from_step", r.FromStep)
+		p.step("to_step", r.ToStep)
+		return p
+	},
+	frames: func(r request, h api.Heatmap) data.Frames { return data.Frames{heatmapFrame(r.PluginQuery, h)} },
+}
+
 // heatmapFrame is the heatmap-rows frame of h.
 func heatmapFrame(q api.PluginQuery, h api.Heatmap) *data.Frame {
 	fields := make([]*data.Field, 0, len(h.Layers)+1)
@@ -267,3 +288,8 @@ func jsNumber(f float64) string {
 	exp = strings.TrimLeft(exp[1:], "0")
 	return mant + "e" + sign + exp
 }
+
+// FrameTypeHeatmapRows is the frame type Grafana's Heatmap panel reads as
+// ready-made rows (x first, then one numeric field per y bucket). The SDK
+// has no constant for it.
+const FrameTypeHeatmapRows data.FrameType = "heatmap-rows"

@@ -56,16 +56,11 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 	if !slices.Contains(api.PluginQueryTypes, q.QueryType) {
 		return q, &QueryError{Field: "queryType", Msg: fmt.Sprintf("unknown %q; want one of %s", q.QueryType, strings.Join(api.PluginQueryTypes, ", "))}
 	}
-	switch q.QueryType {
-	case api.QueryRunSummary, api.QueryRunDetails, api.QueryRunCode, api.QuerySeries, api.QueryHeatmap, api.QueryEvals,
-		api.QueryBreakdown, api.QueryMemory, api.QueryRanks, api.QueryHangReports:
-		if strings.TrimSpace(q.RunID) == "" {
-			return q, &QueryError{Field: "runId", Msg: "a run is required for " + q.QueryType}
-		}
-	case api.QueryCompare:
-		if len(q.RunIDs) == 0 && q.Sweep == "" && q.Project == "" && q.RunID == "" {
-			return q, &QueryError{Field: "runIds", Msg: "compare needs runs, a sweep or a project"}
-		}
+	if queryTypes[q.QueryType].needsRun && strings.TrimSpace(q.RunID) == "" {
+		return q, &QueryError{Field: "runId", Msg: "a run is required for " + q.QueryType}
+	}
+	if q.QueryType == api.QueryCompare && len(q.RunIDs) == 0 && q.Sweep == "" && q.Project == "" && q.RunID == "" {
+		return q, &QueryError{Field: "runIds", Msg: "compare needs runs, a sweep or a project"}
 	}
 	if q.QueryType == api.QuerySeries && len(q.Metrics) == 0 {
 		return q, &QueryError{Field: "metrics", Msg: "pick at least one metric"}

@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"encoding/json"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -119,6 +121,49 @@ func TestEvalExtraFiguresStayInTheTooltip(t *testing.T) {
 		hidden := f.Config != nil && f.Config.Custom["hideFrom"] != nil
 		if want := f.Name == "metrics.epoch"; hidden != want {
 			t.Errorf("field %s: hidden %v, want %v", f.Name, hidden, want)
+		}
+	}
+}
+
+// Every query type ParseQuery accepts has its entry in the dispatch
+// table, and the table has no other.
+func TestQueryTypesTable(t *testing.T) {
+	for _, qt := range api.PluginQueryTypes {
+		if queryTypes[qt].answer == nil {
+			t.Errorf("query type %s has no entry in queryTypes", qt)
+		}
+	}
+	for qt := range queryTypes {
+		if !slices.Contains(api.PluginQueryTypes, qt) {
+			t.Errorf("queryTypes answers %s, which api.PluginQueryTypes does not list", qt)
+		}
+	}
+}
+
+// The frontend's list of query types (src/types.ts) has every type, and
+// needs a run for those the table needs one for: the editor and the
+// frontend's check of a query then agree with ParseQuery.
+func TestFrontendQueryTypes(t *testing.T) {
+	ts, err := os.ReadFile("../../src/types.ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, _ := strings.Cut(string(ts), "export const QUERY_TYPES")
+	list, _, _ = strings.Cut(list, "];")
+	entries := regexp.MustCompile(`(?s)value: '(\w+)'.*?needsRun: (true|false)`).FindAllStringSubmatch(list, -1)
+	seen := map[string]bool{}
+	for _, e := range entries {
+		qt, needsRun := e[1], e[2] == "true"
+		seen[qt] = true
+		if typ, ok := queryTypes[qt]; !ok {
+			t.Errorf("types.ts lists query type %s, which the backend does not answer", qt)
+		} else if typ.needsRun != needsRun {
+			t.Errorf("types.ts: %s needsRun %v, the backend's table %v", qt, needsRun, typ.needsRun)
+		}
+	}
+	for qt := range queryTypes {
+		if !seen[qt] {
+			t.Errorf("types.ts does not list query type %s", qt)
 		}
 	}
 }

@@ -8,6 +8,28 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// ranksQuery is a run's ranks, from GET /runs/{id}/ranks: the per-rank
+// table, its hosts, or, numeric, a field per rank and figure.
+var ranksQuery = get[api.RanksResponse]{
+	path: runPathOf("ranks"),
+	params: func(r request) params {
+		p := params{}
+		if r.StragglerPct > 0 {
+			p.set("straggler_pct", strconv.FormatFloat(r.StragglerPct, 'g', -1, 64))
+		}
+		return p
+	},
+	frames: func(r request, rr api.RanksResponse) data.Frames {
+		switch {
+		case r.Format == FormatNumeric:
+			return data.Frames{ranksNumericFrame(r.RunID, rr)}
+		case r.Part == api.PartHosts:
+			return data.Frames{hostsFrame(rr)}
+		}
+		return data.Frames{ranksFrame(rr)}
+	},
+}
+
 // ranksFrame is the per-rank table (and the bars of step time per rank).
 func ranksFrame(r api.RanksResponse) *data.Frame {
 	rows := r.Ranks
@@ -58,4 +80,29 @@ func hostsFrame(r api.RanksResponse) *data.Frame {
 func ranksMeta(r api.RanksResponse) map[string]any {
 	return map[string]any{"median_step_ms": fv(r.MedianStepMS), "straggler_pct": fv(r.StragglerPct),
 		"lateness_from": r.LatenessFrom, "from_step": r.FromStep, "basis": r.Basis}
+}
+
+// ranksNumericFrame is ranks for alert rules: each rank's figures as
+// number fields labelled run_id, rank and host, straggler as 1 or 0; an
+// alert on straggler > 0 fires once per straggling rank.
+func ranksNumericFrame(runID string, r api.RanksResponse) *data.Frame {
+	var fields []*data.Field
+	for _, s := range r.Ranks {
+		labels := data.Labels{"run_id": runID, "rank": strconv.Itoa(s.Rank), "host": s.Host}
+		straggler := 0.0
+		if s.Straggler {
+			straggler = 1
+		}
+		fields = append(fields,
+			numericField("median_step_ms", "ms", labels, fv(s.MedianStepMS)),
+			numericField("p95_step_ms", "ms", labels, fv(s.P95StepMS)),
+			numericField("wait_ms", "ms", labels, fv(s.WaitMS)),
+			numericField("lateness_ms", "ms", labels, fp(s.LatenessMS)),
+			numericField("straggler_score", "percentunit", labels, fp(s.StragglerScore)),
+			numericField("mean_gpu_util_pct", "percent", labels, fp(s.MeanGPUUtil)),
+			numericField("peak_gpu_mem_gb", "decgbytes", labels, fp(s.PeakMemGB)),
+			numericField("straggler", "none", labels, &straggler),
+		)
+	}
+	return numericFrame("ranks", fields)
 }

@@ -210,3 +210,124 @@ func sendJSON(sender backend.CallResourceResponseSender, status int, body any) e
 		Body:    b,
 	})
 }
+
+// jobResource serves the job variables' lists.
+func (d *Datasource) jobResource(ctx context.Context, path string, q url.Values) ([]Option, error) {
+	switch path {
+	case api.VariableJobProjects:
+		r, err := d.listJobs(ctx, "", "", "", maxJobs)
+		if err != nil {
+			return nil, err
+		}
+		var qs api.QuotaList
+		if err := d.client.get(ctx, "/api/v1/quotas", nil, &qs); err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, j := range r.Jobs {
+			if !slices.Contains(names, j.Project) {
+				names = append(names, j.Project)
+			}
+		}
+		for _, q := range qs.Quotas {
+			if !slices.Contains(names, q.Project) {
+				names = append(names, q.Project)
+			}
+		}
+		slices.Sort(names)
+		return textOptions(names), nil
+
+	case api.VariableJobSweeps:
+		sweeps, err := d.jobSweeps(ctx, q.Get("project"))
+		if err != nil {
+			return nil, err
+		}
+		return textOptions(sweeps), nil
+
+	case api.VariableJobStates:
+		return textOptions(JobStates), nil
+
+	case api.VariableSweepMetrics:
+		return d.sweepMetrics(ctx, q.Get("sweep"), q.Get("project"))
+
+	case api.VariableSweepGoals:
+		return d.sweepGoals(ctx, q.Get("sweep"), q.Get("project"), q.Get("metric"))
+	}
+	return nil, &QueryError{Msg: fmt.Sprintf("unknown resource %q; want one of %s", path, strings.Join(api.VariableResources, ", "))}
+}
+
+// metricRuns bounds how many of a sweep's runs the metric list reads.
+const metricRuns = 5
+
+// sweepMetrics lists the metrics a sweep's trials can be ranked by: the
+// sweep's own, then those of its runs' evaluations as sweep show names
+// them (<split>_loss, <split>_accuracy, <split>_f1, <split>_<metric>).
+func (d *Datasource) sweepMetrics(ctx context.Context, sweep, project string) ([]Option, error) {
+	id, err := d.sweepOrNewest(ctx, sweep, project)
+	if err != nil || id == "" {
+		return []Option{}, err
+	}
+	sw, err := d.getSweep(ctx, id, "", "")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	if sw.Metric != "" {
+		names = append(names, sw.Metric)
+	}
+	read := 0
+	for _, t := range sw.Trials {
+		if t.Job.RunID == "" || read == metricRuns {
+			continue
+		}
+		read++
+		var r api.EvalsResponse
+		if err := d.client.get(ctx, runPath(t.Job.RunID, "evals"), nil, &r); err != nil {
+			return nil, err
+		}
+		var found []string
+		for _, e := range r.Evals {
+			add := func(name string, ok bool) {
+				if ok && !slices.Contains(names, name) && !slices.Contains(found, name) {
+					found = append(found, name)
+				}
+			}
+			add(e.Split+"_loss", e.Loss != nil)
+			add(e.Split+"_accuracy", e.Accuracy != nil)
+			add(e.Split+"_f1", e.F1 != nil)
+			for k := range e.Metrics {
+				add(e.Split+"_"+k, true)
+			}
+		}
+		slices.Sort(found)
+		names = append(names, found...)
+	}
+	return textOptions(names), nil
+}
+
+// sweepGoals is max and min, the one that suits metric first: the
+// sweep's own goal for its own metric, min for a loss, else max.
+func (d *Datasource) sweepGoals(ctx context.Context, sweep, project, metric string) ([]Option, error) {
+	metric = filterValue(metric)
+	first := "max"
+	if strings.HasSuffix(metric, "loss") {
+		first = "min"
+	}
+	id, err := d.sweepOrNewest(ctx, sweep, project)
+	if err != nil {
+		return nil, err
+	}
+	if id != "" {
+		sw, err := d.getSweep(ctx, id, "", "")
+		if err != nil {
+			return nil, err
+		}
+		if sw.Goal != "" && (metric == "" || metric == sw.Metric) {
+			first = sw.Goal
+		}
+	}
+	if first == "min" {
+		return textOptions([]string{"min", "max"}), nil
+	}
+	return textOptions([]string{"max", "min"}), nil
+}

@@ -19,6 +19,19 @@ import (
 // beside it the snapshot of its host's GPUs that the collector sent with
 // it (the "hang_gpus" event: {"host", "gpus": [...]}).
 
+// hangReportsQuery is the hang table, from the hang events of GET
+// /annotations: the run's reports whole, whatever the dashboard's range.
+var hangReportsQuery = get[api.AnnotationsResponse]{
+	path: pathOf("/api/v1/annotations"),
+	params: func(r request) params {
+		p := params{}
+		p.set("run_id", r.RunID)
+		p.add("type", HangEventTypes)
+		return p
+	},
+	frames: func(_ request, a api.AnnotationsResponse) data.Frames { return data.Frames{hangFrame(a)} },
+}
+
 // HangEventTypes are the event types a hang_reports query reads.
 var HangEventTypes = []string{api.EventHang, api.EventHangGPUs}
 

@@ -2,12 +2,62 @@ package plugin
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/api"
 )
+
+// gpusQuery is GPU telemetry, from GET /gpus: a time series per host, GPU
+// and metric, the distribution of a run's many GPUs, or, as a table, a
+// row per GPU.
+var gpusQuery = get[api.GPUResponse]{
+	path: pathOf("/api/v1/gpus"),
+	params: func(r request) params {
+		p := params{}
+		p.set("host", r.Host)
+		// "*" is the Run picker's "All": every GPU, whoever held it.
+		if r.RunID != AllRuns {
+			p.set("run_id", r.RunID)
+			// A rank number picks that rank's GPU; "all" or none, every
+			// GPU of the run.
+			if _, err := strconv.Atoi(r.Rank); err == nil && r.RunID != "" {
+				p.set("rank", r.Rank)
+			}
+		}
+		p.add("metric", r.Metrics)
+		p.timeRange(r.timeRange)
+		p.maxPoints(r.maxDataPoints)
+		return p
+	},
+	frames: func(q request, r api.GPUResponse) data.Frames {
+		if q.GPU != "" {
+			// The service filters by host and run; one GPU of a host is
+			// picked here.
+			keep := r.Series[:0]
+			for _, s := range r.Series {
+				if strconv.Itoa(s.GPU) == q.GPU {
+					keep = append(keep, s)
+				}
+			}
+			r.Series = keep
+		}
+		if q.Format == FormatTable {
+			return data.Frames{gpuTableFrame(r)}
+		}
+		if len(r.Spread) > 0 {
+			// A run of many GPUs: their distribution, drawn as the
+			// ranks' band is.
+			spread := spreadFrames(api.PluginQuery{XAxis: "time"}, api.SeriesResponse{Spread: r.Spread})
+			return withNotice(spread, "gpus", r.Notice)
+		}
+		return gpuFrames(r)
+	},
+}
 
 // FormatTable is the gpus query format of one table row per GPU.
 const FormatTable = "table"
@@ -90,4 +140,38 @@ func gpuTableFrame(r api.GPUResponse) *data.Frame {
 		}))
 	}
 	return data.NewFrame("gpus", fields...)
+}
+
+// gpuFrames gives one time series per host, GPU and metric, labelled so
+// alert rules get one instance per GPU.
+func gpuFrames(r api.GPUResponse) data.Frames {
+	metrics := map[string]bool{}
+	for _, s := range r.Series {
+		metrics[s.Metric] = true
+	}
+	frames := make(data.Frames, 0, len(r.Series))
+	for _, s := range r.Series {
+		display := fmt.Sprintf("%s GPU %d", s.Host, s.GPU)
+		if len(metrics) > 1 {
+			display += " " + metricLabel(s.Metric)
+		}
+		labels := data.Labels{"host": s.Host, "gpu": strconv.Itoa(s.GPU)}
+		if s.Name != "" {
+			labels["gpu_name"] = s.Name
+		}
+		if s.RunID != "" {
+			labels["run_id"] = s.RunID
+		}
+		t := make([]time.Time, len(s.Points))
+		v := make([]float64, len(s.Points))
+		for i, p := range s.Points {
+			t[i], v[i] = p.Time, float64(p.Value)
+		}
+		f := data.NewFrame(display,
+			data.NewField("time", nil, t),
+			data.NewField(s.Metric, labels, v).SetConfig(&data.FieldConfig{Unit: metricUnit(s.Metric, s.Unit), DisplayNameFromDS: display}))
+		f.Meta = timeSeriesMeta()
+		frames = append(frames, f)
+	}
+	return frames
 }

@@ -9,6 +9,13 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
+// runCodeQuery is a run's entry script and git diff, from GET
+// /runs/{id}/code.
+var runCodeQuery = get[api.RunCodeResponse]{
+	path:   runPathOf("code"),
+	frames: func(_ request, c api.RunCodeResponse) data.Frames { return data.Frames{runCodeFrame(c)} },
+}
+
 // codeLine is one line of the code that produced a run.
 type codeLine struct {
 	file string
