@@ -49,7 +49,7 @@ class Run:
         self.started = time.time()
         # A period the caller set (here or in the environment) is kept
         # exactly; the default one is spaced in time on fast steps (see
-        # watch.SAMPLE_MIN_MS).
+        # steps.SAMPLE_MIN_MS).
         self.layer_every_set = layer_every is not None or env.is_set("DEEPSEED_LAYER_EVERY")
         self.layer_every = int(env.env_period("DEEPSEED_LAYER_EVERY", 10 if layer_every is None else layer_every) or 0)
         self.flush_timeout = float(flush_timeout if flush_timeout is not None
