@@ -60,9 +60,10 @@ class Watcher:
 
     With ``manual=True`` nothing is hooked on the model's root or the
     optimizer: a framework callback marks the step's phases itself
-    (:meth:`step_begin`, :meth:`forward_end`, :meth:`backward_begin`,
-    :meth:`backward_end`, :meth:`optimizer_begin`, :meth:`step_end`), as the
-    Lightning callback does.
+    (``step_begin``, ``forward_end``, ``backward_begin``, ``backward_end``,
+    ``optimizer_begin``, ``step_end``: the methods of
+    :class:`~deepseed.phases.PhaseMarks`, on the watcher), as the Lightning
+    callback does.
 
     Its parts are ``steps`` (:class:`~deepseed.steps.StepState`), ``reader``
     (:class:`~deepseed.readback.StepReader`) and ``marks``
@@ -126,7 +127,13 @@ class Watcher:
             tokens_per_sample=tokens_per_sample, layer_every=layer_every, grad_norm=grad_norm,
             grad_norm_every=grad_norm_every, phase_every=phase_every, sample_min_ms=sample_min_ms,
             layer_every_set=layer_every_set, on_first_step=self._check_precision)
-        self.marks = PhaseMarks(steps)
+        self.marks = marks = PhaseMarks(steps)
+        # The calls a framework makes every step are its parts' own methods,
+        # bound here once: a call through the watcher costs no extra frame.
+        self.step_begin, self.forward_end = marks.step_begin, marks.forward_end
+        self.backward_begin, self.backward_end = marks.backward_begin, marks.backward_end
+        self.optimizer_begin, self.step_end = marks.optimizer_begin, marks.step_end
+        self.attach = steps.attach  # values the user logs joined to a step (Run.log_step)
 
         self.handles = []
         if not self.manual:
@@ -242,39 +249,6 @@ class Watcher:
             self.run.log_memory()
         else:
             self.run.log_memory(precision="fp32")
-
-    # ---- phases marked by a framework callback (manual=True) -----------------
-
-    def step_begin(self, batch=None):
-        """A micro-batch's forward begins (the step opens at the first)."""
-        self.marks.step_begin(batch)
-
-    def forward_end(self, loss=None):
-        """The micro-batch's forward (and loss) is done; loss, if given, is
-        one micro-batch's share of the step's loss (they are summed)."""
-        self.marks.forward_end(loss)
-
-    def backward_begin(self, loss=None):
-        """The backward of loss begins (see :meth:`PhaseMarks.backward_begin
-        <deepseed.phases.PhaseMarks.backward_begin>`)."""
-        self.marks.backward_begin(loss)
-
-    def backward_end(self):
-        """backward() returned."""
-        self.marks.backward_end()
-
-    def optimizer_begin(self):
-        """The optimizer step begins."""
-        self.marks.optimizer_begin()
-
-    def step_end(self, optimizer=None, loss=None, extra=None):
-        """The optimizer step is done: closes the step."""
-        self.marks.step_end(optimizer, loss, extra)
-
-    def attach(self, step, fields):
-        """Joins values the user logged to the step in flight or the one just
-        closed. Returns False when there is no such step."""
-        return self.steps.attach(step, fields)
 
     # ---- end ----------------------------------------------------------------
 
