@@ -1,19 +1,19 @@
-"""A watched step's state and its read-back: a step's events and values
-wait in the watcher's queue until the device has run them, then become the
-step's entries in the columns of a steps record (phase times,
-synchronisation fields on the wall clock through the device-clock anchor)
-and, on armed steps, the layers record.
+"""The read-back of watched steps: a step's events and values wait in the
+watcher's queue until the device has run them, then become the step's
+entries in the columns of a steps record (phase times, synchronisation
+fields on the wall clock through the device-clock anchor) and, on armed
+steps, the layers record.
 
 A StepReader, owned by the Watcher, reads the queue of closed steps it
 shares with the StepState (steps.py). On a GPU it runs on a reader thread
-of its own (the training thread only queues closed
-steps): the reader wakes every READ_EVERY_S and reads the steps whose
-events completed, in order, sleeping READ_YIELD_S after every
-READ_YIELD_EVERY of them so that the training thread, when it wants the
-interpreter back, waits for a few steps' read-back at most. Much of it then runs while the training
-thread is inside backward() or waiting for the device, with the
-interpreter free. Elsewhere (the host clock's timers, tests) they run on
-the training thread, at a step's open and at the run's end."""
+of its own (the training thread only queues closed steps): the reader
+wakes every READ_EVERY_S and reads the steps whose events completed, in
+order, sleeping READ_YIELD_S after every READ_YIELD_EVERY of them so that
+the training thread, when it wants the interpreter back, waits for a few
+steps' read-back at most. Much of it then runs while the training thread
+is inside backward() or waiting for the device, with the interpreter
+free. Elsewhere (the host clock's timers, tests) it runs on the training
+thread, at a step's open and at the run's end."""
 
 from __future__ import annotations
 
