@@ -22,6 +22,7 @@ import (
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/collector"
 	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/server/servertest"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -82,27 +83,7 @@ func start(t *testing.T, timeout time.Duration) *env {
 	cfg.JobHeartbeatTimeout = timeout
 	cfg.AlertsEvery = -1
 	st := storetest.NewStore(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- server.New(cfg, st, nil).Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e := &env{url: "http://" + l.Addr().String(), st: st}
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if res, err := http.Get(e.url + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("server never ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e := &env{url: servertest.Start(t, cfg, st), st: st}
 	e.collector = startCollector(t, e.url)
 	// The agent's environment holds what a job must never see: the jobs
 	// get an allow-list of it, and send their runs through the node's

@@ -79,17 +79,8 @@ func DecodeBatch(body []byte) ([]Record, error) {
 		}
 		return out, nil
 	}
-	// Lines as bufio.ScanLines splits them, without copying the body.
 	out := make([]Record, 0, min(bytes.Count(body, []byte{'\n'})+1, MaxBatchRecords))
-	line := 0
-	for rest := body; len(rest) > 0; {
-		var l []byte
-		l, rest, _ = bytes.Cut(rest, []byte{'\n'})
-		line++
-		l = bytes.TrimSpace(l)
-		if len(l) == 0 {
-			continue
-		}
+	for line, l := range NDJSONLines(body) {
 		if len(out) >= MaxBatchRecords {
 			return nil, &RecordError{Index: len(out), Line: line, Msg: fmt.Sprintf("batch holds more than %d records", MaxBatchRecords)}
 		}

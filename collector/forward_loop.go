@@ -1,10 +1,11 @@
 package collector
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"time"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // The send loop: the oldest batches of the spool go to the server, as many
@@ -142,12 +143,8 @@ func (c *Collector) sendSplit(ctx context.Context, seq uint64, lines [][]byte, r
 
 func splitLines(body []byte) [][]byte {
 	var out [][]byte
-	for rest := body; len(rest) > 0; {
-		var line []byte
-		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
-		if l := bytes.TrimSpace(line); len(l) > 0 {
-			out = append(out, l)
-		}
+	for _, l := range api.NDJSONLines(body) {
+		out = append(out, l)
 	}
 	return out
 }

@@ -123,12 +123,8 @@ func rawRecords(body []byte, n int) ([][]byte, error) {
 	}
 	// The same lines DecodeBatch read: split on '\n', blank ones skipped.
 	// They alias body, which the receiver owns.
-	for rest := body; len(rest) > 0; {
-		var line []byte
-		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
-		if l := bytes.TrimSpace(line); len(l) > 0 {
-			out = append(out, l)
-		}
+	for _, l := range api.NDJSONLines(body) {
+		out = append(out, l)
 	}
 	return out, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/server"
+	"github.com/deepseed/deepseed/server/servertest"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -46,27 +46,7 @@ func startWith(t testing.TB, timeout time.Duration) *env {
 	cfg.JobHeartbeatTimeout = timeout
 	cfg.AlertsEvery = -1
 	st := storetest.NewStore(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- server.New(cfg, st, nil).Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e := &env{url: "http://" + l.Addr().String(), st: st}
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if res, err := http.Get(e.url + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return e
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("server never ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &env{url: servertest.Start(t, cfg, st), st: st}
 }
 
 func (e *env) do(t *testing.T, method, path, token, body string) (int, string) {
@@ -239,16 +219,7 @@ func TestOpenServerRefusesJobs(t *testing.T) {
 	cfg := server.DefaultConfig()
 	cfg.AlertsEvery = -1
 	st := storetest.NewStore(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- server.New(cfg, st, nil).Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e := &env{url: "http://" + l.Addr().String(), st: st}
-	time.Sleep(200 * time.Millisecond)
+	e := &env{url: servertest.Start(t, cfg, st), st: st}
 	code, body := e.do(t, "POST", "/api/v1/jobs", "", `{"project":"p","argv":["true"]}`)
 	if code != 401 || !strings.Contains(body, "DEEPSEED_SUBMIT_TOKENS") {
 		t.Errorf("submit on an open server: %d %s", code, body)

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // Bounds of one batch sent by import.
@@ -28,15 +30,7 @@ type fileRecord struct {
 // skipped; anything else is an error naming the line.
 func ndjsonRecords(file string, body []byte) ([]fileRecord, error) {
 	var out []fileRecord
-	line := 0
-	for rest := body; len(rest) > 0; {
-		var l []byte
-		l, rest, _ = bytes.Cut(rest, []byte{'\n'})
-		line++
-		l = bytes.TrimSpace(l)
-		if len(l) == 0 {
-			continue
-		}
+	for line, l := range api.NDJSONLines(body) {
 		var head struct {
 			Kind    *string           `json:"kind"`
 			Records []json.RawMessage `json:"records"`

@@ -12,10 +12,10 @@ The core uses the standard library only; torch and the framework
 integrations (``deepseed.integrations.*``) are imported when used.
 """
 
-__version__ = "0.1.0"
+from .env import predict_memory
+from .run import Run, current, init
 
-from .env import predict_memory  # noqa: E402
-from .run import Run, current, init  # noqa: E402
+__version__ = "0.1.0"
 
 
 def _run():

@@ -84,21 +84,22 @@ def enabled():
     return os.environ.get("DEEPSEED_COMM", "").strip().lower() not in ("off", "0", "false", "no")
 
 
-def attach(watcher):
-    """A CommProbe for the watcher's model, or None: a single process, a
-    torch without torch.distributed, or DEEPSEED_COMM=off."""
+def attach(steps):
+    """A CommProbe for the model of a watcher's steps (a
+    :class:`~deepseed.steps.StepState`), or None: a single process, a torch
+    without torch.distributed, or DEEPSEED_COMM=off."""
     global _probe
-    if watcher.run.world_size <= 1 or not enabled():
+    if steps.run.world_size <= 1 or not enabled():
         return None
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return None
-    p = CommProbe(watcher)
+    p = CommProbe(steps)
     with _lock:
         _install(dist)
         _probe = p
     _rebind_deepspeed(dist)
-    p.hook_ddp(watcher.root)
+    p.hook_ddp(steps.root)
     return p
 
 
@@ -179,7 +180,7 @@ def _timed(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         p = _probe
-        if p is None or p.watcher.cur is None or getattr(_tls, "depth", 0):
+        if p is None or p.steps.cur is None or getattr(_tls, "depth", 0):
             return fn(*args, **kwargs)
         return p.collective(fn, args, kwargs)
     return call
@@ -189,7 +190,7 @@ def _timed_wait(fn):
     @functools.wraps(fn)
     def wait(event, stream=None):
         p = _probe
-        if p is None or p.watcher.cur is None:
+        if p is None or p.steps.cur is None:
             return fn(event, stream)
         return p.wait(fn, event, stream)
     return wait
@@ -199,7 +200,7 @@ def _timed_work_wait(fn):
     @functools.wraps(fn)
     def wait(work, *args, **kwargs):
         p = _probe
-        if p is None or p.watcher.cur is None or getattr(_tls, "depth", 0):
+        if p is None or p.steps.cur is None or getattr(_tls, "depth", 0):
             return fn(work, *args, **kwargs)
         return p.timed_wait(None, fn, work, *args, **kwargs)
     return wait
@@ -212,10 +213,10 @@ def _timed_host_wait(fn):
         # Any thread's: autograd runs the backward's hooks (ZeRO's
         # reduce-scatters and their waits) on a thread of its own. The hook's
         # reads of its own events are its callers'.
-        if (p is None or p.watcher.cur is None or getattr(_tls, "depth", 0)
+        if (p is None or p.steps.cur is None or getattr(_tls, "depth", 0)
                 or sys._getframe(1).f_globals.get("__name__", "").startswith(__package__ + ".")):
             return fn(*args, **kwargs)
-        return p.timed_wait(p.watcher.pool.stream if p.cuda else None, fn, *args, host=True, **kwargs)
+        return p.timed_wait(p.steps.pool.stream if p.cuda else None, fn, *args, host=True, **kwargs)
     return wait
 
 
@@ -230,12 +231,13 @@ class Spans:
 
 
 class CommProbe:
-    """Times the collectives and waits of the watcher's open step; fill()
+    """Times the collectives and waits of the open step of steps (a
+    :class:`~deepseed.steps.StepState`); fill()
     turns them into the step record's fields when it is read back."""
 
-    def __init__(self, watcher):
-        self.watcher = watcher
-        self.cuda = watcher.cuda
+    def __init__(self, steps):
+        self.steps = steps
+        self.cuda = steps.cuda
         self._free = []
         self._side = {}  # issuing stream's handle -> its side stream
         self.ddp = False
@@ -249,7 +251,7 @@ class CommProbe:
     def _event(self):
         if self._free:
             return self._free.pop()
-        return self.watcher.pool.get() if not self.cuda else torch.cuda.Event(enable_timing=True)
+        return self.steps.pool.get() if not self.cuda else torch.cuda.Event(enable_timing=True)
 
     def _record(self, stream=None):
         ev = self._event()
@@ -260,7 +262,7 @@ class CommProbe:
         return ev
 
     def _spans(self):
-        cur = self.watcher.cur
+        cur = self.steps.cur
         if cur is None:
             return None
         s = cur.comm
@@ -312,7 +314,7 @@ class CommProbe:
             e1 = self._record()
             s.coll.append((pre, e1, name))
             self.seq += 1
-            self.last = (name, self.seq, self.watcher.cur.step, e1)
+            self.last = (name, self.seq, self.steps.cur.step, e1)
             return out
         e0, side = self._start(pre, stream)
         if out is not None and hasattr(out, "wait"):
@@ -326,7 +328,7 @@ class CommProbe:
         s.coll.append((e0, e1, name))
         self._free.append(pre)
         self.seq += 1
-        self.last = (name, self.seq, self.watcher.cur.step, e1)
+        self.last = (name, self.seq, self.steps.cur.step, e1)
         return out
 
     def hook_ddp(self, root):
@@ -340,12 +342,12 @@ class CommProbe:
             root.register_comm_hook(None, self._ddp_allreduce)
             self.ddp = True
         except Exception as e:
-            self.watcher.run._warn_once("commhook", "deepseed: communication hook: %s", e)
+            self.steps.run._warn_once("commhook", "deepseed: communication hook: %s", e)
 
     def _ddp_allreduce(self, state, bucket):
         # What DDP's default hook does: the bucket's mean over the ranks,
         # with one asynchronous all-reduce.
-        group = self.watcher.root.process_group
+        group = self.steps.root.process_group
         buf = bucket.buffer()
         buf.div_(group.size())
         s = self._spans()
@@ -359,13 +361,13 @@ class CommProbe:
             s.coll.append((e0, e1, "all_reduce (DDP)"))
             self._free.append(pre)
             self.seq += 1
-            self.last = ("all_reduce (DDP)", self.seq, self.watcher.cur.step if self.watcher.cur else None, e1)
+            self.last = ("all_reduce (DDP)", self.seq, self.steps.cur.step if self.steps.cur else None, e1)
         return work.get_future().then(lambda f: f.value()[0])
 
     # ---- waits ---------------------------------------------------------------
 
     def _is_compute(self, stream):
-        pool = self.watcher.pool
+        pool = self.steps.pool
         if not self.cuda:
             return getattr(stream, "compute", True)
         if stream is None:
@@ -379,7 +381,7 @@ class CommProbe:
         """Calls fn (a wait of stream, None: the current one), spanned by
         two events when that is the compute stream. A host wait (host=True)
         is spanned on the compute stream whatever it waits for."""
-        cur = self.watcher.cur
+        cur = self.steps.cur
         s = self._spans()
         if s is None or len(s.waits) >= MAX_SPANS or not (host or self._is_compute(stream)):
             return fn(*args, **kwargs)
@@ -387,7 +389,7 @@ class CommProbe:
             # Inside the end-of-backward window the watcher times whole.
             return fn(*args, **kwargs)
         phase = "f" if cur.fwd_open else ("b" if cur.bwd_open else "o")
-        rec_on = stream if stream is not None else (self.watcher.pool.stream if self.cuda else None)
+        rec_on = stream if stream is not None else (self.steps.pool.stream if self.cuda else None)
         e0 = self._record(rec_on)
         out = fn(*args, **kwargs)
         s.waits.append((phase, e0, self._record(rec_on)))

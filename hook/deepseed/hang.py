@@ -170,7 +170,7 @@ class Watchdog:
         # The main thread never ran the handler: it is stuck where Python
         # cannot interrupt it. End as SIGTERM would have.
         try:
-            self.run._sender.flush(2.0)
+            self.run.sender.flush(2.0)
         except Exception:
             pass
         os._exit(128 + signal.SIGTERM)
@@ -185,7 +185,7 @@ class Watchdog:
         snap = snapshot(self.run, reason, now - self._since, skip=self.thread.ident)
         self.run.event("hang", encode(snap), step=snap.get("step"))
         try:
-            self.run._sender.flush(2.0)
+            self.run.sender.flush(2.0)
         except Exception:
             pass
         log.warning("deepseed: rank %s: %s at step %s; where every thread is was sent as a hang event",

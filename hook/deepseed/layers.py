@@ -29,7 +29,7 @@ HEAD_NAMES = {"classifier", "lm_head", "head", "score", "qa_outputs", "cls", "ou
 WRAPPER_PARTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
 
 
-def _clean_name(name):
+def clean_name(name):
     return ".".join(p for p in name.split(".") if p not in WRAPPER_PARTS)
 
 
@@ -42,7 +42,7 @@ def find_layers(model):
     for name, m in named:
         if not isinstance(m, torch.nn.ModuleList) or len(m) < 2 or len({type(c) for c in m}) != 1:
             continue
-        parts = _clean_name(name).split(".")
+        parts = clean_name(name).split(".")
         last = parts[-1]
         parent = parts[-2] if len(parts) > 1 else ""
         if last in BLOCK_LIST_NAMES or parent in ENC_DEC_NAMES:
@@ -71,19 +71,19 @@ def find_layers(model):
     for name, m in named:
         if not name or inside(name):
             continue
-        parts = _clean_name(name).split(".")
+        parts = clean_name(name).split(".")
         last = parts[-1] if parts else ""
         if name in list_names:
             parent = parts[-2] if len(parts) > 1 else ""
             prefix = parent if (last in BLOCK_LIST_NAMES and parent in ENC_DEC_NAMES) else last
             for i, c in enumerate(m):
-                rows.append(["%s.%d" % (prefix, i), c, _clean_name(name) + ".%d" % i])
+                rows.append(["%s.%d" % (prefix, i), c, clean_name(name) + ".%d" % i])
             chosen.append(name)
         elif last in EMBED_NAMES or (isinstance(m, torch.nn.Embedding) and not rows):
-            rows.append([last, m, _clean_name(name)])
+            rows.append([last, m, clean_name(name)])
             chosen.append(name)
         elif last in HEAD_NAMES and rows:
-            rows.append([last, m, _clean_name(name)])
+            rows.append([last, m, clean_name(name)])
             chosen.append(name)
     seen = collections.Counter(r[0] for r in rows)
     return [(r[2] if seen[r[0]] > 1 else r[0], r[1]) for r in rows]
@@ -118,7 +118,7 @@ def _sequence_rows(named):
     rows = []
     for name, key, m in children:
         label = "%s.%s" % (block.__name__, key) if type(m) is block else type(m).__name__
-        rows.append([label, m, _clean_name(name)])
+        rows.append([label, m, clean_name(name)])
     seen = collections.Counter(r[0] for r in rows)
     return [(r[2] if seen[r[0]] > 1 else r[0], r[1]) for r in rows]
 
@@ -126,8 +126,8 @@ def _sequence_rows(named):
 class LayerProfiler:
     """Forward and backward time of chosen modules during armed steps."""
 
-    def __init__(self, watcher, rows):
-        self.w = watcher
+    def __init__(self, pool, rows):
+        self.pool = pool  # the watcher's EventPool
         self.names = [n for n, _ in rows]
         self.modules = [m for _, m in rows]
         self.handles = []
@@ -161,7 +161,7 @@ class LayerProfiler:
             if in_backward() or not torch.is_grad_enabled():
                 return
             row = self.cur[i]
-            row["fwd"].append([self.w.pool.record(), None])
+            row["fwd"].append([self.pool.record(), None])
             inp = _grad_input(args)
             if inp is None and kwargs:
                 inp = first_grad_tensor(kwargs.get("hidden_states"))
@@ -185,7 +185,7 @@ class LayerProfiler:
                 return
             row = self.cur[i]
             if row["fwd"] and row["fwd"][-1][1] is None:
-                row["fwd"][-1][1] = self.w.pool.record()
+                row["fwd"][-1][1] = self.pool.record()
             t = out if type(out) is _Tensor and out.requires_grad and out.grad_fn is not None else None
             if t is None:
                 t = first_grad_tensor(out)
@@ -198,19 +198,19 @@ class LayerProfiler:
     def _fn_end(self, i):
         def hook(grad_inputs, grad_outputs):
             if self.cur is not None:
-                self.cur[i]["bend"].append(self.w.pool.record())
+                self.cur[i]["bend"].append(self.pool.record())
         return hook
 
     def _bwd_start(self, i):
         def hook(grad):
             if self.cur is not None:
-                self.cur[i]["bstart"].append(self.w.pool.record())
+                self.cur[i]["bstart"].append(self.pool.record())
         return hook
 
     def _bwd_end(self, i):
         def hook(grad):
             if self.cur is not None:
-                self.cur[i]["bend"].append(self.w.pool.record())
+                self.cur[i]["bend"].append(self.pool.record())
         return hook
 
     def _param_end(self, i):
@@ -221,13 +221,13 @@ class LayerProfiler:
             # One end per backward: later parameters of the same pass move it.
             n = len(row["bstart"])
             if len(row["bend"]) < n:
-                row["bend"].append(self.w.pool.record())
+                row["bend"].append(self.pool.record())
             elif row["bend"]:
                 row["bend"][-1].record()
         return hook
 
 
-def _events_of(layer):
+def events_of(layer):
     for row in layer or ():
         for a, b in row["fwd"]:
             yield a

@@ -3,9 +3,9 @@
 DeepSpeed pipeline engine's train_batch() hooks, where one train_batch()
 is one step.
 
-PhaseMarks holds these methods of the Watcher (a base class of it); they
-open, mark and close the same step state as its hooks do. phase_offset
-says which steps a single process times the phases of."""
+A PhaseMarks, owned by the Watcher, opens, marks and closes the same
+StepState (steps.py) as the model's hooks do. phase_offset says which
+steps a single process times the phases of."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .torch_utils import _queue_callback
+from .torch_utils import queue_callback
 
 
 def phase_offset(phase_every, layer_every):
@@ -29,36 +29,42 @@ def phase_offset(phase_every, layer_every):
 
 
 class PhaseMarks:
-    """The framework-marked phases of :class:`deepseed.watch.Watcher`."""
+    """The framework-marked phases of a :class:`deepseed.watch.Watcher`,
+    on its StepState steps."""
+
+    def __init__(self, steps):
+        self.steps = steps
 
     # ---- phases marked by a framework callback (manual=True) -----------------
 
     def step_begin(self, batch=None):
         """A micro-batch's forward begins (the step opens at the first)."""
+        s = self.steps
         try:
-            cur = self.cur
+            cur = s.cur
             if cur is None:
-                cur = self._open()
+                cur = s.open_step()
                 cur.fwd.append([cur.ev_start, None])
             else:
-                self._end_open_backward(cur)
-                cur.fwd.append([self.pool.record(), None])
+                s.end_open_backward(cur)
+                cur.fwd.append([s.pool.record(), None])
             if isinstance(batch, dict):
-                self._count_batch(cur, (), batch)
+                s.count_batch(cur, (), batch)
             elif batch is not None:
-                self._count_batch(cur, (batch,), None)
+                s.count_batch(cur, (batch,), None)
         except Exception as e:
-            self.run._warn_once("stepbegin", "deepseed: step begin: %s", e)
+            s.run._warn_once("stepbegin", "deepseed: step begin: %s", e)
 
     def forward_end(self, loss=None):
         """The micro-batch's forward (and loss) is done; loss, if given, is
         one micro-batch's share of the step's loss (they are summed)."""
-        cur = self.cur
+        s = self.steps
+        cur = s.cur
         if cur is None or not cur.fwd or cur.fwd[-1][1] is not None:
             return
-        cur.fwd[-1][1] = self.pool.record()
+        cur.fwd[-1][1] = s.pool.record()
         if loss is not None:
-            cur.extra.setdefault("_loss_parts", []).append(self.fetch.add(loss))
+            cur.extra.setdefault("_loss_parts", []).append(s.fetch.add(loss))
 
     def backward_begin(self, loss=None):
         """The backward of loss begins. With the loss given, the backward's
@@ -67,8 +73,8 @@ class PhaseMarks:
         the step's sync_ns and sync_wait_ms then split arrival and wait as
         with the model's own hooks."""
         self.forward_end()
-        self._bwd_start()
-        if loss is not None and _queue_callback is not None and getattr(loss, "requires_grad", False):
+        self.steps.backward_start()
+        if loss is not None and queue_callback is not None and getattr(loss, "requires_grad", False):
             try:
                 loss.register_hook(self._bwd_queue)
             except Exception:
@@ -76,7 +82,7 @@ class PhaseMarks:
 
     def _bwd_queue(self, grad=None):
         try:
-            _queue_callback(self._bwd_end)
+            queue_callback(self.steps.backward_done)
         except Exception:
             pass
 
@@ -84,84 +90,89 @@ class PhaseMarks:
         # After backward() returned: ends it here unless the callback queued
         # from the loss already did. The collective's end is then marked at
         # the optimizer's start.
-        self._end_backward()
+        self.steps.end_backward()
 
     def optimizer_begin(self):
-        cur = self.cur
+        s = self.steps
+        cur = s.cur
         if cur is None:
             return
-        self._end_open_backward(cur)
+        s.end_open_backward(cur)
         if cur.bwd and cur.sync_end is None:
-            self._sync_done()
+            s.sync_done()
         try:
-            self._grad_norm(cur)
+            s.take_grad_norm(cur)
         except Exception as e:
-            self.run._warn_once("gradnorm", "deepseed: gradient norm: %s", e)
-        cur.opt = [self.pool.record(), None]
+            s.run._warn_once("gradnorm", "deepseed: gradient norm: %s", e)
+        cur.opt = [s.pool.record(), None]
 
     def step_end(self, optimizer=None, loss=None, extra=None):
         """The optimizer step is done: closes the step."""
-        cur = self.cur
+        s = self.steps
+        cur = s.cur
         if cur is None:
             return
         try:
-            ev = self.pool.record()
+            ev = s.pool.record()
             if cur.opt is not None:
                 cur.opt[1] = ev
-            self._read_lr(cur, optimizer or self.optimizer)
+            s.read_lr(cur, optimizer or s.optimizer)
             if loss is not None:
-                cur.boxes.append(("loss", self.fetch.add(loss)))
+                cur.boxes.append(("loss", s.fetch.add(loss)))
             for k, v in (extra or {}).items():
                 if isinstance(v, torch.Tensor):
-                    cur.boxes.append((k, self.fetch.add(v)))
+                    cur.boxes.append((k, s.fetch.add(v)))
                 elif v is not None:
                     cur.extra[k] = v
-            self._close(ev)
+            s.close_step(ev)
         except Exception as e:
-            self.run._warn_once("stepend", "deepseed: step end: %s", e)
+            s.run._warn_once("stepend", "deepseed: step end: %s", e)
 
     # ---- pipeline engine: one train_batch() is one step ---------------------
 
-    def _batch_pre(self):
+    def batch_begin(self):
         """train_batch() begins: a step opens (the forwards of its
         micro-batches join it)."""
+        s = self.steps
         try:
-            if self.cur is not None:
-                self._close(self.pool.record())
-            self._open()
+            if s.cur is not None:
+                s.close_step(s.pool.record())
+            s.open_step()
         except Exception as e:
-            self.run._warn_once("batchpre", "deepseed: train_batch hook: %s", e)
+            s.run._warn_once("batchpre", "deepseed: train_batch hook: %s", e)
 
-    def _batch_post(self, loss):
+    def batch_end(self, loss):
         """train_batch() returned loss (None when it raised): the step
         closes with the engine's loss, lr, loss scale and overflow."""
+        s = self.steps
         try:
-            cur = self.cur
+            cur = s.cur
             if cur is None:
                 return
-            self._end_open_backward(cur)
+            s.end_open_backward(cur)
             if cur.opt is not None and cur.opt[1] is None:
-                cur.opt[1] = self.pool.record()
+                cur.opt[1] = s.pool.record()
             if isinstance(loss, torch.Tensor) and "loss" not in cur.ukeys:
                 # The batch's mean loss, the same on every stage: the
                 # stage's own forward outputs are activations, not losses.
-                cur.losses = [self.fetch.add(loss)]
-            if self.adapter is not None:
-                self.adapter.after_step(cur)
-            self._close(self.pool.record())
+                cur.losses = [s.fetch.add(loss)]
+            if s.adapter is not None:
+                s.adapter.after_step(cur)
+            s.close_step(s.pool.record())
         except Exception as e:
-            self.run._warn_once("batchpost", "deepseed: train_batch hook: %s", e)
+            s.run._warn_once("batchpost", "deepseed: train_batch hook: %s", e)
 
-    def _opt_mark(self, start):
+    def optimizer_mark(self, start):
         """The optimizer step inside train_batch() begins or ends."""
-        cur = self.cur
+        s = self.steps
+        cur = s.cur
         if cur is None:
             return
         try:
             if start:
-                self._end_open_backward(cur)
-                cur.opt = [self.pool.record(), None]
+                s.end_open_backward(cur)
+                cur.opt = [s.pool.record(), None]
             elif cur.opt is not None:
-                cur.opt[1] = self.pool.record()
+                cur.opt[1] = s.pool.record()
         except Exception as e:
-            self.run._warn_once("optmark", "deepseed: optimizer hook: %s", e)
+            s.run._warn_once("optmark", "deepseed: optimizer hook: %s", e)

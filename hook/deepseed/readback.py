@@ -1,18 +1,19 @@
-"""A watched step's state and its read-back: a step's events and values
-wait in the watcher's queue until the device has run them, then become the
-step's entries in the columns of a steps record (phase times,
-synchronisation fields on the wall clock through the device-clock anchor)
-and, on armed steps, the layers record.
+"""The read-back of watched steps: a step's events and values wait in the
+watcher's queue until the device has run them, then become the step's
+entries in the columns of a steps record (phase times, synchronisation
+fields on the wall clock through the device-clock anchor) and, on armed
+steps, the layers record.
 
-StepReader holds the Watcher's methods for this side. On a GPU they run
-on a reader thread of their own (the training thread only queues closed
-steps): the reader wakes every READ_EVERY_S and reads the steps whose
-events completed, in order, sleeping READ_YIELD_S after every
-READ_YIELD_EVERY of them so that the training thread, when it wants the
-interpreter back, waits for a few steps' read-back at most. Much of it then runs while the training
-thread is inside backward() or waiting for the device, with the
-interpreter free. Elsewhere (the host clock's timers, tests) they run on
-the training thread, at a step's open and at the run's end."""
+A StepReader, owned by the Watcher, reads the queue of closed steps it
+shares with the StepState (steps.py). On a GPU it runs on a reader thread
+of its own (the training thread only queues closed steps): the reader
+wakes every READ_EVERY_S and reads the steps whose events completed, in
+order, sleeping READ_YIELD_S after every READ_YIELD_EVERY of them so that
+the training thread, when it wants the interpreter back, waits for a few
+steps' read-back at most. Much of it then runs while the training thread
+is inside backward() or waiting for the device, with the interpreter
+free. Elsewhere (the host clock's timers, tests) it runs on the training
+thread, at a step's open and at the run's end."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import time
 
 import torch
 
-from .layers import _events_of
+from .layers import events_of
 from .records import MS_DECIMALS, STEPS_MAX_AGE_S, STEPS_PER_RECORD, StepColumns, round_ms
 
 MAX_PENDING = 64
@@ -76,59 +77,42 @@ class WindowMax:
         return min(self.n, self.keep)
 
 
-class _Slot:
-    __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
-                 "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
-                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open",
-                 "comm")
-
-    def __init__(self, step):
-        self.step = step
-        self.ev_start = None
-        self.fwd = []  # [start, end] pairs
-        self.bwd = []
-        self.opt = None
-        self.ev_end = None
-        self.samples = 0
-        self.tokens = 0
-        self.user = None
-        self.user_step = False
-        self.closed = False
-        self.data_ms = None
-        self.layer = None
-        self.losses = []  # Boxes, one per forward; the step's loss is their mean
-        self.extra = {}
-        self.bwd_open = False
-        self.ukeys = ()
-        self.boxes = []  # (key, Box) read once the device has them
-        self.nxt_start = None
-        self.open_ns = None  # host wall clock when the step's start event was recorded
-        self.close_ns = None
-        self.sync_end = None  # event after the end-of-backward collective
-        self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
-        self.host_release_ns = None
-        self.phases = True  # forward, backward and optimizer timed (watch.PHASE_EVERY)
-        self.fwd_open = False  # a training forward began and has not returned
-        self.comm = None  # comm.Spans: the step's timed collectives and waits
-
-
 class StepReader:
-    """The read-back half of :class:`deepseed.watch.Watcher` (a base class
-    of it): polls the queue of closed steps and emits their records."""
+    """Reads back the steps queued in pending (closed
+    :class:`~deepseed.steps.Step` objects, oldest first) once their events
+    have completed, and sends their records on run. It holds the device
+    clock's anchor and the last peak-memory reading the steps set."""
 
-    reader = None  # the reader thread, when read-back runs in the background
-    columns = None  # steps read back and not sent yet (records.StepColumns)
-    closed_flag = False
-    comm = None  # the comm.CommProbe of a distributed run
+    def __init__(self, run, pending, pool, fetch, cuda, layer_names):
+        self.run = run
+        self.pending = pending
+        self.pool = pool
+        self.fetch = fetch
+        self.cuda = cuda
+        self.layer_names = layer_names
+        self.thread = None  # the reader thread, when read-back runs in the background
+        self.lock = None  # held while the reader thread builds one step
+        self.stop_event = None
+        self.columns = None  # steps read back and not sent yet (records.StepColumns)
+        self.closing = False  # the watcher is closing: a step built now is sent at once
+        self.comm = None  # the comm.CommProbe of a distributed run
+        self.mem = None  # (peak, reserved) GiB, as last read when a step closed
+        # Device-to-wall-clock anchor: an event and the candidate wall
+        # times (ns) of it, each a lower bound; the newest ANCHOR_KEEP count.
+        self.anchor = None
+        self.anchor_walls = WindowMax(ANCHOR_KEEP)
+        self.last_end_wall_ns = None  # the previous emitted step's end, wall clock
+        self.last_close_ns = None
 
-    def _start_reader(self):
-        self._read_lock = threading.Lock()
-        self._reader_stop = threading.Event()
-        self.reader = threading.Thread(target=self._read_loop, name="deepseed-reader", daemon=True)
-        self.reader.start()
+    def start(self):
+        """Reads back on a thread of its own from now on."""
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._read_loop, name="deepseed-reader", daemon=True)
+        self.thread.start()
 
     def _read_loop(self):
-        stop = self._reader_stop
+        stop = self.stop_event
         while not stop.wait(READ_EVERY_S):
             try:
                 n = 0
@@ -137,7 +121,7 @@ class StepReader:
                     # the clock state it updates) and handed to the run
                     # outside it: the reader never waits for the run's lock
                     # while holding its own, which close() takes.
-                    with self._read_lock:
+                    with self.lock:
                         took, built = self._take_one(False)
                     if not took:
                         break
@@ -152,13 +136,13 @@ class StepReader:
             except Exception as e:  # pragma: no cover - defensive: the reader must not die
                 self.run._warn_once("reader", "deepseed: reading step timings: %s", e)
 
-    def _stop_reader(self, wait):
+    def stop(self, wait):
         """Stops the reader thread; with wait, until it has (the training
         thread then reads what is left itself)."""
-        r = self.reader
+        r = self.thread
         if r is None:
             return
-        self._reader_stop.set()
+        self.stop_event.set()
         if wait and r is not threading.current_thread():
             r.join(2.0)
 
@@ -188,7 +172,7 @@ class StepReader:
             evs.extend(pair)
         for pair in slot.bwd:
             evs.extend(pair)
-        evs.extend(_events_of(slot.layer))
+        evs.extend(events_of(slot.layer))
         # One event can end two intervals (optimizer and step, step start and
         # first forward); list it once so that the pool never hands it out
         # twice.
@@ -198,6 +182,20 @@ class StepReader:
                 seen.add(id(e))
                 out.append(e)
         return out
+
+    def drain(self):
+        """Reads every step left, waiting for the device (at the end of a
+        run, once the reader thread has stopped)."""
+        if self.thread is None:
+            self.poll(wait=True)
+        elif self.lock.acquire(timeout=2.0):
+            # The reader holds it only while it builds one step.
+            try:
+                self.poll(wait=True)
+            finally:
+                self.lock.release()
+        else:  # pragma: no cover - a reader stuck inside the device
+            self.run._warn_once("readerstuck", "deepseed: %d steps not read at close", len(self.pending))
 
     def poll(self, wait=False):
         """Emits every finished step whose events have completed, oldest
@@ -258,7 +256,7 @@ class StepReader:
                     run._send(layers)
                 # Once the watcher is closed (a step the reader built while
                 # close() ran), nothing would send it later.
-                if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closed_flag:
+                if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closing:
                     self.send_steps()
         except Exception as e:
             self.run._warn_once("emit", "deepseed: sending step timings: %s", e)
@@ -346,7 +344,7 @@ class StepReader:
 
     # ---- synchronisation ------------------------------------------------------
 
-    def _take_anchor(self):
+    def take_anchor(self):
         """Maps device events to the wall clock: one synchronize, once."""
         try:
             ev = torch.cuda.Event(enable_timing=True)

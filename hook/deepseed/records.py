@@ -37,7 +37,7 @@ def is_tensor(v):
     return type(v).__module__.startswith("torch") and hasattr(v, "detach")
 
 
-def _num(v):
+def num(v):
     """A plain number from a Python or numpy number or bool; None otherwise."""
     if v is None:
         return None
@@ -51,7 +51,7 @@ def _num(v):
         return None
 
 
-def _clean_fields(fields):
+def clean_fields(fields):
     """Splits caller values into plain numbers and tensors (read later)."""
     plain, tensors = {}, {}
     for k, v in fields.items():
@@ -60,13 +60,13 @@ def _clean_fields(fields):
         if is_tensor(v):
             tensors[k] = v
             continue
-        n = _num(v)
+        n = num(v)
         if n is not None:
             plain[k] = n
     return plain, tensors
 
 
-def _place(rec, key, value):
+def place(rec, key, value):
     """Puts a value in a step or eval record: known fields at top level,
     the rest under metrics."""
     if key in _INT_SET:
@@ -89,7 +89,7 @@ def _place(rec, key, value):
         rec.setdefault("metrics", {})[str(key)[:256]] = float(value)
 
 
-class _Pending:
+class Pending:
     """A record waiting for tensor values that the device has not produced
     yet. It is emitted once they have been copied to the host."""
 
@@ -100,7 +100,7 @@ class _Pending:
         self.lazy = lazy
 
 
-def _positive(v):
+def positive(v):
     try:
         v = float(v)
     except (TypeError, ValueError):
@@ -108,7 +108,7 @@ def _positive(v):
     return v if v > 0 and v != float("inf") else None
 
 
-def _derive_throughput(rec):
+def derive_throughput(rec):
     ms = rec.get("step_ms")
     if not ms or not (ms > 0) or not math.isfinite(ms):
         return
@@ -203,11 +203,11 @@ class StepColumns:
             # Anything else as a step record would place it: ints, bools,
             # numbers of other types, and names that go to metrics.
             for i, v in enumerate(vals):
-                v = _num(v) if v is not None else None
+                v = num(v) if v is not None else None
                 if v is None:
                     continue
                 box = {"kind": "step"}
-                _place(box, k, v)
+                place(box, k, v)
                 for name, val in box.items():
                     if name == "metrics":
                         for mk, mv in val.items():

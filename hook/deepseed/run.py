@@ -15,8 +15,7 @@ import time
 import uuid
 
 from . import env, flops, hang
-from .records import INT_FIELDS, MS_DECIMALS, STEP_FIELDS, round_ms  # noqa: F401 (importable from here too)
-from .records import _Pending, _clean_fields, _derive_throughput, _num, _place, _positive, is_tensor
+from .records import Pending, clean_fields, derive_throughput, num, place, positive, is_tensor
 from .sender import FileSender, NullSender, Sender, ingest_url
 
 log = logging.getLogger("deepseed")
@@ -50,7 +49,7 @@ class Run:
         self.started = time.time()
         # A period the caller set (here or in the environment) is kept
         # exactly; the default one is spaced in time on fast steps (see
-        # watch.SAMPLE_MIN_MS).
+        # steps.SAMPLE_MIN_MS).
         self.layer_every_set = layer_every is not None or env.is_set("DEEPSEED_LAYER_EVERY")
         self.layer_every = int(env.env_period("DEEPSEED_LAYER_EVERY", 10 if layer_every is None else layer_every) or 0)
         self.flush_timeout = float(flush_timeout if flush_timeout is not None
@@ -91,8 +90,8 @@ class Run:
 
         # TFLOP/s and MFU (flops.py): overrides, else estimated from the
         # watched model and the GPU; both land in meta.
-        self._flops_override = _positive(flops_per_token)
-        self._peak_override = _positive(peak_tflops)
+        self._flops_override = positive(flops_per_token)
+        self._peak_override = positive(peak_tflops)
         self._flops_cfg = None
         self._fpt = self._peak = None
         self._refresh_flops()
@@ -308,9 +307,9 @@ class Run:
         that TFLOP/s and MFU of each step are computed with."""
         with self._lock:
             if flops_per_token is not None:
-                self._flops_override = _positive(flops_per_token)
+                self._flops_override = positive(flops_per_token)
             if peak_tflops is not None:
-                self._peak_override = _positive(peak_tflops)
+                self._peak_override = positive(peak_tflops)
             self._refresh_flops()
             self._send_run_record()
 
@@ -318,9 +317,9 @@ class Run:
         """Sends rec now, or once its tensor values are on the host."""
         if tensors:
             from . import torch_utils
-            self._pending.append(_Pending(rec, torch_utils.LazyValues(tensors)))
+            self._pending.append(Pending(rec, torch_utils.LazyValues(tensors)))
         elif self._pending:
-            self._pending.append(_Pending(rec, None))
+            self._pending.append(Pending(rec, None))
         else:
             self._finalize(rec, None)
         self._poll()
@@ -337,11 +336,11 @@ class Run:
         if lazy is not None:
             try:
                 for k, v in lazy.values().items():
-                    _place(rec, k, v)
+                    place(rec, k, v)
             except Exception as e:
                 self._warn_once("lazy", "deepseed: could not read tensor values: %s", e)
         if rec.get("kind") == "step":
-            _derive_throughput(rec)
+            derive_throughput(rec)
             if self._fpt and "tflops" not in rec:
                 tf, mfu = flops.achieved(self._fpt, rec.get("tokens"), rec.get("step_ms"), self._peak)
                 if tf is not None:
@@ -352,9 +351,9 @@ class Run:
 
     def _step_record(self, step, fields):
         rec = {"kind": "step", "run_id": self.run_id, "rank": self.rank, "step": int(step), "time": time.time()}
-        plain, tensors = _clean_fields(fields)
+        plain, tensors = clean_fields(fields)
         for k, v in plain.items():
-            _place(rec, k, v)
+            place(rec, k, v)
         return rec, tensors
 
     def log_step(self, step=None, loss=None, lr=None, samples=None, tokens=None, grad_norm=None, **metrics):
@@ -417,10 +416,10 @@ class Run:
                 if is_tensor(v):
                     tensors = dict(tensors or {}, **{k: v})
                     continue
-                v = _num(v)
+                v = num(v)
                 if v is None:
                     continue
-            _place(rec, k, v)
+            place(rec, k, v)
         self.steps_logged += 1
         self._emit(rec, tensors)
 
@@ -433,9 +432,9 @@ class Run:
                    "split": split or "val"}
             fields = dict(metrics)
             fields.update(loss=loss, accuracy=accuracy, f1=f1)
-            plain, tensors = _clean_fields(fields)
+            plain, tensors = clean_fields(fields)
             for k, v in plain.items():
-                _place(rec, k, v)
+                place(rec, k, v)
             with self._lock:
                 self._emit(rec, tensors)
         except Exception as e:
@@ -522,9 +521,9 @@ class Run:
             from .watch import Watcher
             with self._lock:
                 if flops_per_token is not None:
-                    self._flops_override = _positive(flops_per_token)
+                    self._flops_override = positive(flops_per_token)
                 if peak_tflops is not None:
-                    self._peak_override = _positive(peak_tflops)
+                    self._peak_override = positive(peak_tflops)
                 if self._watcher is not None:
                     self._watcher.close(wait=False)
                 self._watcher = Watcher(self, model, optimizer=optimizer, layers=layers,

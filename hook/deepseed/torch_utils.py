@@ -298,23 +298,23 @@ def output_loss(out):
 
 
 try:
-    _graph_task_id = torch._C._current_graph_task_id
+    graph_task_id = torch._C._current_graph_task_id
 except AttributeError:  # pragma: no cover - old torch
-    _graph_task_id = None
+    graph_task_id = None
 
 try:
-    _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+    queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 except AttributeError:  # pragma: no cover
-    _queue_callback = None
+    queue_callback = None
 
 
 def in_backward():
     """True inside an autograd backward pass (activation recomputation
     runs forwards there, which must not count as forward time)."""
-    return _graph_task_id is not None and _graph_task_id() != -1
+    return graph_task_id is not None and graph_task_id() != -1
 
 
-def _peak_memory_gb(index):
+def peak_memory_gb(index):
     """Peak allocated and reserved GB of a device since the process began
     (or the last reset), from the allocator's nested statistics: the flat
     torch.cuda.memory_stats() costs a hundred Python calls more."""
@@ -328,7 +328,7 @@ def _peak_memory_gb(index):
             return None
 
 
-def _torch_versions():
+def torch_versions():
     v = {"torch": str(torch.__version__)}
     if torch.version.cuda:
         v["cuda"] = str(torch.version.cuda)

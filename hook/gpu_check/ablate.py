@@ -22,12 +22,12 @@ import torch  # noqa: E402
 def variants(pkg):
     def no_read(run):
         watcher = run._watcher
-        if getattr(watcher, "reader", None) is not None:
-            # Stop the reader thread; the training thread's polls then drop
-            # the closed steps instead of reading them.
-            watcher._stop_reader(True)
-            watcher.reader = None
-        watcher.poll = lambda wait=False: watcher.pending.clear()
+        reader = watcher.reader
+        # Stop the reader thread; the training thread's polls then drop
+        # the closed steps instead of reading them.
+        reader.stop(True)
+        watcher.steps.read_inline = True
+        reader.poll = lambda wait=False: reader.pending.clear()
 
     def no_send(run):
         run._send = lambda rec: None

@@ -274,11 +274,11 @@ class DeepSpeedTest(Fixture):
     def setUp(self):
         super().setUp()
         self.callbacks = []
-        import deepseed.watch as watch
+        import deepseed.steps as steps
         clock = self.clock
-        for patch in (mock.patch.object(watch, "_queue_callback", self.callbacks.append),
+        for patch in (mock.patch.object(steps, "queue_callback", self.callbacks.append),
                       # The backward's end and the callbacks' on the injected clock.
-                      mock.patch.object(watch, "time", types.SimpleNamespace(
+                      mock.patch.object(steps, "time", types.SimpleNamespace(
                           time_ns=lambda: int(clock.t * 1e9), perf_counter=clock.perf_counter))):
             patch.start()
             self.addCleanup(patch.stop)

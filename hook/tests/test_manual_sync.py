@@ -63,13 +63,13 @@ class ManualSyncTest(unittest.TestCase):
         self.addCleanup(log.setLevel, log.level)
         log.setLevel(logging.ERROR)
         self.clock = FakeClock()
-        for name in ("deepseed.watch", "deepseed.torch_utils", "deepseed.readback"):
+        for name in ("deepseed.steps", "deepseed.torch_utils", "deepseed.readback"):
             p = mock.patch.object(importlib.import_module(name), "time", self.clock)
             p.start()
             self.addCleanup(p.stop)
         # The watcher keeps its host clock as a bound function (one lookup
         # less a step): that one is replaced too.
-        p = mock.patch.object(importlib.import_module("deepseed.watch"), "_now", self.clock.perf_counter)
+        p = mock.patch.object(importlib.import_module("deepseed.steps"), "_now", self.clock.perf_counter)
         p.start()
         self.addCleanup(p.stop)
 

@@ -92,7 +92,7 @@ class PhaseSamplingTest(unittest.TestCase):
         # The reader thread a GPU run uses, here on host timers: records
         # leave while training runs, in step order, none lost at finish.
         run, w, train, read = self.watched("bg", background_read=True)
-        self.assertTrue(w.reader.is_alive())
+        self.assertTrue(w.reader.thread.is_alive())
         emitted_while_training = 0
         for _ in range(10):
             train(20)
@@ -100,7 +100,7 @@ class PhaseSamplingTest(unittest.TestCase):
             emitted_while_training = run.steps_logged
         self.assertGreater(emitted_while_training, 100, "the reader emitted nothing while training ran")
         run.finish()
-        self.assertFalse(w.reader.is_alive())
+        self.assertFalse(w.reader.thread.is_alive())
         steps = read()
         self.assertEqual([s["step"] for s in steps], list(range(1, 201)))
         self.assert_every_step_measured(steps)
@@ -117,8 +117,8 @@ class PhaseSamplingTest(unittest.TestCase):
             # reader waits for (a deadlock would never return), and loses
             # nothing.
             w.close(wait=True)
-        w.reader.join(2.0)
-        self.assertFalse(w.reader.is_alive())
+        w.reader.thread.join(2.0)
+        self.assertFalse(w.reader.thread.is_alive())
         run.finish()
         self.assertEqual(sorted(s["step"] for s in read()), list(range(1, 51)))
 
@@ -156,7 +156,7 @@ class PhaseSamplingTest(unittest.TestCase):
         # On steps of about 5 ms (an injected clock), layers, phases and the
         # gradient norm come every 10 steps but no sooner than 250 ms after
         # the previous of their kind; on 26 ms steps the periods hold.
-        from deepseed import watch as watch_mod
+        from deepseed import steps as steps_mod
         torch = sys.modules["torch"]
         every10, phases10 = list(range(10, 121, 10)), list(range(5, 121, 10))
         # The third case sets the periods itself: they are kept exactly,
@@ -168,15 +168,15 @@ class PhaseSamplingTest(unittest.TestCase):
                                                             "grad_norm_every": 10})):
             clock = [1000.0]
             path = os.path.join(self.dir, "floor%g%d.ndjson" % (step_s, len(periods)))
-            with mock.patch.object(watch_mod, "_now", lambda: clock[0]), \
-                    mock.patch.object(watch_mod, "fused_grad_norm", lambda params: torch.Tensor(3.0)):
+            with mock.patch.object(steps_mod, "_now", lambda: clock[0]), \
+                    mock.patch.object(steps_mod, "fused_grad_norm", lambda params: torch.Tensor(3.0)):
                 run = deepseed.init(project="phases", run_id="floor", file=path, handle_signals=False)
                 a, b = torch.nn.Module(forward=lambda x: x), torch.nn.Module(forward=lambda x: x)
                 model = torch.nn.Module(forward=lambda x: b(a(x)) and torch.Tensor(2.0, requires_grad=True),
                                         children=[a, b])
                 opt = torch.optim.Optimizer(model.parameters(), lr=0.125)
                 w = run.watch(model, optimizer=opt, layers=["0", "1"], **periods)
-                self.assertEqual(w.sample_min_s, 0.25)
+                self.assertEqual(w.steps.sample_min_s, 0.25)
                 for _ in range(120):
                     clock[0] += step_s
                     loss = model(torch.Tensor(0.0, (4, 8), requires_grad=True))
@@ -257,15 +257,15 @@ class PhaseSamplingTest(unittest.TestCase):
     def test_distributed_run_samples_by_period_alone(self):
         with mock.patch.dict(os.environ, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}):
             run, w, _, _ = self.watched("distfloor", sample_min_ms=None)
-            self.assertEqual(w.sample_min_s, 0.0)
+            self.assertEqual(w.steps.sample_min_s, 0.0)
             run.finish()
         with mock.patch.dict(os.environ, {"DEEPSEED_SAMPLE_MIN_MS": "250"}):
             run, w, _, _ = self.watched("envfloor", sample_min_ms=None)
-            self.assertEqual(w.sample_min_s, 0.25)
+            self.assertEqual(w.steps.sample_min_s, 0.25)
             run.finish()
 
     def test_phase_steps_fall_between_layer_steps(self):
-        from deepseed.watch import phase_offset
+        from deepseed.phases import phase_offset
         for every, layers in ((10, 10), (10, 5), (10, 20), (10, 2), (5, 10), (4, 2), (2, 2), (10, 0), (10, 1)):
             off = phase_offset(every, layers)
             phase_steps = [s for s in range(1, 200) if s % every == off]
@@ -303,7 +303,7 @@ class PhaseSamplingTest(unittest.TestCase):
                 opt.step()
             run.finish()
         self.assertIsNotNone(w, "watch() gave up")
-        self.assertEqual((run.layer_every, w.phase_every, w.grad_norm_every), (10, 10, 10))
+        self.assertEqual((run.layer_every, w.steps.phase_every, w.steps.grad_norm_every), (10, 10, 10))
         with open(path) as f:
             timed = [r["step"] for r in expand_steps(map(json.loads, f)) if r["kind"] == "step" and "forward_ms" in r]
         self.assertEqual(timed, [5])

@@ -121,6 +121,7 @@ class EngineAdapter:
         engine = self.engine
         orig = engine.step
         self._orig_step = orig
+        steps = watcher.steps
 
         def step(*args, **kwargs):
             boundary = True
@@ -129,10 +130,10 @@ class EngineAdapter:
             except Exception:
                 pass
             if boundary:
-                watcher._opt_pre(None, args, kwargs)
+                steps.optimizer_pre(None, args, kwargs)
             out = orig(*args, **kwargs)
             if boundary:
-                watcher._opt_post(None, args, kwargs)
+                steps.optimizer_post(None, args, kwargs)
             return out
 
         engine.step = step
@@ -142,14 +143,15 @@ class EngineAdapter:
         time); PipelineEngine.step() itself refuses to run."""
         engine = self.engine
         orig = engine.train_batch
+        marks = watcher.marks
 
         def train_batch(*args, **kwargs):
-            watcher._batch_pre()
+            marks.batch_begin()
             out = None
             try:
                 out = orig(*args, **kwargs)
             finally:
-                watcher._batch_post(out)
+                marks.batch_end(out)
             return out
 
         self._patch(engine, "train_batch", orig, train_batch)
@@ -157,11 +159,11 @@ class EngineAdapter:
         ostep = getattr(opt, "step", None)
         if callable(ostep):
             def step(*args, **kwargs):
-                watcher._opt_mark(True)
+                marks.optimizer_mark(True)
                 try:
                     return ostep(*args, **kwargs)
                 finally:
-                    watcher._opt_mark(False)
+                    marks.optimizer_mark(False)
 
             self._patch(opt, "step", ostep, step)
 
