@@ -6,9 +6,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/collector/nvml"
 )
 
 // collectorMetrics is the collector's own health, written with the GPU
@@ -152,20 +156,6 @@ type family struct {
 	val             func(s *gpuState) *float64
 }
 
-func u32p(p *uint32, scale float64) *float64 {
-	if p == nil {
-		return nil
-	}
-	return ptrF(float64(*p) * scale)
-}
-
-func u64p(p *uint64, scale float64) *float64 {
-	if p == nil {
-		return nil
-	}
-	return ptrF(float64(*p) * scale)
-}
-
 func f64p(p *float64, scale float64) *float64 {
 	if p == nil {
 		return nil
@@ -173,43 +163,47 @@ func f64p(p *float64, scale float64) *float64 {
 	return ptrF(*p * scale)
 }
 
-var gpuFamilies = []family{
-	{"deepseed_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.UtilGPUPct, 0.01) }},
-	{"deepseed_gpu_memory_utilization_ratio", "Fraction of the last sample period device memory was read or written.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.UtilMemPct, 0.01) }},
-	{"deepseed_gpu_memory_used_bytes", "Device memory in use.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.MemUsedBytes, 1) }},
-	{"deepseed_gpu_memory_total_bytes", "Device memory in total.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.MemTotalBytes, 1) }},
-	{"deepseed_gpu_memory_reserved_bytes", "Device memory reserved by the driver and firmware.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.MemReservedBytes, 1) }},
-	{"deepseed_gpu_power_watts", "Power draw.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.PowerMilliW, 1e-3) }},
-	{"deepseed_gpu_energy_joules_total", "Energy consumed since the driver was loaded.", "counter", func(s *gpuState) *float64 { return u64p(s.r.EnergyMilliJ, 1e-3) }},
-	{"deepseed_gpu_temperature_celsius", "GPU die temperature.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.TempC, 1) }},
-	{"deepseed_gpu_memory_temperature_celsius", "Device memory temperature.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.MemTempC, 1) }},
-	{"deepseed_gpu_sm_clock_hertz", "SM clock.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.SMClockMHz, 1e6) }},
-	{"deepseed_gpu_memory_clock_hertz", "Memory clock.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.MemClockMHz, 1e6) }},
-	{"deepseed_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.PCIeTxKBps, 1024) }},
-	{"deepseed_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput.", "gauge", func(s *gpuState) *float64 { return u32p(s.r.PCIeRxKBps, 1024) }},
-	{"deepseed_gpu_pcie_replays_total", "PCIe replays.", "counter", func(s *gpuState) *float64 { return u64p(s.r.PCIeReplays, 1) }},
-	{"deepseed_gpu_nvlink_tx_bytes_total", "NVLink data transmitted, all links.", "counter", func(s *gpuState) *float64 { return u64p(s.r.NVLinkTxKiB, 1024) }},
-	{"deepseed_gpu_nvlink_rx_bytes_total", "NVLink data received, all links.", "counter", func(s *gpuState) *float64 { return u64p(s.r.NVLinkRxKiB, 1024) }},
-	{"deepseed_gpu_xid_errors_total", "XID errors seen since the collector started.", "counter", func(s *gpuState) *float64 { return u64p(s.r.XIDCount, 1) }},
-	{"deepseed_gpu_xid_last", "The last XID error code seen (0: none).", "gauge", func(s *gpuState) *float64 { return u64p(s.r.XIDLast, 1) }},
-	{"deepseed_gpu_ecc_corrected_errors_total", "Corrected ECC errors over the GPU's life.", "counter", func(s *gpuState) *float64 { return u64p(s.r.ECCCorrected, 1) }},
-	{"deepseed_gpu_ecc_uncorrected_errors_total", "Uncorrected ECC errors over the GPU's life.", "counter", func(s *gpuState) *float64 { return u64p(s.r.ECCUncorrected, 1) }},
-	{"deepseed_gpu_remapped_rows_correctable", "Rows remapped for correctable errors.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.RemappedCorr, 1) }},
-	{"deepseed_gpu_remapped_rows_uncorrectable", "Rows remapped for uncorrectable errors.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.RemappedUncorr, 1) }},
-	{"deepseed_gpu_remap_pending", "1 while a row remapping waits for a GPU reset.", "gauge", func(s *gpuState) *float64 {
-		if s.r.RemapPending == nil {
+// gpuFamilies are the /metrics families of the GPU values in the metric
+// table, in its order; dcgmFamilies their dcgm-exporter counterparts,
+// which NVIDIA's Grafana dashboard 12239 and common alerts read, in that
+// exporter's units (MiB for frame buffer, MHz, watts, millijoules,
+// percent for DEV utilisation and ratios for the PROF fields) and order.
+var gpuFamilies, dcgmFamilies = tableFamilies()
+
+func tableFamilies() (own, dcgm []family) {
+	var dcgmFrom []*api.GPUMetric
+	for i := range api.GPUMetrics {
+		m := &api.GPUMetrics[i]
+		if m.Prom != nil {
+			own = append(own, tableFamily(m, m.Prom))
+		}
+		if m.DCGM != nil {
+			dcgmFrom = append(dcgmFrom, m)
+		}
+	}
+	slices.SortFunc(dcgmFrom, func(a, b *api.GPUMetric) int { return a.DCGM.Seq - b.DCGM.Seq })
+	for _, m := range dcgmFrom {
+		dcgm = append(dcgm, tableFamily(m, m.DCGM))
+	}
+	return own, dcgm
+}
+
+// tableFamily reads a table metric from NVML's reading (or the device's
+// facts), or when NVML gives it not as such from the record.
+func tableFamily(m *api.GPUMetric, e *api.GPUExport) family {
+	return family{e.Name, e.Help, e.Type, func(s *gpuState) *float64 {
+		if m.NVML == "" {
+			if v, ok := m.Value(&s.rec).(float64); ok {
+				return ptrF(v * e.Scale)
+			}
 			return nil
 		}
-		return ptrF(b2f(*s.r.RemapPending))
-	}},
-	{"deepseed_gpu_clocks_event_reasons", "NVML clocks-event (throttle) reason bit mask.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.ClocksEventMask, 1) }},
-	{"deepseed_gpu_gpm_supported", "1 when NVML's GPM profiling metrics (SM, tensor and DRAM activity) are read on this GPU.", "gauge", func(s *gpuState) *float64 { return ptrF(b2f(s.info.GPM)) }},
-	{"deepseed_gpu_sm_active_ratio", "GPM: fraction of cycles an SM had a warp resident.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMActivePct, 0.01) }},
-	{"deepseed_gpu_sm_occupancy_ratio", "GPM: resident warps over the maximum.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMOccupancy, 0.01) }},
-	{"deepseed_gpu_tensor_active_ratio", "GPM: fraction of cycles any tensor pipe was active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMTensorPct, 0.01) }},
-	{"deepseed_gpu_graphics_active_ratio", "GPM: fraction of time the graphics/compute engine was active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMGraphicsPct, 0.01) }},
-	{"deepseed_gpu_dram_active_ratio", "GPM: device memory bandwidth used, as a fraction of the peak.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMDRAMBWPct, 0.01) }},
-	{"deepseed_gpu_sample_interval_seconds", "The interval the GPU is sampled at: the fast one while an announced training process holds it.", "gauge", func(s *gpuState) *float64 { return &s.interval }},
+		v, ok := nvml.Value(&s.info, &s.r, m.NVML)
+		if !ok {
+			return nil
+		}
+		return ptrF(v * e.Scale)
+	}}
 }
 
 func (c *Collector) gpuLabels(s *gpuState) string {
@@ -313,33 +307,6 @@ func (c *Collector) writeHost(w *bufio.Writer, h *hostReading) {
 			fmt.Fprintf(w, "%s{%s} %s\n", f.name, procLabels(p), num(*v))
 		}
 	}
-}
-
-// dcgmFamilies are the dcgm-exporter fields NVIDIA's Grafana dashboard
-// 12239 and common alerts read, in dcgm-exporter's units: MiB for frame
-// buffer, MHz, watts, millijoules, percent for DEV utilisation and ratios
-// (0–1) for the PROF fields.
-var dcgmFamilies = []family{
-	{"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "gauge", func(s *gpuState) *float64 { return u32p(s.r.SMClockMHz, 1) }},
-	{"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", "gauge", func(s *gpuState) *float64 { return u32p(s.r.MemClockMHz, 1) }},
-	{"DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", "gauge", func(s *gpuState) *float64 { return u32p(s.r.MemTempC, 1) }},
-	{"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "gauge", func(s *gpuState) *float64 { return u32p(s.r.TempC, 1) }},
-	{"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "gauge", func(s *gpuState) *float64 { return u32p(s.r.PowerMilliW, 1e-3) }},
-	{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", "counter", func(s *gpuState) *float64 { return u64p(s.r.EnergyMilliJ, 1) }},
-	{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", "counter", func(s *gpuState) *float64 { return u64p(s.r.PCIeReplays, 1) }},
-	{"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gauge", func(s *gpuState) *float64 { return u32p(s.r.UtilGPUPct, 1) }},
-	{"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "gauge", func(s *gpuState) *float64 { return u32p(s.r.UtilMemPct, 1) }},
-	{"DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "gauge", func(s *gpuState) *float64 { return u64p(s.r.XIDLast, 1) }},
-	{"DCGM_FI_DEV_FB_FREE", "Frame buffer memory free (in MiB).", "gauge", func(s *gpuState) *float64 { return u64p(s.r.MemFreeBytes, 1.0/(1<<20)) }},
-	{"DCGM_FI_DEV_FB_USED", "Frame buffer memory used (in MiB).", "gauge", func(s *gpuState) *float64 { return u64p(s.r.MemUsedBytes, 1.0/(1<<20)) }},
-	{"DCGM_FI_DEV_FB_RESERVED", "Frame buffer memory reserved (in MiB).", "gauge", func(s *gpuState) *float64 { return u64p(s.r.MemReservedBytes, 1.0/(1<<20)) }},
-	{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.", "counter", func(s *gpuState) *float64 { return u64p(s.r.RemappedUncorr, 1) }},
-	{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.", "counter", func(s *gpuState) *float64 { return u64p(s.r.RemappedCorr, 1) }},
-	{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMGraphicsPct, 0.01) }},
-	{"DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMActivePct, 0.01) }},
-	{"DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMSMOccupancy, 0.01) }},
-	{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMTensorPct, 0.01) }},
-	{"DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", "gauge", func(s *gpuState) *float64 { return f64p(s.r.GPMDRAMBWPct, 0.01) }},
 }
 
 // dcgmLabels follows dcgm-exporter's label names and order: gpu, UUID,
