@@ -4,43 +4,37 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/collector/nvml"
+	"github.com/deepseed/deepseed/internal/exposition"
 )
 
 // collectorMetrics is the collector's own health, written with the GPU
 // and host samples on /metrics.
 type collectorMetrics struct {
-	received     counter
-	forwarded    counter
-	failed       counter
-	droppedFull  counter // sampled records dropped for room under --spool-max-bytes
-	droppedWrite counter // sampled records the spool could not write (disk full …)
-	hookFull     counter // hook requests answered 503: the spool could not take them
-	deadLettered counter
-	sendErrors   counter
-	hookRejected counter
+	reg          *exposition.Registry
+	received     *metrics.Counter
+	forwarded    *metrics.Counter
+	failed       *metrics.Counter
+	droppedFull  *metrics.Counter // sampled records dropped for room under --spool-max-bytes
+	droppedWrite *metrics.Counter // sampled records the spool could not write (disk full …)
+	hookFull     *metrics.Counter // hook requests answered 503: the spool could not take them
+	deadLettered *metrics.Counter
+	sendErrors   *metrics.Counter
+	hookRejected *metrics.Counter
 
 	lastSend atomic.Int64 // Unix milliseconds of the last accepted batch
 	gpuUp    atomic.Bool
 	hostUp   atomic.Bool
 }
-
-// counter is a monotonic count for /metrics.
-type counter struct{ n atomic.Uint64 }
-
-func (c *counter) Inc()           { c.n.Add(1) }
-func (c *counter) Add(n int)      { c.n.Add(uint64(n)) }
-func (c *counter) value() float64 { return float64(c.n.Load()) }
-
-func newCollectorMetrics() *collectorMetrics { return &collectorMetrics{} }
 
 func b2f(b bool) float64 {
 	if b {
@@ -49,46 +43,40 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// health is one family of the collector's own metrics; a family with
-// labels lists its samples' label sets and values in labels.
-type health struct {
-	name, help, typ string
-	val             func() float64
-	labels          []labeled
-}
-
-type labeled struct {
-	labels string
-	val    func() float64
-}
-
-func (c *Collector) healthFamilies() []health {
-	m := c.m
-	return []health{
-		{"deepseed_collector_hook_records_received_total", "Records the hook receiver took into the queue.", "counter", m.received.value, nil},
-		{"deepseed_collector_hook_requests_rejected_total", "Hook requests answered 4xx: bodies that could not be read or held an invalid record.", "counter", m.hookRejected.value, nil},
-		{"deepseed_collector_hook_requests_deferred_total", "Hook requests answered 503 because the spool could not take them.", "counter", m.hookFull.value, nil},
-		{"deepseed_collector_records_forwarded_total", "Records the server acknowledged.", "counter", m.forwarded.value, nil},
-		{"deepseed_collector_records_failed_total", "Records in sends that failed; they stay in the spool and are sent again.", "counter", m.failed.value, nil},
-		{"deepseed_collector_records_dropped_total", "Sampled records dropped: to make room under the spool's bound, or because the spool could not be written.", "counter", nil, []labeled{
-			{`reason="spool_full"`, m.droppedFull.value},
-			{`reason="write_failed"`, m.droppedWrite.value},
-		}},
-		{"deepseed_collector_records_dead_lettered_total", "Records the server refused, written to the dead-letter file.", "counter", m.deadLettered.value, nil},
-		{"deepseed_collector_send_errors_total", "Sends to the server that failed.", "counter", m.sendErrors.value, nil},
-		{"deepseed_collector_queue_records", "Records waiting to be sent, in memory and in the spool.", "gauge", func() float64 { return float64(c.queueDepth()) }, nil},
-		{"deepseed_collector_spool_bytes", "Bytes of the batches in the spool.", "gauge", func() float64 { return float64(c.spool.size()) }, nil},
-		{"deepseed_collector_spool_records", "Records in the spool waiting for the server: the hook's, acknowledged and never dropped, and the collector's own samples, dropped first when the spool is full.", "gauge", nil, []labeled{
-			{`source="hook"`, func() float64 { n, s := c.spool.counts(); return float64(n - s) }},
-			{`source="sampled"`, func() float64 { _, s := c.spool.counts(); return float64(s) }},
-		}},
-		{"deepseed_collector_forward_lag_seconds", "Age of the oldest hook record acknowledged and not yet stored by the server (0: none waiting).", "gauge", c.forwardLag, nil},
-		{"deepseed_collector_spool_batches", "Batches in the spool.", "gauge", func() float64 { return float64(c.spool.len()) }, nil},
-		{"deepseed_collector_last_send_timestamp_seconds", "Unix time of the last batch the server acknowledged (0: none yet).", "gauge", func() float64 { return float64(m.lastSend.Load()) / 1000 }, nil},
-		{"deepseed_gpu_sampling_up", "1 while the last GPU sample through NVML succeeded.", "gauge", func() float64 { return b2f(m.gpuUp.Load()) }, nil},
-		{"deepseed_host_sampling_up", "1 while the last host sample succeeded.", "gauge", func() float64 { return b2f(m.hostUp.Load()) }, nil},
-		{"deepseed_gpu_count", "GPUs (and MIG instances) NVML shows.", "gauge", func() float64 { return float64(len(c.gpu.devs)) }, nil},
+// newCollectorMetrics registers c's health families, in the order of the
+// page; the gauges read c at each scrape.
+func newCollectorMetrics(c *Collector) *collectorMetrics {
+	r := exposition.NewRegistry()
+	m := &collectorMetrics{reg: r}
+	gauge := func(name, help string, v func() float64) {
+		r.Func(name, help, "gauge", func() (float64, bool) { return v(), true })
 	}
+	m.received = r.Counter("deepseed_collector_hook_records_received_total", "Records the hook receiver took into the queue.")
+	m.hookRejected = r.Counter("deepseed_collector_hook_requests_rejected_total", "Hook requests answered 4xx: bodies that could not be read or held an invalid record.")
+	m.hookFull = r.Counter("deepseed_collector_hook_requests_deferred_total", "Hook requests answered 503 because the spool could not take them.")
+	m.forwarded = r.Counter("deepseed_collector_records_forwarded_total", "Records the server acknowledged.")
+	m.failed = r.Counter("deepseed_collector_records_failed_total", "Records in sends that failed; they stay in the spool and are sent again.")
+	dropped := r.CounterVec("deepseed_collector_records_dropped_total", "Sampled records dropped: to make room under the spool's bound, or because the spool could not be written.", "reason")
+	m.droppedFull, m.droppedWrite = dropped.With("spool_full"), dropped.With("write_failed")
+	m.deadLettered = r.Counter("deepseed_collector_records_dead_lettered_total", "Records the server refused, written to the dead-letter file.")
+	m.sendErrors = r.Counter("deepseed_collector_send_errors_total", "Sends to the server that failed.")
+	gauge("deepseed_collector_queue_records", "Records waiting to be sent, in memory and in the spool.", func() float64 { return float64(c.queueDepth()) })
+	gauge("deepseed_collector_spool_bytes", "Bytes of the batches in the spool.", func() float64 { return float64(c.spool.size()) })
+	r.Writer(func(w io.Writer) error {
+		const name = "deepseed_collector_spool_records"
+		exposition.Header(w, name, "Records in the spool waiting for the server: the hook's, acknowledged and never dropped, and the collector's own samples, dropped first when the spool is full.", "gauge")
+		n, s := c.spool.counts()
+		exposition.Sample(w, name, `source="hook"`, float64(n-s))
+		exposition.Sample(w, name, `source="sampled"`, float64(s))
+		return nil
+	})
+	gauge("deepseed_collector_forward_lag_seconds", "Age of the oldest hook record acknowledged and not yet stored by the server (0: none waiting).", c.forwardLag)
+	gauge("deepseed_collector_spool_batches", "Batches in the spool.", func() float64 { return float64(c.spool.len()) })
+	gauge("deepseed_collector_last_send_timestamp_seconds", "Unix time of the last batch the server acknowledged (0: none yet).", func() float64 { return float64(m.lastSend.Load()) / 1000 })
+	gauge("deepseed_gpu_sampling_up", "1 while the last GPU sample through NVML succeeded.", func() float64 { return b2f(m.gpuUp.Load()) })
+	gauge("deepseed_host_sampling_up", "1 while the last host sample succeeded.", func() float64 { return b2f(m.hostUp.Load()) })
+	gauge("deepseed_gpu_count", "GPUs (and MIG instances) NVML shows.", func() float64 { return float64(len(c.gpu.devs)) })
+	return m
 }
 
 // forwardLag is the age of the oldest acknowledged hook record the server
@@ -106,15 +94,7 @@ func (c *Collector) forwardLag() float64 {
 func (c *Collector) WriteMetrics(w io.Writer) {
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
-	for _, f := range c.healthFamilies() {
-		header(bw, f.name, f.help, f.typ)
-		if f.val != nil {
-			fmt.Fprintf(bw, "%s %s\n", f.name, num(f.val()))
-		}
-		for _, l := range f.labels {
-			fmt.Fprintf(bw, "%s{%s} %s\n", f.name, l.labels, num(l.val()))
-		}
-	}
+	_ = c.m.reg.Write(bw) // the collector's families return no error
 	c.writeSamples(bw)
 }
 
@@ -126,7 +106,7 @@ func (c *Collector) MetricsHandler() http.Handler {
 			http.Error(w, "method not allowed: use GET", http.StatusMethodNotAllowed)
 			return
 		}
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Header().Set("Content-Type", exposition.ContentType)
 		if r.Method == http.MethodHead {
 			return
 		}
@@ -217,10 +197,10 @@ func (c *Collector) gpuLabels(s *gpuState) string {
 
 func (c *Collector) writeGPU(w *bufio.Writer, gpus []gpuState) {
 	if len(gpus) > 0 {
-		header(w, "deepseed_gpu_info", "Static facts of each GPU; always 1.", "gauge")
+		exposition.Header(w, "deepseed_gpu_info", "Static facts of each GPU; always 1.", "gauge")
 		for i := range gpus {
 			s := &gpus[i]
-			fmt.Fprintf(w, "deepseed_gpu_info{%s,name=%s,pci_bus_id=%s} 1\n", c.gpuLabels(s), q(s.info.Name), q(s.info.PCIBusID))
+			exposition.Sample(w, "deepseed_gpu_info", fmt.Sprintf("%s,name=%s,pci_bus_id=%s", c.gpuLabels(s), q(s.info.Name), q(s.info.PCIBusID)), 1)
 		}
 	}
 	writeFamilies(w, gpuFamilies, gpus, c.gpuLabels)
@@ -231,10 +211,10 @@ func (c *Collector) writeGPU(w *bufio.Writer, gpus []gpuState) {
 			continue
 		}
 		if !wrote {
-			header(w, "deepseed_gpu_run", "The run and rank a GPU's samples are attributed to; always 1.", "gauge")
+			exposition.Header(w, "deepseed_gpu_run", "The run and rank a GPU's samples are attributed to; always 1.", "gauge")
 			wrote = true
 		}
-		fmt.Fprintf(w, "deepseed_gpu_run{%s,run_id=%s,rank=\"%d\"} 1\n", c.gpuLabels(s), q(s.rec.RunID), *s.rec.Rank)
+		exposition.Sample(w, "deepseed_gpu_run", fmt.Sprintf("%s,run_id=%s,rank=\"%d\"", c.gpuLabels(s), q(s.rec.RunID), *s.rec.Rank), 1)
 	}
 	wrote = false
 	for i := range gpus {
@@ -244,14 +224,14 @@ func (c *Collector) writeGPU(w *bufio.Writer, gpus []gpuState) {
 				continue
 			}
 			if !wrote {
-				header(w, "deepseed_gpu_process_memory_bytes", "Device memory used by each compute process.", "gauge")
+				exposition.Header(w, "deepseed_gpu_process_memory_bytes", "Device memory used by each compute process.", "gauge")
 				wrote = true
 			}
 			runID, rank := "", ""
 			if p.who != nil {
 				runID, rank = p.who.RunID, strconv.Itoa(p.who.Rank)
 			}
-			fmt.Fprintf(w, "deepseed_gpu_process_memory_bytes{%s,pid=\"%d\",run_id=%s,rank=%s} %s\n", c.gpuLabels(s), p.pid, q(runID), q(rank), num(*p.memBytes))
+			exposition.Sample(w, "deepseed_gpu_process_memory_bytes", fmt.Sprintf("%s,pid=\"%d\",run_id=%s,rank=%s", c.gpuLabels(s), p.pid, q(runID), q(rank)), *p.memBytes)
 		}
 	}
 }
@@ -262,8 +242,8 @@ func (c *Collector) writeHost(w *bufio.Writer, h *hostReading) {
 		if v == nil {
 			return
 		}
-		header(w, name, help, typ)
-		fmt.Fprintf(w, "%s{%s} %s\n", name, hl, num(*v))
+		exposition.Header(w, name, help, typ)
+		exposition.Sample(w, name, hl, *v)
 	}
 	if h.rec.CPUUtilPct != nil {
 		one("deepseed_host_cpu_utilization_ratio", "Fraction of all CPUs' time spent busy over the last sample period.", "gauge", ptrF(float64(*h.rec.CPUUtilPct)/100))
@@ -301,10 +281,10 @@ func (c *Collector) writeHost(w *bufio.Writer, h *hostReading) {
 				continue
 			}
 			if !wrote {
-				header(w, f.name, f.help, f.typ)
+				exposition.Header(w, f.name, f.help, f.typ)
 				wrote = true
 			}
-			fmt.Fprintf(w, "%s{%s} %s\n", f.name, procLabels(p), num(*v))
+			exposition.Sample(w, f.name, procLabels(p), *v)
 		}
 	}
 }
@@ -341,26 +321,13 @@ func writeFamilies(w *bufio.Writer, fams []family, gpus []gpuState, labels func(
 				continue
 			}
 			if !wrote {
-				header(w, f.name, f.help, f.typ)
+				exposition.Header(w, f.name, f.help, f.typ)
 				wrote = true
 			}
-			fmt.Fprintf(w, "%s{%s} %s\n", f.name, labels(&gpus[i]), num(*v))
+			exposition.Sample(w, f.name, labels(&gpus[i]), *v)
 		}
 	}
 }
 
-func header(w *bufio.Writer, name, help, typ string) {
-	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-// q quotes a label value as the Prometheus text format escapes it.
-func q(s string) string { return `"` + labelEscaper.Replace(s) + `"` }
-
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-
-func num(v float64) string {
-	if math.IsNaN(v) {
-		return "NaN"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
-}
+// q quotes a label value.
+func q(s string) string { return exposition.Quote(s) }
