@@ -8,6 +8,7 @@ ignore ./grafana-plugin/node_modules
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1
+	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/grafana/grafana-foundation-sdk/go v0.0.7
 	github.com/grafana/grafana-plugin-sdk-go v0.298.0
@@ -15,14 +16,12 @@ require (
 	github.com/klauspost/compress v1.20.1
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/oapi-codegen/runtime v1.8.0
-	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	go.yaml.in/yaml/v4 v4.0.0-rc.4
 )
 
 require (
-	github.com/VictoriaMetrics/metrics v1.45.0 // indirect
 	github.com/apache/arrow-go/v18 v18.8.0 // indirect
 	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -82,6 +81,7 @@ require (
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/patrickmn/go-cache v2.1.0+incompatible // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/prometheus/client_golang v1.24.1 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/sirupsen/logrus v1.10.1 // indirect

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -48,14 +49,20 @@ func Quote(s string) string { return `"` + labelEscaper.Replace(s) + `"` }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
-// Labels joins label names and values: a="x",b="y".
+// Labels joins label names and values, sorted by name as Prometheus'
+// own client writes them: a="x",b="y".
 func Labels(names []string, values []string) string {
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
 	var b strings.Builder
-	for i, n := range names {
-		if i > 0 {
+	for k, i := range order {
+		if k > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(n)
+		b.WriteString(names[i])
 		b.WriteByte('=')
 		b.WriteString(Quote(values[i]))
 	}

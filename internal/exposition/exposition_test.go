@@ -92,3 +92,11 @@ func TestProcessNamesNoBuildPath(t *testing.T) {
 		t.Errorf("the page names GOROOT:\n%s", b.String())
 	}
 }
+
+// Labels come out sorted by name, whatever order a family names them in.
+func TestLabelsSorted(t *testing.T) {
+	got := exposition.Labels([]string{"route", "method", "code"}, []string{"/x", "GET", "200"})
+	if want := `code="200",method="GET",route="/x"`; got != want {
+		t.Errorf("Labels = %s, want %s", got, want)
+	}
+}
