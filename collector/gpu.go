@@ -155,7 +155,7 @@ func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *regi
 			st.interval = g.iv.fast.Seconds()
 			d.nextFast = now.Add(g.iv.fast)
 		}
-		st.rec = g.record(d, now, host, info, want)
+		st.rec = g.record(d, now, host, &g.devs[i], want)
 		st.rec.SampleIntervalS = api.F(st.interval)
 		for _, p := range st.procs {
 			ap := api.GPUProcess{PID: p.pid}
@@ -303,18 +303,14 @@ func holdsAnnounced(ps []gpuProc) bool {
 	return false
 }
 
-func (g *gpuSampler) record(d *gpuDev, now time.Time, host string, info nvml.DeviceInfo, want nvml.Fields) api.GPU {
+func (g *gpuSampler) record(d *gpuDev, now time.Time, host string, info *nvml.DeviceInfo, want nvml.Fields) api.GPU {
 	r := d.last
 	rec := api.GPU{Kind: api.KindGPU, Time: api.T(now), Host: host, GPU: api.Ptr(info.Index), UUID: info.UUID, Name: info.Name}
 	// The values read from NVML as they are, per the metric table; the
 	// ones derived from several readings below.
-	for i := range api.GPUMetrics {
-		m := &api.GPUMetrics[i]
-		if m.Field == nil || m.NVML == "" {
-			continue
-		}
-		if v, ok := nvml.Value(&info, &r, m.NVML); ok {
-			m.Set(&rec, v*m.NVMLScale)
+	for _, t := range recordFromNVML {
+		if v, ok := t.get(info, &d.last); ok {
+			t.m.Set(&rec, v*t.m.NVMLScale)
 		}
 	}
 	if r.RemappedCorr != nil && r.RemappedUncorr != nil {
@@ -332,3 +328,25 @@ func (g *gpuSampler) record(d *gpuDev, now time.Time, host string, info nvml.Dev
 	rec.NVLinkTxBps, rec.NVLinkRxBps = d.nvTx, d.nvRx
 	return rec
 }
+
+// tableRead is a value of the metric table with the getter of the NVML
+// value it comes from.
+type tableRead struct {
+	m   *api.GPUMetric
+	get func(*nvml.DeviceInfo, *nvml.Reading) (float64, bool)
+}
+
+// recordFromNVML are the record's values read from NVML as they are.
+var recordFromNVML = func() []tableRead {
+	var out []tableRead
+	for i := range api.GPUMetrics {
+		m := &api.GPUMetrics[i]
+		if m.Field == nil || m.NVML == "" {
+			continue
+		}
+		if get := nvml.Getter(m.NVML); get != nil {
+			out = append(out, tableRead{m, get})
+		}
+	}
+	return out
+}()

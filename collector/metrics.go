@@ -171,18 +171,23 @@ func tableFamilies() (own, dcgm []family) {
 // tableFamily reads a table metric from NVML's reading (or the device's
 // facts), or when NVML gives it not as such from the record.
 func tableFamily(m *api.GPUMetric, e *api.GPUExport) family {
-	return family{e.Name, e.Help, e.Type, func(s *gpuState) *float64 {
-		if m.NVML == "" {
+	if m.NVML == "" {
+		return family{e.Name, e.Help, e.Type, func(s *gpuState) *float64 {
 			if v, ok := m.Value(&s.rec).(float64); ok {
 				return ptrF(v * e.Scale)
 			}
 			return nil
-		}
-		v, ok := nvml.Value(&s.info, &s.r, m.NVML)
-		if !ok {
+		}}
+	}
+	get := nvml.Getter(m.NVML)
+	return family{e.Name, e.Help, e.Type, func(s *gpuState) *float64 {
+		if get == nil {
 			return nil
 		}
-		return ptrF(v * e.Scale)
+		if v, ok := get(&s.info, &s.r); ok {
+			return ptrF(v * e.Scale)
+		}
+		return nil
 	}}
 }
 

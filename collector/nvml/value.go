@@ -3,28 +3,30 @@ package nvml
 import (
 	"reflect"
 	"strings"
+	"unsafe"
 )
 
-// Value returns the value named by its JSON name, of the reading or else
-// of the device's facts, as a float64 in NVML's unit (a flag is 0 or 1);
-// ok is false when the device gave none or no field has that name. It is
-// how the collector reads the values its metric table (api.GPUMetrics)
-// names.
-func Value(info *DeviceInfo, r *Reading, name string) (v float64, ok bool) {
-	if i, found := readingFields[name]; found {
-		return number(reflect.ValueOf(r).Elem().Field(i))
+// Getter returns the reader of the value named by its JSON name, of the
+// reading or else of the device's facts: it gives the value as a float64
+// in NVML's unit (a flag is 0 or 1), ok false when the device gave none.
+// Getter returns nil for a name no field has. It is how the collector
+// reads the values its metric table (api.GPUMetrics) names; the field is
+// looked up once, so a read costs what a hand-written one does.
+func Getter(name string) func(info *DeviceInfo, r *Reading) (v float64, ok bool) {
+	if f, found := readingFields[name]; found {
+		return func(_ *DeviceInfo, r *Reading) (float64, bool) { return f.read(unsafe.Pointer(r)) }
 	}
-	if i, found := infoFields[name]; found {
-		return number(reflect.ValueOf(info).Elem().Field(i))
+	if f, found := infoFields[name]; found {
+		return func(info *DeviceInfo, _ *Reading) (float64, bool) { return f.read(unsafe.Pointer(info)) }
 	}
-	return 0, false
+	return nil
 }
 
-// HasValue reports whether Value knows the name.
-func HasValue(name string) bool {
-	_, r := readingFields[name]
-	_, d := infoFields[name]
-	return r || d
+// field is where a number or flag sits in a struct, and its type.
+type field struct {
+	offset uintptr
+	kind   reflect.Kind
+	ptr    bool
 }
 
 var (
@@ -33,45 +35,50 @@ var (
 )
 
 // numericFields maps the JSON names of t's numbers and flags, bare or
-// behind a pointer, to their field indexes.
-func numericFields(t reflect.Type) map[string]int {
-	out := map[string]int{}
+// behind a pointer, to where they sit.
+func numericFields(t reflect.Type) map[string]field {
+	out := map[string]field{}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		ft := f.Type
+		ft, ptr := f.Type, false
 		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
+			ft, ptr = ft.Elem(), true
 		}
 		switch ft.Kind() {
 		case reflect.Bool, reflect.Int, reflect.Uint32, reflect.Uint64, reflect.Float64:
 			name := strings.Split(f.Tag.Get("json"), ",")[0]
 			if name != "" && name != "-" {
-				out[name] = i
+				out[name] = field{offset: f.Offset, kind: ft.Kind(), ptr: ptr}
 			}
 		}
 	}
 	return out
 }
 
-func number(v reflect.Value) (float64, bool) {
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
+// read reads the field of the struct at base; numericFields vouches for
+// its offset and type.
+func (f field) read(base unsafe.Pointer) (float64, bool) {
+	p := unsafe.Add(base, f.offset)
+	if f.ptr {
+		p = *(*unsafe.Pointer)(p)
+		if p == nil {
 			return 0, false
 		}
-		v = v.Elem()
 	}
-	switch v.Kind() {
+	switch f.kind {
 	case reflect.Bool:
-		if v.Bool() {
+		if *(*bool)(p) {
 			return 1, true
 		}
 		return 0, true
 	case reflect.Int:
-		return float64(v.Int()), true
-	case reflect.Uint32, reflect.Uint64:
-		return float64(v.Uint()), true
+		return float64(*(*int)(p)), true
+	case reflect.Uint32:
+		return float64(*(*uint32)(p)), true
+	case reflect.Uint64:
+		return float64(*(*uint64)(p)), true
 	case reflect.Float64:
-		return v.Float(), true
+		return *(*float64)(p), true
 	}
 	return 0, false
 }
