@@ -2,98 +2,110 @@ package alerts
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/deepseed/deepseed/internal/exposition"
 	"github.com/deepseed/deepseed/store"
 )
 
+// The alert families of /metrics: name and help.
 var (
-	openDesc = prometheus.NewDesc("deepseed_alerts_open",
-		"Alerts open now, by kind.", []string{"kind"}, nil)
-	totalDesc = prometheus.NewDesc("deepseed_alerts_opened_total",
-		"Alerts ever opened and still stored, by kind.", []string{"kind"}, nil)
-	runOpenDesc = prometheus.NewDesc("deepseed_run_alerts_open",
-		"Alerts open now, by run, kind and subject (one series per open alert).", []string{"run_id", "project", "kind", "subject"}, nil)
+	openFamily    = [2]string{"deepseed_alerts_open", "Alerts open now, by kind."}
+	totalFamily   = [2]string{"deepseed_alerts_opened_total", "Alerts ever opened and still stored, by kind."}
+	runOpenFamily = [2]string{"deepseed_run_alerts_open", "Alerts open now, by run, kind and subject (one series per open alert)."}
 )
 
-// Collector shows the alerts table on a Prometheus registry, read at each
-// scrape (a small aggregate over the alerts table): counts by kind, which
-// name no run or project.
+// Collector shows the alerts table on /metrics, read at each scrape (a
+// small aggregate over the alerts table): counts by kind, which name no
+// run or project.
 type Collector struct{ Store *store.Store }
 
 // RunCollector shows one series per open alert, naming its run and
 // project: for scrapers that hold a token (see server's /metrics).
 type RunCollector struct{ Store *store.Store }
 
-// Describe implements prometheus.Collector.
-func (Collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- openDesc
-	ch <- totalDesc
-}
-
-// Describe implements prometheus.Collector.
-func (RunCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- runOpenDesc
-}
-
-// Collect implements prometheus.Collector. A database that does not
-// answer leaves the alert metrics out of this scrape.
-func (c Collector) Collect(ch chan<- prometheus.Metric) {
+// WriteMetrics writes the counts of open and opened alerts by kind, every
+// kind from the start at 0. A database that does not answer leaves the
+// alert families out of this scrape, with the error returned.
+func (c Collector) WriteMetrics(w io.Writer) error {
 	if c.Store == nil || c.Store.Pool == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rows, err := c.Store.Pool.Query(ctx, `SELECT kind, count(*) FILTER (WHERE resolved_at IS NULL), count(*) FROM alerts GROUP BY kind`)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(openDesc, err)
-		return
+		return fmt.Errorf("alerts: metrics: %w", err)
 	}
-	seen := map[string]bool{}
+	openN, totalN := map[string]float64{}, map[string]float64{}
 	for rows.Next() {
 		var kind string
 		var open, total float64
 		if err := rows.Scan(&kind, &open, &total); err != nil {
 			rows.Close()
-			ch <- prometheus.NewInvalidMetric(openDesc, err)
-			return
+			return fmt.Errorf("alerts: metrics: %w", err)
 		}
-		seen[kind] = true
-		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, open, kind)
-		ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.CounterValue, total, kind)
+		openN[kind], totalN[kind] = open, total
 	}
 	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("alerts: metrics: %w", err)
+	}
 	for _, k := range kindsList() {
-		if !seen[k] {
-			ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, 0, k)
-			ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.CounterValue, 0, k)
+		openN[k], totalN[k] = openN[k], totalN[k]
+	}
+	kinds := make([]string, 0, len(openN))
+	for k := range openN {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, f := range []struct {
+		family [2]string
+		typ    string
+		n      map[string]float64
+	}{{openFamily, "gauge", openN}, {totalFamily, "counter", totalN}} {
+		exposition.Header(w, f.family[0], f.family[1], f.typ)
+		for _, k := range kinds {
+			exposition.Sample(w, f.family[0], "kind="+exposition.Quote(k), f.n[k])
 		}
 	}
+	return nil
 }
 
-// Collect implements prometheus.Collector. A database that does not
-// answer leaves the series out of this scrape.
-func (c RunCollector) Collect(ch chan<- prometheus.Metric) {
+// WriteMetrics writes one series per open alert (at most 1,000). A
+// database that does not answer leaves the family out of this scrape,
+// with the error returned.
+func (c RunCollector) WriteMetrics(w io.Writer) error {
 	if c.Store == nil || c.Store.Pool == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rows, err := c.Store.Pool.Query(ctx, `SELECT a.run_id, coalesce(r.project, ''), a.kind, a.subject FROM alerts a
 		LEFT JOIN runs r USING (run_id) WHERE a.resolved_at IS NULL ORDER BY a.run_id, a.kind, a.subject LIMIT 1000`)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(runOpenDesc, err)
-		return
+		return fmt.Errorf("alerts: run metrics: %w", err)
 	}
 	defer rows.Close()
+	var series []string
 	for rows.Next() {
 		var run, project, kind, subject string
 		if err := rows.Scan(&run, &project, &kind, &subject); err != nil {
-			ch <- prometheus.NewInvalidMetric(runOpenDesc, err)
-			return
+			return fmt.Errorf("alerts: run metrics: %w", err)
 		}
-		ch <- prometheus.MustNewConstMetric(runOpenDesc, prometheus.GaugeValue, 1, run, project, kind, subject)
+		series = append(series, exposition.Labels([]string{"run_id", "project", "kind", "subject"}, []string{run, project, kind, subject}))
 	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("alerts: run metrics: %w", err)
+	}
+	if len(series) > 0 {
+		exposition.Header(w, runOpenFamily[0], runOpenFamily[1], "gauge")
+		for _, s := range series {
+			exposition.Sample(w, runOpenFamily[0], s, 1)
+		}
+	}
+	return nil
 }

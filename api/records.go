@@ -1,5 +1,6 @@
 // Package api holds the wire types shared by the hook protocol, ingest,
-// query, the collector and the Grafana plugin: one definition of each.
+// query, the collector and the Grafana plugin: one definition of each,
+// and the table of GPU sample values ([GPUMetrics]) they all read.
 //
 // Ingest records:
 //  1. Decode a batch with [DecodeBatch] (NDJSON or a JSON array, bare NaN

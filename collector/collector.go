@@ -244,7 +244,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, log: cfg.Logger, reg: newRegistry()}
 	c.hostS.root = cfg.ProcRoot
-	c.m = newCollectorMetrics()
+	c.m = newCollectorMetrics(c)
 	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, func(n int) {
 		c.m.droppedFull.Add(n)
 		if total, ok := c.dropLog.note(c.now(), n); ok {

@@ -155,7 +155,7 @@ func (g *gpuSampler) sample(now time.Time, baseTick bool, host string, reg *regi
 			st.interval = g.iv.fast.Seconds()
 			d.nextFast = now.Add(g.iv.fast)
 		}
-		st.rec = g.record(d, now, host, info, want)
+		st.rec = g.record(d, now, host, &g.devs[i], want)
 		st.rec.SampleIntervalS = api.F(st.interval)
 		for _, p := range st.procs {
 			ap := api.GPUProcess{PID: p.pid}
@@ -303,56 +303,19 @@ func holdsAnnounced(ps []gpuProc) bool {
 	return false
 }
 
-func (g *gpuSampler) record(d *gpuDev, now time.Time, host string, info nvml.DeviceInfo, want nvml.Fields) api.GPU {
+func (g *gpuSampler) record(d *gpuDev, now time.Time, host string, info *nvml.DeviceInfo, want nvml.Fields) api.GPU {
 	r := d.last
 	rec := api.GPU{Kind: api.KindGPU, Time: api.T(now), Host: host, GPU: api.Ptr(info.Index), UUID: info.UUID, Name: info.Name}
-	u32 := func(p *uint32, scale float64) *api.Float {
-		if p == nil {
-			return nil
+	// The values read from NVML as they are, per the metric table; the
+	// ones derived from several readings below.
+	for _, t := range recordFromNVML {
+		if v, ok := t.get(info, &d.last); ok {
+			t.m.Set(&rec, v*t.m.NVMLScale)
 		}
-		return api.F(float64(*p) * scale)
 	}
-	u64 := func(p *uint64, scale float64) *api.Float {
-		if p == nil {
-			return nil
-		}
-		return api.F(float64(*p) * scale)
-	}
-	f64 := func(p *float64) *api.Float {
-		if p == nil {
-			return nil
-		}
-		return api.F(*p)
-	}
-	rec.UtilPct = u32(r.UtilGPUPct, 1)
-	rec.MemUtilPct = u32(r.UtilMemPct, 1)
-	rec.MemUsedBytes = u64(r.MemUsedBytes, 1)
-	rec.MemTotalBytes = u64(r.MemTotalBytes, 1)
-	rec.MemReservedBytes = u64(r.MemReservedBytes, 1)
-	rec.PowerW = u32(r.PowerMilliW, 1e-3)
-	rec.EnergyJ = u64(r.EnergyMilliJ, 1e-3)
-	rec.TempC = u32(r.TempC, 1)
-	rec.MemTempC = u32(r.MemTempC, 1)
-	rec.SMClockMHz = u32(r.SMClockMHz, 1)
-	rec.MemClockMHz = u32(r.MemClockMHz, 1)
-	// NVML's PCIe throughput is in KB/s of 1024 bytes.
-	rec.PCIeTxBps = u32(r.PCIeTxKBps, 1024)
-	rec.PCIeRxBps = u32(r.PCIeRxKBps, 1024)
-	rec.PCIeReplays = u64(r.PCIeReplays, 1)
-	rec.XIDLast = u64(r.XIDLast, 1)
-	rec.XIDTotal = u64(r.XIDCount, 1)
-	rec.ECCCorrected = u64(r.ECCCorrected, 1)
-	rec.ECCUncorrected = u64(r.ECCUncorrected, 1)
 	if r.RemappedCorr != nil && r.RemappedUncorr != nil {
 		rec.RemappedRows = api.F(float64(*r.RemappedCorr + *r.RemappedUncorr))
 	}
-	if r.ClocksEventMask != nil {
-		rec.ThrottleReasons = api.Ptr(int64(*r.ClocksEventMask))
-	}
-	rec.SMActivePct = f64(r.GPMSMActivePct)
-	rec.SMOccupancyPct = f64(r.GPMSMOccupancy)
-	rec.TensorActivePct = f64(r.GPMTensorPct)
-	rec.GrEngineActivePct = f64(r.GPMGraphicsPct)
 	if want&nvml.FieldsNVLink != 0 && r.NVLinkTxKiB != nil && r.NVLinkRxKiB != nil {
 		p := d.nvPrev
 		if p.ok && now.After(p.at) && *r.NVLinkTxKiB >= p.tx && *r.NVLinkRxKiB >= p.rx {
@@ -365,3 +328,25 @@ func (g *gpuSampler) record(d *gpuDev, now time.Time, host string, info nvml.Dev
 	rec.NVLinkTxBps, rec.NVLinkRxBps = d.nvTx, d.nvRx
 	return rec
 }
+
+// tableRead is a value of the metric table with the getter of the NVML
+// value it comes from.
+type tableRead struct {
+	m   *api.GPUMetric
+	get func(*nvml.DeviceInfo, *nvml.Reading) (float64, bool)
+}
+
+// recordFromNVML are the record's values read from NVML as they are.
+var recordFromNVML = func() []tableRead {
+	var out []tableRead
+	for i := range api.GPUMetrics {
+		m := &api.GPUMetrics[i]
+		if m.Field == nil || m.NVML == "" {
+			continue
+		}
+		if get := nvml.Getter(m.NVML); get != nil {
+			out = append(out, tableRead{m, get})
+		}
+	}
+	return out
+}()

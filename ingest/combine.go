@@ -148,7 +148,7 @@ func (c *combiner) writeGroup(group []*combined) {
 		}
 		_, err := c.st.WriteBatchNew(ctx, all)
 		if err == nil {
-			c.m.combinedBatches.Add(float64(len(group)))
+			c.m.combinedBatches.Add(len(group))
 			for _, g := range group {
 				g.done <- combineResult{res: allAccepted(g.recs)}
 			}

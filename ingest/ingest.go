@@ -148,7 +148,7 @@ func (h *Handler) write(req *http.Request, recs []api.Record) (api.IngestResult,
 	defer cancel()
 	start := time.Now()
 	res, err := h.comb.write(ctx, recs)
-	h.m.write.Observe(time.Since(start).Seconds())
+	h.m.write.Update(time.Since(start).Seconds())
 	if store.IsDataError(err) {
 		return api.IngestResult{}, h.refused(ctx, recs, err)
 	}
@@ -163,9 +163,9 @@ func (h *Handler) write(req *http.Request, recs []api.Record) (api.IngestResult,
 		return api.IngestResult{}, h.storeError(err, "storing the batch")
 	}
 	for kind, n := range res.ByKind {
-		h.m.records.WithLabelValues(kind).Add(float64(n))
+		h.m.records.With(kind).Add(n)
 	}
-	h.m.duplicates.Add(float64(res.Duplicates))
+	h.m.duplicates.Add(res.Duplicates)
 	return api.IngestResult{Accepted: res.Accepted, Duplicates: res.Duplicates, ByKind: res.ByKind}, nil
 }
 

@@ -16,11 +16,10 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/promtest"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -31,7 +30,7 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 type server struct {
 	URL     string
 	Store   *store.Store
-	Metrics *prometheus.Registry // the handler's metrics, as the server registers them
+	Handler *ingest.Handler // its metrics, as the server writes them
 }
 
 func newServer(t testing.TB, opt ingest.Options) *server {
@@ -45,11 +44,9 @@ func newServerOn(t testing.TB, s *store.Store, opt ingest.Options) *server {
 	e.HideBanner = true
 	h := ingest.New(s, opt)
 	h.Register(e.Group("/api/v1"))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(h)
 	ts := httptest.NewServer(e)
 	t.Cleanup(ts.Close)
-	return &server{URL: ts.URL, Store: s, Metrics: reg}
+	return &server{URL: ts.URL, Store: s, Handler: h}
 }
 
 type response struct {
@@ -461,20 +458,15 @@ func TestIngestMetrics(t *testing.T) {
 	}
 }
 
-// metricsText is the handler's metrics in the Prometheus text format.
+// metricsText is the handler's metrics in the Prometheus text format,
+// as Prometheus' parser reads them.
 func (s *server) metricsText(t testing.TB) string {
 	t.Helper()
-	mfs, err := s.Metrics.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
 	var b bytes.Buffer
-	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			t.Fatalf("encode metrics: %v", err)
-		}
+	if err := s.Handler.WriteMetrics(&b); err != nil {
+		t.Fatalf("write metrics: %v", err)
 	}
+	promtest.Parse(t, b.String())
 	return b.String()
 }
 

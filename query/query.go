@@ -277,12 +277,12 @@ var metricUnits = map[string]string{
 	"sync_wait_ms": "ms", "input_wait_ms": "ms", "lateness_ms": "ms", "straggler_score": "ratio",
 }
 
-var gpuUnits = map[string]string{
-	"util_pct": "percent", "mem_util_pct": "percent", "mem_used_bytes": "bytes", "mem_total_bytes": "bytes",
-	"mem_reserved_bytes": "bytes", "power_w": "W", "energy_j": "J", "temp_c": "celsius", "mem_temp_c": "celsius",
-	"sm_clock_mhz": "MHz", "mem_clock_mhz": "MHz", "pcie_tx_bytes_per_s": "bytes/s", "pcie_rx_bytes_per_s": "bytes/s",
-	"nvlink_tx_bytes_per_s": "bytes/s", "nvlink_rx_bytes_per_s": "bytes/s", "sm_active_pct": "percent",
-	"sm_occupancy_pct": "percent", "tensor_active_pct": "percent", "gr_engine_active_pct": "percent",
+// gpuUnit gives the unit of a GPU metric, as the metric table defines it.
+func gpuUnit(metric string) string {
+	if m := api.GPUMetricNamed(metric); m != nil {
+		return m.Unit
+	}
+	return ""
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

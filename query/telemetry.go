@@ -99,7 +99,7 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 				continue
 			}
 			if cur == nil || cur.Host != r.Host || cur.GPU != r.GPU {
-				out.Series = append(out.Series, api.GPUSeries{Host: r.Host, GPU: r.GPU, Metric: m, Unit: gpuUnits[m], Points: []api.TimePoint{}})
+				out.Series = append(out.Series, api.GPUSeries{Host: r.Host, GPU: r.GPU, Metric: m, Unit: gpuUnit(m), Points: []api.TimePoint{}})
 				cur = &out.Series[len(out.Series)-1]
 			}
 			cur.UUID, cur.Name, cur.RunID = r.UUID, r.Name, r.RunID
@@ -128,7 +128,7 @@ func (h *Handler) gpuSpread(ctx context.Context, metrics []string, sel store.GPU
 		if err != nil {
 			return false, err
 		}
-		sp := api.SeriesSpread{Metric: m, Unit: gpuUnits[m], Points: make([]api.SpreadPoint, 0, len(rows))}
+		sp := api.SeriesSpread{Metric: m, Unit: gpuUnit(m), Points: make([]api.SpreadPoint, 0, len(rows))}
 		for _, r := range rows {
 			sp.Points = append(sp.Points, api.SpreadPoint{Time: r.Time, Min: api.Float(r.Min), P5: api.Float(r.P5),
 				Median: api.Float(r.Median), P95: api.Float(r.P95), Max: api.Float(r.Max), Mean: api.Float(r.Mn), Ranks: r.GPUs})

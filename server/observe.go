@@ -28,8 +28,8 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			route = "unmatched"
 		}
 		method := methodLabel(req.Method)
-		s.prom.requests.WithLabelValues(route, method, strconv.Itoa(res.Status)).Inc()
-		s.prom.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		s.prom.requests.With(route, method, strconv.Itoa(res.Status)).Inc()
+		s.prom.duration.With(route).Update(time.Since(start).Seconds())
 
 		level := slog.LevelInfo
 		switch {

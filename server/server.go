@@ -117,15 +117,15 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 		// ingest.New names its own component in the log.
 		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: log})
 		ih.Register(g)
-		s.prom.reg.MustRegister(ih)
+		s.prom.reg.Writer(ih.WriteMetrics)
 		s.ingest = ih
 	}
 	if cfg.Role == RoleAll || cfg.Role == RoleQuery || cfg.Role == "" {
 		query.New(read, query.Options{Logger: log.With("component", "query"), StragglerPct: cfg.StragglerPct, Primary: primary, Alerts: &cfg.Alerts}).Register(g)
-		s.prom.reg.MustRegister(alerts.Collector{Store: read})
-		s.prom.named.MustRegister(alerts.RunCollector{Store: read})
+		s.prom.reg.Writer(alerts.Collector{Store: read}.WriteMetrics)
+		s.prom.named.Writer(alerts.RunCollector{Store: read}.WriteMetrics)
 		if s.reading() {
-			s.prom.reg.MustRegister(replicaCollector{read})
+			registerReplica(s.prom.reg, read)
 		}
 		// The job routes write (queueing, claims, reports): primary only.
 		s.jobs = jobs.New(primary, jobs.Options{Logger: log.With("component", "jobs"), HeartbeatTimeout: cfg.JobHeartbeatTimeout})
@@ -340,7 +340,7 @@ func (s *Server) runRetention(ctx context.Context) {
 		res, err := s.store.ApplyRetention(ctx, s.cfg.Retention)
 		// The store logs each failure of a pass that ran (a run with its
 		// id); the counter sums them.
-		s.prom.retentionFailures.Add(float64(res.Failures))
+		s.prom.retentionFailures.Add(res.Failures)
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // GPUSampleStats are figures of the GPU samples attributed to a run.
@@ -168,25 +170,26 @@ type GPUSeriesRow struct {
 	Mean, Min, Max          float64
 }
 
-// gpuColumns are the numeric gpu_samples columns /gpus can chart, each
-// with how a time bucket sums up its samples (value, min, max). Gauges
-// and counters average; a bucket of a bit mask holds every bit any of its
-// samples set (min: the bits all of them set), since a mean of masks names
-// no reason; the last XID is the bucket's newest.
+// gpuColumns are the numeric gpu_samples columns /gpus can chart (the
+// stored values of api.GPUMetrics), each with how a time bucket sums up
+// its samples (value, min, max) as its row's Agg says. Gauges and
+// counters average; a bucket of a bit mask holds every bit any of its
+// samples set (min: the bits all of them set), since a mean of masks
+// names no reason; the last XID is the bucket's newest.
 var gpuColumns = map[string][3]string{}
 
 func init() {
-	for _, c := range []string{
-		"util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes",
-		"power_w", "energy_j", "temp_c", "mem_temp_c", "sm_clock_mhz", "mem_clock_mhz",
-		"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
-		"sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "gr_engine_active_pct",
-		"xid_total", "ecc_corrected_total", "ecc_uncorrected_total", "pcie_replay_total", "remapped_rows_total",
-	} {
-		gpuColumns[c] = [3]string{"avg(" + c + ")", "min(" + c + ")", "max(" + c + ")"}
+	for _, m := range api.GPUColumns() {
+		c := m.Column
+		switch m.Agg {
+		case api.AggMean:
+			gpuColumns[c] = [3]string{"avg(" + c + ")", "min(" + c + ")", "max(" + c + ")"}
+		case api.AggLast:
+			gpuColumns[c] = [3]string{"(array_agg(" + c + " ORDER BY time DESC) FILTER (WHERE " + c + " IS NOT NULL))[1]", "min(" + c + ")", "max(" + c + ")"}
+		case api.AggBits:
+			gpuColumns[c] = [3]string{"bit_or(" + c + ")::float8", "bit_and(" + c + ")::float8", "bit_or(" + c + ")::float8"}
+		}
 	}
-	gpuColumns["xid_last"] = [3]string{"(array_agg(xid_last ORDER BY time DESC) FILTER (WHERE xid_last IS NOT NULL))[1]", "min(xid_last)", "max(xid_last)"}
-	gpuColumns["throttle_reasons"] = [3]string{"bit_or(throttle_reasons)::float8", "bit_and(throttle_reasons)::float8", "bit_or(throttle_reasons)::float8"}
 }
 
 // IsGPUMetric reports whether name is a gpu_samples column /gpus serves.
@@ -311,7 +314,7 @@ func (s *Store) CountGPUs(ctx context.Context, sel GPUSelect, from, to time.Time
 // its distribution over the GPUs, one row a time bucket, oldest first:
 // what a chart of a thousand GPUs can show.
 func (s *Store) GPUSpread(ctx context.Context, metric string, sel GPUSelect, from, to time.Time, bucket time.Duration) ([]GPUSpreadRow, error) {
-	if _, ok := gpuColumns[metric]; !ok || metric == "xid_last" || metric == "throttle_reasons" {
+	if m := api.GPUMetricNamed(metric); m == nil || m.Column == "" || m.Agg != api.AggMean {
 		return nil, fmt.Errorf("store: gpu spread: no distribution of %q", metric)
 	}
 	secs := max(1, int64(bucket/time.Second))

@@ -151,12 +151,9 @@ var (
 		"sync_ns", "sync_wait_ms", "input_wait_ms", "comm_exposed_ms", "metrics"}
 	layerCols = []string{"run_id", "rank", "step", "time", "forward_ms", "backward_ms"}
 	evalCols  = []string{"run_id", "step", "time", "split", "loss", "accuracy", "f1", "metrics"}
-	gpuCols   = []string{"time", "host", "gpu", "uuid", "name", "run_id", "rank", "util_pct", "mem_util_pct",
-		"mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes", "power_w", "energy_j", "temp_c", "mem_temp_c",
-		"sm_clock_mhz", "mem_clock_mhz", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_replay_total",
-		"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s", "xid_last", "xid_total", "ecc_corrected_total",
-		"ecc_uncorrected_total", "remapped_rows_total", "throttle_reasons", "sm_active_pct", "sm_occupancy_pct",
-		"tensor_active_pct", "gr_engine_active_pct", "processes"}
+	// gpuCols are the identity of a sample, its values as the metric
+	// table lists them (gpuStored), and its processes.
+	gpuCols  = append(append([]string{"time", "host", "gpu", "uuid", "name", "run_id", "rank"}, gpuStoredColumns()...), "processes")
 	hostCols = []string{"time", "host", "cpu_util_pct", "mem_used_bytes", "mem_total_bytes", "load1", "processes"}
 	memCols  = []string{"run_id", "rank", "time", "parameters_bytes", "gradients_bytes", "optimizer_bytes",
 		"optimizer_device", "parameters_device", "activations_bytes"}
@@ -259,12 +256,22 @@ func (b *batchPlan) gpuRow(i int, r []any) []any {
 	if g.Rank != nil {
 		rank = int32(*g.Rank)
 	}
-	return append(r, g.Time.Time, g.Host, int32(*g.GPU), g.UUID, g.Name, g.RunID, rank, f(g.UtilPct), f(g.MemUtilPct),
-		f(g.MemUsedBytes), f(g.MemTotalBytes), f(g.MemReservedBytes), f(g.PowerW), f(g.EnergyJ), f(g.TempC),
-		f(g.MemTempC), f(g.SMClockMHz), f(g.MemClockMHz), f(g.PCIeTxBps), f(g.PCIeRxBps), f(g.PCIeReplays),
-		f(g.NVLinkTxBps), f(g.NVLinkRxBps), f(g.XIDLast), f(g.XIDTotal), f(g.ECCCorrected), f(g.ECCUncorrected),
-		f(g.RemappedRows), optInt(g.ThrottleReasons), f(g.SMActivePct), f(g.SMOccupancyPct), f(g.TensorActivePct),
-		f(g.GrEngineActivePct), jsonValue(g.Processes, len(g.Processes) == 0))
+	r = append(r, g.Time.Time, g.Host, int32(*g.GPU), g.UUID, g.Name, g.RunID, rank)
+	for _, m := range gpuStored {
+		r = append(r, m.Value(g))
+	}
+	return append(r, jsonValue(g.Processes, len(g.Processes) == 0))
+}
+
+// gpuStored are the GPU values samples store, as api.GPUMetrics lists them.
+var gpuStored = api.GPUColumns()
+
+func gpuStoredColumns() []string {
+	cols := make([]string, len(gpuStored))
+	for i, m := range gpuStored {
+		cols[i] = m.Column
+	}
+	return cols
 }
 
 func (b *batchPlan) hostRow(i int, r []any) []any {

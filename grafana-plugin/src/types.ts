@@ -152,7 +152,10 @@ export const STEP_METRICS = [
   'straggler_score',
 ];
 
-/** GPU sample metrics of the gpus query. */
+/**
+ * GPU sample metrics of the gpus query: the metric table's (api.GPUMetrics), written by
+ * go test ./grafana-plugin/pkg/plugin -run TestTypesListGPUMetrics -update
+ */
 export const GPU_METRICS = [
   'util_pct',
   'mem_util_pct',
@@ -167,17 +170,17 @@ export const GPU_METRICS = [
   'mem_clock_mhz',
   'pcie_tx_bytes_per_s',
   'pcie_rx_bytes_per_s',
+  'pcie_replay_total',
   'nvlink_tx_bytes_per_s',
   'nvlink_rx_bytes_per_s',
+  'xid_total',
+  'ecc_corrected_total',
+  'ecc_uncorrected_total',
+  'remapped_rows_total',
   'sm_active_pct',
   'sm_occupancy_pct',
   'tensor_active_pct',
   'gr_engine_active_pct',
-  'xid_total',
-  'ecc_corrected_total',
-  'ecc_uncorrected_total',
-  'pcie_replay_total',
-  'remapped_rows_total',
 ];
 
 /** Settings stored in jsonData (visible to the browser). */

@@ -1,6 +1,10 @@
 package plugin
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/deepseed/deepseed/api"
+)
 
 // grafanaUnit maps a unit as the query service names it to Grafana's
 // unit id, so panels format values without per-panel overrides. An
@@ -76,9 +80,10 @@ func metricUnit(metric, serverUnit string) string {
 	return "none"
 }
 
-// metricLabels are the legends of the step metrics and GPU sample
-// metrics, in words: a chart's legend says "step time", not step_ms.
-// A metric not listed (metrics.NAME, a new column) keeps its name.
+// metricLabels are the legends of the step metrics, in words: a chart's
+// legend says "step time", not step_ms. The GPU sample metrics' legends
+// are the metric table's (api.GPUMetrics). A metric not listed
+// (metrics.NAME, a new column) keeps its name.
 var metricLabels = map[string]string{
 	"loss": "loss", "lr": "learning rate", "grad_norm": "gradient norm", "loss_scale": "loss scale",
 	"epoch": "epoch", "samples": "samples", "tokens": "tokens",
@@ -90,22 +95,15 @@ var metricLabels = map[string]string{
 	"cpu_util_pct": "CPU utilisation", "tflops": "TFLOP/s", "mfu": "MFU",
 	"sync_wait_ms": "wait in collective", "input_wait_ms": "input wait", "skipped": "skipped",
 	"lateness_ms": "lateness", "straggler_score": "straggler score",
-	"util_pct": "utilisation", "mem_util_pct": "memory bandwidth utilisation", "mem_used_bytes": "memory used",
-	"mem_total_bytes": "memory total", "mem_reserved_bytes": "memory reserved", "power_w": "power",
-	"energy_j": "energy", "temp_c": "temperature", "mem_temp_c": "memory temperature",
-	"sm_clock_mhz": "SM clock", "mem_clock_mhz": "memory clock",
-	"pcie_tx_bytes_per_s": "PCIe out", "pcie_rx_bytes_per_s": "PCIe in",
-	"nvlink_tx_bytes_per_s": "NVLink out", "nvlink_rx_bytes_per_s": "NVLink in",
-	"sm_active_pct": "SM active", "sm_occupancy_pct": "SM occupancy", "tensor_active_pct": "tensor cores active",
-	"gr_engine_active_pct": "graphics engine active", "xid_total": "XID errors", "xid_last": "last XID",
-	"ecc_corrected_total": "ECC corrected", "ecc_uncorrected_total": "ECC uncorrected",
-	"pcie_replay_total": "PCIe replays", "remapped_rows_total": "remapped rows", "throttle_reasons": "throttle reasons",
 }
 
 // metricLabel is a metric's legend in words.
 func metricLabel(metric string) string {
 	if l, ok := metricLabels[metric]; ok {
 		return l
+	}
+	if m := api.GPUMetricNamed(metric); m != nil && m.Label != "" {
+		return m.Label
 	}
 	return metric
 }
