@@ -41,30 +41,22 @@ func (RunCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. A database that does not
 // answer leaves the alert metrics out of this scrape.
 func (c Collector) Collect(ch chan<- prometheus.Metric) {
-	if c.Store == nil || c.Store.Pool == nil {
+	if c.Store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, err := c.Store.Pool.Query(ctx, `SELECT kind, count(*) FILTER (WHERE resolved_at IS NULL), count(*) FROM alerts GROUP BY kind`)
+	counts, err := c.Store.AlertCounts(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(openDesc, err)
 		return
 	}
 	seen := map[string]bool{}
-	for rows.Next() {
-		var kind string
-		var open, total float64
-		if err := rows.Scan(&kind, &open, &total); err != nil {
-			rows.Close()
-			ch <- prometheus.NewInvalidMetric(openDesc, err)
-			return
-		}
-		seen[kind] = true
-		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, open, kind)
-		ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.CounterValue, total, kind)
+	for _, r := range counts {
+		seen[r.Kind] = true
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, r.Open, r.Kind)
+		ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.CounterValue, r.Total, r.Kind)
 	}
-	rows.Close()
 	for _, k := range kindsList() {
 		if !seen[k] {
 			ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, 0, k)
@@ -76,24 +68,17 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 // Collect implements prometheus.Collector. A database that does not
 // answer leaves the series out of this scrape.
 func (c RunCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.Store == nil || c.Store.Pool == nil {
+	if c.Store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, err := c.Store.Pool.Query(ctx, `SELECT a.run_id, coalesce(r.project, ''), a.kind, a.subject FROM alerts a
-		LEFT JOIN runs r USING (run_id) WHERE a.resolved_at IS NULL ORDER BY a.run_id, a.kind, a.subject LIMIT 1000`)
+	open, err := c.Store.OpenAlerts(ctx, 1000)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(runOpenDesc, err)
 		return
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var run, project, kind, subject string
-		if err := rows.Scan(&run, &project, &kind, &subject); err != nil {
-			ch <- prometheus.NewInvalidMetric(runOpenDesc, err)
-			return
-		}
-		ch <- prometheus.MustNewConstMetric(runOpenDesc, prometheus.GaugeValue, 1, run, project, kind, subject)
+	for _, a := range open {
+		ch <- prometheus.MustNewConstMetric(runOpenDesc, prometheus.GaugeValue, 1, a.RunID, a.Project, a.Kind, a.Subject)
 	}
 }

@@ -103,23 +103,23 @@ func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
-	if p.st == nil || p.st.Pool == nil {
+	if p.st == nil {
 		return
 	}
-	s := p.st.Pool.Stat()
+	s := p.st.PoolStats()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	counter := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
 	}
-	gauge(poolAcquired, float64(s.AcquiredConns()))
-	gauge(poolIdle, float64(s.IdleConns()))
-	gauge(poolTotal, float64(s.TotalConns()))
-	gauge(poolConstructing, float64(s.ConstructingConns()))
-	gauge(poolMax, float64(s.MaxConns()))
-	counter(poolAcquires, float64(s.AcquireCount()))
-	counter(poolEmpty, float64(s.EmptyAcquireCount()))
-	counter(poolCanceled, float64(s.CanceledAcquireCount()))
-	counter(poolWait, s.AcquireDuration().Seconds())
+	gauge(poolAcquired, float64(s.Acquired))
+	gauge(poolIdle, float64(s.Idle))
+	gauge(poolTotal, float64(s.Total))
+	gauge(poolConstructing, float64(s.Constructing))
+	gauge(poolMax, float64(s.Max))
+	counter(poolAcquires, float64(s.Acquires))
+	counter(poolEmpty, float64(s.EmptyAcquires))
+	counter(poolCanceled, float64(s.CanceledAcquires))
+	counter(poolWait, s.AcquireWait.Seconds())
 }
 
 // replicaCollector reads, at each scrape, how far the database the query

@@ -86,11 +86,25 @@ func scanJob(row pgx.Row) (api.Job, error) {
 	return j, nil
 }
 
+// JobTx is the transaction in which [Store.CreateJobs] queues jobs, as a
+// [JobCheck] reads it.
+type JobTx struct{ tx pgx.Tx }
+
+// Usage returns the quota and usage of each project (see [Store.Quota]),
+// read inside the transaction.
+func (t JobTx) Usage(ctx context.Context, projects []string) (map[string]api.Quota, error) {
+	return usage(ctx, t.tx, projects)
+}
+
+// JobCheck decides, inside the transaction that queues jobs, whether they
+// may be queued; an error it returns is CreateJobs' answer.
+type JobCheck func(ctx context.Context, tx JobTx) error
+
 // CreateJobs queues jobs in one transaction, after fn (when not nil) has
 // checked, inside it, that they may be queued: fn runs under an advisory
 // lock per project, so two submissions of one project see each other's
 // jobs when fn reads the quota. It returns the jobs in order.
-func (s *Store) CreateJobs(ctx context.Context, jobs []NewJob, check func(ctx context.Context, tx pgx.Tx) error) ([]api.Job, error) {
+func (s *Store) CreateJobs(ctx context.Context, jobs []NewJob, check JobCheck) ([]api.Job, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -103,7 +117,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []NewJob, check func(ctx co
 		return nil, fmt.Errorf("store: create jobs: lock project: %w", err)
 	}
 	if check != nil {
-		if err := check(ctx, tx); err != nil {
+		if err := check(ctx, JobTx{tx}); err != nil {
 			return nil, err
 		}
 	}

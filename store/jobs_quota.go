@@ -10,8 +10,8 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
-// Querier is what the quota reads need: the pool, or a transaction.
-type Querier interface {
+// querier is what the quota reads need: the pool, or a transaction.
+type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -43,9 +43,9 @@ const usageSQL = `
 	SELECT p.project, COALESCE(job.h, 0)::float8, COALESCE(run.h, 0)::float8, q.gpu_hours
 	FROM p LEFT JOIN job USING (project) LEFT JOIN run USING (project) LEFT JOIN quotas q USING (project)`
 
-// Usage returns the quota and usage of each project, through q (the pool
+// usage returns the quota and usage of each project, through q (the pool
 // or a transaction). Projects without a quota have GPUHours nil.
-func Usage(ctx context.Context, q Querier, projects []string) (map[string]api.Quota, error) {
+func usage(ctx context.Context, q querier, projects []string) (map[string]api.Quota, error) {
 	rows, err := q.Query(ctx, usageSQL, projects)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu usage: %w", err)
@@ -69,7 +69,7 @@ func Usage(ctx context.Context, q Querier, projects []string) (map[string]api.Qu
 
 // Quota returns one project's quota and usage.
 func (s *Store) Quota(ctx context.Context, project string) (api.Quota, error) {
-	m, err := Usage(ctx, s.Pool, []string{project})
+	m, err := usage(ctx, s.Pool, []string{project})
 	if err != nil {
 		return api.Quota{}, err
 	}
@@ -86,7 +86,7 @@ func (s *Store) Quotas(ctx context.Context) ([]api.Quota, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list quotas: %w", err)
 	}
-	m, err := Usage(ctx, s.Pool, projects)
+	m, err := usage(ctx, s.Pool, projects)
 	if err != nil {
 		return nil, err
 	}
@@ -168,14 +168,14 @@ type NewSweep struct {
 
 // CreateSweep stores the sweep and queues its jobs in one transaction,
 // after check (see CreateJobs).
-func (s *Store) CreateSweep(ctx context.Context, sw NewSweep, jobs []NewJob, check func(ctx context.Context, tx pgx.Tx) error) error {
-	_, err := s.CreateJobs(ctx, jobs, func(ctx context.Context, tx pgx.Tx) error {
+func (s *Store) CreateSweep(ctx context.Context, sw NewSweep, jobs []NewJob, check JobCheck) error {
+	_, err := s.CreateJobs(ctx, jobs, func(ctx context.Context, jt JobTx) error {
 		if check != nil {
-			if err := check(ctx, tx); err != nil {
+			if err := check(ctx, jt); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO sweeps (id, project, argv, spec, trials, gpus, metric, goal)
+		_, err := jt.tx.Exec(ctx, `INSERT INTO sweeps (id, project, argv, spec, trials, gpus, metric, goal)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, sw.ID, sw.Project, sw.Argv, orEmpty(sw.Spec), sw.Trials, sw.GPUs, sw.Metric, sw.Goal)
 		if err != nil {
 			return fmt.Errorf("store: create sweep: %w", err)

@@ -338,3 +338,43 @@ func (s *Store) GPUSpread(ctx context.Context, metric string, sel GPUSelect, fro
 	}
 	return out, nil
 }
+
+// GPUActivity is one GPU's recent samples of a run, as the idle detector
+// reads them.
+type GPUActivity struct {
+	Host     string
+	GPU      int
+	Rank     *int
+	Last     time.Time  // newest sample
+	LastBusy *time.Time // newest sample at or above the busy threshold
+	First    time.Time  // oldest sample read
+	LastUtil float64
+}
+
+// RecentGPUActivity reads each GPU's samples of the run over span before
+// its newest sample, through the gpu_samples_run index; a sample is busy
+// at busyPct or more.
+func (s *Store) RecentGPUActivity(ctx context.Context, runID string, span time.Duration, busyPct float64) ([]GPUActivity, error) {
+	rows, err := s.Pool.Query(ctx, `WITH last AS (SELECT max(time) AS t FROM gpu_samples WHERE run_id = $1 AND run_id <> '')
+		SELECT host, gpu, max(rank), max(time), max(time) FILTER (WHERE util_pct >= $3), min(time),
+			(array_agg(util_pct ORDER BY time DESC))[1]
+		FROM gpu_samples, last
+		WHERE run_id = $1 AND run_id <> '' AND time > last.t - make_interval(secs => $2) AND util_pct IS NOT NULL
+		GROUP BY host, gpu ORDER BY host, gpu`, runID, span.Seconds(), busyPct)
+	if err != nil {
+		return nil, fmt.Errorf("store: recent GPU samples of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []GPUActivity
+	for rows.Next() {
+		var g GPUActivity
+		if err := rows.Scan(&g.Host, &g.GPU, &g.Rank, &g.Last, &g.LastBusy, &g.First, &g.LastUtil); err != nil {
+			return nil, fmt.Errorf("store: recent GPU samples of %s: %w", runID, err)
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: recent GPU samples of %s: %w", runID, err)
+	}
+	return out, nil
+}

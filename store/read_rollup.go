@@ -112,6 +112,16 @@ func (s *Store) DirtyRuns(ctx context.Context, limit int) ([]DirtyRun, error) {
 	return out, nil
 }
 
+// DirtyBlocks counts the rollup markers of runs: the blocks waiting for a
+// refresh.
+func (s *Store) DirtyBlocks(ctx context.Context, runIDs []string) (int64, error) {
+	var n int64
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty WHERE run_id = ANY($1)`, runIDs).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count rollup markers: %w", err)
+	}
+	return n, nil
+}
+
 func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 	start := time.Now()
 	n := 0
