@@ -69,7 +69,7 @@ func SetReadOnly(ctx context.Context, url string, on bool) error {
 // Checkpoint forces a checkpoint (CHECKPOINT needs a superuser or
 // pg_checkpoint), so that benchmark phases start from the same state.
 func (s *Store) Checkpoint(ctx context.Context) error {
-	if _, err := s.Pool.Exec(ctx, "CHECKPOINT"); err != nil {
+	if _, err := s.pool.Exec(ctx, "CHECKPOINT"); err != nil {
 		return fmt.Errorf("store: checkpoint: %w", err)
 	}
 	return nil
@@ -84,7 +84,7 @@ type PoolStats struct {
 
 // PoolStats returns the pool's figures now.
 func (s *Store) PoolStats() PoolStats {
-	st := s.Pool.Stat()
+	st := s.pool.Stat()
 	return PoolStats{
 		Acquired: st.AcquiredConns(), Idle: st.IdleConns(), Total: st.TotalConns(),
 		Constructing: st.ConstructingConns(), Max: st.MaxConns(),

@@ -24,7 +24,7 @@ type AlertCandidate struct {
 // limit: the running ones seen in the last day and those with open alerts,
 // the most recently seen first.
 func (s *Store) AlertCandidates(ctx context.Context, limit int) ([]AlertCandidate, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT run_id, status = 'running', meta FROM runs
+	rows, err := s.pool.Query(ctx, `SELECT run_id, status = 'running', meta FROM runs
 		WHERE (status = 'running' AND last_seen_at > now() - interval '1 day')
 		   OR run_id IN (SELECT run_id FROM alerts WHERE resolved_at IS NULL)
 		ORDER BY last_seen_at DESC NULLS LAST LIMIT $1`, limit)
@@ -47,7 +47,7 @@ func (s *Store) AlertCandidates(ctx context.Context, limit int) ([]AlertCandidat
 // another session holds it. The lock is released when fn returns, or the
 // session closed when it cannot be.
 func (s *Store) WithSessionLock(ctx context.Context, key int64, fn func(ctx context.Context) error) (bool, error) {
-	conn, err := s.Pool.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("store: acquire connection: %w", err)
 	}
@@ -88,7 +88,7 @@ type Firing struct {
 // index keeps it single), and an open alert that no longer fires is
 // resolved.
 func (s *Store) ReconcileAlerts(ctx context.Context, runID string, fs []Firing) error {
-	tx, err := s.Pool.Begin(ctx)
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("store: reconcile alerts of %s: %w", runID, err)
 	}
@@ -131,7 +131,7 @@ func (s *Store) Alerts(ctx context.Context, f AlertFilter) ([]api.Alert, error) 
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := s.Pool.Query(ctx, `SELECT a.id, a.run_id, coalesce(r.project, ''), a.kind, a.subject, a.rank, a.step,
+	rows, err := s.pool.Query(ctx, `SELECT a.id, a.run_id, coalesce(r.project, ''), a.kind, a.subject, a.rank, a.step,
 			a.value, a.threshold, a.text, a.at, a.opened_at, a.resolved_at
 		FROM alerts a LEFT JOIN runs r USING (run_id)
 		WHERE ($1 = '' OR r.project = $1) AND ($2 = '' OR a.run_id = $2) AND ($3 = '' OR a.kind = $3)
@@ -171,7 +171,7 @@ func apiFloat(p *float64) *api.Float {
 // OpenAlertCount returns how many alerts of a run are open.
 func (s *Store) OpenAlertCount(ctx context.Context, runID string) (int64, error) {
 	var n int64
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM alerts WHERE run_id = $1 AND resolved_at IS NULL`, runID).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM alerts WHERE run_id = $1 AND resolved_at IS NULL`, runID).Scan(&n); err != nil {
 		return 0, fmt.Errorf("store: count open alerts of %s: %w", runID, err)
 	}
 	return n, nil
@@ -191,7 +191,7 @@ type AlertAnnotation struct {
 // AlertAnnotations returns the alerts of a run (all runs when runID is "")
 // that opened on data between from and to, at most limit.
 func (s *Store) AlertAnnotations(ctx context.Context, runID string, from, to time.Time, limit int) ([]AlertAnnotation, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT run_id, kind, rank, step, text, at, resolved_at FROM alerts
+	rows, err := s.pool.Query(ctx, `SELECT run_id, kind, rank, step, text, at, resolved_at FROM alerts
 		WHERE ($1 = '' OR run_id = $1) AND at >= $2 AND at <= $3 ORDER BY at, id LIMIT $4`, runID, from, to, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: alert annotations: %w", err)
@@ -216,7 +216,7 @@ type AlertKindCount struct {
 // AlertCounts returns the alerts open and stored, by kind: a small
 // aggregate over the alerts table, read at each scrape of /metrics.
 func (s *Store) AlertCounts(ctx context.Context) ([]AlertKindCount, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT kind, count(*) FILTER (WHERE resolved_at IS NULL), count(*) FROM alerts GROUP BY kind`)
+	rows, err := s.pool.Query(ctx, `SELECT kind, count(*) FILTER (WHERE resolved_at IS NULL), count(*) FROM alerts GROUP BY kind`)
 	if err != nil {
 		return nil, fmt.Errorf("store: count alerts: %w", err)
 	}
@@ -239,7 +239,7 @@ type OpenAlert struct {
 // OpenAlerts returns the open alerts, at most limit, in order of run, kind
 // and subject.
 func (s *Store) OpenAlerts(ctx context.Context, limit int) ([]OpenAlert, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT a.run_id, coalesce(r.project, ''), a.kind, a.subject FROM alerts a
+	rows, err := s.pool.Query(ctx, `SELECT a.run_id, coalesce(r.project, ''), a.kind, a.subject FROM alerts a
 		LEFT JOIN runs r USING (run_id) WHERE a.resolved_at IS NULL ORDER BY a.run_id, a.kind, a.subject LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: open alerts: %w", err)
@@ -267,7 +267,7 @@ type RankScore struct {
 
 // LastRankScores returns the scores of the run's newest scored step.
 func (s *Store) LastRankScores(ctx context.Context, runID string) ([]RankScore, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT rank, step, time, lateness_ms, busy_ms, wait_ms, score FROM rank_scores
+	rows, err := s.pool.Query(ctx, `SELECT rank, step, time, lateness_ms, busy_ms, wait_ms, score FROM rank_scores
 		WHERE run_id = $1 AND step = (SELECT max(step) FROM rank_scores WHERE run_id = $1)`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: last scores of %s: %w", runID, err)
@@ -293,7 +293,7 @@ func (s *Store) AddRankScores(ctx context.Context, runID string, scores []RankSc
 		ranks[i], stepsCol[i], times[i], score[i] = int32(s.Rank), s.Step, s.Time, s.Score
 		late[i], busy[i], wait[i] = s.Late, s.Busy, s.Wait
 	}
-	tx, err := s.Pool.Begin(ctx)
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("store: store scores of %s: %w", runID, err)
 	}

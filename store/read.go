@@ -82,7 +82,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]*RunRow, int, erro
 		cond = "WHERE " + strings.Join(where, " AND ")
 	}
 	var total int
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM runs `+cond, args...).Scan(&total); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM runs `+cond, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("store: count runs: %w", err)
 	}
 	limit := f.Limit
@@ -90,7 +90,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]*RunRow, int, erro
 		limit = 1 << 30
 	}
 	args = append(args, limit, f.Offset)
-	rows, err := s.Pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM runs %s
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM runs %s
 		ORDER BY coalesce(started_at, created_at) DESC, run_id LIMIT $%d OFFSET $%d`, runCols, cond, len(args)-1, len(args)), args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: list runs: %w", err)
@@ -112,7 +112,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]*RunRow, int, erro
 
 // GetRun returns one run, or ErrNotFound.
 func (s *Store) GetRun(ctx context.Context, runID string) (*RunRow, error) {
-	r, err := scanRun(s.Pool.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE run_id = $1`, runID))
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE run_id = $1`, runID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -126,7 +126,7 @@ func (s *Store) GetRun(ctx context.Context, runID string) (*RunRow, error) {
 // nil when none was, or ErrNotFound when there is no such run.
 func (s *Store) RunCode(ctx context.Context, runID string) (json.RawMessage, error) {
 	var code []byte
-	err := s.Pool.QueryRow(ctx, `SELECT code FROM runs WHERE run_id = $1`, runID).Scan(&code)
+	err := s.pool.QueryRow(ctx, `SELECT code FROM runs WHERE run_id = $1`, runID).Scan(&code)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -143,7 +143,7 @@ func (s *Store) RunCode(ctx context.Context, runID string) (json.RawMessage, err
 // markers, so every rank with rows is in one or the other. The steps
 // themselves, compressed on TimescaleDB, are not read.
 func (s *Store) RunRanks(ctx context.Context, runID string) ([]int, error) {
-	return runRanks(ctx, s.Pool, runID)
+	return runRanks(ctx, s.pool, runID)
 }
 
 // runRanks is [Store.RunRanks] on q (the pool, or a transaction).
@@ -189,7 +189,7 @@ type RunStats struct {
 func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	// One row a metric: the spread of the whole run holds the aggregate
 	// over every rank (rollup_spread.go).
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT metric, true, min, max, sum, count FROM metric_spread WHERE run_id = $1 AND width = $2 AND bucket = 0`,
 		runID, TotalWidth)
 	if err != nil {
@@ -238,7 +238,7 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	st.AllocPeakGB = m["gpu_mem_peak_gb"].max
 	// Steps and span of the lowest rank.
 	lowest := -1
-	err = s.Pool.QueryRow(ctx, `
+	err = s.pool.QueryRow(ctx, `
 		SELECT rank, count, min::bigint, max::bigint FROM metric_rollups
 		WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1`,
 		runID, TotalWidth).Scan(&lowest, &st.Rows, &st.FirstStep, &st.LastStep)
@@ -254,9 +254,9 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 		// batch or two, a whole rank's steps every batch.
 		const newest = `SELECT loss FROM steps WHERE run_id = $1 AND rank = $2 AND step >= $3 AND loss IS NOT NULL
 			ORDER BY step DESC, time DESC LIMIT 1`
-		err = s.Pool.QueryRow(ctx, newest, runID, lowest, *st.LastStep-1000).Scan(&st.FinalLoss)
+		err = s.pool.QueryRow(ctx, newest, runID, lowest, *st.LastStep-1000).Scan(&st.FinalLoss)
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = s.Pool.QueryRow(ctx, newest, runID, lowest, int64(0)).Scan(&st.FinalLoss)
+			err = s.pool.QueryRow(ctx, newest, runID, lowest, int64(0)).Scan(&st.FinalLoss)
 		}
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("store: final loss of %s: %w", runID, err)
@@ -274,7 +274,7 @@ type EvalStats struct {
 // run has no "val" evaluations.
 func (s *Store) EvalStats(ctx context.Context, runID string) (*EvalStats, error) {
 	var e EvalStats
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		WITH e AS (
 			SELECT * FROM evals WHERE run_id = $1
 			  AND (split = 'val' OR NOT EXISTS (SELECT 1 FROM evals WHERE run_id = $1 AND split = 'val'))
@@ -333,7 +333,7 @@ func (s *Store) SeriesRaw(ctx context.Context, runID string, rank int, metric st
 	} else {
 		q = strings.Replace(q, "$5", "''", -1)
 	}
-	rows, err := s.Pool.Query(ctx, q, args...)
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: read %s of %s: %w", metric, runID, err)
 	}
@@ -361,7 +361,7 @@ type RollupRow struct {
 // MetricRollups returns the buckets of width w of one metric and rank
 // whose index lies in [fromBucket, toBucket], in order.
 func (s *Store) MetricRollups(ctx context.Context, runID string, rank int, metric string, w, fromBucket, toBucket int64) ([]RollupRow, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT bucket, first_step, first_time, coalesce(min, 'NaN'), coalesce(max, 'NaN'), coalesce(sum, 'NaN'), count
 		FROM metric_rollups
 		WHERE run_id = $1 AND rank = $2 AND metric = $3 AND width = $4 AND bucket >= $5 AND bucket <= $6
@@ -398,7 +398,7 @@ func (s *Store) LayersRaw(ctx context.Context, runID string, rank int, from, to 
 	if backward {
 		col = "backward_ms"
 	}
-	rows, err := s.Pool.Query(ctx, `SELECT step, time, coalesce(`+col+`, '{}') FROM layer_times
+	rows, err := s.pool.Query(ctx, `SELECT step, time, coalesce(`+col+`, '{}') FROM layer_times
 		WHERE run_id = $1 AND rank = $2 AND step >= $3 AND step <= $4 ORDER BY step`, runID, rank, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("store: read layers of %s: %w", runID, err)
@@ -421,7 +421,7 @@ func (s *Store) LayerRollups(ctx context.Context, runID string, rank int, w, fro
 	if backward {
 		cols = "bwd_sums, bwd_counts"
 	}
-	rows, err := s.Pool.Query(ctx, `SELECT bucket, first_step, first_time, `+cols+` FROM layer_rollups
+	rows, err := s.pool.Query(ctx, `SELECT bucket, first_step, first_time, `+cols+` FROM layer_rollups
 		WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket >= $4 AND bucket <= $5 ORDER BY bucket`,
 		runID, rank, w, fromBucket, toBucket)
 	if err != nil {
@@ -452,7 +452,7 @@ func (s *Store) StepSpan(ctx context.Context, runID string, rank int) (first, la
 // layer_times), each read from the end of its unique index.
 func (s *Store) span(ctx context.Context, table, runID string, rank int) (first, last int64, ok bool, err error) {
 	var f, l *int64
-	err = s.Pool.QueryRow(ctx, `SELECT
+	err = s.pool.QueryRow(ctx, `SELECT
 		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
 		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
 	if err != nil {
@@ -476,7 +476,7 @@ type MemoryRow struct {
 // Memory returns the breakdown of the lowest rank that sent one, or nil.
 func (s *Store) Memory(ctx context.Context, runID string) (*MemoryRow, error) {
 	var m MemoryRow
-	err := s.Pool.QueryRow(ctx, `SELECT parameters_bytes, gradients_bytes, optimizer_bytes, activations_bytes,
+	err := s.pool.QueryRow(ctx, `SELECT parameters_bytes, gradients_bytes, optimizer_bytes, activations_bytes,
 		optimizer_device, parameters_device FROM memory_breakdowns WHERE run_id = $1 ORDER BY rank LIMIT 1`, runID).
 		Scan(&m.Params, &m.Grads, &m.Optim, &m.Activations, &m.OptimDevice, &m.ParamsDevice)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -491,7 +491,7 @@ func (s *Store) Memory(ctx context.Context, runID string) (*MemoryRow, error) {
 // RankHosts returns the host of each rank: the host of its newest GPU
 // sample attributed to the run (rank_hosts, kept by ingest).
 func (s *Store) RankHosts(ctx context.Context, runID string) (map[int]string, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT rank, host FROM rank_hosts WHERE run_id = $1`, runID)
+	rows, err := s.pool.Query(ctx, `SELECT rank, host FROM rank_hosts WHERE run_id = $1`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
 	}

@@ -28,7 +28,7 @@ type EvalRow struct {
 // decompress a batch of the compressed chunk again, and even on plain
 // PostgreSQL a thousand lookups cost a thousand index descents.
 func (s *Store) Evals(ctx context.Context, runID string) ([]EvalRow, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT step, time, split, loss, accuracy, f1, metrics
 		FROM evals WHERE run_id = $1 ORDER BY step, split, time`, runID)
 	if err != nil {
@@ -73,7 +73,7 @@ func (s *Store) pairTrainLoss(ctx context.Context, runID string, evals []EvalRow
 	}
 	// The bounds are constants for TimescaleDB to skip compressed batches
 	// outside them.
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT ON (step) step, loss FROM steps
 		WHERE run_id = $1 AND rank = $2 AND step = ANY($3) AND step BETWEEN $4 AND $5 AND loss IS NOT NULL
 		ORDER BY step, time DESC`, runID, rank, steps, steps[0], steps[len(steps)-1])
@@ -98,7 +98,7 @@ func (s *Store) pairTrainLoss(ctx context.Context, runID string, evals []EvalRow
 		}
 	}
 	if len(missing) > 0 {
-		rows, err := s.Pool.Query(ctx, `
+		rows, err := s.pool.Query(ctx, `
 			SELECT m.step, (SELECT s.loss FROM steps s
 				WHERE s.run_id = $1 AND s.rank = $2 AND s.step <= m.step AND s.loss IS NOT NULL
 				ORDER BY s.step DESC, s.time DESC LIMIT 1)
@@ -137,7 +137,7 @@ type EventRow struct {
 // Events returns the events of runID (empty: every run) in [from, to],
 // oldest first, at most limit of them.
 func (s *Store) Events(ctx context.Context, runID string, from, to time.Time, limit int) ([]EventRow, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT run_id, time, step, rank, type, text FROM events
+	rows, err := s.pool.Query(ctx, `SELECT run_id, time, step, rank, type, text FROM events
 		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: events: %w", err)
@@ -156,7 +156,7 @@ func (s *Store) Events(ctx context.Context, runID string, from, to time.Time, li
 // EvalEvents returns evaluations of runID (empty: every run) in [from, to]
 // as annotations need them.
 func (s *Store) EvalEvents(ctx context.Context, runID string, from, to time.Time, limit int) ([]EvalRow, []string, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT run_id, step, time, split, loss, accuracy, f1 FROM evals
+	rows, err := s.pool.Query(ctx, `SELECT run_id, step, time, split, loss, accuracy, f1 FROM evals
 		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: eval annotations: %w", err)

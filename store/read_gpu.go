@@ -26,7 +26,7 @@ func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.
 	// The minutes wholly inside the window from their sums (gpu_minutes),
 	// the parts of minutes at its edges from the samples.
 	w := minuteSplit(from, to)
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		WITH p AS (
 			SELECT max(mem_max) AS mx, sum(mem_sum) AS ms, sum(mem_n) AS mn, sum(util_sum) AS us, sum(util_n) AS un, max(total_max) AS tm
 			FROM gpu_minutes WHERE run_id = $1 AND $2::timestamptz IS NOT NULL AND minute >= $2 AND minute < $3
@@ -89,7 +89,7 @@ func minuteSplit(from, to time.Time) minuteWindow {
 // [from, to] list one of its processes (host samples have no run index:
 // the time range bounds the scan).
 func (s *Store) RunHosts(ctx context.Context, runID string, from, to time.Time) ([]string, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH RECURSIVE g AS (
 			(SELECT host FROM gpu_minutes WHERE run_id = $1 ORDER BY host LIMIT 1)
 			UNION ALL
@@ -129,7 +129,7 @@ func (s *Store) HostCPU(ctx context.Context, hosts []string, from, to time.Time)
 		return &h, nil
 	}
 	w := minuteSplit(from, to)
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		SELECT avg(c), coalesce(sum(n), 0)::bigint FROM (
 			SELECT sum(cs) / sum(cn) AS c, sum(cn) AS n FROM (
 				SELECT host, cpu_sum AS cs, cpu_n AS cn FROM host_minutes
@@ -214,7 +214,7 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, sel GPUSelect, 
 		fmt.Fprintf(&cols, ", count(%s), %s, %s, %s", m, agg[0], agg[1], agg[2])
 	}
 	secs := max(1, int64(bucket/time.Second))
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT host, gpu, date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t`+cols.String()+`
 		FROM gpu_samples
 		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
@@ -251,7 +251,7 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, sel GPUSelect, 
 		gpu  int
 	}
 	ids := map[key][3]string{}
-	rows, err = s.Pool.Query(ctx, `
+	rows, err = s.pool.Query(ctx, `
 		SELECT DISTINCT ON (host, gpu) host, gpu, uuid, name, run_id FROM gpu_samples
 		WHERE time >= greatest($1::timestamptz, $2::timestamptz - make_interval(secs => $5::float8)) AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
 		ORDER BY host, gpu, time DESC`, from, to, sel.Host, sel.RunID, secs, sel.Rank)
@@ -277,7 +277,7 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, sel GPUSelect, 
 // GPUTimeSpan returns the first and last sample time sel picks within
 // [from, to].
 func (s *Store) GPUTimeSpan(ctx context.Context, sel GPUSelect, from, to time.Time) (first, last *time.Time, err error) {
-	err = s.Pool.QueryRow(ctx, `SELECT min(time), max(time) FROM gpu_samples
+	err = s.pool.QueryRow(ctx, `SELECT min(time), max(time) FROM gpu_samples
 		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)`,
 		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&first, &last)
 	if err != nil {
@@ -298,7 +298,7 @@ type GPUSpreadRow struct {
 // CountGPUs returns how many GPUs sel picks in [from, to].
 func (s *Store) CountGPUs(ctx context.Context, sel GPUSelect, from, to time.Time) (int, error) {
 	var n int
-	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT DISTINCT host, gpu FROM gpu_samples
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT DISTINCT host, gpu FROM gpu_samples
 		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)) g`,
 		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&n)
 	if err != nil {
@@ -315,7 +315,7 @@ func (s *Store) GPUSpread(ctx context.Context, metric string, sel GPUSelect, fro
 		return nil, fmt.Errorf("store: gpu spread: no distribution of %q", metric)
 	}
 	secs := max(1, int64(bucket/time.Second))
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH g AS (
 			SELECT date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t, avg(`+metric+`) AS v
 			FROM gpu_samples
@@ -355,7 +355,7 @@ type GPUActivity struct {
 // its newest sample, through the gpu_samples_run index; a sample is busy
 // at busyPct or more.
 func (s *Store) RecentGPUActivity(ctx context.Context, runID string, span time.Duration, busyPct float64) ([]GPUActivity, error) {
-	rows, err := s.Pool.Query(ctx, `WITH last AS (SELECT max(time) AS t FROM gpu_samples WHERE run_id = $1 AND run_id <> '')
+	rows, err := s.pool.Query(ctx, `WITH last AS (SELECT max(time) AS t FROM gpu_samples WHERE run_id = $1 AND run_id <> '')
 		SELECT host, gpu, max(rank), max(time), max(time) FILTER (WHERE util_pct >= $3), min(time),
 			(array_agg(util_pct ORDER BY time DESC))[1]
 		FROM gpu_samples, last

@@ -32,7 +32,7 @@ func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n in
 	for i, r := range ranks {
 		rk[i] = int32(r)
 	}
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT rk.rank, x.step, x.time, x.loss, x.grad_norm, x.loss_scale, coalesce(x.skipped, false), x.step_ms, x.data_ms,
 			x.sync_ns, x.sync_wait_ms
 		FROM unnest($3::int[]) AS rk(rank), LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms, sync_ns, sync_wait_ms FROM steps
@@ -65,7 +65,7 @@ func (s *Store) SyncSteps(ctx context.Context, runID string, ranks []int, from, 
 	for i, r := range ranks {
 		rk[i] = int32(r)
 	}
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT rk.rank, x.step, x.time, x.step_ms, x.sync_ns, x.sync_wait_ms
 		FROM unnest($4::int[]) AS rk(rank), LATERAL (SELECT step, time, step_ms, sync_ns, sync_wait_ms FROM steps
 			WHERE run_id = $1 AND rank = rk.rank AND step >= $2 AND step <= $3 ORDER BY step DESC, time DESC) x
@@ -96,7 +96,7 @@ func (s *Store) StepNear(ctx context.Context, runID string, rank int, step int64
 	if !after {
 		sql = `SELECT step, time FROM steps WHERE run_id = $1 AND rank = $2 AND step <= $3 ORDER BY step DESC LIMIT 1`
 	}
-	err = s.Pool.QueryRow(ctx, sql, runID, rank, step).Scan(&at, &t)
+	err = s.pool.QueryRow(ctx, sql, runID, rank, step).Scan(&at, &t)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, time.Time{}, false, nil
 	}
@@ -110,7 +110,7 @@ func (s *Store) StepNear(ctx context.Context, runID string, rank int, step int64
 // rank and step; a step several ranks hold shows one rank's count. Load
 // tools use it to check that what was acknowledged is stored once.
 func (s *Store) StepCopies(ctx context.Context, runID string) (map[int64]int, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT step, count(*) FROM steps WHERE run_id = $1 GROUP BY rank, step`, runID)
+	rows, err := s.pool.Query(ctx, `SELECT step, count(*) FROM steps WHERE run_id = $1 GROUP BY rank, step`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: step copies of %s: %w", runID, err)
 	}
@@ -138,7 +138,7 @@ func (s *Store) CountStepRows(ctx context.Context, runID string, layers bool) (r
 	if layers {
 		q = `SELECT count(*), count(*) - count(DISTINCT (rank, step)) FROM layer_times WHERE run_id = $1`
 	}
-	if err := s.Pool.QueryRow(ctx, q, runID).Scan(&rows, &repeated); err != nil {
+	if err := s.pool.QueryRow(ctx, q, runID).Scan(&rows, &repeated); err != nil {
 		return 0, 0, fmt.Errorf("store: count rows of %s: %w", runID, err)
 	}
 	return rows, repeated, nil

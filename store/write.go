@@ -111,7 +111,7 @@ func (s *Store) writeBatch(ctx context.Context, recs []api.Record, mode writeMod
 	// than through pgx.Tx, so that BEGIN travels with the first batch of
 	// statements and COMMIT with the last: two round trips fewer per batch,
 	// which under load is two waits fewer for the database's turn on a CPU.
-	conn, err := s.Pool.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, fmt.Errorf("store: write batch: begin: %w", err)
 	}
@@ -462,7 +462,7 @@ func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 // exists with a start.
 func (s *Store) RunStartedAt(ctx context.Context, runID string) (time.Time, bool, error) {
 	var t *time.Time
-	err := s.Pool.QueryRow(ctx, `SELECT started_at FROM runs WHERE run_id = $1`, runID).Scan(&t)
+	err := s.pool.QueryRow(ctx, `SELECT started_at FROM runs WHERE run_id = $1`, runID).Scan(&t)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
@@ -478,7 +478,7 @@ func (s *Store) RunStartedAt(ctx context.Context, runID string) (time.Time, bool
 // RunProject returns the project run runID is stored in; found is false
 // when there is no such run.
 func (s *Store) RunProject(ctx context.Context, runID string) (project string, found bool, err error) {
-	err = s.Pool.QueryRow(ctx, `SELECT project FROM runs WHERE run_id = $1`, runID).Scan(&project)
+	err = s.pool.QueryRow(ctx, `SELECT project FROM runs WHERE run_id = $1`, runID).Scan(&project)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
@@ -507,7 +507,7 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 			b.layerIdx[l.RunID] = pos
 		}
 	}
-	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, t := range b.tables() {
 			switch t.kind {
 			case api.KindStep, api.KindLayers, api.KindEval:
@@ -527,7 +527,7 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 // DeleteRuns removes runs and every row that belongs to them. Load tools
 // use it to clear their scratch runs.
 func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
-	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The runs' locks, which batches hold shared, then the rollup
 		// refresher's, each in key order: a refresh of one of these runs
 		// deletes its markers and writes its rollups, the other way round
