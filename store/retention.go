@@ -184,7 +184,7 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time,
 	dropped := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The run's lock, which every batch of the run holds shared (see
-		// write_runs.go), then the rollup refresher's: a batch or a refresh
+		// batch_locks.go), then the rollup refresher's: a batch or a refresh
 		// of this run waits for the drop and, when it comes after, starts
 		// from nothing.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2),

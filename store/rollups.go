@@ -138,7 +138,7 @@ func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 		// for the next refresh.
 		//
 		// A chunk takes whole blocks, the oldest steps first, for every
-		// rank marked in them: the figures across ranks (rollup_spread.go)
+		// rank marked in them: the figures across ranks (rollups_spread.go)
 		// are recomputed once per block, so a chunk that took a block for
 		// some ranks only would recompute it again in the next one.
 		rows, err := tx.Query(ctx, `

@@ -30,7 +30,7 @@ var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_
 // $3 (every rank of the run) of run $1 in the blocks $2, reading each
 // rank's block with an index range of its own; a step counts when every
 // rank reported it. Lateness, busy time and excess waits are those of
-// GET /runs/{id}/ranks (read_rank_series.go), with clock offsets
+// GET /runs/{id}/ranks (ranks_series.go), with clock offsets
 // estimated block by block.
 var syncRollupSQL = `
 WITH ranks AS (

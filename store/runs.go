@@ -9,7 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/deepseed/deepseed/api"
 )
+
+// The runs table: reads of runs and their stats, the run record's and end
+// record's updates a batch queues, and deleting runs.
 
 // ErrNotFound is returned by reads of a run that does not exist.
 var ErrNotFound = errors.New("not found")
@@ -188,7 +193,7 @@ type RunStats struct {
 // rollups, and the final loss of the lowest rank from the raw rows.
 func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	// One row a metric: the spread of the whole run holds the aggregate
-	// over every rank (rollup_spread.go).
+	// over every rank (rollups_spread.go).
 	rows, err := s.pool.Query(ctx, `
 		SELECT metric, true, min, max, sum, count FROM metric_spread WHERE run_id = $1 AND width = $2 AND bucket = 0`,
 		runID, TotalWidth)
@@ -265,229 +270,6 @@ func (s *Store) RunStats(ctx context.Context, runID string) (*RunStats, error) {
 	return st, nil
 }
 
-// EvalStats are the best and final evaluation figures of a run's split.
-type EvalStats struct {
-	BestAcc, FinalAcc, BestF1, FinalF1, FinalLoss *float64
-}
-
-// EvalStats returns figures of the "val" split, or of any split when the
-// run has no "val" evaluations.
-func (s *Store) EvalStats(ctx context.Context, runID string) (*EvalStats, error) {
-	var e EvalStats
-	err := s.pool.QueryRow(ctx, `
-		WITH e AS (
-			SELECT * FROM evals WHERE run_id = $1
-			  AND (split = 'val' OR NOT EXISTS (SELECT 1 FROM evals WHERE run_id = $1 AND split = 'val'))
-		)
-		SELECT (SELECT max(accuracy) FILTER (WHERE accuracy <> 'NaN') FROM e),
-		       (SELECT accuracy FROM e WHERE accuracy IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
-		       (SELECT max(f1) FILTER (WHERE f1 <> 'NaN') FROM e),
-		       (SELECT f1 FROM e WHERE f1 IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
-		       (SELECT loss FROM e WHERE loss IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1)`, runID).
-		Scan(&e.BestAcc, &e.FinalAcc, &e.BestF1, &e.FinalF1, &e.FinalLoss)
-	if err != nil {
-		return nil, fmt.Errorf("store: eval stats of %s: %w", runID, err)
-	}
-	return &e, nil
-}
-
-// RawPoint is one step's value of one metric.
-type RawPoint struct {
-	Step  int64
-	Time  time.Time
-	Value float64
-}
-
-// metricExpr returns the SQL expression reading metric from a steps row,
-// or an error when the name is not a known metric.
-func metricExpr(metric string) (string, error) {
-	if name, ok := strings.CutPrefix(metric, "metrics."); ok {
-		if name == "" {
-			return "", fmt.Errorf("empty user metric name")
-		}
-		// The name travels as a bound parameter; see SeriesRaw.
-		return `CASE WHEN (metrics->>$5) ~* '^\s*[-+]?([0-9.]+([eE][-+]?[0-9]+)?|NaN|Infinity|inf)\s*$' THEN (metrics->>$5)::float8 END`, nil
-	}
-	if metric == "skipped" {
-		return "skipped::int::float8", nil
-	}
-	if metric == "step" || IsStepMetric(metric) {
-		return metric + "::float8", nil
-	}
-	return "", fmt.Errorf("unknown metric %q", metric)
-}
-
-// SeriesRaw returns the raw values of metric for one rank over
-// [from, to], in step order, skipping rows without the metric.
-func (s *Store) SeriesRaw(ctx context.Context, runID string, rank int, metric string, from, to int64) ([]RawPoint, error) {
-	expr, err := metricExpr(metric)
-	if err != nil {
-		return nil, err
-	}
-	user, _ := strings.CutPrefix(metric, "metrics.")
-	q := `SELECT step, time, v FROM (SELECT step, time, ` + expr + ` AS v FROM steps
-		WHERE run_id = $1 AND rank = $2 AND step >= $3 AND step <= $4) x WHERE v IS NOT NULL ORDER BY step`
-	args := []any{runID, rank, from, to}
-	if strings.HasPrefix(metric, "metrics.") {
-		args = append(args, user)
-	} else {
-		q = strings.Replace(q, "$5", "''", -1)
-	}
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: read %s of %s: %w", metric, runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RawPoint, error) {
-		var p RawPoint
-		err := r.Scan(&p.Step, &p.Time, &p.Value)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: read %s of %s: %w", metric, runID, err)
-	}
-	return out, nil
-}
-
-// RollupRow is one rollup bucket of one metric.
-type RollupRow struct {
-	Bucket    int64
-	FirstStep int64
-	FirstTime time.Time
-	Min, Max  float64
-	Sum       float64
-	Count     int64
-}
-
-// MetricRollups returns the buckets of width w of one metric and rank
-// whose index lies in [fromBucket, toBucket], in order.
-func (s *Store) MetricRollups(ctx context.Context, runID string, rank int, metric string, w, fromBucket, toBucket int64) ([]RollupRow, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT bucket, first_step, first_time, coalesce(min, 'NaN'), coalesce(max, 'NaN'), coalesce(sum, 'NaN'), count
-		FROM metric_rollups
-		WHERE run_id = $1 AND rank = $2 AND metric = $3 AND width = $4 AND bucket >= $5 AND bucket <= $6
-		ORDER BY bucket`, runID, rank, metric, w, fromBucket, toBucket)
-	if err != nil {
-		return nil, fmt.Errorf("store: read %s rollups of %s: %w", metric, runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RollupRow, error) {
-		var p RollupRow
-		err := r.Scan(&p.Bucket, &p.FirstStep, &p.FirstTime, &p.Min, &p.Max, &p.Sum, &p.Count)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: read %s rollups of %s: %w", metric, runID, err)
-	}
-	return out, nil
-}
-
-// LayerRow is one step's per-layer timings, or a rollup bucket's per-layer
-// sums and counts (Counts nil for a raw row: each value counts once).
-type LayerRow struct {
-	Step      int64 // raw: the step; rollup: the bucket's first step
-	Bucket    int64 // rollup only
-	Time      time.Time
-	Sums      []*float64
-	Counts    []int64
-	BwdSums   []*float64
-	BwdCounts []int64
-}
-
-// LayersRaw returns raw per-layer rows of one rank over [from, to].
-func (s *Store) LayersRaw(ctx context.Context, runID string, rank int, from, to int64, backward bool) ([]LayerRow, error) {
-	col := "forward_ms"
-	if backward {
-		col = "backward_ms"
-	}
-	rows, err := s.pool.Query(ctx, `SELECT step, time, coalesce(`+col+`, '{}') FROM layer_times
-		WHERE run_id = $1 AND rank = $2 AND step >= $3 AND step <= $4 ORDER BY step`, runID, rank, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("store: read layers of %s: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LayerRow, error) {
-		var p LayerRow
-		err := r.Scan(&p.Step, &p.Time, &p.Sums)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: read layers of %s: %w", runID, err)
-	}
-	return out, nil
-}
-
-// LayerRollups returns layer rollup buckets of width w in [fromBucket,
-// toBucket], with the sums and counts of one pass.
-func (s *Store) LayerRollups(ctx context.Context, runID string, rank int, w, fromBucket, toBucket int64, backward bool) ([]LayerRow, error) {
-	cols := "fwd_sums, fwd_counts"
-	if backward {
-		cols = "bwd_sums, bwd_counts"
-	}
-	rows, err := s.pool.Query(ctx, `SELECT bucket, first_step, first_time, `+cols+` FROM layer_rollups
-		WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket >= $4 AND bucket <= $5 ORDER BY bucket`,
-		runID, rank, w, fromBucket, toBucket)
-	if err != nil {
-		return nil, fmt.Errorf("store: read layer rollups of %s: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LayerRow, error) {
-		var p LayerRow
-		err := r.Scan(&p.Bucket, &p.Step, &p.Time, &p.Sums, &p.Counts)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: read layer rollups of %s: %w", runID, err)
-	}
-	return out, nil
-}
-
-// LayerSpan returns the first and last step with layer timings of a rank.
-func (s *Store) LayerSpan(ctx context.Context, runID string, rank int) (first, last int64, ok bool, err error) {
-	return s.span(ctx, "layer_times", runID, rank)
-}
-
-// StepSpan returns the first and last step of a rank.
-func (s *Store) StepSpan(ctx context.Context, runID string, rank int) (first, last int64, ok bool, err error) {
-	return s.span(ctx, "steps", runID, rank)
-}
-
-// span returns the first and last step of a rank in table (steps or
-// layer_times), each read from the end of its unique index.
-func (s *Store) span(ctx context.Context, table, runID string, rank int) (first, last int64, ok bool, err error) {
-	var f, l *int64
-	err = s.pool.QueryRow(ctx, `SELECT
-		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
-		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("store: %s span of %s: %w", table, runID, err)
-	}
-	if f == nil || l == nil {
-		return 0, 0, false, nil
-	}
-	return *f, *l, true, nil
-}
-
-// MaxStepValue is past every step a run can record.
-const MaxStepValue = int64(1) << 53
-
-// MemoryRow is a run's predicted ZeRO breakdown.
-type MemoryRow struct {
-	Params, Grads, Optim, Activations *float64
-	OptimDevice, ParamsDevice         string
-}
-
-// Memory returns the breakdown of the lowest rank that sent one, or nil.
-func (s *Store) Memory(ctx context.Context, runID string) (*MemoryRow, error) {
-	var m MemoryRow
-	err := s.pool.QueryRow(ctx, `SELECT parameters_bytes, gradients_bytes, optimizer_bytes, activations_bytes,
-		optimizer_device, parameters_device FROM memory_breakdowns WHERE run_id = $1 ORDER BY rank LIMIT 1`, runID).
-		Scan(&m.Params, &m.Grads, &m.Optim, &m.Activations, &m.OptimDevice, &m.ParamsDevice)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: memory of %s: %w", runID, err)
-	}
-	return &m, nil
-}
-
 // RankHosts returns the host of each rank: the host of its newest GPU
 // sample attributed to the run (rank_hosts, kept by ingest).
 func (s *Store) RankHosts(ctx context.Context, runID string) (map[int]string, error) {
@@ -506,4 +288,226 @@ func (s *Store) RankHosts(ctx context.Context, runID string) (map[int]string, er
 		out[r] = h
 	}
 	return out, rows.Err()
+}
+
+type runUpdate struct {
+	project, name, sweepID *string
+	startedAt              *time.Time
+	config, params, tags   *string
+	code                   *string
+	meta                   map[string]json.RawMessage
+}
+
+// run folds a run record into the batch's update of that run, so that
+// several records for one run in a batch apply in order.
+func (b *batchPlan) run(r *api.Run) {
+	t := b.now
+	if r.StartedAt != nil && !r.StartedAt.IsZero() {
+		t = r.StartedAt.Time
+	}
+	b.seen(r.RunID, t)
+	u := b.runs[r.RunID]
+	if u == nil {
+		u = &runUpdate{}
+		b.runs[r.RunID] = u
+	}
+	if r.Project != "" {
+		u.project = &r.Project
+	}
+	if r.Name != "" {
+		u.name = &r.Name
+	}
+	if r.SweepID != "" {
+		u.sweepID = &r.SweepID
+	}
+	if r.StartedAt != nil && !r.StartedAt.IsZero() {
+		st := r.StartedAt.Time
+		u.startedAt = &st
+	}
+	if js := rawObject(r.Config); js != nil {
+		u.config = js
+	}
+	if js := rawObject(r.Params); js != nil {
+		u.params = js
+	}
+	if r.Code != nil {
+		if js, err := json.Marshal(r.Code); err == nil {
+			s := string(js)
+			u.code = &s
+		}
+	}
+	if r.Tags != nil {
+		js, _ := json.Marshal(r.Tags)
+		s := string(js)
+		u.tags = &s
+	}
+	if r.Meta != nil {
+		js, err := json.Marshal(r.Meta)
+		var m map[string]json.RawMessage
+		if err == nil && json.Unmarshal(js, &m) == nil {
+			if u.meta == nil {
+				u.meta = map[string]json.RawMessage{}
+			}
+			for k, v := range m {
+				u.meta[k] = v
+			}
+		}
+	}
+}
+
+func rawObject(raw json.RawMessage) *string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	s := string(raw)
+	return &s
+}
+
+// RunStartedAt returns the stored start of a run, and whether the run
+// exists with a start.
+func (s *Store) RunStartedAt(ctx context.Context, runID string) (time.Time, bool, error) {
+	var t *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT started_at FROM runs WHERE run_id = $1`, runID).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("store: read run %s: %w", runID, err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return t.UTC(), true, nil
+}
+
+// RunProject returns the project run runID is stored in; found is false
+// when there is no such run.
+func (s *Store) RunProject(ctx context.Context, runID string) (project string, found bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT project FROM runs WHERE run_id = $1`, runID).Scan(&project)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("store: read run %s: %w", runID, err)
+	}
+	return project, true, nil
+}
+
+// DeleteRuns removes runs and every row that belongs to them. Load tools
+// use it to clear their scratch runs.
+func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The runs' locks, which batches hold shared, then the rollup
+		// refresher's, each in key order: a refresh of one of these runs
+		// deletes its markers and writes its rollups, the other way round
+		// from here, and the two would deadlock.
+		keys := make([]int64, len(runIDs))
+		for i, id := range runIDs {
+			keys[i] = runLockKey(id)
+		}
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
+			(SELECT DISTINCT k FROM unnest($1::bigint[]) AS k ORDER BY 1) AS l`, keys); err != nil {
+			return fmt.Errorf("store: delete runs: lock runs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
+			(SELECT DISTINCT hashtextextended('rollup:' || r, 0) AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
+			return fmt.Errorf("store: delete runs: lock rollups: %w", err)
+		}
+		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_scores", "runs"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = ANY($1)`, runIDs); err != nil {
+				return fmt.Errorf("store: delete runs from %s: %w", t, err)
+			}
+		}
+		return nil
+	})
+}
+
+// runUpdates queues the batch's writes to the runs table: the times its
+// records move, then its run records, then its end records.
+func (b *batchPlan) runUpdates(q *pgx.Batch) int {
+	n := 0
+	if len(b.runIDs) > 0 {
+		first := make([]time.Time, len(b.runIDs))
+		last := make([]time.Time, len(b.runIDs))
+		for i, id := range b.runIDs {
+			first[i], last[i] = b.runFirst[id], b.runLast[id]
+		}
+		q.Queue(`UPDATE runs AS r SET
+				started_at = LEAST(r.started_at, u.first),
+				last_seen_at = GREATEST(r.last_seen_at, u.last),
+				updated_at = now()
+			FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS u(run_id, first, last)
+			WHERE r.run_id = u.run_id
+			  AND (r.started_at IS NULL OR u.first < r.started_at
+			       OR r.last_seen_at IS NULL OR u.last >= r.last_seen_at + interval '1 second'
+			       OR r.updated_at < now() - interval '10 seconds')`,
+			b.runIDs, first, last)
+		n++
+	}
+	if len(b.runs) > 0 {
+		var (
+			ids                                        []string
+			project, name, sweep, config, params, tags []*string
+			meta, code                                 []*string
+			started                                    []*time.Time
+		)
+		for id, u := range b.runs {
+			ids = append(ids, id)
+			project = append(project, u.project)
+			name = append(name, u.name)
+			sweep = append(sweep, u.sweepID)
+			config = append(config, u.config)
+			params = append(params, u.params)
+			tags = append(tags, u.tags)
+			code = append(code, u.code)
+			started = append(started, u.startedAt)
+			var m *string
+			if u.meta != nil {
+				js, _ := json.Marshal(u.meta)
+				s := string(js)
+				m = &s
+			}
+			meta = append(meta, m)
+		}
+		q.Queue(`UPDATE runs AS r SET
+				project    = COALESCE(u.project, r.project),
+				name       = COALESCE(u.name, r.name),
+				sweep_id   = COALESCE(u.sweep_id, r.sweep_id),
+				started_at = COALESCE(u.started_at, r.started_at),
+				config     = COALESCE(u.config::jsonb, r.config),
+				params     = COALESCE(u.params::jsonb, r.params),
+				code       = COALESCE(u.code::jsonb, r.code),
+				meta       = r.meta || COALESCE(u.meta::jsonb, '{}'),
+				tags       = CASE WHEN u.tags IS NULL THEN r.tags
+				                  ELSE ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)) END,
+				updated_at = now()
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],
+			            $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+			     AS u(run_id, project, name, sweep_id, started_at, config, params, meta, tags, code)
+			WHERE r.run_id = u.run_id`,
+			ids, project, name, sweep, started, config, params, meta, tags, code)
+		n++
+	}
+	if len(b.ends) > 0 {
+		var (
+			ids, status []string
+			at          []time.Time
+			summary     []*string
+		)
+		for id, e := range b.ends {
+			ids = append(ids, id)
+			status = append(status, e.Status)
+			at = append(at, e.Time.Time)
+			summary = append(summary, rawObject(e.Summary))
+		}
+		q.Queue(`UPDATE runs AS r SET
+				status = u.status,
+				ended_at = u.ended_at,
+				summary = r.summary || COALESCE(u.summary::jsonb, '{}'),
+				updated_at = now()
+			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(run_id, status, ended_at, summary)
+			WHERE r.run_id = u.run_id`, ids, status, at, summary)
+		n++
+	}
+	return n
 }

@@ -378,3 +378,51 @@ func (s *Store) RecentGPUActivity(ctx context.Context, runID string, span time.D
 	}
 	return out, nil
 }
+
+var gpuCols = []string{"time", "host", "gpu", "uuid", "name", "run_id", "rank", "util_pct", "mem_util_pct",
+	"mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes", "power_w", "energy_j", "temp_c", "mem_temp_c",
+	"sm_clock_mhz", "mem_clock_mhz", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_replay_total",
+	"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s", "xid_last", "xid_total", "ecc_corrected_total",
+	"ecc_uncorrected_total", "remapped_rows_total", "throttle_reasons", "sm_active_pct", "sm_occupancy_pct",
+	"tensor_active_pct", "gr_engine_active_pct", "processes"}
+
+func (b *batchPlan) gpuRow(i int, r []any) []any {
+	g := b.gpus[i]
+	var rank any
+	if g.Rank != nil {
+		rank = int32(*g.Rank)
+	}
+	return append(r, g.Time.Time, g.Host, int32(*g.GPU), g.UUID, g.Name, g.RunID, rank, f(g.UtilPct), f(g.MemUtilPct),
+		f(g.MemUsedBytes), f(g.MemTotalBytes), f(g.MemReservedBytes), f(g.PowerW), f(g.EnergyJ), f(g.TempC),
+		f(g.MemTempC), f(g.SMClockMHz), f(g.MemClockMHz), f(g.PCIeTxBps), f(g.PCIeRxBps), f(g.PCIeReplays),
+		f(g.NVLinkTxBps), f(g.NVLinkRxBps), f(g.XIDLast), f(g.XIDTotal), f(g.ECCCorrected), f(g.ECCUncorrected),
+		f(g.RemappedRows), optInt(g.ThrottleReasons), f(g.SMActivePct), f(g.SMOccupancyPct), f(g.TensorActivePct),
+		f(g.GrEngineActivePct), jsonValue(g.Processes, len(g.Processes) == 0))
+}
+
+// Samples from several collectors may overlap: inserting in key order
+// keeps two batches from waiting on each other's rows crosswise.
+// The samples written (not those already stored) are added to their
+// minute's sums in the same statement; each collector adds to its own
+// host's rows, so concurrent batches of one run do not queue on them.
+const mergeGPU = `WITH ins AS (
+	INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING
+	RETURNING run_id, rank, host, time, util_pct, mem_used_bytes, mem_total_bytes
+), m AS (
+	INSERT INTO gpu_minutes AS m (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, util_min, total_max)
+	SELECT run_id, host, date_trunc('minute', time), count(*), count(mem_used_bytes), sum(mem_used_bytes), max(mem_used_bytes),
+	       count(util_pct), sum(util_pct), min(util_pct), max(mem_total_bytes)
+	FROM ins WHERE run_id <> '' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+	ON CONFLICT (run_id, host, minute) DO UPDATE SET samples = m.samples + EXCLUDED.samples,
+		mem_n = m.mem_n + EXCLUDED.mem_n, mem_sum = coalesce(m.mem_sum + EXCLUDED.mem_sum, m.mem_sum, EXCLUDED.mem_sum),
+		mem_max = greatest(m.mem_max, EXCLUDED.mem_max), util_n = m.util_n + EXCLUDED.util_n,
+		util_sum = coalesce(m.util_sum + EXCLUDED.util_sum, m.util_sum, EXCLUDED.util_sum),
+		util_min = least(m.util_min, EXCLUDED.util_min),
+		total_max = greatest(m.total_max, EXCLUDED.total_max)
+), h AS (
+	INSERT INTO rank_hosts AS h (run_id, rank, host, time)
+	SELECT DISTINCT ON (run_id, rank) run_id, rank, host, time FROM ins
+	WHERE run_id <> '' AND rank IS NOT NULL ORDER BY run_id, rank, time DESC
+	ON CONFLICT (run_id, rank) DO UPDATE SET host = EXCLUDED.host, time = EXCLUDED.time WHERE h.time <= EXCLUDED.time
+)
+SELECT count(*) FROM ins`

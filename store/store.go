@@ -1,11 +1,26 @@
 // Package store owns DeepSeed's SQL: the pgx pool, the schema migrations,
-// bulk writes, read queries and TimescaleDB detection.
+// bulk writes, read queries and TimescaleDB detection. No other package
+// holds SQL or the pool; they call the methods of [Store], which answer
+// plain Go rows.
 //
 // Usage:
 //  1. s, err := store.Open(ctx, databaseURL, logger)
 //  2. err = s.Migrate(ctx) — applies pending migrations/ files, safe when
 //     several servers start at once.
 //  3. Write batches and read with the methods of [Store]; Close when done.
+//
+// Files are named for the table or concept they hold, writes and reads
+// together: steps.go (and steps_inline.go, steps_timings.go), layers.go and
+// layers_rollup.go, evals.go, samples_gpu.go, samples_host.go, memory.go,
+// events.go, runs.go, alerts.go (alerts and rank_scores), jobs*.go,
+// rollups*.go, ranks*.go, wasted.go, retention*.go, timescale*.go,
+// replica.go and admin.go (whole databases). A batch is written through
+// one mechanism shared by every table, batch*.go: the plan and its
+// transaction (batch.go), the advisory locks (batch_locks.go), COPY
+// (batch_copy.go), the direct path for new keys (batch_direct.go), the merge
+// of retries (batch_merge.go) and its TimescaleDB variant segment by segment
+// (batch_compressed.go); each table's file gives it its columns, COPY row
+// and merge statement.
 package store
 
 import (
