@@ -76,21 +76,7 @@ func (b *batchPlan) copy(ctx context.Context, tx batchConn) error {
 			return fmt.Errorf("store: write batch: copy %s: %w", t.target, err)
 		}
 	}
-	if len(b.layerGrown) > 0 {
-		var ids, names []string
-		for id := range b.layerGrown {
-			js, _ := json.Marshal(b.layerNames[id])
-			ids = append(ids, id)
-			names = append(names, string(js))
-		}
-		if _, err := tx.Exec(ctx, `UPDATE runs AS r
-			SET layer_names = ARRAY(SELECT jsonb_array_elements_text(u.names::jsonb)), updated_at = now()
-			FROM unnest($1::text[], $2::text[]) AS u(run_id, names)
-			WHERE r.run_id = u.run_id`, ids, names); err != nil {
-			return fmt.Errorf("store: write batch: update layer names: %w", err)
-		}
-	}
-	return nil
+	return b.saveLayerNames(ctx, tx)
 }
 
 // f turns an optional number into a COPY value; NaN and the infinities

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -164,6 +165,7 @@ func (b *batchPlan) lockLayerNames(ctx context.Context, tx batchConn) error {
 	return nil
 }
 
+// mergeLayers is the merge of layer_times, as steps.go's of steps.
 var mergeLayers = mergeStepRows("layer_times")
 
 // LayerRow is one step's per-layer timings, or a rollup bucket's per-layer
@@ -266,4 +268,23 @@ func (b *batchPlan) readLayerNames(q *pgx.Batch, runs []string) {
 		}
 		return nil
 	})
+}
+
+// saveLayerNames stores the layer names that alignLayers extended.
+func (b *batchPlan) saveLayerNames(ctx context.Context, tx batchConn) error {
+	if len(b.layerGrown) > 0 {
+		var ids, names []string
+		for id := range b.layerGrown {
+			js, _ := json.Marshal(b.layerNames[id])
+			ids = append(ids, id)
+			names = append(names, string(js))
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs AS r
+			SET layer_names = ARRAY(SELECT jsonb_array_elements_text(u.names::jsonb)), updated_at = now()
+			FROM unnest($1::text[], $2::text[]) AS u(run_id, names)
+			WHERE r.run_id = u.run_id`, ids, names); err != nil {
+			return fmt.Errorf("store: write batch: update layer names: %w", err)
+		}
+	}
+	return nil
 }

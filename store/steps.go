@@ -173,9 +173,7 @@ func (b *batchPlan) stepRow(i int, r []any) []any {
 // unless a version with the same or a newer time is stored. The deleted
 // rows are all older than the inserted one, so both parts can share one
 // statement snapshot.
-var (
-	mergeSteps = mergeStepRows("steps")
-)
+var mergeSteps = mergeStepRows("steps")
 
 // mergeStepRows is the merge of table, keyed by run, rank and step, from
 // its tmp_ twin; every block it writes into gets its rollup marker set or
