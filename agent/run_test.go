@@ -13,6 +13,7 @@ import (
 
 	"github.com/deepseed/deepseed/agent"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // Real commands through an agent: a hooked Python job that exits 0
@@ -35,7 +36,7 @@ func TestAgentRunsRealCommands(t *testing.T) {
 		t.Errorf("finished job: run %q, agent %q, times %v %v", j.RunID, j.Agent, j.StartedAt, j.EndedAt)
 	}
 	var meta, params string
-	if err := e.st.Pool.QueryRow(context.Background(), `SELECT meta->>'job_id', params::text FROM runs WHERE run_id = $1`, j.RunID).Scan(&meta, &params); err != nil {
+	if err := storetest.Pool(t, e.st).QueryRow(context.Background(), `SELECT meta->>'job_id', params::text FROM runs WHERE run_id = $1`, j.RunID).Scan(&meta, &params); err != nil {
 		t.Fatal(err)
 	}
 	if meta != strconv.FormatInt(j.ID, 10) || !strings.Contains(params, `"lr": "2e-5"`) {

@@ -8,7 +8,9 @@
 // The detectors run in a background evaluator (Run), never in the ingest
 // path: every few seconds one server (an advisory lock elects it) reads
 // the newest rows of each running run, a bounded amount per run, and
-// reconciles the alerts table with what fires.
+// reconciles the alerts table with what fires. The rows come from, and
+// the alerts go to, the store's methods (store/alerts.go, steps.go,
+// samples_gpu.go, events.go): this package holds no SQL.
 package alerts
 
 import (

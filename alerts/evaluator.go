@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -69,124 +67,70 @@ func (e *Evaluator) now() time.Time {
 func (e *Evaluator) Pass(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := e.Store.Pool.Acquire(ctx)
-	if err != nil {
-		return false, fmt.Errorf("alerts: acquire connection: %w", err)
-	}
-	defer conn.Release()
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockKey).Scan(&got); err != nil {
-		return false, fmt.Errorf("alerts: take lock: %w", err)
-	}
-	if !got {
-		return false, nil
-	}
-	defer func() {
-		// A fresh context: the pass's may be done, the lock must go.
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, lockKey); err != nil {
-			conn.Conn().Close(uctx) // closing the session drops the lock
+	held, err := e.Store.WithSessionLock(ctx, lockKey, func(ctx context.Context) error {
+		runs, err := e.Store.AlertCandidates(ctx, maxRuns)
+		if err != nil {
+			return fmt.Errorf("alerts: list runs: %w", err)
 		}
-	}()
-
-	rows, err := conn.Query(ctx, `SELECT run_id, status = 'running', meta FROM runs
-		WHERE (status = 'running' AND last_seen_at > now() - interval '1 day')
-		   OR run_id IN (SELECT run_id FROM alerts WHERE resolved_at IS NULL)
-		ORDER BY last_seen_at DESC NULLS LAST LIMIT $1`, maxRuns)
-	if err != nil {
-		return true, fmt.Errorf("alerts: list runs: %w", err)
-	}
-	type cand struct {
-		id      string
-		running bool
-		meta    []byte
-	}
-	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
-		var c cand
-		err := r.Scan(&c.id, &c.running, &c.meta)
-		return c, err
+		for _, r := range runs {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err := e.evalRun(ctx, r.RunID, r.Running, e.Config.withMeta(r.Meta)); err != nil {
+				e.logger().Warn("evaluate run", "run_id", r.RunID, "err", err)
+			}
+		}
+		return nil
 	})
-	if err != nil {
-		return true, fmt.Errorf("alerts: list runs: %w", err)
+	if err != nil && !held {
+		return false, fmt.Errorf("alerts: %w", err)
 	}
-	for _, r := range runs {
-		if ctx.Err() != nil {
-			return true, ctx.Err()
-		}
-		if err := e.evalRun(ctx, conn, r.id, r.running, e.Config.withMeta(r.meta)); err != nil {
-			e.logger().Warn("evaluate run", "run_id", r.id, "err", err)
-		}
-	}
-	return true, nil
+	return held, err
 }
 
-// querier is what evalRun needs of a connection.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, running bool, cfg Config) error {
+func (e *Evaluator) evalRun(ctx context.Context, runID string, running bool, cfg Config) error {
 	ranks, err := e.Store.RunRanks(ctx, runID)
 	if err != nil {
 		return err
 	}
-	byRank, err := recentSteps(ctx, q, runID, ranks, max(cfg.Window, cfg.SpikeWindow+1, cfg.NonFiniteSteps))
+	byRank, err := recentSteps(ctx, e.Store, runID, ranks, max(cfg.Window, cfg.SpikeWindow+1, cfg.NonFiniteSteps))
 	if err != nil {
 		return err
 	}
 	now := e.now()
 	fs := detectSteps(cfg, byRank, running, now)
-	newest, scored, err := scoreRanks(ctx, q, runID, byRank, cfg)
+	newest, scored, err := scoreRanks(ctx, e.Store, runID, byRank, cfg)
 	if err != nil {
 		return err
 	}
 	fs = append(fs, detectStragglers(cfg, newest, scored)...)
-	hangs, err := recentHangs(ctx, q, runID, newestStepTime(byRank))
+	hangs, err := recentHangs(ctx, e.Store, runID, newestStepTime(byRank))
 	if err != nil {
 		return err
 	}
 	fs = append(fs, detectHang(hangs, byRank)...)
 	if running {
-		gpus, err := recentGPUs(ctx, q, runID, cfg)
+		gpus, err := recentGPUs(ctx, e.Store, runID, cfg)
 		if err != nil {
 			return err
 		}
 		fs = append(fs, detectIdle(cfg, gpus)...)
 	}
-	return reconcile(ctx, q, runID, fs)
+	return reconcile(ctx, e.Store, runID, fs)
 }
 
 // recentSteps reads each rank's newest n steps, newest first. The ranks
 // come from the store (its rollup tables, not the steps), and each rank's
 // rows from a backward scan of the steps' unique index: a bounded read
 // however long the run.
-func recentSteps(ctx context.Context, q querier, runID string, ranks []int, n int) (map[int][]stepRow, error) {
-	rk := make([]int32, len(ranks))
-	for i, r := range ranks {
-		rk[i] = int32(r)
-	}
-	rows, err := q.Query(ctx, `
-		SELECT rk.rank, x.step, x.time, x.loss, x.grad_norm, x.loss_scale, coalesce(x.skipped, false), x.step_ms, x.data_ms,
-			x.sync_ns, x.sync_wait_ms
-		FROM unnest($3::int[]) AS rk(rank), LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms, sync_ns, sync_wait_ms FROM steps
-			WHERE run_id = $1 AND rank = rk.rank ORDER BY step DESC, time DESC LIMIT $2) x
-		ORDER BY rk.rank, x.step DESC`, runID, n, rk)
+func recentSteps(ctx context.Context, st *store.Store, runID string, ranks []int, n int) (map[int][]stepRow, error) {
+	rows, err := st.RecentSteps(ctx, runID, ranks, n)
 	if err != nil {
-		return nil, fmt.Errorf("alerts: recent steps of %s: %w", runID, err)
+		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	defer rows.Close()
 	out := map[int][]stepRow{}
-	for rows.Next() {
-		var s stepRow
-		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
-			return nil, fmt.Errorf("alerts: recent steps of %s: %w", runID, err)
-		}
-		out[s.Rank] = append(out[s.Rank], s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("alerts: recent steps of %s: %w", runID, err)
+	for _, s := range rows {
+		out[s.Rank] = append(out[s.Rank], stepRow(s))
 	}
 	return out, nil
 }
@@ -194,34 +138,19 @@ func recentSteps(ctx context.Context, q querier, runID string, ranks []int, n in
 // recentGPUs reads each GPU's samples of the run over the last idle span
 // plus a margin, before its newest sample, through the gpu_samples_run
 // index.
-func recentGPUs(ctx context.Context, q querier, runID string, cfg Config) ([]gpuState, error) {
+func recentGPUs(ctx context.Context, st *store.Store, runID string, cfg Config) ([]gpuState, error) {
 	span := time.Duration(cfg.IdleFor)*2 + time.Minute
-	rows, err := q.Query(ctx, `WITH last AS (SELECT max(time) AS t FROM gpu_samples WHERE run_id = $1 AND run_id <> '')
-		SELECT host, gpu, max(rank), max(time), max(time) FILTER (WHERE util_pct >= $3), min(time),
-			(array_agg(util_pct ORDER BY time DESC))[1]
-		FROM gpu_samples, last
-		WHERE run_id = $1 AND run_id <> '' AND time > last.t - make_interval(secs => $2) AND util_pct IS NOT NULL
-		GROUP BY host, gpu ORDER BY host, gpu`, runID, span.Seconds(), cfg.IdleUtilPct)
+	rows, err := st.RecentGPUActivity(ctx, runID, span, cfg.IdleUtilPct)
 	if err != nil {
-		return nil, fmt.Errorf("alerts: recent GPU samples of %s: %w", runID, err)
+		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	defer rows.Close()
 	var out []gpuState
-	for rows.Next() {
-		var g gpuState
-		var busy *time.Time
-		var first time.Time
-		if err := rows.Scan(&g.Host, &g.GPU, &g.Rank, &g.Last, &busy, &first, &g.LastUtil); err != nil {
-			return nil, fmt.Errorf("alerts: recent GPU samples of %s: %w", runID, err)
-		}
-		g.IdleSince = first
-		if busy != nil {
-			g.IdleSince = *busy
+	for _, r := range rows {
+		g := gpuState{Host: r.Host, GPU: r.GPU, Rank: r.Rank, Last: r.Last, IdleSince: r.First, LastUtil: r.LastUtil}
+		if r.LastBusy != nil {
+			g.IdleSince = *r.LastBusy
 		}
 		out = append(out, g)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("alerts: recent GPU samples of %s: %w", runID, err)
 	}
 	return out, nil
 }

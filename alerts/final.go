@@ -23,7 +23,7 @@ func FinalScores(ctx context.Context, st *store.Store, runID string, ranks []int
 		return nil, nil
 	}
 	cfg = cfg.withMeta(meta)
-	byRank, err := recentSteps(ctx, st.Pool, runID, ranks, cfg.Window)
+	byRank, err := recentSteps(ctx, st, runID, ranks, cfg.Window)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: final scores: %w", err)
 	}

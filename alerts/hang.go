@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
 )
 
 // Hang forensics (hook/deepseed/hang.py): when a rank's steps stop for
@@ -50,22 +51,16 @@ type hangText struct {
 
 // recentHangs reads each rank's newest hang event of the run later than
 // after.
-func recentHangs(ctx context.Context, q querier, runID string, after time.Time) ([]hangReport, error) {
-	rows, err := q.Query(ctx, `SELECT DISTINCT ON (rank) rank, time, step, text FROM events
-		WHERE run_id = $1 AND type = $2 AND time > $3 AND rank >= 0 ORDER BY rank, time DESC`, runID, api.EventHang, after)
+func recentHangs(ctx context.Context, st *store.Store, runID string, after time.Time) ([]hangReport, error) {
+	events, err := st.NewestEvents(ctx, runID, api.EventHang, after)
 	if err != nil {
-		return nil, fmt.Errorf("alerts: hang events of %s: %w", runID, err)
+		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	defer rows.Close()
 	var out []hangReport
-	for rows.Next() {
-		var h hangReport
-		var text string
-		if err := rows.Scan(&h.Rank, &h.Time, &h.Step, &text); err != nil {
-			return nil, fmt.Errorf("alerts: hang events of %s: %w", runID, err)
-		}
+	for _, e := range events {
+		h := hangReport{Rank: e.Rank, Time: e.Time, Step: e.Step}
 		var t hangText
-		if json.Unmarshal([]byte(text), &t) == nil {
+		if json.Unmarshal([]byte(e.Text), &t) == nil {
 			h.Reason = t.Reason
 			if t.Step != nil {
 				h.Step = *t.Step
@@ -76,9 +71,6 @@ func recentHangs(ctx context.Context, q querier, runID string, after time.Time) 
 			}
 		}
 		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("alerts: hang events of %s: %w", runID, err)
 	}
 	return out, nil
 }

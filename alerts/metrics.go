@@ -31,28 +31,18 @@ type RunCollector struct{ Store *store.Store }
 // kind from the start at 0. A database that does not answer leaves the
 // alert families out of this scrape, with the error returned.
 func (c Collector) WriteMetrics(w io.Writer) error {
-	if c.Store == nil || c.Store.Pool == nil {
+	if c.Store == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, err := c.Store.Pool.Query(ctx, `SELECT kind, count(*) FILTER (WHERE resolved_at IS NULL), count(*) FROM alerts GROUP BY kind`)
+	counts, err := c.Store.AlertCounts(ctx)
 	if err != nil {
 		return fmt.Errorf("alerts: metrics: %w", err)
 	}
 	openN, totalN := map[string]float64{}, map[string]float64{}
-	for rows.Next() {
-		var kind string
-		var open, total float64
-		if err := rows.Scan(&kind, &open, &total); err != nil {
-			rows.Close()
-			return fmt.Errorf("alerts: metrics: %w", err)
-		}
-		openN[kind], totalN[kind] = open, total
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("alerts: metrics: %w", err)
+	for _, r := range counts {
+		openN[r.Kind], totalN[r.Kind] = r.Open, r.Total
 	}
 	for _, k := range kindsList() {
 		openN[k], totalN[k] = openN[k], totalN[k]
@@ -79,27 +69,18 @@ func (c Collector) WriteMetrics(w io.Writer) error {
 // database that does not answer leaves the family out of this scrape,
 // with the error returned.
 func (c RunCollector) WriteMetrics(w io.Writer) error {
-	if c.Store == nil || c.Store.Pool == nil {
+	if c.Store == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, err := c.Store.Pool.Query(ctx, `SELECT a.run_id, coalesce(r.project, ''), a.kind, a.subject FROM alerts a
-		LEFT JOIN runs r USING (run_id) WHERE a.resolved_at IS NULL ORDER BY a.run_id, a.kind, a.subject LIMIT 1000`)
+	open, err := c.Store.OpenAlerts(ctx, 1000)
 	if err != nil {
 		return fmt.Errorf("alerts: run metrics: %w", err)
 	}
-	defer rows.Close()
 	var series []string
-	for rows.Next() {
-		var run, project, kind, subject string
-		if err := rows.Scan(&run, &project, &kind, &subject); err != nil {
-			return fmt.Errorf("alerts: run metrics: %w", err)
-		}
-		series = append(series, exposition.Labels([]string{"run_id", "project", "kind", "subject"}, []string{run, project, kind, subject}))
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("alerts: run metrics: %w", err)
+	for _, a := range open {
+		series = append(series, exposition.Labels([]string{"run_id", "project", "kind", "subject"}, []string{a.RunID, a.Project, a.Kind, a.Subject}))
 	}
 	if len(series) > 0 {
 		exposition.Header(w, runOpenFamily[0], runOpenFamily[1], "gauge")

@@ -31,31 +31,15 @@ func ScoreSeries(ctx context.Context, st *store.Store, runID string, ranks []int
 		return nil, nil
 	}
 	cfg = cfg.withMeta(meta)
-	rk := make([]int32, len(ranks))
-	for i, r := range ranks {
-		rk[i] = int32(r)
-	}
-	rows, err := st.Pool.Query(ctx, `
-		SELECT rk.rank, x.step, x.time, x.step_ms, x.sync_ns, x.sync_wait_ms
-		FROM unnest($4::int[]) AS rk(rank), LATERAL (SELECT step, time, step_ms, sync_ns, sync_wait_ms FROM steps
-			WHERE run_id = $1 AND rank = rk.rank AND step >= $2 AND step <= $3 ORDER BY step DESC, time DESC) x
-		ORDER BY rk.rank, x.step DESC`, runID, from, to, rk)
+	rows, err := st.SyncSteps(ctx, runID, ranks, from, to)
 	if err != nil {
-		return nil, fmt.Errorf("alerts: score series of %s: %w", runID, err)
+		return nil, fmt.Errorf("alerts: score series: %w", err)
 	}
-	defer rows.Close()
 	byRank := map[int][]stepRow{}
 	n := 0
-	for rows.Next() {
-		var s stepRow
-		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.StepMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
-			return nil, fmt.Errorf("alerts: score series of %s: %w", runID, err)
-		}
-		byRank[s.Rank] = append(byRank[s.Rank], s)
+	for _, s := range rows {
+		byRank[s.Rank] = append(byRank[s.Rank], stepRow(s))
 		n++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("alerts: score series of %s: %w", runID, err)
 	}
 	var out []ScorePoint
 	for _, s := range stragglerScores(syncSteps(byRank, n), cfg.StragglerAlpha, nil) {

@@ -101,7 +101,7 @@ func count(t *testing.T, st *store.Store, sql string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n int
-	if err := st.Pool.QueryRow(ctx, sql).Scan(&n); err != nil {
+	if err := storetest.Pool(t, st).QueryRow(ctx, sql).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -308,7 +308,7 @@ func TestForwardRetriesRefusedToken(t *testing.T) {
 // real collector: the rest of its batch, and everything after it, arrive.
 func TestForwardPoisonedBatchLandsTheRest(t *testing.T) {
 	st := storetest.NewStore(t)
-	if _, err := st.Pool.Exec(context.Background(), `ALTER TABLE runs ADD CONSTRAINT no_poison CHECK (name IS DISTINCT FROM 'poison')`); err != nil {
+	if _, err := storetest.Pool(t, st).Exec(context.Background(), `ALTER TABLE runs ADD CONSTRAINT no_poison CHECK (name IS DISTINCT FROM 'poison')`); err != nil {
 		t.Fatal(err)
 	}
 	srv := newIngestServer(t, st)

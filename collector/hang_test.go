@@ -45,7 +45,7 @@ func TestHangReportGetsTheNodesGPUs(t *testing.T) {
 	var rank int
 	var step int64
 	var text string
-	if err := st.Pool.QueryRow(ctx, `SELECT rank, step, text FROM events WHERE run_id = 'hung' AND type = 'hang_gpus'`).
+	if err := storetest.Pool(t, st).QueryRow(ctx, `SELECT rank, step, text FROM events WHERE run_id = 'hung' AND type = 'hang_gpus'`).
 		Scan(&rank, &step, &text); err != nil {
 		t.Fatal(err)
 	}

@@ -144,8 +144,8 @@ func BenchmarkCollectorLoad(b *testing.B) {
 		b.ReportMetric(hwm/(1<<20), "peak-rss-MiB")
 		b.ReportMetric(float64(step*8)/wall, "hook-records/s")
 		var rows, gpuRows int
-		st.Pool.QueryRow(b.Context(), `SELECT count(*) FROM steps WHERE run_id = 'bench'`).Scan(&rows)
-		st.Pool.QueryRow(b.Context(), `SELECT count(*) FROM gpu_samples WHERE host = 'bench'`).Scan(&gpuRows)
+		storetest.Pool(b, st).QueryRow(b.Context(), `SELECT count(*) FROM steps WHERE run_id = 'bench'`).Scan(&rows)
+		storetest.Pool(b, st).QueryRow(b.Context(), `SELECT count(*) FROM gpu_samples WHERE host = 'bench'`).Scan(&gpuRows)
 		b.ReportMetric(float64(gpuRows)/time.Since(t0).Seconds(), "gpu-records/s")
 		b.Logf("%ds, %s GPUs at %s: collector cpu %.2f%% of one core, rss %.1f MiB (peak %.1f), %d step rows stored", secs, gpus, interval, cpuPct, rss/(1<<20), hwm/(1<<20), rows)
 	}

@@ -30,14 +30,14 @@ func BenchmarkAlertRules(b *testing.B) {
 	st := storetest.NewStore(b)
 	base, readToken, ingestToken := startServerOn(b, st)
 	ctx := context.Background()
-	if _, err := st.Pool.Exec(ctx, `INSERT INTO alerts (run_id, kind, subject, text, at, opened_at, resolved_at)
+	if _, err := storetest.Pool(b, st).Exec(ctx, `INSERT INTO alerts (run_id, kind, subject, text, at, opened_at, resolved_at)
 		SELECT 'old-' || (i % 2000), (ARRAY['non_finite','overflow_storm','loss_spike','idle_gpu','stalled','rank_stopped','data_stall','straggler','hang'])[1 + i % 9],
 			'rank ' || (i % 8), 'resolved', now() - make_interval(mins => i), now() - make_interval(mins => i), now() - make_interval(mins => i - 1)
 		FROM generate_series(1, $1) AS i`, resolvedHistory); err != nil {
 		b.Fatal(err)
 	}
 	var n int64
-	if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n < resolvedHistory {
+	if err := storetest.Pool(b, st).QueryRow(ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n < resolvedHistory {
 		b.Fatalf("%d alerts (%v), want the history of %d", n, err, resolvedHistory)
 	}
 	if _, err := demo.Load(ctx, demo.Options{Server: base, Token: ingestToken, Anchor: time.Now()}); err != nil {

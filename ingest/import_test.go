@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 func TestImportSeedExport(t *testing.T) {
@@ -33,7 +34,7 @@ func TestImportSeedExport(t *testing.T) {
 	var project, name, status, meta, summary string
 	var layerNames []string
 	var started, ended time.Time
-	err = s.Store.Pool.QueryRow(ctx, `SELECT project, name, status, meta::text, summary::text, layer_names, started_at, ended_at
+	err = storetest.Pool(t, s.Store).QueryRow(ctx, `SELECT project, name, status, meta::text, summary::text, layer_names, started_at, ended_at
 		FROM runs WHERE run_id = $1`, id).Scan(&project, &name, &status, &meta, &summary, &layerNames, &started, &ended)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func TestImportSeedExport(t *testing.T) {
 
 	var steps, layerRows, evals int
 	var fwdEmb, bwdCls, gradNaN float64
-	err = s.Store.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM steps WHERE run_id = $1),
+	err = storetest.Pool(t, s.Store).QueryRow(ctx, `SELECT (SELECT count(*) FROM steps WHERE run_id = $1),
 		(SELECT count(*) FROM layer_times WHERE run_id = $1 AND array_length(forward_ms, 1) = 26 AND array_length(backward_ms, 1) = 26),
 		(SELECT count(*) FROM evals WHERE run_id = $1),
 		(SELECT forward_ms[1] FROM layer_times WHERE run_id = $1 AND step = 0),
@@ -80,7 +81,7 @@ func TestImportSeedExport(t *testing.T) {
 	}
 	// Both spellings of the evaluation fields land in the same columns.
 	var accs string
-	if err := s.Store.Pool.QueryRow(ctx, `SELECT string_agg(format('%s:%s/%s/%s', step, loss, accuracy, f1), ' ' ORDER BY step) FROM evals WHERE run_id = $1`, id).Scan(&accs); err != nil {
+	if err := storetest.Pool(t, s.Store).QueryRow(ctx, `SELECT string_agg(format('%s:%s/%s/%s', step, loss, accuracy, f1), ' ' ORDER BY step) FROM evals WHERE run_id = $1`, id).Scan(&accs); err != nil {
 		t.Fatal(err)
 	}
 	if accs != "50:0.412/0.842/0.836 95:0.281/0.931/0.928" {
@@ -88,7 +89,7 @@ func TestImportSeedExport(t *testing.T) {
 	}
 	var optDev string
 	var optBytes, params float64
-	if err := s.Store.Pool.QueryRow(ctx, `SELECT optimizer_device, optimizer_bytes, parameters_bytes FROM memory_breakdowns WHERE run_id = $1`, id).Scan(&optDev, &optBytes, &params); err != nil {
+	if err := storetest.Pool(t, s.Store).QueryRow(ctx, `SELECT optimizer_device, optimizer_bytes, parameters_bytes FROM memory_breakdowns WHERE run_id = $1`, id).Scan(&optDev, &optBytes, &params); err != nil {
 		t.Fatal(err)
 	}
 	if optDev != "cpu" || math.Abs(optBytes-4.022e9) > 1 || math.Abs(params-0.67e9) > 1 {
@@ -123,7 +124,7 @@ func TestImportVariants(t *testing.T) {
 	var started, t10 time.Time
 	var dataMS float64
 	var metrics, fwd0, bwd0, fwd10, bwd10, dev, precision string
-	err := s.Store.Pool.QueryRow(ctx, `SELECT r.started_at, r.meta->>'precision',
+	err := storetest.Pool(t, s.Store).QueryRow(ctx, `SELECT r.started_at, r.meta->>'precision',
 		(SELECT time FROM steps WHERE step = 10), (SELECT data_ms FROM steps WHERE step = 0), (SELECT metrics::text FROM steps WHERE step = 0),
 		(SELECT forward_ms::text FROM layer_times WHERE step = 0), (SELECT coalesce(backward_ms::text, 'null') FROM layer_times WHERE step = 0),
 		(SELECT forward_ms::text FROM layer_times WHERE step = 10), (SELECT backward_ms::text FROM layer_times WHERE step = 10),
@@ -190,7 +191,7 @@ func TestReimportIntoAnotherProjectIsRefused(t *testing.T) {
 	}
 	project := func(run string) string {
 		var p string
-		if err := s.Store.Pool.QueryRow(context.Background(), `SELECT project FROM runs WHERE run_id = $1`, run).Scan(&p); err != nil {
+		if err := storetest.Pool(t, s.Store).QueryRow(context.Background(), `SELECT project FROM runs WHERE run_id = $1`, run).Scan(&p); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -228,7 +229,7 @@ func TestImportOffloadSaysNone(t *testing.T) {
 	} {
 		id := s.post(t, "/api/v1/import", []byte(body)).result(t).RunIDs[0]
 		var optim, params *string
-		if err := s.Store.Pool.QueryRow(context.Background(),
+		if err := storetest.Pool(t, s.Store).QueryRow(context.Background(),
 			`SELECT meta->>'offload_optimizer', meta->>'offload_params' FROM runs WHERE run_id = $1`, id).Scan(&optim, &params); err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +266,7 @@ func TestImportDerivesStepTimeAndThroughput(t *testing.T) {
 	s.post(t, "/api/v1/import?run_id=phases", []byte(phases)).result(t)
 
 	got := map[string]string{}
-	rows, err := s.Store.Pool.Query(context.Background(), `SELECT run_id || ':' || step,
+	rows, err := storetest.Pool(t, s.Store).Query(context.Background(), `SELECT run_id || ':' || step,
 		format('%s/%s/%s', coalesce(step_ms::text, '-'), coalesce(round(throughput_sps::numeric, 3)::text, '-'), coalesce(round(throughput_tps::numeric, 1)::text, '-'))
 		FROM steps ORDER BY run_id, step`)
 	if err != nil {

@@ -106,7 +106,7 @@ func (s *server) ingest(t testing.TB, lines ...string) response {
 func (s *server) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := s.Store.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := storetest.Pool(t, s.Store).QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
@@ -167,7 +167,7 @@ func TestIngestNDJSON(t *testing.T) {
 		t.Fatalf("tables: %s\nwant %s", got, allKindsRows)
 	}
 	var status, project string
-	if err := s.Store.Pool.QueryRow(context.Background(), `SELECT status, project FROM runs`).Scan(&status, &project); err != nil {
+	if err := storetest.Pool(t, s.Store).QueryRow(context.Background(), `SELECT status, project FROM runs`).Scan(&status, &project); err != nil {
 		t.Fatal(err)
 	}
 	if status != "finished" || project != "nlp" {
@@ -232,7 +232,7 @@ func TestIngestNewerStepReplaces(t *testing.T) {
 		t.Fatalf("redone step: %+v", res)
 	}
 	var loss float64
-	if err := s.Store.Pool.QueryRow(context.Background(), `SELECT loss FROM steps WHERE run_id='r' AND rank=3 AND step=100`).Scan(&loss); err != nil {
+	if err := storetest.Pool(t, s.Store).QueryRow(context.Background(), `SELECT loss FROM steps WHERE run_id='r' AND rank=3 AND step=100`).Scan(&loss); err != nil {
 		t.Fatal(err) // also fails when two rows exist
 	}
 	if loss != 4 || s.count(t, `SELECT count(*) FROM steps`) != 1 {
@@ -249,7 +249,7 @@ func TestIngestNaNAndInfinityKept(t *testing.T) {
 		`{"kind": "layers", "run_id": "r", "rank": 0, "step": 1, "names": ["a", "b"], "forward_ms": [NaN, -Infinity]}`,
 	).result(t)
 	var loss, gn, ls, el, f1, f2 float64
-	err := s.Store.Pool.QueryRow(context.Background(), `SELECT s.loss, s.grad_norm, s.loss_scale, e.loss, l.forward_ms[1], l.forward_ms[2]
+	err := storetest.Pool(t, s.Store).QueryRow(context.Background(), `SELECT s.loss, s.grad_norm, s.loss_scale, e.loss, l.forward_ms[1], l.forward_ms[2]
 		FROM steps s, evals e, layer_times l`).Scan(&loss, &gn, &ls, &el, &f1, &f2)
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +371,7 @@ func TestIngestCreatesUnknownRun(t *testing.T) {
 	s := newServer(t, ingest.Options{})
 	s.ingest(t, `{"kind":"eval","run_id":"never-announced","step":10,"time":"2025-03-01T00:00:00Z","accuracy":0.5}`).result(t)
 	var status, project string
-	err := s.Store.Pool.QueryRow(context.Background(), `SELECT status, project FROM runs WHERE run_id = 'never-announced'`).Scan(&status, &project)
+	err := storetest.Pool(t, s.Store).QueryRow(context.Background(), `SELECT status, project FROM runs WHERE run_id = 'never-announced'`).Scan(&status, &project)
 	if err != nil {
 		t.Fatalf("run not created: %v", err)
 	}
@@ -392,7 +392,7 @@ func TestIngestSQLStringsVerbatim(t *testing.T) {
 	).result(t)
 	var gotRun, gotName, gotText, gotMetrics string
 	var tags []string
-	err := s.Store.Pool.QueryRow(context.Background(), `SELECT r.run_id, r.name, r.tags, e.text, s.metrics::text
+	err := storetest.Pool(t, s.Store).QueryRow(context.Background(), `SELECT r.run_id, r.name, r.tags, e.text, s.metrics::text
 		FROM runs r JOIN events e USING (run_id) JOIN steps s USING (run_id)`).Scan(&gotRun, &gotName, &tags, &gotText, &gotMetrics)
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +480,7 @@ func TestIngestStepsRecord(t *testing.T) {
 	if res.Accepted != 4 || res.ByKind["step"] != 3 || res.ByKind["steps"] != 0 {
 		t.Fatalf("result = %+v", res)
 	}
-	rows, err := s.Store.Pool.Query(context.Background(), `SELECT step, step_ms, lr, grad_norm, metrics->>'acc' FROM steps
+	rows, err := storetest.Pool(t, s.Store).Query(context.Background(), `SELECT step, step_ms, lr, grad_norm, metrics->>'acc' FROM steps
 		WHERE run_id='r' AND rank=1 ORDER BY step`)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // Values PostgreSQL would refuse are refused at the door: a 400 naming the
@@ -58,7 +59,7 @@ func TestIngestRefusesWhatTheDatabaseWouldRefuse(t *testing.T) {
 // validator knows nothing of stands for whatever it may miss.
 func TestIngestDatabaseRefusalIsA400(t *testing.T) {
 	s := newServer(t, ingest.Options{})
-	if _, err := s.Store.Pool.Exec(context.Background(), `ALTER TABLE runs ADD CONSTRAINT no_name_42 CHECK (name IS DISTINCT FROM 'forty-two')`); err != nil {
+	if _, err := storetest.Pool(t, s.Store).Exec(context.Background(), `ALTER TABLE runs ADD CONSTRAINT no_name_42 CHECK (name IS DISTINCT FROM 'forty-two')`); err != nil {
 		t.Fatal(err)
 	}
 	var lines []string

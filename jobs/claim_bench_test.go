@@ -14,6 +14,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // BenchmarkClaim queues 10,000 one-GPU jobs and lets 50 agents claim them
@@ -31,7 +32,7 @@ func BenchmarkClaim(b *testing.B) {
 	var all []time.Duration
 	for n := 0; n < b.N; n++ {
 		b.StopTimer()
-		if _, err := e.st.Pool.Exec(ctx, `TRUNCATE jobs`); err != nil {
+		if _, err := storetest.Pool(b, e.st).Exec(ctx, `TRUNCATE jobs`); err != nil {
 			b.Fatal(err)
 		}
 		batch := make([]store.NewJob, jobs)
@@ -87,7 +88,7 @@ func BenchmarkClaim(b *testing.B) {
 			b.Fatalf("%d claims of %d distinct jobs, want %d each", len(got), len(slices.Compact(got)), jobs)
 		}
 		var running, agentsSeen int
-		if err := e.st.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'running'), count(DISTINCT agent) FROM jobs`).Scan(&running, &agentsSeen); err != nil {
+		if err := storetest.Pool(b, e.st).QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'running'), count(DISTINCT agent) FROM jobs`).Scan(&running, &agentsSeen); err != nil {
 			b.Fatal(err)
 		}
 		if running != jobs || agentsSeen != agents {

@@ -31,7 +31,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/api"
@@ -281,9 +280,9 @@ func (h *Handler) checkGPUs(ctx context.Context, project string, gpus int) error
 
 // quotaCheck refuses the submission with 409 when the project has used
 // its GPU hours; it runs inside the transaction that queues the jobs.
-func quotaCheck(project string) func(ctx context.Context, tx pgx.Tx) error {
-	return func(ctx context.Context, tx pgx.Tx) error {
-		u, err := store.Usage(ctx, tx, []string{project})
+func quotaCheck(project string) store.JobCheck {
+	return func(ctx context.Context, tx store.JobTx) error {
+		u, err := tx.Usage(ctx, []string{project})
 		if err != nil {
 			return err
 		}

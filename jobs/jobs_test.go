@@ -84,7 +84,7 @@ func (e *env) must(t *testing.T, method, path, token, body string, want int, out
 func (e *env) count(t *testing.T, table string) int {
 	t.Helper()
 	var n int
-	if err := e.st.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+	if err := storetest.Pool(t, e.st).QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -7,15 +7,15 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/store"
 )
 
 // alerts answers GET /api/v1/alerts: the detectors' alerts, the newest
 // opened first, filtered by project, run_id, state (open or resolved) and
 // kind.
 func (h *Handler) alerts(ctx context.Context, c echo.Context) (any, error) {
-	f := alerts.Filter{
+	f := store.AlertFilter{
 		Project: c.QueryParam("project"),
 		RunID:   c.QueryParam("run_id"),
 		State:   c.QueryParam("state"),
@@ -37,7 +37,7 @@ func (h *Handler) alerts(ctx context.Context, c echo.Context) (any, error) {
 		return nil, err
 	}
 	f.Limit = int(limit)
-	list, err := alerts.List(ctx, h.store, f)
+	list, err := h.store.Alerts(ctx, f)
 	if err != nil {
 		return nil, err
 	}

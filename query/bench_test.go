@@ -24,6 +24,7 @@ var (
 	bigOnce sync.Once
 	bigSrv  *httptest.Server
 	bigSt   *store.Store
+	bigURL  string // bigSt's database
 	bigCold time.Duration
 	bigErr  error
 )
@@ -69,13 +70,13 @@ func bigServer(b *testing.B) *httptest.Server {
 			`INSERT INTO rollup_dirty SELECT 'big', 0, b FROM generate_series(0, 9999) b`,
 			`ANALYZE`,
 		} {
-			if _, err := s.Pool.Exec(ctx, q); err != nil {
+			if _, err := storetest.Pool(b, u).Exec(ctx, q); err != nil {
 				bigErr = err
 				return
 			}
 		}
 		b.Logf("generated %d steps x 100 layers in %v", bigSteps, time.Since(start))
-		bigSt = s
+		bigSt, bigURL = s, u
 		e := echo.New()
 		query.New(s, query.Options{Timeout: 30 * time.Minute}).Register(e.Group("/api/v1"))
 		bigSrv = httptest.NewServer(e)
@@ -182,7 +183,7 @@ func BenchmarkRollupBuild(b *testing.B) {
 	ctx := context.Background()
 	exec := func(q string) {
 		b.Helper()
-		if _, err := bigSt.Pool.Exec(ctx, q); err != nil {
+		if _, err := storetest.Pool(b, bigURL).Exec(ctx, q); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -211,7 +212,7 @@ func BenchmarkRollupBuild(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
 			var n int64
-			if err := bigSt.Pool.QueryRow(ctx, `SELECT count(*) FROM (
+			if err := storetest.Pool(b, bigURL).QueryRow(ctx, `SELECT count(*) FROM (
 				SELECT l.step / 100, u.i, sum(u.v), count(u.v)
 				FROM layer_times l, unnest(l.forward_ms) WITH ORDINALITY u(v, i)
 				WHERE l.run_id = 'big' AND l.rank = 0 GROUP BY 1, 2) x`).Scan(&n); err != nil || n != 1_000_000 {

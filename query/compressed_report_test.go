@@ -44,11 +44,7 @@ func TestCompressedCostReport(t *testing.T) {
 	admin := storetest.AdminURL(t)
 	execAdmin(t, admin, `CREATE DATABASE `+plainDB)
 	t.Cleanup(func() { execAdmin(t, admin, `DROP DATABASE IF EXISTS `+plainDB+` WITH (FORCE)`) })
-	plain, err := store.Open(ctx, storetest.WithDatabase(admin, plainDB), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := storetest.Open(t, storetest.WithDatabase(admin, plainDB), nil)
 	if _, err := plain.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +80,10 @@ func TestCompressedCostReport(t *testing.T) {
 		t.Cleanup(srv.Close)
 		targets = append(targets, &target{x.name, x.s, srv})
 	}
-	if _, err := ts.Pool.Exec(ctx, `ANALYZE`); err != nil {
+	if _, err := storetest.Pool(t, ts).Exec(ctx, `ANALYZE`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.Pool.Exec(ctx, `ANALYZE`); err != nil {
+	if _, err := storetest.Pool(t, plain).Exec(ctx, `ANALYZE`); err != nil {
 		t.Fatal(err)
 	}
 	compressTS(t, ts)
@@ -144,7 +140,7 @@ func TestCompressedCostReport(t *testing.T) {
 		m1, m2 := median(times[what]["timescale"]), median(times[what]["plain"])
 		fmt.Fprintf(&b, "%-72s %12v %12v %7.2f\n", trimURL(what), m1.Round(100*time.Microsecond), m2.Round(100*time.Microsecond), float64(m1)/float64(m2))
 	}
-	rows, err := ts.Pool.Query(ctx, `SELECT hypertable_name, format('%I.%I', chunk_schema, chunk_name), is_compressed
+	rows, err := storetest.Pool(t, ts).Query(ctx, `SELECT hypertable_name, format('%I.%I', chunk_schema, chunk_name), is_compressed
 		FROM timescaledb_information.chunks WHERE hypertable_name IN ('steps', 'layer_times', 'evals') ORDER BY 1, 2`)
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +161,7 @@ func TestCompressedCostReport(t *testing.T) {
 	loose := map[string]int{}
 	for _, c := range chunks {
 		var n int
-		if err := ts.Pool.QueryRow(ctx, `SELECT count(*) FROM ONLY `+c.name).Scan(&n); err != nil {
+		if err := storetest.Pool(t, ts).QueryRow(ctx, `SELECT count(*) FROM ONLY `+c.name).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		loose[c.table] += n
@@ -183,7 +179,7 @@ func TestCompressedCostReport(t *testing.T) {
 // decompress for a retry of steps 10,000 to 12,499.
 func explainRetry(t *testing.T, s *store.Store, b *strings.Builder) {
 	ctx := context.Background()
-	tx, err := s.Pool.Begin(ctx)
+	tx, err := storetest.Pool(t, s).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,12 +236,7 @@ func explainRetry(t *testing.T, s *store.Store, b *strings.Builder) {
 
 func execAdmin(t *testing.T, u, sql string) {
 	t.Helper()
-	s, err := store.Open(context.Background(), u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Pool.Exec(context.Background(), sql); err != nil {
+	if _, err := storetest.Pool(t, u).Exec(context.Background(), sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
@@ -272,7 +263,7 @@ func writeAll(t *testing.T, s *store.Store, lines []string) {
 
 func compressTS(t *testing.T, s *store.Store) {
 	t.Helper()
-	if _, err := s.Pool.Exec(context.Background(), `
+	if _, err := storetest.Pool(t, s).Exec(context.Background(), `
 		SELECT compress_chunk(c, if_not_compressed => true)
 		FROM timescaledb_information.hypertables h,
 		     LATERAL show_chunks(format('%I.%I', h.hypertable_schema, h.hypertable_name)::regclass) c

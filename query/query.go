@@ -1,6 +1,7 @@
 // Package query serves the read API under /api/v1 and holds the
 // computations behind every chart: downsampling, heatmap buckets,
-// steady-state windows, breakdowns and comparisons.
+// steady-state windows, breakdowns and comparisons. It reads through the
+// store's methods and holds no SQL.
 //
 // Usage:
 //  1. h := query.New(store, query.Options{Logger: log})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/query"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // TestRunRefresherWithConcurrentReadersAndWriters runs the background
@@ -121,7 +122,7 @@ func TestRunRefresherWithConcurrentReadersAndWriters(t *testing.T) {
 		}
 	}
 	var n int
-	if err := e.s.Pool.QueryRow(context.Background(), `
+	if err := storetest.Pool(t, e.s).QueryRow(context.Background(), `
 		SELECT count(*) FROM metric_rollups WHERE run_id = 'bg' AND metric = 'step' AND width = 100`).Scan(&n); err != nil || n != blocks {
 		t.Errorf("width-100 step buckets: %d (%v), want %d", n, err, blocks)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
@@ -75,7 +74,7 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 		Command: meta.Command, GitCommit: meta.GitCommit, Versions: meta.Versions, Host: meta.Host,
 		Ranks: ranks, Metrics: st.UserMetrics, ReplicaLagS: lag,
 	}
-	if d.OpenAlerts, err = alerts.OpenCount(ctx, h.store, r.RunID); err != nil {
+	if d.OpenAlerts, err = h.store.OpenAlertCount(ctx, r.RunID); err != nil {
 		return nil, err
 	}
 	if d.Wasted, err = h.wasted(ctx, r); err != nil {

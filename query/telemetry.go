@@ -9,7 +9,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
@@ -171,7 +170,7 @@ func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) 
 	if len(types) == 0 {
 		evs, err = h.store.Events(ctx, runID, from, to, maxAnnotations)
 	} else {
-		evs, err = h.eventsOfTypes(ctx, runID, from, to, types, maxAnnotations)
+		evs, err = h.store.EventsOfTypes(ctx, runID, from, to, types, maxAnnotations)
 	}
 	if err != nil {
 		return nil, err
@@ -189,7 +188,7 @@ func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) 
 	}
 	// Alerts and evaluations live in their own tables.
 	if len(types) == 0 || slices.Contains(types, alertType) {
-		als, err := alerts.Annotations(ctx, h.store, runID, from, to, maxAnnotations)
+		als, err := h.store.AlertAnnotations(ctx, runID, from, to, maxAnnotations)
 		if err != nil {
 			return nil, err
 		}

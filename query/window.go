@@ -2,11 +2,9 @@ package query
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 )
 
@@ -105,16 +103,9 @@ func (h *Handler) stepsInWindow(ctx context.Context, runID string, rank int, fir
 // stepNear returns the first recorded step at or after s (after true), or
 // the last one at or before s, with its time.
 func (h *Handler) stepNear(ctx context.Context, runID string, rank int, s int64, after bool) (step int64, t time.Time, found bool, err error) {
-	sql := `SELECT step, time FROM steps WHERE run_id = $1 AND rank = $2 AND step >= $3 ORDER BY step LIMIT 1`
-	if !after {
-		sql = `SELECT step, time FROM steps WHERE run_id = $1 AND rank = $2 AND step <= $3 ORDER BY step DESC LIMIT 1`
-	}
-	err = h.store.Pool.QueryRow(ctx, sql, runID, rank, s).Scan(&step, &t)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, time.Time{}, false, nil
-	}
+	step, t, found, err = h.store.StepNear(ctx, runID, rank, s, after)
 	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("query: step near %d of %s rank %d: %w", s, runID, rank, err)
+		return 0, time.Time{}, false, fmt.Errorf("query: %w", err)
 	}
-	return step, t, true, nil
+	return step, t, found, nil
 }

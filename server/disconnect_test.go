@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -20,11 +19,7 @@ import (
 // 500, and nothing of its batch is stored.
 func TestClientDisconnectIsNotAnError(t *testing.T) {
 	dbURL := storetest.NewDatabase(t)
-	st, err := store.Open(context.Background(), dbURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := storetest.Open(t, dbURL, nil)
 	var buf bytes.Buffer
 	lw := &lockedWriter{w: &buf}
 	logs := func() string { lw.mu.Lock(); defer lw.mu.Unlock(); return buf.String() }
@@ -63,7 +58,7 @@ func TestClientDisconnectIsNotAnError(t *testing.T) {
 	// Leave once the server's write waits on the lock.
 	waitFor(t, "the write waiting on the lock", func() bool {
 		var n int
-		_ = st.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		_ = storetest.Pool(t, st).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
 		return n > 0
 	})
 	cancel()
@@ -85,7 +80,7 @@ func TestClientDisconnectIsNotAnError(t *testing.T) {
 		}
 	}
 	var n int
-	if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM steps WHERE run_id = 'gone'`).Scan(&n); err != nil || n != 0 {
+	if err := storetest.Pool(t, st).QueryRow(ctx, `SELECT count(*) FROM steps WHERE run_id = 'gone'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("steps of the abandoned batch: %d (%v), want 0", n, err)
 	}
 }

@@ -74,23 +74,23 @@ func (m *serverMetrics) handler(log *slog.Logger, auth *authenticator) echo.Hand
 
 // registerPool adds the database pool's statistics, read at each scrape.
 func registerPool(r *exposition.Registry, st *store.Store) {
-	stat := func(typ, name, help string, v func() float64) {
+	stat := func(typ, name, help string, v func(store.PoolStats) float64) {
 		r.Func(name, help, typ, func() (float64, bool) {
-			if st == nil || st.Pool == nil {
+			if st == nil {
 				return 0, false
 			}
-			return v(), true
+			return v(st.PoolStats()), true
 		})
 	}
-	stat("gauge", "deepseed_db_pool_acquired_conns", "Database connections in use by a request.", func() float64 { return float64(st.Pool.Stat().AcquiredConns()) })
-	stat("gauge", "deepseed_db_pool_idle_conns", "Database connections open and idle.", func() float64 { return float64(st.Pool.Stat().IdleConns()) })
-	stat("gauge", "deepseed_db_pool_total_conns", "Database connections open, in use, idle or being opened.", func() float64 { return float64(st.Pool.Stat().TotalConns()) })
-	stat("gauge", "deepseed_db_pool_constructing_conns", "Database connections being opened.", func() float64 { return float64(st.Pool.Stat().ConstructingConns()) })
-	stat("gauge", "deepseed_db_pool_max_conns", "The most database connections the pool opens.", func() float64 { return float64(st.Pool.Stat().MaxConns()) })
-	stat("counter", "deepseed_db_pool_acquires_total", "Connections taken from the pool.", func() float64 { return float64(st.Pool.Stat().AcquireCount()) })
-	stat("counter", "deepseed_db_pool_empty_acquires_total", "Connections taken from the pool after waiting, none being idle.", func() float64 { return float64(st.Pool.Stat().EmptyAcquireCount()) })
-	stat("counter", "deepseed_db_pool_canceled_acquires_total", "Waits for a connection given up because the request ended.", func() float64 { return float64(st.Pool.Stat().CanceledAcquireCount()) })
-	stat("counter", "deepseed_db_pool_acquire_wait_seconds_total", "Time spent taking connections from the pool.", func() float64 { return st.Pool.Stat().AcquireDuration().Seconds() })
+	stat("gauge", "deepseed_db_pool_acquired_conns", "Database connections in use by a request.", func(s store.PoolStats) float64 { return float64(s.Acquired) })
+	stat("gauge", "deepseed_db_pool_idle_conns", "Database connections open and idle.", func(s store.PoolStats) float64 { return float64(s.Idle) })
+	stat("gauge", "deepseed_db_pool_total_conns", "Database connections open, in use, idle or being opened.", func(s store.PoolStats) float64 { return float64(s.Total) })
+	stat("gauge", "deepseed_db_pool_constructing_conns", "Database connections being opened.", func(s store.PoolStats) float64 { return float64(s.Constructing) })
+	stat("gauge", "deepseed_db_pool_max_conns", "The most database connections the pool opens.", func(s store.PoolStats) float64 { return float64(s.Max) })
+	stat("counter", "deepseed_db_pool_acquires_total", "Connections taken from the pool.", func(s store.PoolStats) float64 { return float64(s.Acquires) })
+	stat("counter", "deepseed_db_pool_empty_acquires_total", "Connections taken from the pool after waiting, none being idle.", func(s store.PoolStats) float64 { return float64(s.EmptyAcquires) })
+	stat("counter", "deepseed_db_pool_canceled_acquires_total", "Waits for a connection given up because the request ended.", func(s store.PoolStats) float64 { return float64(s.CanceledAcquires) })
+	stat("counter", "deepseed_db_pool_acquire_wait_seconds_total", "Time spent taking connections from the pool.", func(s store.PoolStats) float64 { return s.AcquireWait.Seconds() })
 }
 
 // registerReplica adds, read at each scrape, how far the database the

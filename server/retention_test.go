@@ -27,7 +27,7 @@ func TestServerRetentionDropsIdleRun(t *testing.T) {
 			t.Fatalf("ingest %s: %d %s", id, code, b)
 		}
 	}
-	if _, err := st.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days' WHERE run_id = 'idle-run'`); err != nil {
+	if _, err := storetest.Pool(t, st).Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days' WHERE run_id = 'idle-run'`); err != nil {
 		t.Fatal(err)
 	}
 
@@ -61,16 +61,16 @@ func TestServerRetentionCountsFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
+	if _, err := storetest.Pool(t, st).Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
 		t.Fatal(err)
 	}
 	// A real fault on the first run the pass meets: deleting its runs row
 	// raises an error.
-	if _, err := st.Pool.Exec(ctx, `CREATE FUNCTION test_hold_run() RETURNS trigger LANGUAGE plpgsql AS $$
+	if _, err := storetest.Pool(t, st).Exec(ctx, `CREATE FUNCTION test_hold_run() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'run % is held by the test', OLD.run_id; END $$`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Pool.Exec(ctx, `CREATE TRIGGER test_hold_run BEFORE DELETE ON runs FOR EACH ROW
+	if _, err := storetest.Pool(t, st).Exec(ctx, `CREATE TRIGGER test_hold_run BEFORE DELETE ON runs FOR EACH ROW
 		WHEN (OLD.run_id = 'a-held') EXECUTE FUNCTION test_hold_run()`); err != nil {
 		t.Fatal(err)
 	}

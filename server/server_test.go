@@ -166,7 +166,7 @@ func TestAuth(t *testing.T) {
 	}
 	// Refused writes stored nothing.
 	var n int
-	if err := st.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM steps) + (SELECT count(*) FROM runs)`).Scan(&n); err != nil {
+	if err := storetest.Pool(t, st).QueryRow(context.Background(), `SELECT (SELECT count(*) FROM steps) + (SELECT count(*) FROM runs)`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
@@ -469,7 +469,7 @@ func TestServerRefreshesRollupsInBackground(t *testing.T) {
 	ctx := context.Background()
 	dirty := func(st *store.Store) int {
 		var n int
-		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty`).Scan(&n); err != nil {
+		if err := storetest.Pool(t, st).QueryRow(ctx, `SELECT count(*) FROM rollup_dirty`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -500,7 +500,7 @@ func TestServerRefreshesRollupsInBackground(t *testing.T) {
 	}
 	waitFor(t, "rollups refreshed without a read", func() bool { return dirty(st) == 0 })
 	var buckets int
-	if err := st.Pool.QueryRow(ctx, `SELECT count(DISTINCT bucket) FROM metric_rollups WHERE run_id = 'bg-run' AND width = 100`).Scan(&buckets); err != nil {
+	if err := storetest.Pool(t, st).QueryRow(ctx, `SELECT count(DISTINCT bucket) FROM metric_rollups WHERE run_id = 'bg-run' AND width = 100`).Scan(&buckets); err != nil {
 		t.Fatal(err)
 	}
 	if buckets != 3 {

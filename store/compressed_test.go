@@ -16,7 +16,7 @@ import (
 // compression policy does once chunks are old enough.
 func compressAll(t testing.TB, s *store.Store) {
 	t.Helper()
-	if _, err := s.Pool.Exec(context.Background(), `
+	if _, err := storetest.Pool(t, s).Exec(context.Background(), `
 		SELECT compress_chunk(c, if_not_compressed => true)
 		FROM timescaledb_information.hypertables h,
 		     LATERAL show_chunks(format('%I.%I', h.hypertable_schema, h.hypertable_name)::regclass) c
@@ -31,7 +31,7 @@ func compressAll(t testing.TB, s *store.Store) {
 func uncompressedRows(t testing.TB, s *store.Store, id string) map[string]int {
 	t.Helper()
 	ctx := context.Background()
-	rows, err := s.Pool.Query(ctx, `SELECT hypertable_name, format('%I.%I', chunk_schema, chunk_name)
+	rows, err := storetest.Pool(t, s).Query(ctx, `SELECT hypertable_name, format('%I.%I', chunk_schema, chunk_name)
 		FROM timescaledb_information.chunks WHERE is_compressed AND hypertable_name IN ('steps', 'layer_times', 'evals')`)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestCompressedChunks(t *testing.T) {
 	}
 
 	// Retention removes the run from compressed chunks too.
-	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days' WHERE run_id = 'a'`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days' WHERE run_id = 'a'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ApplyRetention(ctx, 60*24*time.Hour); err != nil {
@@ -247,7 +247,7 @@ func TestSetupTimescaleDropsTheGPUAggregate(t *testing.T) {
 		`SELECT add_continuous_aggregate_policy('gpu_samples_1m', start_offset => INTERVAL '1 day',
 			end_offset => INTERVAL '1 minute', schedule_interval => INTERVAL '1 minute')`,
 	} {
-		if _, err := s.Pool.Exec(ctx, q); err != nil {
+		if _, err := storetest.Pool(t, s).Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,7 +273,7 @@ func TestSetupTimescaleKeepsUnchangedPolicies(t *testing.T) {
 	s := storetest.NewStore(t)
 	jobs := func() map[string]string {
 		t.Helper()
-		rows, err := s.Pool.Query(ctx, `SELECT hypertable_name, job_id || ' ' || (config->>'compress_after')
+		rows, err := storetest.Pool(t, s).Query(ctx, `SELECT hypertable_name, job_id || ' ' || (config->>'compress_after')
 			FROM timescaledb_information.jobs WHERE proc_name = 'policy_compression'`)
 		if err != nil {
 			t.Fatal(err)
@@ -325,7 +325,7 @@ func TestCompressedResumeOfSeveralRanks(t *testing.T) {
 		writeLines(t, s, 2000, g.StepLines(rank, 0, g.Steps, 0))
 	}
 	compressAll(t, s)
-	if _, err := s.Pool.Exec(ctx, `DELETE FROM rollup_dirty`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `DELETE FROM rollup_dirty`); err != nil {
 		t.Fatal(err)
 	}
 	var resume []string

@@ -47,7 +47,7 @@ func columnBytes(t *testing.T, s *store.Store, h string) string {
 	t.Helper()
 	ctx := context.Background()
 	var chunks []string
-	rows, err := s.Pool.Query(ctx, `SELECT format('%I.%I', cc.schema_name, cc.table_name)
+	rows, err := storetest.Pool(t, s).Query(ctx, `SELECT format('%I.%I', cc.schema_name, cc.table_name)
 		FROM _timescaledb_catalog.chunk c JOIN _timescaledb_catalog.chunk cc ON cc.id = c.compressed_chunk_id
 		JOIN _timescaledb_catalog.hypertable ht ON ht.id = c.hypertable_id WHERE ht.table_name = $1`, h)
 	if err != nil {
@@ -62,10 +62,10 @@ func columnBytes(t *testing.T, s *store.Store, h string) string {
 	}
 	rows.Close()
 	var total int64
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM `+h).Scan(&total); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM `+h).Scan(&total); err != nil {
 		t.Fatal(err)
 	}
-	cols, err := s.Pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, chunks[0])
+	cols, err := storetest.Pool(t, s).Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, chunks[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func columnBytes(t *testing.T, s *store.Store, h string) string {
 		var sum int64
 		for _, c := range chunks {
 			var n *int64
-			if err := s.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT sum(pg_column_size(%q)) FROM %s`, col, c)).Scan(&n); err != nil {
+			if err := storetest.Pool(t, s).QueryRow(ctx, fmt.Sprintf(`SELECT sum(pg_column_size(%q)) FROM %s`, col, c)).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			if n != nil {
@@ -150,11 +150,11 @@ func compressionStats(t *testing.T, s *store.Store) string {
 	fmt.Fprintf(&b, "%-14s %10s %12s %12s %8s\n", "table", "rows", "B/row before", "B/row after", "ratio")
 	for _, h := range []string{"steps", "layer_times", "evals", "events", "gpu_samples", "host_samples"} {
 		var rows int64
-		if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM `+h).Scan(&rows); err != nil {
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM `+h).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
 		var before, after *int64
-		if err := s.Pool.QueryRow(ctx, `SELECT before_compression_total_bytes, after_compression_total_bytes
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT before_compression_total_bytes, after_compression_total_bytes
 			FROM hypertable_compression_stats($1::regclass)`, h).Scan(&before, &after); err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func compressionStats(t *testing.T, s *store.Store) string {
 	}
 	for _, r := range []string{"metric_rollups", "layer_rollups", "runs"} {
 		var rows, bytes int64
-		if err := s.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r+`), pg_total_relation_size($1::regclass)`, r).Scan(&rows, &bytes); err != nil {
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r+`), pg_total_relation_size($1::regclass)`, r).Scan(&rows, &bytes); err != nil {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(&b, "%-14s %10d rows, %d kB\n", r, rows, bytes/1024)

@@ -86,15 +86,29 @@ func scanJob(row pgx.Row) (api.Job, error) {
 	return j, nil
 }
 
+// JobTx is the transaction in which [Store.CreateJobs] queues jobs, as a
+// [JobCheck] reads it.
+type JobTx struct{ tx pgx.Tx }
+
+// Usage returns the quota and usage of each project (see [Store.Quota]),
+// read inside the transaction.
+func (t JobTx) Usage(ctx context.Context, projects []string) (map[string]api.Quota, error) {
+	return usage(ctx, t.tx, projects)
+}
+
+// JobCheck decides, inside the transaction that queues jobs, whether they
+// may be queued; an error it returns is CreateJobs' answer.
+type JobCheck func(ctx context.Context, tx JobTx) error
+
 // CreateJobs queues jobs in one transaction, after fn (when not nil) has
 // checked, inside it, that they may be queued: fn runs under an advisory
 // lock per project, so two submissions of one project see each other's
 // jobs when fn reads the quota. It returns the jobs in order.
-func (s *Store) CreateJobs(ctx context.Context, jobs []NewJob, check func(ctx context.Context, tx pgx.Tx) error) ([]api.Job, error) {
+func (s *Store) CreateJobs(ctx context.Context, jobs []NewJob, check JobCheck) ([]api.Job, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	tx, err := s.Pool.Begin(ctx)
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: create jobs: %w", err)
 	}
@@ -103,7 +117,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []NewJob, check func(ctx co
 		return nil, fmt.Errorf("store: create jobs: lock project: %w", err)
 	}
 	if check != nil {
-		if err := check(ctx, tx); err != nil {
+		if err := check(ctx, JobTx{tx}); err != nil {
 			return nil, err
 		}
 	}
@@ -156,7 +170,7 @@ func orEmpty(m map[string]string) map[string]string {
 }
 
 func (s *Store) jobsByID(ctx context.Context, ids []int64) ([]api.Job, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.id = ANY($1) ORDER BY j.id`, ids)
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.id = ANY($1) ORDER BY j.id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("store: read jobs: %w", err)
 	}
@@ -169,7 +183,7 @@ func (s *Store) jobsByID(ctx context.Context, ids []int64) ([]api.Job, error) {
 
 // Job returns one job, or ErrNotFound.
 func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
-	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.id = $1`, id))
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return j, ErrNotFound
 	}
@@ -198,7 +212,7 @@ func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]api.Job, api.JobCounts
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE `+jobFilterWhere+` ORDER BY j.id DESC LIMIT $5`,
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE `+jobFilterWhere+` ORDER BY j.id DESC LIMIT $5`,
 		f.Project, f.SweepID, f.State, f.Agent, limit)
 	if err != nil {
 		return nil, counts, fmt.Errorf("store: list jobs: %w", err)
@@ -213,7 +227,7 @@ func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]api.Job, api.JobCounts
 
 func (s *Store) jobCounts(ctx context.Context, f JobFilter) (api.JobCounts, error) {
 	var c api.JobCounts
-	rows, err := s.Pool.Query(ctx, `SELECT j.state, count(*) FROM jobs j WHERE `+jobFilterWhere+` GROUP BY j.state`,
+	rows, err := s.pool.Query(ctx, `SELECT j.state, count(*) FROM jobs j WHERE `+jobFilterWhere+` GROUP BY j.state`,
 		f.Project, f.SweepID, f.State, f.Agent)
 	if err != nil {
 		return c, fmt.Errorf("store: count jobs: %w", err)
@@ -256,7 +270,7 @@ func addCount(c *api.JobCounts, state string, n int) {
 // one to stop it (its next heartbeat hears so). A job that has ended is
 // ErrConflict; an unknown one ErrNotFound.
 func (s *Store) CancelJob(ctx context.Context, id int64) (api.Job, error) {
-	tag, err := s.Pool.Exec(ctx, `
+	tag, err := s.pool.Exec(ctx, `
 		UPDATE jobs SET
 			state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
 			ended_at = CASE WHEN state = 'queued' THEN now() ELSE ended_at END,

@@ -42,7 +42,7 @@ func (s *Store) Heartbeat(ctx context.Context, b AgentBeat, grace time.Duration)
 	if running == nil {
 		running = []int64{}
 	}
-	_, err := s.Pool.Exec(ctx, `
+	_, err := s.pool.Exec(ctx, `
 		INSERT INTO agents (name, host, gpus, executor, projects, version, last_heartbeat)
 		VALUES ($1, $2, $3, $4, $5, $6, now())
 		ON CONFLICT (name) DO UPDATE SET host = EXCLUDED.host, gpus = EXCLUDED.gpus, executor = EXCLUDED.executor,
@@ -51,7 +51,7 @@ func (s *Store) Heartbeat(ctx context.Context, b AgentBeat, grace time.Duration)
 	if err != nil {
 		return r, fmt.Errorf("store: heartbeat of agent %s: %w", b.Name, err)
 	}
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		UPDATE jobs SET heartbeat_at = now() WHERE agent = $1 AND state = 'running' AND id = ANY($2)
 		RETURNING id, cancel_requested`, b.Name, running)
 	if err != nil {
@@ -96,7 +96,7 @@ func (s *Store) Heartbeat(ctx context.Context, b AgentBeat, grace time.Duration)
 
 // queryIDs runs a query of one bigint column.
 func (s *Store) queryIDs(ctx context.Context, sql string, args ...any) ([]int64, error) {
-	rows, err := s.Pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (s *Store) Claim(ctx context.Context, agent, executor string, free []int, p
 	ctx, cancel := context.WithTimeout(ctx, jobTimeout)
 	defer cancel()
 	var id int64
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		WITH pick AS (
 			SELECT id FROM jobs
 			WHERE state = 'queued' AND gpus <= cardinality($1::int[])
@@ -179,7 +179,7 @@ func (s *Store) Report(ctx context.Context, agent string, id int64, r api.JobRep
 		e := int32(*r.ExitCode)
 		exit = &e
 	}
-	tag, err := s.Pool.Exec(ctx, `
+	tag, err := s.pool.Exec(ctx, `
 		UPDATE jobs SET
 			state       = CASE WHEN $3 IN ('queued', 'running') THEN 'running' ELSE $3 END,
 			started_at  = CASE WHEN $3 = 'queued' THEN NULL WHEN $3 = 'running' THEN COALESCE(started_at, now())
@@ -217,7 +217,7 @@ func (s *Store) reportConflict(ctx context.Context, agent string, id int64) erro
 
 func (s *Store) markLostBy(ctx context.Context, agent string, id int64, r api.JobReport) (int, error) {
 	var n int
-	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE id = $1 AND agent = $2 AND state = 'running'`, id, agent).Scan(&n)
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE id = $1 AND agent = $2 AND state = 'running'`, id, agent).Scan(&n)
 	if err != nil || n == 0 {
 		return 0, err
 	}
@@ -226,7 +226,7 @@ func (s *Store) markLostBy(ctx context.Context, agent string, id int64, r api.Jo
 		detail = "the agent " + agent + " lost it"
 	}
 	if r.OutputTail != "" {
-		if _, err := s.Pool.Exec(ctx, `UPDATE jobs SET output_tail = $2 WHERE id = $1`, id, r.OutputTail); err != nil {
+		if _, err := s.pool.Exec(ctx, `UPDATE jobs SET output_tail = $2 WHERE id = $1`, id, r.OutputTail); err != nil {
 			return 0, fmt.Errorf("store: report on job %d: %w", id, err)
 		}
 	}
@@ -240,7 +240,7 @@ func (s *Store) markLostBy(ctx context.Context, agent string, id int64, r api.Jo
 func (s *Store) markLost(ctx context.Context, ids []int64, detail string) (int, error) {
 	var lost, retried int
 	var from, to []int64 // a lost job, its retry
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		WITH lost AS (
 			UPDATE jobs SET state = 'lost', ended_at = now(), detail = $2
 			WHERE id = ANY($1) AND state = 'running'
@@ -258,7 +258,7 @@ func (s *Store) markLost(ctx context.Context, ids []int64, detail string) (int, 
 		return 0, fmt.Errorf("store: mark jobs lost: %w", err)
 	}
 	if len(from) > 0 {
-		if _, err := s.Pool.Exec(ctx, `UPDATE jobs AS j SET detail = j.detail || '; retried as job ' || u.retry
+		if _, err := s.pool.Exec(ctx, `UPDATE jobs AS j SET detail = j.detail || '; retried as job ' || u.retry
 			FROM unnest($1::bigint[], $2::bigint[]) AS u(lost, retry) WHERE j.id = u.lost`, from, to); err != nil {
 			return 0, fmt.Errorf("store: mark jobs lost: name their retries: %w", err)
 		}
@@ -290,7 +290,7 @@ func (s *Store) ReapLost(ctx context.Context, timeout time.Duration) (int, error
 // Agents lists the agents that have sent a heartbeat, with how many jobs
 // each runs; alive means one came within timeout.
 func (s *Store) Agents(ctx context.Context, timeout time.Duration) ([]api.Agent, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT a.name, a.host, a.gpus, a.executor, a.projects, a.version, a.last_heartbeat,
 		       a.last_heartbeat >= now() - make_interval(secs => $1),
 		       (SELECT count(*) FROM jobs j WHERE j.agent = a.name AND j.state = 'running')

@@ -10,8 +10,8 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
-// Querier is what the quota reads need: the pool, or a transaction.
-type Querier interface {
+// querier is what the quota reads need: the pool, or a transaction.
+type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -43,9 +43,9 @@ const usageSQL = `
 	SELECT p.project, COALESCE(job.h, 0)::float8, COALESCE(run.h, 0)::float8, q.gpu_hours
 	FROM p LEFT JOIN job USING (project) LEFT JOIN run USING (project) LEFT JOIN quotas q USING (project)`
 
-// Usage returns the quota and usage of each project, through q (the pool
+// usage returns the quota and usage of each project, through q (the pool
 // or a transaction). Projects without a quota have GPUHours nil.
-func Usage(ctx context.Context, q Querier, projects []string) (map[string]api.Quota, error) {
+func usage(ctx context.Context, q querier, projects []string) (map[string]api.Quota, error) {
 	rows, err := q.Query(ctx, usageSQL, projects)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu usage: %w", err)
@@ -69,7 +69,7 @@ func Usage(ctx context.Context, q Querier, projects []string) (map[string]api.Qu
 
 // Quota returns one project's quota and usage.
 func (s *Store) Quota(ctx context.Context, project string) (api.Quota, error) {
-	m, err := Usage(ctx, s.Pool, []string{project})
+	m, err := usage(ctx, s.pool, []string{project})
 	if err != nil {
 		return api.Quota{}, err
 	}
@@ -78,7 +78,7 @@ func (s *Store) Quota(ctx context.Context, project string) (api.Quota, error) {
 
 // Quotas returns every project that has a quota, with its usage.
 func (s *Store) Quotas(ctx context.Context) ([]api.Quota, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT project FROM quotas ORDER BY project`)
+	rows, err := s.pool.Query(ctx, `SELECT project FROM quotas ORDER BY project`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list quotas: %w", err)
 	}
@@ -86,7 +86,7 @@ func (s *Store) Quotas(ctx context.Context) ([]api.Quota, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list quotas: %w", err)
 	}
-	m, err := Usage(ctx, s.Pool, projects)
+	m, err := usage(ctx, s.pool, projects)
 	if err != nil {
 		return nil, err
 	}
@@ -116,9 +116,9 @@ func (s *Store) OverQuota(ctx context.Context) ([]string, error) {
 func (s *Store) SetQuota(ctx context.Context, project string, gpuHours *float64) error {
 	var err error
 	if gpuHours == nil {
-		_, err = s.Pool.Exec(ctx, `DELETE FROM quotas WHERE project = $1`, project)
+		_, err = s.pool.Exec(ctx, `DELETE FROM quotas WHERE project = $1`, project)
 	} else {
-		_, err = s.Pool.Exec(ctx, `INSERT INTO quotas (project, gpu_hours) VALUES ($1, $2)
+		_, err = s.pool.Exec(ctx, `INSERT INTO quotas (project, gpu_hours) VALUES ($1, $2)
 			ON CONFLICT (project) DO UPDATE SET gpu_hours = EXCLUDED.gpu_hours, updated_at = now()`, project, *gpuHours)
 	}
 	if err != nil {
@@ -131,7 +131,7 @@ func (s *Store) SetQuota(ctx context.Context, project string, gpuHours *float64)
 // agent names it.
 func (s *Store) ProjectKnown(ctx context.Context, project string) (bool, error) {
 	var ok bool
-	err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE project = $1)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE project = $1)
 		OR EXISTS (SELECT 1 FROM jobs WHERE project = $1)
 		OR EXISTS (SELECT 1 FROM agents WHERE $1 = ANY(projects))
 		OR EXISTS (SELECT 1 FROM quotas WHERE project = $1)`, project).Scan(&ok)
@@ -145,7 +145,7 @@ func (s *Store) ProjectKnown(ctx context.Context, project string) (bool, error) 
 // (names it, or names none) and has beaten within the last day, and how
 // many such agents there are.
 func (s *Store) MostAgentGPUs(ctx context.Context, project string) (most, agents int, err error) {
-	err = s.Pool.QueryRow(ctx, `SELECT COALESCE(max(cardinality(gpus)), 0), count(*) FROM agents
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE(max(cardinality(gpus)), 0), count(*) FROM agents
 		WHERE (cardinality(projects) = 0 OR $1 = ANY(projects)) AND last_heartbeat > now() - interval '1 day'`,
 		project).Scan(&most, &agents)
 	if err != nil {
@@ -168,14 +168,14 @@ type NewSweep struct {
 
 // CreateSweep stores the sweep and queues its jobs in one transaction,
 // after check (see CreateJobs).
-func (s *Store) CreateSweep(ctx context.Context, sw NewSweep, jobs []NewJob, check func(ctx context.Context, tx pgx.Tx) error) error {
-	_, err := s.CreateJobs(ctx, jobs, func(ctx context.Context, tx pgx.Tx) error {
+func (s *Store) CreateSweep(ctx context.Context, sw NewSweep, jobs []NewJob, check JobCheck) error {
+	_, err := s.CreateJobs(ctx, jobs, func(ctx context.Context, jt JobTx) error {
 		if check != nil {
-			if err := check(ctx, tx); err != nil {
+			if err := check(ctx, jt); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO sweeps (id, project, argv, spec, trials, gpus, metric, goal)
+		_, err := jt.tx.Exec(ctx, `INSERT INTO sweeps (id, project, argv, spec, trials, gpus, metric, goal)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, sw.ID, sw.Project, sw.Argv, orEmpty(sw.Spec), sw.Trials, sw.GPUs, sw.Metric, sw.Goal)
 		if err != nil {
 			return fmt.Errorf("store: create sweep: %w", err)
@@ -188,7 +188,7 @@ func (s *Store) CreateSweep(ctx context.Context, sw NewSweep, jobs []NewJob, che
 // GetSweep returns a sweep (its jobs not included), or ErrNotFound.
 func (s *Store) GetSweep(ctx context.Context, id string) (api.Sweep, error) {
 	var sw api.Sweep
-	err := s.Pool.QueryRow(ctx, `SELECT id, project, argv, spec, gpus, metric, goal, created_at FROM sweeps WHERE id = $1`, id).
+	err := s.pool.QueryRow(ctx, `SELECT id, project, argv, spec, gpus, metric, goal, created_at FROM sweeps WHERE id = $1`, id).
 		Scan(&sw.ID, &sw.Project, &sw.Argv, &sw.Params, &sw.GPUs, &sw.Metric, &sw.Goal, &sw.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sw, ErrNotFound
@@ -202,7 +202,7 @@ func (s *Store) GetSweep(ctx context.Context, id string) (api.Sweep, error) {
 // Sweeps returns the newest sweeps of project (of every project when it
 // is empty), at most limit, each with the counters of its jobs.
 func (s *Store) Sweeps(ctx context.Context, project string, limit int) ([]api.SweepSummary, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT id, project, argv, spec, gpus, metric, goal, created_at FROM sweeps
+	rows, err := s.pool.Query(ctx, `SELECT id, project, argv, spec, gpus, metric, goal, created_at FROM sweeps
 		WHERE $1 = '' OR project = $1 ORDER BY created_at DESC, id LIMIT $2`, project, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: list sweeps: %w", err)
@@ -220,7 +220,7 @@ func (s *Store) Sweeps(ctx context.Context, project string, limit int) ([]api.Sw
 	for i, sw := range out {
 		ids[i], at[sw.ID] = sw.ID, i
 	}
-	rows, err = s.Pool.Query(ctx, `SELECT sweep_id, state, count(*) FROM jobs WHERE sweep_id = ANY($1)
+	rows, err = s.pool.Query(ctx, `SELECT sweep_id, state, count(*) FROM jobs WHERE sweep_id = ANY($1)
 		GROUP BY sweep_id, state`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("store: count the jobs of sweeps: %w", err)
@@ -248,7 +248,7 @@ type MetricValues struct {
 // ("val_accuracy", "val_bleu"), or a bare key of metrics of any split.
 // Runs without a value are left out.
 func (s *Store) RunMetrics(ctx context.Context, runIDs []string, metric string) (map[string]MetricValues, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH v AS (
 			SELECT run_id, step, time,
 				CASE WHEN $2 = split || '_loss' THEN loss

@@ -66,21 +66,21 @@ func TestLayoutReport(t *testing.T) {
 			uniqueIndex(e.seg),
 			fmt.Sprintf(`ALTER TABLE x SET (timescaledb.compress, timescaledb.compress_segmentby = '%s', timescaledb.compress_orderby = '%s')`, e.seg, e.order),
 		} {
-			if _, err := s.Pool.Exec(ctx, q); err != nil {
+			if _, err := storetest.Pool(t, s).Exec(ctx, q); err != nil {
 				t.Fatalf("%s: %s: %v", e.name, q, err)
 			}
 		}
 		var rows int64
-		s.Pool.QueryRow(ctx, `SELECT count(*) FROM x`).Scan(&rows)
-		if _, err := s.Pool.Exec(ctx, `SELECT compress_chunk(c) FROM show_chunks('x') c`); err != nil {
+		storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM x`).Scan(&rows)
+		if _, err := storetest.Pool(t, s).Exec(ctx, `SELECT compress_chunk(c) FROM show_chunks('x') c`); err != nil {
 			t.Fatal(err)
 		}
 		var before, after int64
-		if err := s.Pool.QueryRow(ctx, `SELECT before_compression_total_bytes, after_compression_total_bytes FROM hypertable_compression_stats('x')`).Scan(&before, &after); err != nil {
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT before_compression_total_bytes, after_compression_total_bytes FROM hypertable_compression_stats('x')`).Scan(&before, &after); err != nil {
 			t.Fatal(err)
 		}
 		var steps int64
-		s.Pool.QueryRow(ctx, `SELECT count(DISTINCT (run_id, rank, step)) FROM x`).Scan(&steps)
+		storetest.Pool(t, s).QueryRow(ctx, `SELECT count(DISTINCT (run_id, rank, step)) FROM x`).Scan(&steps)
 		fmt.Fprintf(&b, "%-36s rows %8d  before %8.0f B/step  after %7.1f B/step  ratio %5.1fx\n", e.name, rows,
 			float64(before)/float64(steps), float64(after)/float64(steps), float64(before)/float64(after))
 	}

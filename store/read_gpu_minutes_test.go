@@ -46,7 +46,7 @@ func TestGPUAndHostFiguresFromMinuteSums(t *testing.T) {
 		if lo.IsZero() {
 			lo, hi = t0.Add(-time.Hour), t0.Add(time.Hour)
 		}
-		if err := s.Pool.QueryRow(ctx, `SELECT max(mem_used_bytes), avg(mem_used_bytes), avg(util_pct), max(mem_total_bytes),
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT max(mem_used_bytes), avg(mem_used_bytes), avg(util_pct), max(mem_total_bytes),
 			count(mem_used_bytes), count(util_pct) FROM gpu_samples WHERE run_id = 'r' AND time >= $1 AND time <= $2`, lo, hi).
 			Scan(&want.PeakMemBytes, &want.MeanMemBytes, &want.MeanUtil, &want.TotalMemBytes, &want.Samples, &want.UtilSamples); err != nil {
 			t.Fatal(err)
@@ -62,7 +62,7 @@ func TestGPUAndHostFiguresFromMinuteSums(t *testing.T) {
 		}
 		var wantCPU float64
 		var n int64
-		if err := s.Pool.QueryRow(ctx, `SELECT avg(c), sum(n)::bigint FROM (SELECT avg(cpu_util_pct) AS c, count(*) AS n FROM host_samples
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT avg(c), sum(n)::bigint FROM (SELECT avg(cpu_util_pct) AS c, count(*) AS n FROM host_samples
 			WHERE time >= $1 AND time <= $2 GROUP BY host) x`, lo, hi).Scan(&wantCPU, &n); err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ func TestRefreshRollupsMatchRawAggregates(t *testing.T) {
 	defer cancel()
 	exec := func(q string, args ...any) {
 		t.Helper()
-		if _, err := s.Pool.Exec(ctx, q, args...); err != nil {
+		if _, err := storetest.Pool(t, s).Exec(ctx, q, args...); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
@@ -57,7 +57,7 @@ func TestRefreshRollupsMatchRawAggregates(t *testing.T) {
 			t.Fatal("refresh found no markers")
 		}
 		var left int
-		if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty`).Scan(&left); err != nil || left != 0 {
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM rollup_dirty`).Scan(&left); err != nil || left != 0 {
 			t.Fatalf("markers left after refresh: %d (%v)", left, err)
 		}
 	}
@@ -127,7 +127,7 @@ func checkRollups(t *testing.T, s *store.Store) {
 
 func query(t *testing.T, s *store.Store, q string, args ...any) [][]any {
 	t.Helper()
-	rows, err := s.Pool.Query(context.Background(), q, args...)
+	rows, err := storetest.Pool(t, s).Query(context.Background(), q, args...)
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}

@@ -35,7 +35,7 @@ func (s *Store) Replication(ctx context.Context) (Replication, error) {
 	var lagS float64
 	// CASE, not AND: pg_is_wal_replay_paused() fails on a primary, and
 	// only CASE fixes the order in which PostgreSQL evaluates.
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		SELECT pg_is_in_recovery(),
 		       CASE WHEN NOT pg_is_in_recovery() THEN 0
 		            WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
@@ -56,7 +56,7 @@ func (s *Store) Replication(ctx context.Context) (Replication, error) {
 // off).
 func (s *Store) WALPosition(ctx context.Context) (string, error) {
 	var lsn string
-	if err := s.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
 		return "", fmt.Errorf("store: read WAL position: %w", err)
 	}
 	return lsn, nil
@@ -70,7 +70,7 @@ func (s *Store) WaitReplayed(ctx context.Context, lsn string, within time.Durati
 	wait := 2 * time.Millisecond
 	for {
 		var done bool
-		err := s.Pool.QueryRow(ctx, `SELECT NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done)
+		err := s.pool.QueryRow(ctx, `SELECT NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done)
 		if err != nil {
 			return false, fmt.Errorf("store: read replay position: %w", err)
 		}

@@ -19,28 +19,14 @@ func plainStore(tb testing.TB) *store.Store {
 	ctx := context.Background()
 	admin := storetest.AdminURL(tb)
 	name := fmt.Sprintf("deepseed_plain_%d", time.Now().UnixNano())
-	s, err := store.Open(ctx, admin, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	_, err = s.Pool.Exec(ctx, `CREATE DATABASE `+name)
-	s.Close()
-	if err != nil {
+	adminDB := storetest.Pool(tb, admin)
+	if _, err := adminDB.Exec(ctx, `CREATE DATABASE `+name); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		s, err := store.Open(context.Background(), admin, nil)
-		if err != nil {
-			return
-		}
-		defer s.Close()
-		_, _ = s.Pool.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+		_, _ = adminDB.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
 	})
-	s, err = store.Open(ctx, storetest.WithDatabase(admin, name), nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(s.Close)
+	s := storetest.Open(tb, storetest.WithDatabase(admin, name), nil)
 	if _, err := s.Migrate(ctx); err != nil {
 		tb.Fatal(err)
 	}
@@ -77,7 +63,7 @@ func benchResume(b *testing.B, oneBatch bool) {
 		for _, m := range modes {
 			b.StopTimer()
 			s := m.store
-			if _, err := s.Pool.Exec(ctx, `TRUNCATE runs, steps, layer_times, evals, rollup_dirty`); err != nil {
+			if _, err := storetest.Pool(b, s).Exec(ctx, `TRUNCATE runs, steps, layer_times, evals, rollup_dirty`); err != nil {
 				b.Fatal(err)
 			}
 			g := storetest.GenRun{ID: "resumed", Ranks: ranks, Steps: steps, Start: start, Every: 3 * time.Minute,

@@ -65,7 +65,7 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 	if keep <= 0 {
 		return res, nil
 	}
-	conn, err := s.Pool.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, fmt.Errorf("retention: connect: %w", err)
 	}
@@ -182,9 +182,9 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 // run's samples by segment.
 func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time, gpuHypertable bool) (bool, error) {
 	dropped := false
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The run's lock, which every batch of the run holds shared (see
-		// write_runs.go), then the rollup refresher's: a batch or a refresh
+		// batch_locks.go), then the rollup refresher's: a batch or a refresh
 		// of this run waits for the drop and, when it comes after, starts
 		// from nothing.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2),
@@ -228,7 +228,7 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time,
 // as when it is created just after the pass.
 func (s *Store) dropUnattributedGPUSamples(ctx context.Context, cutoff time.Time, gpuHypertable bool) (int64, error) {
 	var n int64
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT DISTINCT run_id FROM gpu_samples g
 			WHERE time < $1 AND run_id <> '' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id)`, cutoff)
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 // collector writes, with SQL, so that a million rows take seconds.
 func gpuSpan(t testing.TB, s *store.Store, run, host string, gpus int, start time.Time, from, to int) {
 	t.Helper()
-	if _, err := s.Pool.Exec(context.Background(), `INSERT INTO gpu_samples (time, host, gpu, run_id, util_pct, power_w)
+	if _, err := storetest.Pool(t, s).Exec(context.Background(), `INSERT INTO gpu_samples (time, host, gpu, run_id, util_pct, power_w)
 		SELECT $1::timestamptz + s * interval '1 second', $2, g, $3, 90 + (s % 7), 300 + (s % 13)
 		FROM generate_series($4::int, $5::int - 1) s, generate_series(0, $6::int - 1) g`,
 		start, host, run, from, to, gpus); err != nil {
@@ -26,7 +26,7 @@ func gpuSpan(t testing.TB, s *store.Store, run, host string, gpus int, start tim
 // many samples of run sit in compressed chunks.
 func compressGPUSamples(t testing.TB, s *store.Store, run string) int {
 	t.Helper()
-	if _, err := s.Pool.Exec(context.Background(), `SELECT compress_chunk(c) FROM show_chunks('gpu_samples') c`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(context.Background(), `SELECT compress_chunk(c) FROM show_chunks('gpu_samples') c`); err != nil {
 		t.Fatalf("compress gpu_samples: %v", err)
 	}
 	// Right after compression every row is in a compressed batch: the
@@ -49,7 +49,7 @@ func TestApplyRetentionDropsLargeCompressedRun(t *testing.T) {
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	day := time.Now().Add(-200 * 24 * time.Hour).Truncate(24 * time.Hour) // one chunk
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO runs (run_id, updated_at)
+	if _, err := storetest.Pool(t, s).Exec(ctx, `INSERT INTO runs (run_id, updated_at)
 		VALUES ('big', now() - interval '100 days'), ('kept', now())`); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestApplyRetentionDropsCompressedSamplesOfNoRun(t *testing.T) {
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	day := time.Now().Add(-200 * 24 * time.Hour).Truncate(24 * time.Hour)
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO runs (run_id, updated_at) VALUES ('kept', now())`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `INSERT INTO runs (run_id, updated_at) VALUES ('kept', now())`); err != nil {
 		t.Fatal(err)
 	}
 	gpuSpan(t, s, "", "node-a", 8, day, 0, 15000)             // 120,000 of no run
@@ -129,7 +129,7 @@ func TestApplyRetentionDropsOwnedSegmentsWithoutDecompressing(t *testing.T) {
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	day := time.Now().Add(-200 * 24 * time.Hour).Truncate(24 * time.Hour)
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO runs (run_id, updated_at)
+	if _, err := storetest.Pool(t, s).Exec(ctx, `INSERT INTO runs (run_id, updated_at)
 		VALUES ('big', now() - interval '100 days'), ('kept', now())`); err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +184,10 @@ func BenchmarkRetentionCompressedGPU(b *testing.B) {
 				from := day.Add(12 * time.Hour) // two chunks, both shared in run-shared
 				for range b.N {
 					b.StopTimer()
-					if _, err := s.Pool.Exec(ctx, `TRUNCATE gpu_samples, runs`); err != nil {
+					if _, err := storetest.Pool(b, s).Exec(ctx, `TRUNCATE gpu_samples, runs`); err != nil {
 						b.Fatal(err)
 					}
-					if _, err := s.Pool.Exec(ctx, `INSERT INTO runs (run_id, updated_at)
+					if _, err := storetest.Pool(b, s).Exec(ctx, `INSERT INTO runs (run_id, updated_at)
 						VALUES ('big', now() - interval '100 days'), ('kept', now())`); err != nil {
 						b.Fatal(err)
 					}
@@ -224,7 +224,7 @@ func BenchmarkRetentionCompressedGPU(b *testing.B) {
 							del = `DELETE FROM gpu_samples g WHERE time < now() - interval '90 days'
 								AND (run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`
 						}
-						tx, err := s.Pool.Begin(ctx)
+						tx, err := storetest.Pool(b, s).Begin(ctx)
 						if err != nil {
 							b.Fatal(err)
 						}

@@ -61,7 +61,7 @@ func TestApplyRetention(t *testing.T) {
 		}
 	}
 	// "old" was last written to 100 days ago ("imported" just now).
-	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days' WHERE run_id = 'old'`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days' WHERE run_id = 'old'`); err != nil {
 		t.Fatal(err)
 	}
 	stamp := func(tm time.Time) string { return tm.UTC().Format(time.RFC3339Nano) }
@@ -72,7 +72,7 @@ func TestApplyRetention(t *testing.T) {
 		fmt.Sprintf(`{"kind":"host","time":%q,"host":"idle","cpu_util_pct":5}`, stamp(longAgo)),
 		fmt.Sprintf(`{"kind":"host","time":%q,"host":"idle","cpu_util_pct":6}`, stamp(now.Add(-time.Hour))))
 	// A GPU sample naming a run that has no runs row belongs to no run.
-	if _, err := s.Pool.Exec(ctx, `DELETE FROM runs WHERE run_id = 'never-announced'`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `DELETE FROM runs WHERE run_id = 'never-announced'`); err != nil {
 		t.Fatal(err)
 	}
 
@@ -80,7 +80,7 @@ func TestApplyRetention(t *testing.T) {
 		// As in production, where chunks older than --compress-after are
 		// compressed: retention deletes from compressed chunks too.
 		for _, h := range []string{"steps", "layer_times", "evals", "events", "gpu_samples", "host_samples"} {
-			if _, err := s.Pool.Exec(ctx, `SELECT compress_chunk(c) FROM show_chunks($1::regclass, older_than => interval '7 days') c`, h); err != nil {
+			if _, err := storetest.Pool(t, s).Exec(ctx, `SELECT compress_chunk(c) FROM show_chunks($1::regclass, older_than => interval '7 days') c`, h); err != nil {
 				t.Fatalf("compress %s: %v", h, err)
 			}
 		}
@@ -151,7 +151,7 @@ func TestApplyRetentionKeepsRevivedRun(t *testing.T) {
 	s := storetest.NewStore(t)
 	longAgo := time.Now().Add(-200 * 24 * time.Hour)
 	mustWrite(t, s, runRecords("revived", longAgo)...)
-	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
 		t.Fatal(err)
 	}
 	mustWrite(t, s, fmt.Sprintf(`{"kind":"step","run_id":"revived","rank":0,"step":1000,"time":%q,"loss":1}`,
@@ -171,12 +171,12 @@ func TestApplyRetentionYieldsToConcurrentWrite(t *testing.T) {
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	mustWrite(t, s, runRecords("busy", time.Now().Add(-200*24*time.Hour))...)
-	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
 		t.Fatal(err)
 	}
 	// Stand in for a batch in flight: the run's lock that ingest holds
 	// shared, the write of runs.updated_at, not committed yet.
-	tx, err := s.Pool.Begin(ctx)
+	tx, err := storetest.Pool(t, s).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,16 +221,16 @@ func TestApplyRetentionYieldsToConcurrentWrite(t *testing.T) {
 func holdRun(t *testing.T, s *store.Store, id string) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.Pool.Exec(ctx, `CREATE FUNCTION test_hold_run() RETURNS trigger LANGUAGE plpgsql AS $$
+	if _, err := storetest.Pool(t, s).Exec(ctx, `CREATE FUNCTION test_hold_run() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'run % is held by the test', OLD.run_id; END $$`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pool.Exec(ctx, `CREATE TRIGGER test_hold_run BEFORE DELETE ON runs FOR EACH ROW
+	if _, err := storetest.Pool(t, s).Exec(ctx, `CREATE TRIGGER test_hold_run BEFORE DELETE ON runs FOR EACH ROW
 		WHEN (OLD.run_id = '`+id+`') EXECUTE FUNCTION test_hold_run()`); err != nil {
 		t.Fatal(err)
 	}
 	return func() {
-		if _, err := s.Pool.Exec(ctx, `DROP TRIGGER test_hold_run ON runs`); err != nil {
+		if _, err := storetest.Pool(t, s).Exec(ctx, `DROP TRIGGER test_hold_run ON runs`); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -243,17 +243,13 @@ func holdRun(t *testing.T, s *store.Store, id string) (release func()) {
 func TestApplyRetentionGoesPastAFailingRun(t *testing.T) {
 	ctx := context.Background()
 	var logged bytes.Buffer
-	s, err := store.Open(ctx, storetest.NewDatabase(t), slog.New(slog.NewTextHandler(&logged, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storetest.Open(t, storetest.NewDatabase(t), slog.New(slog.NewTextHandler(&logged, nil)))
 	s.Timescale = storetest.Mode(t).Timescale
 	longAgo := time.Now().Add(-200 * 24 * time.Hour)
 	// "a-held" sorts first: the pass meets it before "b-small".
 	mustWrite(t, s, runRecords("a-held", longAgo)...)
 	mustWrite(t, s, runRecords("b-small", longAgo)...)
-	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `UPDATE runs SET updated_at = now() - interval '100 days'`); err != nil {
 		t.Fatal(err)
 	}
 	before := rowsOf(t, s, "a-held")

@@ -46,7 +46,7 @@ func TestWriteDuringRefreshKeepsItsMarker(t *testing.T) {
 		t.Fatalf("write during a refresh: %v", writeErr)
 	}
 	var markers int
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty WHERE run_id = 'race' AND block = 0`).Scan(&markers); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM rollup_dirty WHERE run_id = 'race' AND block = 0`).Scan(&markers); err != nil {
 		t.Fatal(err)
 	}
 	if markers != 1 {
@@ -56,7 +56,7 @@ func TestWriteDuringRefreshKeepsItsMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var count int64
-	if err := s.Pool.QueryRow(ctx, `SELECT count FROM metric_rollups WHERE run_id = 'race' AND metric = 'loss' AND width = 100 AND bucket = 0`).Scan(&count); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count FROM metric_rollups WHERE run_id = 'race' AND metric = 'loss' AND width = 100 AND bucket = 0`).Scan(&count); err != nil {
 		t.Fatal(err)
 	}
 	if count != 3 {

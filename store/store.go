@@ -1,11 +1,26 @@
 // Package store owns DeepSeed's SQL: the pgx pool, the schema migrations,
-// bulk writes, read queries and TimescaleDB detection.
+// bulk writes, read queries and TimescaleDB detection. No other package
+// holds SQL or the pool; they call the methods of [Store], which answer
+// plain Go rows.
 //
 // Usage:
 //  1. s, err := store.Open(ctx, databaseURL, logger)
 //  2. err = s.Migrate(ctx) — applies pending migrations/ files, safe when
 //     several servers start at once.
 //  3. Write batches and read with the methods of [Store]; Close when done.
+//
+// Files are named for the table or concept they hold, writes and reads
+// together: steps.go (and steps_inline.go, steps_timings.go), layers.go and
+// layers_rollup.go, evals.go, samples_gpu.go, samples_host.go, memory.go,
+// events.go, runs.go, alerts.go (alerts and rank_scores), jobs*.go,
+// rollups*.go, ranks*.go, wasted.go, retention*.go, timescale*.go,
+// replica.go and admin.go (whole databases). A batch is written through
+// one mechanism shared by every table, batch*.go: the plan and its
+// transaction (batch.go), the advisory locks (batch_locks.go), COPY
+// (batch_copy.go), the direct path for new keys (batch_direct.go), the merge
+// of retries (batch_merge.go) and its TimescaleDB variant segment by segment
+// (batch_compressed.go); each table's file gives it its columns, COPY row
+// and merge statement.
 package store
 
 import (
@@ -25,7 +40,7 @@ import (
 
 // Store is DeepSeed's database.
 type Store struct {
-	Pool *pgxpool.Pool
+	pool *pgxpool.Pool
 	log  *slog.Logger
 	// Timescale is true when the timescaledb extension is installed in the
 	// database and the time-series tables are hypertables.
@@ -63,17 +78,23 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	return &Store{Pool: pool, log: log}, nil
+	return &Store{pool: pool, log: log}, nil
 }
 
 // Close closes the pool.
-func (s *Store) Close() { s.Pool.Close() }
+func (s *Store) Close() { s.pool.Close() }
+
+// ResetConnections closes every pooled connection, idle ones at once and
+// busy ones when released, so that the next calls connect anew: for a
+// caller that knows the database ended its sessions (an administrator, a
+// failover), whose pooled connections would each fail once.
+func (s *Store) ResetConnections() { s.pool.Reset() }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := s.Pool.Ping(ctx); err != nil {
+	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("ping database: %w", err)
 	}
 	return nil
@@ -130,7 +151,7 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := s.Pool.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
@@ -206,7 +227,7 @@ func (s *Store) Migrated(ctx context.Context) (bool, error) {
 	// fails once and is dropped: one more try takes another, so that one
 	// stale connection does not read as a database that is away.
 	for try := 0; ; try++ {
-		err = s.Pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
+		err = s.pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
 		if err == nil || try == 1 || ctx.Err() != nil {
 			break
 		}

@@ -27,7 +27,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	// The template is already migrated: drop the record to force a rerun race.
-	if _, err := s.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup

@@ -53,7 +53,7 @@ func (s *Store) SetupTimescale(ctx context.Context, opt TimescaleOptions) (enabl
 		opt.CompressAfter = 7 * 24 * time.Hour
 	}
 	var available bool
-	if err := s.Pool.QueryRow(ctx,
+	if err := s.pool.QueryRow(ctx,
 		`SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')`).Scan(&available); err != nil {
 		return false, "", fmt.Errorf("timescaledb: look up extension: %w", err)
 	}
@@ -67,7 +67,7 @@ func (s *Store) SetupTimescale(ctx context.Context, opt TimescaleOptions) (enabl
 	// pg_read_all_settings; pg_settings hides it from others), that case
 	// is known beforehand.
 	var preload string
-	switch err := s.Pool.QueryRow(ctx,
+	switch err := s.pool.QueryRow(ctx,
 		`SELECT setting FROM pg_settings WHERE name = 'shared_preload_libraries'`).Scan(&preload); {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Not visible: CREATE EXTENSION tells.
@@ -78,7 +78,7 @@ func (s *Store) SetupTimescale(ctx context.Context, opt TimescaleOptions) (enabl
 		return false, "", errNotPreloaded
 	}
 
-	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(timescaleLock)); err != nil {
 			return fmt.Errorf("take lock: %w", err)
 		}
@@ -107,7 +107,7 @@ func (s *Store) SetupTimescale(ctx context.Context, opt TimescaleOptions) (enabl
 	// refreshed over the last day would miss samples that arrive later
 	// (imports, a collector's spool after a long outage). Dropping it also
 	// removes its refresh job.
-	if _, err := s.Pool.Exec(ctx, `DROP MATERIALIZED VIEW IF EXISTS gpu_samples_1m`); err != nil {
+	if _, err := s.pool.Exec(ctx, `DROP MATERIALIZED VIEW IF EXISTS gpu_samples_1m`); err != nil {
 		return false, "", fmt.Errorf("timescaledb: drop gpu_samples_1m: %w", err)
 	}
 	s.Timescale = true

@@ -76,14 +76,14 @@ func (s *Store) SetupMode(ctx context.Context, want string, opt TimescaleOptions
 			// The FATAL answer to CREATE EXTENSION may reach us as the
 			// closed connection's error rather than a PgError.
 			mode.Why = whyNotPreloaded
-			s.Pool.Reset()
+			s.pool.Reset()
 		case !errors.As(err, &pe):
 			return mode, err
 		case strings.Contains(pe.Message, "must be preloaded") || strings.Contains(pe.Hint, "shared_preload_libraries"):
 			mode.Why = whyNotPreloaded
 			// A backend that tried to load the library without the
 			// preload is best not reused.
-			s.Pool.Reset()
+			s.pool.Reset()
 		case pe.Code == "42501": // insufficient_privilege
 			mode.Why = whyNoPrivilege
 		default:

@@ -17,7 +17,7 @@ func TestSetupTimescalePlainPostgres(t *testing.T) {
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	var available bool
-	if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')`).Scan(&available); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')`).Scan(&available); err != nil {
 		t.Fatal(err)
 	}
 	if available {
@@ -33,11 +33,11 @@ func TestSetupTimescalePlainPostgres(t *testing.T) {
 		t.Fatal("Store.Timescale is true on plain PostgreSQL")
 	}
 	var n int
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_extension WHERE extname = 'timescaledb'`).Scan(&n); err != nil || n != 0 {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM pg_extension WHERE extname = 'timescaledb'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("timescaledb extension rows = %d, %v; want 0", n, err)
 	}
 	// The tables are still plain and writable.
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO host_samples (time, host, cpu_util_pct) VALUES (now(), 'h1', 12.5)`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `INSERT INTO host_samples (time, host, cpu_util_pct) VALUES (now(), 'h1', 12.5)`); err != nil {
 		t.Fatalf("write after setup: %v", err)
 	}
 }
@@ -77,10 +77,7 @@ func TestSetupModeWithoutUsableTimescale(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = lp.Stop() })
-		if s, err = store.Open(ctx, u, nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
+		s = storetest.Open(t, u, nil)
 		if _, err := s.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -88,6 +85,7 @@ func TestSetupModeWithoutUsableTimescale(t *testing.T) {
 	} else {
 		s = storetest.NewStore(t)
 	}
+	db := storetest.Pool(t, s)
 	mode, err := s.SetupMode(ctx, store.TimescaleAuto, store.TimescaleOptions{})
 	if err != nil || mode.Timescale || !strings.Contains(mode.Why, want) || !strings.Contains(mode.Why, "shared_preload_libraries") {
 		t.Fatalf("SetupMode(auto) = %+v, %v; want plain mode saying %q and how to enable it", mode, err, want)
@@ -99,7 +97,7 @@ func TestSetupModeWithoutUsableTimescale(t *testing.T) {
 		t.Fatalf("SetupMode(require) = %v; want an error saying %q", err, want)
 	}
 	// The database still works in plain mode.
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO host_samples (time, host, cpu_util_pct) VALUES (now(), 'h1', 12.5)`); err != nil {
+	if _, err := db.Exec(ctx, `INSERT INTO host_samples (time, host, cpu_util_pct) VALUES (now(), 'h1', 12.5)`); err != nil {
 		t.Fatalf("write in plain mode: %v", err)
 	}
 }
@@ -112,7 +110,7 @@ func TestSetupModeRemovesRetentionPolicies(t *testing.T) {
 		t.Skip("plain PostgreSQL: no TimescaleDB policies to observe (TestApplyRetention covers retention here)")
 	}
 	s := storetest.NewStore(t)
-	if _, err := s.Pool.Exec(ctx, `SELECT add_retention_policy('steps', drop_after => interval '30 days')`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `SELECT add_retention_policy('steps', drop_after => interval '30 days')`); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -122,7 +120,7 @@ func TestSetupModeRemovesRetentionPolicies(t *testing.T) {
 		}
 	}
 	var n int
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.jobs WHERE proc_name = 'policy_retention'`).Scan(&n); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.jobs WHERE proc_name = 'policy_retention'`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {

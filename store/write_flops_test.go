@@ -27,7 +27,7 @@ func TestWriteBatchStoresTFLOPSAndMFU(t *testing.T) {
 	mustWrite(t, s, `{"kind":"step","run_id":"small","rank":0,"step":1,"time":"2025-01-01T00:00:02Z","tflops":200,"mfu":0.5}`)
 
 	var smallTF, smallMFU, bigTF, bigMFU float64
-	err := s.Pool.QueryRow(ctx, `SELECT (SELECT tflops FROM steps WHERE run_id = 'small'), (SELECT mfu FROM steps WHERE run_id = 'small'),
+	err := storetest.Pool(t, s).QueryRow(ctx, `SELECT (SELECT tflops FROM steps WHERE run_id = 'small'), (SELECT mfu FROM steps WHERE run_id = 'small'),
 		(SELECT avg(tflops) FROM steps WHERE run_id = 'big'), (SELECT avg(mfu) FROM steps WHERE run_id = 'big')`).Scan(&smallTF, &smallMFU, &bigTF, &bigMFU)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 func holdInTx(t *testing.T, s *store.Store, sql string, args ...any) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := s.Pool.Acquire(ctx)
+	conn, err := storetest.Pool(t, s).Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestWriteBatchManyRanksConcurrently(t *testing.T) {
 		t.Fatalf("%d of the 10 resumed steps show the newer values", n)
 	}
 	var last time.Time
-	if err := s.Pool.QueryRow(context.Background(), `SELECT last_seen_at FROM runs WHERE run_id = 'many'`).Scan(&last); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(context.Background(), `SELECT last_seen_at FROM runs WHERE run_id = 'many'`).Scan(&last); err != nil {
 		t.Fatal(err)
 	}
 	if want := time.Unix(5059, 0); !last.Equal(want) {
@@ -163,7 +163,7 @@ func TestWriteBatchLayerNamesGrowUnderRace(t *testing.T) {
 	}
 	wg.Wait()
 	var names []string
-	if err := s.Pool.QueryRow(context.Background(), `SELECT layer_names FROM runs WHERE run_id = 'grow'`).Scan(&names); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(context.Background(), `SELECT layer_names FROM runs WHERE run_id = 'grow'`).Scan(&names); err != nil {
 		t.Fatal(err)
 	}
 	if len(names) != ranks+1 || strings.Count(strings.Join(names, ","), "emb") != 1 {
@@ -173,7 +173,7 @@ func TestWriteBatchLayerNamesGrowUnderRace(t *testing.T) {
 	for i, n := range names {
 		pos[n] = i
 	}
-	rows, err := s.Pool.Query(context.Background(), `SELECT rank, forward_ms FROM layer_times WHERE run_id = 'grow'`)
+	rows, err := storetest.Pool(t, s).Query(context.Background(), `SELECT rank, forward_ms FROM layer_times WHERE run_id = 'grow'`)
 	if err != nil {
 		t.Fatal(err)
 	}

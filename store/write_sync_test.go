@@ -26,7 +26,7 @@ func TestWriteBatchStoresSyncFields(t *testing.T) {
 
 	var ns int64
 	var wait, in float64
-	if err := s.Pool.QueryRow(ctx, `SELECT sync_ns, sync_wait_ms, input_wait_ms FROM steps WHERE run_id = 'small'`).Scan(&ns, &wait, &in); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT sync_ns, sync_wait_ms, input_wait_ms FROM steps WHERE run_id = 'small'`).Scan(&ns, &wait, &in); err != nil {
 		t.Fatal(err)
 	}
 	if ns != arrival || wait != 12.5 || in != 3.25 {
@@ -34,7 +34,7 @@ func TestWriteBatchStoresSyncFields(t *testing.T) {
 	}
 	var maxNS int64
 	var sumWait, sumIn float64
-	if err := s.Pool.QueryRow(ctx, `SELECT max(sync_ns), sum(sync_wait_ms), sum(input_wait_ms) FROM steps WHERE run_id = 'big'`).Scan(&maxNS, &sumWait, &sumIn); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT max(sync_ns), sum(sync_wait_ms), sum(input_wait_ms) FROM steps WHERE run_id = 'big'`).Scan(&maxNS, &sumWait, &sumIn); err != nil {
 		t.Fatal(err)
 	}
 	var wantWait, wantIn float64

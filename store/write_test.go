@@ -40,7 +40,7 @@ func mustWrite(t *testing.T, s *store.Store, lines ...string) store.WriteResult 
 func mustCount(t testing.TB, s *store.Store, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := s.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
@@ -114,7 +114,7 @@ func TestWriteBatchNewerStepReplaces(t *testing.T) {
 		t.Helper()
 		var loss, fwd, eloss float64
 		var n int
-		err := s.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM steps) + (SELECT count(*) FROM layer_times) + (SELECT count(*) FROM evals),
+		err := storetest.Pool(t, s).QueryRow(ctx, `SELECT (SELECT count(*) FROM steps) + (SELECT count(*) FROM layer_times) + (SELECT count(*) FROM evals),
 			(SELECT loss FROM steps), (SELECT forward_ms[1] FROM layer_times), (SELECT loss FROM evals)`).Scan(&n, &loss, &fwd, &eloss)
 		if err != nil {
 			t.Fatal(err)
@@ -149,7 +149,7 @@ func TestWriteBatchKeepsNonFinite(t *testing.T) {
 		`{"kind":"eval","run_id":"r","step":1,"time":1735689600,"loss":"NaN"}`)
 	var loss, gn, ls, f0, f1, el float64
 	var metrics string
-	err := s.Pool.QueryRow(context.Background(), `SELECT s.loss, s.grad_norm, s.loss_scale, s.metrics::text,
+	err := storetest.Pool(t, s).QueryRow(context.Background(), `SELECT s.loss, s.grad_norm, s.loss_scale, s.metrics::text,
 		l.forward_ms[1], l.forward_ms[2], e.loss FROM steps s, layer_times l, evals e`).Scan(&loss, &gn, &ls, &metrics, &f0, &f1, &el)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestWriteBatchCreatesUnknownRun(t *testing.T) {
 	mustWrite(t, s, `{"kind":"step","run_id":"new-run","rank":0,"step":3,"time":"2025-01-01T00:00:09Z"}`)
 	var project, status string
 	var started, last time.Time
-	err := s.Pool.QueryRow(context.Background(), `SELECT project, status, started_at, last_seen_at FROM runs WHERE run_id = 'new-run'`).
+	err := storetest.Pool(t, s).QueryRow(context.Background(), `SELECT project, status, started_at, last_seen_at FROM runs WHERE run_id = 'new-run'`).
 		Scan(&project, &status, &started, &last)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func TestWriteBatchRunUpsertAndEnd(t *testing.T) {
 		`{"kind":"run","run_id":"r","params":{"lr":0.1}}`)
 	var project, name, status, meta, config, params string
 	var tags []string
-	err := s.Pool.QueryRow(ctx, `SELECT project, name, status, meta::text, config::text, params::text, tags FROM runs`).
+	err := storetest.Pool(t, s).QueryRow(ctx, `SELECT project, name, status, meta::text, config::text, params::text, tags FROM runs`).
 		Scan(&project, &name, &status, &meta, &config, &params, &tags)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestWriteBatchRunUpsertAndEnd(t *testing.T) {
 	mustWrite(t, s, `{"kind":"end","run_id":"r","time":"2025-01-01T05:00:00Z","status":"failed","summary":{"error":"oom"}}`)
 	var ended time.Time
 	var summary string
-	if err := s.Pool.QueryRow(ctx, `SELECT status, ended_at, summary::text FROM runs`).Scan(&status, &ended, &summary); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT status, ended_at, summary::text FROM runs`).Scan(&status, &ended, &summary); err != nil {
 		t.Fatal(err)
 	}
 	if status != "failed" || !ended.Equal(time.Date(2025, 1, 1, 5, 0, 0, 0, time.UTC)) || summary != `{"error": "oom"}` {
@@ -222,7 +222,7 @@ func TestWriteBatchLayerNamesAligned(t *testing.T) {
 	// A later record measures a new layer and skips one; names repeat.
 	mustWrite(t, s, `{"kind":"layers","run_id":"r","rank":0,"step":2,"time":2,"names":["head","emb","enc.1","relu","relu"],"forward_ms":[30,10,25,7,8]}`)
 	var names []string
-	if err := s.Pool.QueryRow(ctx, `SELECT layer_names FROM runs`).Scan(&names); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT layer_names FROM runs`).Scan(&names); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(names, ","); got != "emb,enc.0,head,enc.1,relu,relu" {
@@ -230,13 +230,13 @@ func TestWriteBatchLayerNamesAligned(t *testing.T) {
 	}
 	var fwd string
 	var bwdNull bool
-	if err := s.Pool.QueryRow(ctx, `SELECT forward_ms::text, backward_ms IS NULL FROM layer_times WHERE step = 2`).Scan(&fwd, &bwdNull); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT forward_ms::text, backward_ms IS NULL FROM layer_times WHERE step = 2`).Scan(&fwd, &bwdNull); err != nil {
 		t.Fatal(err)
 	}
 	if fwd != "{10,NULL,30,25,7,8}" || !bwdNull {
 		t.Fatalf("step 2 forward_ms = %s (backward NULL %v), want {10,NULL,30,25,7,8} aligned to layer_names", fwd, bwdNull)
 	}
-	if err := s.Pool.QueryRow(ctx, `SELECT forward_ms::text FROM layer_times WHERE step = 1`).Scan(&fwd); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT forward_ms::text FROM layer_times WHERE step = 1`).Scan(&fwd); err != nil {
 		t.Fatal(err)
 	}
 	if fwd != "{1,2,3}" {
@@ -251,7 +251,7 @@ func TestWriteBatchMarksRollupsDirty(t *testing.T) {
 		`{"kind":"step","run_id":"r","rank":0,"step":99,"time":1}`,
 		`{"kind":"step","run_id":"r","rank":0,"step":150,"time":1}`,
 		`{"kind":"layers","run_id":"r","rank":1,"step":250,"time":1,"names":["a"],"forward_ms":[1]}`)
-	rows, err := s.Pool.Query(context.Background(), `SELECT format('%s/%s/%s', run_id, rank, block) FROM rollup_dirty ORDER BY 1`)
+	rows, err := storetest.Pool(t, s).Query(context.Background(), `SELECT format('%s/%s/%s', run_id, rank, block) FROM rollup_dirty ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,13 +286,13 @@ func TestWriteBatchSamplesMemoryEvents(t *testing.T) {
 	var p float64
 	var dev string
 	var step, rank int
-	if err := s.Pool.QueryRow(ctx, `SELECT parameters_bytes, optimizer_device FROM memory_breakdowns`).Scan(&p, &dev); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT parameters_bytes, optimizer_device FROM memory_breakdowns`).Scan(&p, &dev); err != nil {
 		t.Fatal(err)
 	}
 	if p != 2 || dev != "cpu" {
 		t.Fatalf("memory = %v on %s, want the newest record (2 on cpu)", p, dev)
 	}
-	if err := s.Pool.QueryRow(ctx, `SELECT step, rank FROM events LIMIT 1`).Scan(&step, &rank); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT step, rank FROM events LIMIT 1`).Scan(&step, &rank); err != nil {
 		t.Fatal(err)
 	}
 	if step != -1 || rank != -1 {
@@ -320,7 +320,7 @@ func TestWriteBatchStampsMissingTime(t *testing.T) {
 	defer func() { api.Now = old }()
 	mustWrite(t, s, `{"kind":"step","run_id":"r","rank":0,"step":1}`, `{"kind":"event","run_id":"r","type":"note"}`)
 	var st, et time.Time
-	if err := s.Pool.QueryRow(context.Background(), `SELECT (SELECT time FROM steps), (SELECT time FROM events)`).Scan(&st, &et); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(context.Background(), `SELECT (SELECT time FROM steps), (SELECT time FROM events)`).Scan(&st, &et); err != nil {
 		t.Fatal(err)
 	}
 	if !st.Equal(fixed) || !et.Equal(fixed) {

@@ -278,7 +278,7 @@ func (c *checkpointer) run(ctx context.Context) {
 	if c.st == nil || c.refused {
 		return
 	}
-	if _, err := c.st.Pool.Exec(ctx, "CHECKPOINT"); err != nil {
+	if err := c.st.Checkpoint(ctx); err != nil {
 		c.refused = true
 		fmt.Fprintf(os.Stderr, "no CHECKPOINT between phases (%v); figures may vary more\n", err)
 	}
@@ -294,8 +294,8 @@ func waitRollups(ctx context.Context, st *store.Store, runs []string, limit, sta
 	start := time.Now()
 	last, lastChange := int64(-1), start
 	for {
-		var dirty int64
-		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty WHERE run_id = ANY($1)`, runs).Scan(&dirty); err != nil {
+		dirty, err := st.DirtyBlocks(ctx, runs)
+		if err != nil {
 			return fmt.Errorf("wait for rollups: %w", err)
 		}
 		waited := time.Since(start).Round(time.Second)

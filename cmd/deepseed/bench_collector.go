@@ -461,14 +461,13 @@ func (b *collectorBench) report(ctx context.Context, begin, lastAck time.Time, f
 		return fmt.Errorf("bench collector: %w", err)
 	}
 	defer st.Close()
-	var stored, twice int64
-	q := `SELECT count(*), count(*) - count(DISTINCT (rank, step)) FROM steps WHERE run_id = $1`
-	if err := st.Pool.QueryRow(ctx, q, b.run).Scan(&stored, &twice); err != nil {
+	stored, twice, err := st.CountStepRows(ctx, b.run, false)
+	if err != nil {
 		return fmt.Errorf("bench collector: count steps: %w", err)
 	}
 	if b.layers > 0 {
-		var l, lt int64
-		if err := st.Pool.QueryRow(ctx, strings.Replace(q, "steps", "layer_times", 1), b.run).Scan(&l, &lt); err != nil {
+		l, lt, err := st.CountStepRows(ctx, b.run, true)
+		if err != nil {
 			return fmt.Errorf("bench collector: count layers: %w", err)
 		}
 		stored, twice = stored+l, twice+lt

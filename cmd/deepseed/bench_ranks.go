@@ -194,13 +194,9 @@ func (c perRankBench) report(ctx context.Context, res perRankResult, st *store.S
 		problems = append(problems, fmt.Errorf("%d requests failed without an answer", res.transport))
 	}
 	if st != nil {
-		var stored, twice int64
-		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM steps WHERE run_id = $1`, c.runID).Scan(&stored); err != nil {
+		stored, twice, err := st.CountStepRows(ctx, c.runID, false)
+		if err != nil {
 			return fmt.Errorf("count stored steps: %w", err)
-		}
-		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = $1
-			GROUP BY rank, step HAVING count(*) > 1) AS d`, c.runID).Scan(&twice); err != nil {
-			return fmt.Errorf("count duplicated steps: %w", err)
 		}
 		fmt.Printf("stored:    %d steps, %d stored twice\n", stored, twice)
 		if stored != res.accepted {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/server/servertest"
-	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -17,11 +16,7 @@ import (
 // overall, and deletes its scratch runs afterwards.
 func TestBenchIngest(t *testing.T) {
 	dbURL := storetest.NewDatabase(t)
-	st, err := store.Open(context.Background(), dbURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := storetest.Open(t, dbURL, nil)
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens = []string{"bench-token"}
 	base := servertest.Start(t, cfg, st)
@@ -56,7 +51,7 @@ func TestBenchIngest(t *testing.T) {
 	}
 
 	var left int
-	if err := st.Pool.QueryRow(context.Background(),
+	if err := storetest.Pool(t, st).QueryRow(context.Background(),
 		`SELECT (SELECT count(*) FROM runs WHERE run_id LIKE 'bench-%') + (SELECT count(*) FROM steps WHERE run_id LIKE 'bench-%')`).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +66,7 @@ func TestBenchIngest(t *testing.T) {
 // afterwards.
 func TestBenchIngestPerRank(t *testing.T) {
 	dbURL := storetest.NewDatabase(t)
-	st, err := store.Open(context.Background(), dbURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := storetest.Open(t, dbURL, nil)
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens = []string{"bench-token"}
 	base := servertest.Start(t, cfg, st)
@@ -96,7 +87,7 @@ func TestBenchIngestPerRank(t *testing.T) {
 		}
 	}
 	var left int
-	if err := st.Pool.QueryRow(context.Background(), `SELECT count(*) FROM steps WHERE run_id LIKE 'bench-ranks-%'`).Scan(&left); err != nil {
+	if err := storetest.Pool(t, st).QueryRow(context.Background(), `SELECT count(*) FROM steps WHERE run_id LIKE 'bench-ranks-%'`).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
 	if left != 0 {

@@ -429,17 +429,10 @@ func (c *chaos) report(ctx context.Context) error {
 	stored := map[int64]int{}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		stored = map[int64]int{}
-		rows, err := st.Pool.Query(ctx, `SELECT step, count(*) FROM steps WHERE run_id = $1 GROUP BY rank, step`, c.run)
-		if err == nil {
-			for rows.Next() {
-				var s int64
-				var n int
-				if rows.Scan(&s, &n) == nil {
-					stored[s] = n
-				}
-			}
-			rows.Close()
+		if got, err := st.StepCopies(ctx, c.run); err == nil {
+			stored = got
+		} else {
+			stored = map[int64]int{}
 		}
 		missing := 0
 		for s := range acked {

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -26,24 +24,13 @@ const chaosBodyTimeout = 5 * time.Second
 // it was not ready meanwhile. The sessions are ended at each change so
 // the next ones take the setting.
 func (c *chaos) readOnly(ctx context.Context) error {
-	set := func(sql string) error {
-		conn, err := pgx.Connect(ctx, c.dbURL)
-		if err != nil {
+	set := func(on bool) error {
+		if err := store.SetReadOnly(ctx, c.dbURL, on); err != nil {
 			return fmt.Errorf("bench chaos: read-only: %w", err)
 		}
-		defer conn.Close(ctx)
-		db := conn.Config().Database
-		// This session starts read-only too once the setting is on.
-		if _, err := conn.Exec(ctx, `SET default_transaction_read_only = off`); err != nil {
-			return fmt.Errorf("bench chaos: read-only: %w", err)
-		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf(sql, pgx.Identifier{db}.Sanitize())); err != nil {
-			return fmt.Errorf("bench chaos: read-only: %w", err)
-		}
-		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
-		return err
+		return nil
 	}
-	if err := set(`ALTER DATABASE %s SET default_transaction_read_only = on`); err != nil {
+	if err := set(true); err != nil {
 		return err
 	}
 	until := time.Now().Add(6 * time.Second)
@@ -56,7 +43,7 @@ func (c *chaos) readOnly(ctx context.Context) error {
 		}
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
-	return set(`ALTER DATABASE %s RESET default_transaction_read_only`)
+	return set(false)
 }
 
 // mountDB mounts a 1 GiB tmpfs for PostgreSQL's data directory.

@@ -105,18 +105,13 @@ func durableServer(t *testing.T) (string, *store.Store) {
 // stored more than once.
 func stepsOf(t *testing.T, st *store.Store, run string) (map[int]bool, int) {
 	t.Helper()
-	rows, err := st.Pool.Query(context.Background(), `SELECT step, count(*) FROM steps WHERE run_id = $1 GROUP BY rank, step`, run)
+	copies, err := st.StepCopies(context.Background(), run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
 	got, twice := map[int]bool{}, 0
-	for rows.Next() {
-		var step, n int
-		if err := rows.Scan(&step, &n); err != nil {
-			t.Fatal(err)
-		}
-		got[step] = true
+	for step, n := range copies {
+		got[int(step)] = true
 		if n > 1 {
 			twice++
 		}

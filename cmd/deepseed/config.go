@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/store"
@@ -209,7 +207,7 @@ func (d *dbFlags) parse(w io.Writer) (dbConfig, []error) {
 	}
 	c.databaseURL = strings.TrimSpace(*d.databaseURL)
 	if c.databaseURL != "" {
-		if _, err := pgx.ParseConfig(c.databaseURL); err != nil {
+		if err := store.CheckURL(c.databaseURL); err != nil {
 			// The URL may hold a password: name the field, not the value.
 			bad("database-url", "…", "not a valid PostgreSQL URL or DSN")
 		}
@@ -292,19 +290,8 @@ func openDatabase(ctx context.Context, c dbConfig) (*store.Store, func(), error)
 func ensureDatabase(ctx context.Context, adminURL, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return fmt.Errorf("private PostgreSQL: connect: %w", err)
-	}
-	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return fmt.Errorf("private PostgreSQL: look up database %s: %w", name, err)
-	}
-	if !exists {
-		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
-			return fmt.Errorf("private PostgreSQL: create database %s: %w", name, err)
-		}
+	if err := store.EnsureDatabase(ctx, adminURL, name); err != nil {
+		return fmt.Errorf("private PostgreSQL: %w", err)
 	}
 	return nil
 }

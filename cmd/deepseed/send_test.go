@@ -10,7 +10,6 @@ import (
 
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/server/servertest"
-	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -19,11 +18,7 @@ import (
 // line or a refused record is named by its line.
 func TestImportNDJSONFiles(t *testing.T) {
 	dbURL := storetest.NewDatabase(t)
-	st, err := store.Open(context.Background(), dbURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := storetest.Open(t, dbURL, nil)
 	cfg := server.DefaultConfig()
 	cfg.IngestTokens = []string{"send-token"}
 	base := servertest.Start(t, cfg, st)
@@ -64,7 +59,7 @@ func TestImportNDJSONFiles(t *testing.T) {
 	}
 	counts := func() string {
 		var steps, events, nan int
-		if err := st.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM steps), (SELECT count(*) FROM events),
+		if err := storetest.Pool(t, st).QueryRow(context.Background(), `SELECT (SELECT count(*) FROM steps), (SELECT count(*) FROM events),
 			(SELECT count(*) FROM steps WHERE loss = 'NaN')`).Scan(&steps, &events, &nan); err != nil {
 			t.Fatal(err)
 		}

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/store"
 )
@@ -133,7 +131,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	case cfg.Role == server.RoleIngest:
 		errs = append(errs, &server.FieldError{Field: "read-database-url", Value: "…", Msg: "only query routes read from it: use it with --role query or all"})
 	default:
-		if _, err := pgx.ParseConfig(readDB); err != nil {
+		if err := store.CheckURL(readDB); err != nil {
 			// The URL may hold a password: name the field, not the value.
 			errs = append(errs, &server.FieldError{Field: "read-database-url", Value: "…", Msg: "not a valid PostgreSQL URL or DSN"})
 		}

@@ -147,7 +147,7 @@ func transientOutage(t *testing.T, dbURL string, breakWrites, mend func()) {
 	postAll(100000, 100200, 100)
 
 	mend()
-	st.Pool.Reset() // the test's own sessions may have been ended too
+	st.ResetConnections() // the test's own sessions may have been ended too
 	want := acked
 	waitSteps(t, st, run, want)
 	got, twice := stepsOf(t, st, run)

@@ -16,16 +16,8 @@ import (
 func TestReplicatedPairStreams(t *testing.T) {
 	ctx := context.Background()
 	r := storetest.NewReplicated(t)
-	primary, err := store.Open(ctx, r.PrimaryURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer primary.Close()
-	standby, err := store.Open(ctx, r.StandbyURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer standby.Close()
+	primary := storetest.Open(t, r.PrimaryURL, nil)
+	standby := storetest.Open(t, r.StandbyURL, nil)
 
 	if rep, err := primary.Replication(ctx); err != nil || rep.Standby {
 		t.Fatalf("primary: %+v, %v; want a primary", rep, err)
@@ -36,23 +28,23 @@ func TestReplicatedPairStreams(t *testing.T) {
 	if _, err := standby.Migrate(ctx); !errors.Is(err, store.ErrStandby) {
 		t.Fatalf("Migrate on the standby: %v, want ErrStandby", err)
 	}
-	if _, err := standby.Pool.Exec(ctx, `CREATE TABLE nope (x int)`); !store.IsReadOnly(err) {
+	if _, err := storetest.Pool(t, standby).Exec(ctx, `CREATE TABLE nope (x int)`); !store.IsReadOnly(err) {
 		t.Fatalf("a write on the standby: %v, want a read-only error", err)
 	}
 
 	count := func() int {
 		var n int
-		if err := standby.Pool.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil {
+		if err := storetest.Pool(t, standby).QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil {
 			return -1
 		}
 		return n
 	}
 	insert := func() {
-		if _, err := primary.Pool.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+		if _, err := storetest.Pool(t, primary).Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := primary.Pool.Exec(ctx, `CREATE TABLE t (x int)`); err != nil {
+	if _, err := storetest.Pool(t, primary).Exec(ctx, `CREATE TABLE t (x int)`); err != nil {
 		t.Fatal(err)
 	}
 	insert()

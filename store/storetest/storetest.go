@@ -20,6 +20,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deepseed/deepseed/store"
 )
@@ -167,7 +169,72 @@ func NewStore(t testing.TB) *store.Store {
 	}
 	s.Timescale = mode.Timescale
 	t.Cleanup(s.Close)
+	storeURLs.Store(s, u)
+	t.Cleanup(func() { storeURLs.Delete(s) })
 	return s
+}
+
+// Open opens a store on the database at url with logger log (nil:
+// discard), closed when the test ends, for tests that make their database
+// themselves; Pool knows its URL. Its Timescale field is left false, as
+// store.Open leaves it.
+func Open(t testing.TB, url string, log *slog.Logger) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), url, log)
+	if err != nil {
+		t.Fatalf("storetest: open store: %v", err)
+	}
+	t.Cleanup(s.Close)
+	storeURLs.Store(s, url)
+	t.Cleanup(func() { storeURLs.Delete(s) })
+	return s
+}
+
+// storeURLs holds the URL of each store NewStore or Open opened, for Pool.
+var storeURLs sync.Map // *store.Store → string
+
+// pools holds the pools Pool opened, by test and URL.
+var pools sync.Map // poolKey → *pgxpool.Pool
+
+type poolKey struct {
+	t   testing.TB
+	url string
+}
+
+// Pool returns a pool of the test's own on a database, closed when the
+// test ends, for tests that set up or check rows with SQL the store does
+// not offer. db is the database's URL, or a store NewStore or Open opened. The
+// same test and database get the same pool.
+func Pool[D string | *store.Store](t testing.TB, db D) *pgxpool.Pool {
+	t.Helper()
+	var u string
+	switch v := any(db).(type) {
+	case string:
+		u = v
+	case *store.Store:
+		got, ok := storeURLs.Load(v)
+		if !ok {
+			t.Fatal("storetest: Pool of a store neither NewStore nor Open opened: pass its URL instead")
+		}
+		u = got.(string)
+	}
+	key := poolKey{t, u}
+	if p, ok := pools.Load(key); ok {
+		return p.(*pgxpool.Pool)
+	}
+	p, err := pgxpool.New(context.Background(), u)
+	if err != nil {
+		t.Fatalf("storetest: open pool: %v", err)
+	}
+	if prev, loaded := pools.LoadOrStore(key, p); loaded {
+		p.Close()
+		return prev.(*pgxpool.Pool)
+	}
+	t.Cleanup(func() {
+		pools.Delete(key)
+		p.Close()
+	})
+	return p
 }
 
 // WithDatabase returns u with its database name replaced by db.
@@ -216,7 +283,7 @@ func makeTemplate(ctx context.Context, want string) (string, store.DatabaseMode,
 		// dated years back, which the compression policy takes at once,
 		// and a batch racing it deadlocks); a test that wants them runs
 		// them itself.
-		_, err = s.Pool.Exec(ctx, `SELECT alter_job(job_id, scheduled => false) FROM timescaledb_information.jobs
+		err = execSQL(ctx, WithDatabase(adminURL, name), `SELECT alter_job(job_id, scheduled => false) FROM timescaledb_information.jobs
 			WHERE hypertable_schema = current_schema()`)
 	}
 	s.Close()

@@ -22,7 +22,7 @@ func TestDatabaseMode(t *testing.T) {
 	}
 	s := storetest.NewStore(t)
 	var ext int
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_extension WHERE extname = 'timescaledb'`).Scan(&ext); err != nil {
+	if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM pg_extension WHERE extname = 'timescaledb'`).Scan(&ext); err != nil {
 		t.Fatal(err)
 	}
 	if (ext == 1) != mode.Timescale {
@@ -30,7 +30,7 @@ func TestDatabaseMode(t *testing.T) {
 	}
 	if mode.Timescale {
 		var n int
-		if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.hypertables
+		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.hypertables
 			WHERE hypertable_name IN ('steps', 'layer_times', 'evals', 'events', 'gpu_samples', 'host_samples')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestDatabaseMode(t *testing.T) {
 			t.Fatalf("%d of 6 time-series tables are hypertables", n)
 		}
 	}
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO host_samples (time, host, cpu_util_pct) VALUES (now(), 'h1', 12.5)`); err != nil {
+	if _, err := storetest.Pool(t, s).Exec(ctx, `INSERT INTO host_samples (time, host, cpu_util_pct) VALUES (now(), 'h1', 12.5)`); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	// Two databases from one template at once: nothing else holds it.

@@ -72,7 +72,7 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 		}
 		if running {
 			var last time.Time
-			err := s.Pool.QueryRow(ctx, `SELECT time FROM steps WHERE run_id = $1 AND rank = $2
+			err := s.pool.QueryRow(ctx, `SELECT time FROM steps WHERE run_id = $1 AND rank = $2
 				AND step >= coalesce((SELECT max::bigint FROM metric_rollups
 					WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket = 0 AND metric = 'step'), 0) - 100
 				ORDER BY step DESC, time DESC LIMIT 1`, runID, lowest, TotalWidth).Scan(&last)
@@ -85,7 +85,7 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 			}
 		}
 		var skipped *float64
-		if err := s.Pool.QueryRow(ctx, `SELECT sum(s.step_ms) FROM metric_rollups m CROSS JOIN LATERAL (
+		if err := s.pool.QueryRow(ctx, `SELECT sum(s.step_ms) FROM metric_rollups m CROSS JOIN LATERAL (
 				SELECT step_ms FROM steps s WHERE s.run_id = m.run_id AND s.rank = m.rank
 				  AND s.step >= m.bucket * 100 AND s.step < (m.bucket + 1) * 100 AND s.skipped AND s.step_ms > 0
 			) s
@@ -96,7 +96,7 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 			w.SkippedGPUH = float64(len(ranks)) * *skipped / msPerHour
 		}
 		var strag *float64
-		if err := s.Pool.QueryRow(ctx, `SELECT sum FROM metric_spread WHERE run_id = $1 AND metric = 'straggler_wait_ms' AND width = $2 AND bucket = 0`,
+		if err := s.pool.QueryRow(ctx, `SELECT sum FROM metric_spread WHERE run_id = $1 AND metric = 'straggler_wait_ms' AND width = $2 AND bucket = 0`,
 			runID, TotalWidth).Scan(&strag); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return w, fmt.Errorf("store: straggler waits of %s: %w", runID, err)
 		}
@@ -111,7 +111,7 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 	// PostgreSQL.
 	idle := strconv.FormatFloat(rules.IdleUtilPct, 'g', -1, 64)
 	var idleS *float64
-	if err := s.Pool.QueryRow(ctx, `SELECT sum(least(extract(epoch FROM n.next - g.time), 60)) FROM (
+	if err := s.pool.QueryRow(ctx, `SELECT sum(least(extract(epoch FROM n.next - g.time), 60)) FROM (
 			SELECT s.host, s.gpu, s.time FROM gpu_minutes m CROSS JOIN LATERAL (
 				SELECT s.host, s.gpu, s.time FROM gpu_samples s
 				WHERE s.run_id = $1 AND s.run_id <> '' AND s.time >= m.minute AND s.time < m.minute + interval '1 minute'
@@ -139,7 +139,7 @@ func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float
 	var med *float64
 	// The rank's row count from its whole-run rollup: counting its
 	// steps would read them (decompress them, on compressed chunks).
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		WITH n AS (SELECT coalesce((SELECT count FROM metric_rollups
 			WHERE run_id = $1 AND rank = $2 AND width = $4 AND bucket = 0 AND metric = 'step'), 0) AS n)
 		SELECT CASE WHEN (SELECT n FROM n) <= $3 THEN
@@ -162,7 +162,7 @@ func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float
 // limit, and the joins between consecutive blocks, can hold one: rows are
 // read in those blocks only.
 func (s *Store) stepGaps(ctx context.Context, runID string, rank int, limit time.Duration) ([][2]time.Time, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH b AS (
 			SELECT bucket, first_time, last_time, lag(last_time) OVER (ORDER BY bucket) AS prev_last
 			FROM metric_rollups WHERE run_id = $1 AND rank = $2 AND width = 100 AND metric = 'step'

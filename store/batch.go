@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -47,7 +46,7 @@ const writeTimeout = 2 * time.Minute
 //
 // Rows go through COPY into temporary tables and are merged with one
 // statement per table, never row by row. Advisory locks per run and rank
-// (write_runs.go) keep concurrent batches from inserting the same key twice
+// (batch_locks.go) keep concurrent batches from inserting the same key twice
 // while the ranks of one run write in parallel.
 // Errors for which [IsUnavailable] is true mean the batch may be retried.
 func (s *Store) WriteBatch(ctx context.Context, recs []api.Record) (WriteResult, error) {
@@ -111,7 +110,7 @@ func (s *Store) writeBatch(ctx context.Context, recs []api.Record, mode writeMod
 	// than through pgx.Tx, so that BEGIN travels with the first batch of
 	// statements and COMMIT with the last: two round trips fewer per batch,
 	// which under load is two waits fewer for the database's turn on a CPU.
-	conn, err := s.Pool.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, fmt.Errorf("store: write batch: begin: %w", err)
 	}
@@ -209,19 +208,11 @@ type batchPlan struct {
 	inlined bool
 	// timescale is set on TimescaleDB, where the steps, layers and evals
 	// that go through a temporary table merge segment by segment (groups,
-	// write_compressed.go).
+	// batch_compressed.go).
 	timescale bool
 	groups    map[string][]*segGroup
 	// rollback ends the transaction with ROLLBACK instead of COMMIT.
 	rollback bool
-}
-
-type runUpdate struct {
-	project, name, sweepID *string
-	startedAt              *time.Time
-	config, params, tags   *string
-	code                   *string
-	meta                   map[string]json.RawMessage
 }
 
 func newBatchPlan(recs []api.Record, now time.Time) *batchPlan {
@@ -290,71 +281,6 @@ func (b *batchPlan) seen(runID string, t time.Time) {
 	}
 }
 
-// run folds a run record into the batch's update of that run, so that
-// several records for one run in a batch apply in order.
-func (b *batchPlan) run(r *api.Run) {
-	t := b.now
-	if r.StartedAt != nil && !r.StartedAt.IsZero() {
-		t = r.StartedAt.Time
-	}
-	b.seen(r.RunID, t)
-	u := b.runs[r.RunID]
-	if u == nil {
-		u = &runUpdate{}
-		b.runs[r.RunID] = u
-	}
-	if r.Project != "" {
-		u.project = &r.Project
-	}
-	if r.Name != "" {
-		u.name = &r.Name
-	}
-	if r.SweepID != "" {
-		u.sweepID = &r.SweepID
-	}
-	if r.StartedAt != nil && !r.StartedAt.IsZero() {
-		st := r.StartedAt.Time
-		u.startedAt = &st
-	}
-	if js := rawObject(r.Config); js != nil {
-		u.config = js
-	}
-	if js := rawObject(r.Params); js != nil {
-		u.params = js
-	}
-	if r.Code != nil {
-		if js, err := json.Marshal(r.Code); err == nil {
-			s := string(js)
-			u.code = &s
-		}
-	}
-	if r.Tags != nil {
-		js, _ := json.Marshal(r.Tags)
-		s := string(js)
-		u.tags = &s
-	}
-	if r.Meta != nil {
-		js, err := json.Marshal(r.Meta)
-		var m map[string]json.RawMessage
-		if err == nil && json.Unmarshal(js, &m) == nil {
-			if u.meta == nil {
-				u.meta = map[string]json.RawMessage{}
-			}
-			for k, v := range m {
-				u.meta[k] = v
-			}
-		}
-	}
-}
-
-func rawObject(raw json.RawMessage) *string {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	s := string(raw)
-	return &s
-}
-
 // prepare begins the transaction, takes the batch's key locks, creates the
 // runs it names, probes for stored keys and reads the layer names of runs
 // with layers records, in one round trip, and creates the temporary tables
@@ -407,32 +333,7 @@ func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 			return nil
 		})
 	}
-	if len(b.layers) > 0 {
-		var layerRuns []string
-		set := map[string]bool{}
-		for _, l := range b.layers {
-			if !set[l.RunID] {
-				set[l.RunID] = true
-				layerRuns = append(layerRuns, l.RunID)
-			}
-		}
-		b.layerNames = map[string][]string{}
-		b.layerGrown = map[string]bool{}
-		q.Queue(`SELECT run_id, layer_names FROM runs WHERE run_id = ANY($1)`, layerRuns).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id string
-				var names []string
-				if err := rows.Scan(&id, &names); err != nil {
-					return fmt.Errorf("read layer names: %w", err)
-				}
-				b.layerNames[id] = names
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("read layer names: %w", err)
-			}
-			return nil
-		})
-	}
+	b.queueLayerNames(q)
 	if err := tx.SendBatch(ctx, q).Close(); err != nil {
 		return fmt.Errorf("store: write batch: prepare runs: %w", err)
 	}
@@ -458,36 +359,6 @@ func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	return nil
 }
 
-// RunStartedAt returns the stored start of a run, and whether the run
-// exists with a start.
-func (s *Store) RunStartedAt(ctx context.Context, runID string) (time.Time, bool, error) {
-	var t *time.Time
-	err := s.Pool.QueryRow(ctx, `SELECT started_at FROM runs WHERE run_id = $1`, runID).Scan(&t)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, false, nil
-	}
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("store: read run %s: %w", runID, err)
-	}
-	if t == nil {
-		return time.Time{}, false, nil
-	}
-	return t.UTC(), true, nil
-}
-
-// RunProject returns the project run runID is stored in; found is false
-// when there is no such run.
-func (s *Store) RunProject(ctx context.Context, runID string) (project string, found bool, err error) {
-	err = s.Pool.QueryRow(ctx, `SELECT project FROM runs WHERE run_id = $1`, runID).Scan(&project)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("store: read run %s: %w", runID, err)
-	}
-	return project, true, nil
-}
-
 // CopyRaw writes steps, layers and evals straight into their tables with
 // COPY, in one transaction: no temporary tables, no dedupe, no run
 // bookkeeping. It is the baseline the ingest benchmark compares the real
@@ -507,7 +378,7 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 			b.layerIdx[l.RunID] = pos
 		}
 	}
-	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, t := range b.tables() {
 			switch t.kind {
 			case api.KindStep, api.KindLayers, api.KindEval:
@@ -518,35 +389,6 @@ func (s *Store) CopyRaw(ctx context.Context, recs []api.Record) error {
 			src := pgx.CopyFromSlice(t.n, func(i int) ([]any, error) { return t.row(i, buf[:0]), nil })
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.target}, t.cols, src); err != nil {
 				return fmt.Errorf("store: raw copy %s: %w", t.target, err)
-			}
-		}
-		return nil
-	})
-}
-
-// DeleteRuns removes runs and every row that belongs to them. Load tools
-// use it to clear their scratch runs.
-func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
-	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		// The runs' locks, which batches hold shared, then the rollup
-		// refresher's, each in key order: a refresh of one of these runs
-		// deletes its markers and writes its rollups, the other way round
-		// from here, and the two would deadlock.
-		keys := make([]int64, len(runIDs))
-		for i, id := range runIDs {
-			keys[i] = runLockKey(id)
-		}
-		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
-			(SELECT DISTINCT k FROM unnest($1::bigint[]) AS k ORDER BY 1) AS l`, keys); err != nil {
-			return fmt.Errorf("store: delete runs: lock runs: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
-			(SELECT DISTINCT hashtextextended('rollup:' || r, 0) AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
-			return fmt.Errorf("store: delete runs: lock rollups: %w", err)
-		}
-		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_scores", "runs"} {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = ANY($1)`, runIDs); err != nil {
-				return fmt.Errorf("store: delete runs from %s: %w", t, err)
 			}
 		}
 		return nil

@@ -69,7 +69,7 @@ type RankRollup struct {
 // straggler score when scores is set.
 func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyRank int, scores bool) ([]RankRollup, error) {
 	from = max(from, 0) / 100 * 100
-	rows, err := s.Pool.Query(ctx, rankRollupSQL, runID, rankRollupMetrics, from, onlyRank)
+	rows, err := s.pool.Query(ctx, rankRollupSQL, runID, rankRollupMetrics, from, onlyRank)
 	if err != nil {
 		return nil, fmt.Errorf("store: rank rollups of %s: %w", runID, err)
 	}
@@ -197,7 +197,7 @@ func (s *Store) newestScores(ctx context.Context, runID string, out []RankRollup
 	for i, r := range out {
 		ranks[i] = int32(r.Rank)
 	}
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT r.rank, x.step, x.score FROM unnest($2::int[]) AS r(rank),
 		LATERAL (SELECT step, score FROM rank_scores WHERE run_id = $1 AND rank = r.rank
 			ORDER BY run_id DESC, rank DESC, step DESC LIMIT 1) x`, runID, ranks)
@@ -233,7 +233,7 @@ func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error
 	var src string
 	// The lowest rank and its last step from the rollups, so that only
 	// the newest block of its rows is read.
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		WITH r AS (
 			SELECT rank, max::bigint AS last FROM metric_rollups
 			WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1
@@ -257,7 +257,7 @@ func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error
 // exist): how much a raw read would cost.
 func (s *Store) StepRows(ctx context.Context, runID string, from int64, rank int) (int64, error) {
 	var n int64
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		SELECT coalesce(sum(count * greatest(0, least(1, (max - $2 + 1) / greatest(max - min + 1, 1)))), 0)::bigint
 		FROM metric_rollups WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = 'step' AND ($3 < 0 OR rank = $3)`,
 		runID, from, rank).Scan(&n)

@@ -32,7 +32,7 @@ type RankSync struct {
 // common release), "waits" (max wait − own wait) or "" when the steps
 // carry neither.
 func (s *Store) RankSyncs(ctx context.Context, runID string, from int64) ([]RankSync, string, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH `+completeSteps("c", "$2", "")+`, `+clockOffsets("c", perRank)+`, `+lateness("c", perRank)+`, m AS (
 			SELECT *, max(late) OVER (PARTITION BY step) AS latest FROM l
 		)
@@ -59,7 +59,7 @@ func (s *Store) RankSyncs(ctx context.Context, runID string, from int64) ([]Rank
 	if err != nil {
 		return nil, "", fmt.Errorf("store: rank synchronisation of %s: %w", runID, err)
 	}
-	scores, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (rank) rank, step, score FROM rank_scores
+	scores, err := s.pool.Query(ctx, `SELECT DISTINCT ON (rank) rank, step, score FROM rank_scores
 		WHERE run_id = $1 ORDER BY rank, step DESC`, runID)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: straggler scores of %s: %w", runID, err)
@@ -101,7 +101,7 @@ func (s *Store) RankScores(ctx context.Context, runID string, from, to time.Time
 	if limit <= 0 {
 		return nil, errors.New("store: rank scores: limit must be positive")
 	}
-	rows, err := s.Pool.Query(ctx, `SELECT rank, step, time, lateness_ms, score FROM rank_scores
+	rows, err := s.pool.Query(ctx, `SELECT rank, step, time, lateness_ms, score FROM rank_scores
 		WHERE run_id = $1 AND time >= $2 AND time <= $3 ORDER BY rank, step LIMIT $4`, runID, from, to, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: rank scores of %s: %w", runID, err)

@@ -28,7 +28,7 @@ func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.
 	// The minutes wholly inside the window from their sums (gpu_minutes),
 	// the parts of minutes at its edges from the samples.
 	w := minuteSplit(from, to)
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		WITH p AS (
 			SELECT max(mem_max) AS mx, sum(mem_sum) AS ms, sum(mem_n) AS mn, sum(util_sum) AS us, sum(util_n) AS un, max(total_max) AS tm
 			FROM gpu_minutes WHERE run_id = $1 AND $2::timestamptz IS NOT NULL AND minute >= $2 AND minute < $3
@@ -91,7 +91,7 @@ func minuteSplit(from, to time.Time) minuteWindow {
 // [from, to] list one of its processes (host samples have no run index:
 // the time range bounds the scan).
 func (s *Store) RunHosts(ctx context.Context, runID string, from, to time.Time) ([]string, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH RECURSIVE g AS (
 			(SELECT host FROM gpu_minutes WHERE run_id = $1 ORDER BY host LIMIT 1)
 			UNION ALL
@@ -131,7 +131,7 @@ func (s *Store) HostCPU(ctx context.Context, hosts []string, from, to time.Time)
 		return &h, nil
 	}
 	w := minuteSplit(from, to)
-	err := s.Pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 		SELECT avg(c), coalesce(sum(n), 0)::bigint FROM (
 			SELECT sum(cs) / sum(cn) AS c, sum(cn) AS n FROM (
 				SELECT host, cpu_sum AS cs, cpu_n AS cn FROM host_minutes
@@ -217,7 +217,7 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, sel GPUSelect, 
 		fmt.Fprintf(&cols, ", count(%s), %s, %s, %s", m, agg[0], agg[1], agg[2])
 	}
 	secs := max(1, int64(bucket/time.Second))
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT host, gpu, date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t`+cols.String()+`
 		FROM gpu_samples
 		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
@@ -254,7 +254,7 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, sel GPUSelect, 
 		gpu  int
 	}
 	ids := map[key][3]string{}
-	rows, err = s.Pool.Query(ctx, `
+	rows, err = s.pool.Query(ctx, `
 		SELECT DISTINCT ON (host, gpu) host, gpu, uuid, name, run_id FROM gpu_samples
 		WHERE time >= greatest($1::timestamptz, $2::timestamptz - make_interval(secs => $5::float8)) AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($6::int IS NULL OR rank = $6)
 		ORDER BY host, gpu, time DESC`, from, to, sel.Host, sel.RunID, secs, sel.Rank)
@@ -280,7 +280,7 @@ func (s *Store) GPUSeries(ctx context.Context, metrics []string, sel GPUSelect, 
 // GPUTimeSpan returns the first and last sample time sel picks within
 // [from, to].
 func (s *Store) GPUTimeSpan(ctx context.Context, sel GPUSelect, from, to time.Time) (first, last *time.Time, err error) {
-	err = s.Pool.QueryRow(ctx, `SELECT min(time), max(time) FROM gpu_samples
+	err = s.pool.QueryRow(ctx, `SELECT min(time), max(time) FROM gpu_samples
 		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)`,
 		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&first, &last)
 	if err != nil {
@@ -301,7 +301,7 @@ type GPUSpreadRow struct {
 // CountGPUs returns how many GPUs sel picks in [from, to].
 func (s *Store) CountGPUs(ctx context.Context, sel GPUSelect, from, to time.Time) (int, error) {
 	var n int
-	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT DISTINCT host, gpu FROM gpu_samples
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT DISTINCT host, gpu FROM gpu_samples
 		WHERE time >= $1 AND time <= $2 AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)) g`,
 		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&n)
 	if err != nil {
@@ -318,7 +318,7 @@ func (s *Store) GPUSpread(ctx context.Context, metric string, sel GPUSelect, fro
 		return nil, fmt.Errorf("store: gpu spread: no distribution of %q", metric)
 	}
 	secs := max(1, int64(bucket/time.Second))
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH g AS (
 			SELECT date_bin(make_interval(secs => $5::float8), time, 'epoch'::timestamptz) AS t, avg(`+metric+`) AS v
 			FROM gpu_samples
@@ -341,3 +341,98 @@ func (s *Store) GPUSpread(ctx context.Context, metric string, sel GPUSelect, fro
 	}
 	return out, nil
 }
+
+// GPUActivity is one GPU's recent samples of a run, as the idle detector
+// reads them.
+type GPUActivity struct {
+	Host     string
+	GPU      int
+	Rank     *int
+	Last     time.Time  // newest sample
+	LastBusy *time.Time // newest sample at or above the busy threshold
+	First    time.Time  // oldest sample read
+	LastUtil float64
+}
+
+// RecentGPUActivity reads each GPU's samples of the run over span before
+// its newest sample, through the gpu_samples_run index; a sample is busy
+// at busyPct or more.
+func (s *Store) RecentGPUActivity(ctx context.Context, runID string, span time.Duration, busyPct float64) ([]GPUActivity, error) {
+	rows, err := s.pool.Query(ctx, `WITH last AS (SELECT max(time) AS t FROM gpu_samples WHERE run_id = $1 AND run_id <> '')
+		SELECT host, gpu, max(rank), max(time), max(time) FILTER (WHERE util_pct >= $3), min(time),
+			(array_agg(util_pct ORDER BY time DESC))[1]
+		FROM gpu_samples, last
+		WHERE run_id = $1 AND run_id <> '' AND time > last.t - make_interval(secs => $2) AND util_pct IS NOT NULL
+		GROUP BY host, gpu ORDER BY host, gpu`, runID, span.Seconds(), busyPct)
+	if err != nil {
+		return nil, fmt.Errorf("store: recent GPU samples of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []GPUActivity
+	for rows.Next() {
+		var g GPUActivity
+		if err := rows.Scan(&g.Host, &g.GPU, &g.Rank, &g.Last, &g.LastBusy, &g.First, &g.LastUtil); err != nil {
+			return nil, fmt.Errorf("store: recent GPU samples of %s: %w", runID, err)
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: recent GPU samples of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// gpuCols are the identity of a sample, its values as the metric table
+// lists them (gpuStored), and its processes.
+var gpuCols = append(append([]string{"time", "host", "gpu", "uuid", "name", "run_id", "rank"}, gpuStoredColumns()...), "processes")
+
+func (b *batchPlan) gpuRow(i int, r []any) []any {
+	g := b.gpus[i]
+	var rank any
+	if g.Rank != nil {
+		rank = int32(*g.Rank)
+	}
+	r = append(r, g.Time.Time, g.Host, int32(*g.GPU), g.UUID, g.Name, g.RunID, rank)
+	for _, m := range gpuStored {
+		r = append(r, m.Value(g))
+	}
+	return append(r, jsonValue(g.Processes, len(g.Processes) == 0))
+}
+
+// gpuStored are the GPU values samples store, as api.GPUMetrics lists them.
+var gpuStored = api.GPUColumns()
+
+func gpuStoredColumns() []string {
+	cols := make([]string, len(gpuStored))
+	for i, m := range gpuStored {
+		cols[i] = m.Column
+	}
+	return cols
+}
+
+// Samples from several collectors may overlap: inserting in key order
+// keeps two batches from waiting on each other's rows crosswise.
+// The samples written (not those already stored) are added to their
+// minute's sums in the same statement; each collector adds to its own
+// host's rows, so concurrent batches of one run do not queue on them.
+const mergeGPU = `WITH ins AS (
+	INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING
+	RETURNING run_id, rank, host, time, util_pct, mem_used_bytes, mem_total_bytes
+), m AS (
+	INSERT INTO gpu_minutes AS m (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, util_min, total_max)
+	SELECT run_id, host, date_trunc('minute', time), count(*), count(mem_used_bytes), sum(mem_used_bytes), max(mem_used_bytes),
+	       count(util_pct), sum(util_pct), min(util_pct), max(mem_total_bytes)
+	FROM ins WHERE run_id <> '' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+	ON CONFLICT (run_id, host, minute) DO UPDATE SET samples = m.samples + EXCLUDED.samples,
+		mem_n = m.mem_n + EXCLUDED.mem_n, mem_sum = coalesce(m.mem_sum + EXCLUDED.mem_sum, m.mem_sum, EXCLUDED.mem_sum),
+		mem_max = greatest(m.mem_max, EXCLUDED.mem_max), util_n = m.util_n + EXCLUDED.util_n,
+		util_sum = coalesce(m.util_sum + EXCLUDED.util_sum, m.util_sum, EXCLUDED.util_sum),
+		util_min = least(m.util_min, EXCLUDED.util_min),
+		total_max = greatest(m.total_max, EXCLUDED.total_max)
+), h AS (
+	INSERT INTO rank_hosts AS h (run_id, rank, host, time)
+	SELECT DISTINCT ON (run_id, rank) run_id, rank, host, time FROM ins
+	WHERE run_id <> '' AND rank IS NOT NULL ORDER BY run_id, rank, time DESC
+	ON CONFLICT (run_id, rank) DO UPDATE SET host = EXCLUDED.host, time = EXCLUDED.time WHERE h.time <= EXCLUDED.time
+)
+SELECT count(*) FROM ins`

@@ -8,7 +8,7 @@ import (
 
 // The direct path: a batch whose step, layers and evaluation keys are all
 // new goes straight into its tables, without the temporary tables and the
-// merge (write_merge.go).
+// merge (batch_merge.go).
 
 // directCheck is a query answering whether a table already holds any key
 // in the batch's step ranges.

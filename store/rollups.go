@@ -64,7 +64,7 @@ func (s *Store) RefreshRollups(ctx context.Context, runID string) (int, error) {
 // were left.
 func (s *Store) RefreshRollupsUpTo(ctx context.Context, runID string, maxBlocks int) (n int, more bool, err error) {
 	var dirty bool
-	if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollup_dirty WHERE run_id = $1)`, runID).Scan(&dirty); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollup_dirty WHERE run_id = $1)`, runID).Scan(&dirty); err != nil {
 		return 0, false, fmt.Errorf("store: check rollup markers: %w", err)
 	}
 	if !dirty {
@@ -95,7 +95,7 @@ type DirtyRun struct {
 // DirtyRuns lists up to limit runs with rollup markers, the longest
 // waiting first.
 func (s *Store) DirtyRuns(ctx context.Context, limit int) ([]DirtyRun, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT run_id, count(*), min(marked_at) FROM rollup_dirty
 		GROUP BY run_id ORDER BY min(marked_at), run_id LIMIT $1`, limit)
 	if err != nil {
@@ -112,10 +112,20 @@ func (s *Store) DirtyRuns(ctx context.Context, limit int) ([]DirtyRun, error) {
 	return out, nil
 }
 
+// DirtyBlocks counts the rollup markers of runs: the blocks waiting for a
+// refresh.
+func (s *Store) DirtyBlocks(ctx context.Context, runIDs []string) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM rollup_dirty WHERE run_id = ANY($1)`, runIDs).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count rollup markers: %w", err)
+	}
+	return n, nil
+}
+
 func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 	start := time.Now()
 	n := 0
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, runID); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
@@ -128,7 +138,7 @@ func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 		// for the next refresh.
 		//
 		// A chunk takes whole blocks, the oldest steps first, for every
-		// rank marked in them: the figures across ranks (rollup_spread.go)
+		// rank marked in them: the figures across ranks (rollups_spread.go)
 		// are recomputed once per block, so a chunk that took a block for
 		// some ranks only would recompute it again in the next one.
 		rows, err := tx.Query(ctx, `

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// The evals table: evaluations per run, split and step.
+
 // EvalRow is one evaluation with the training loss at its step.
 type EvalRow struct {
 	Step      int64
@@ -28,7 +30,7 @@ type EvalRow struct {
 // decompress a batch of the compressed chunk again, and even on plain
 // PostgreSQL a thousand lookups cost a thousand index descents.
 func (s *Store) Evals(ctx context.Context, runID string) ([]EvalRow, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT step, time, split, loss, accuracy, f1, metrics
 		FROM evals WHERE run_id = $1 ORDER BY step, split, time`, runID)
 	if err != nil {
@@ -73,7 +75,7 @@ func (s *Store) pairTrainLoss(ctx context.Context, runID string, evals []EvalRow
 	}
 	// The bounds are constants for TimescaleDB to skip compressed batches
 	// outside them.
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT ON (step) step, loss FROM steps
 		WHERE run_id = $1 AND rank = $2 AND step = ANY($3) AND step BETWEEN $4 AND $5 AND loss IS NOT NULL
 		ORDER BY step, time DESC`, runID, rank, steps, steps[0], steps[len(steps)-1])
@@ -98,7 +100,7 @@ func (s *Store) pairTrainLoss(ctx context.Context, runID string, evals []EvalRow
 		}
 	}
 	if len(missing) > 0 {
-		rows, err := s.Pool.Query(ctx, `
+		rows, err := s.pool.Query(ctx, `
 			SELECT m.step, (SELECT s.loss FROM steps s
 				WHERE s.run_id = $1 AND s.rank = $2 AND s.step <= m.step AND s.loss IS NOT NULL
 				ORDER BY s.step DESC, s.time DESC LIMIT 1)
@@ -124,39 +126,10 @@ func (s *Store) pairTrainLoss(ctx context.Context, runID string, evals []EvalRow
 	return nil
 }
 
-// EventRow is one event of a run.
-type EventRow struct {
-	RunID string
-	Time  time.Time
-	Step  int64 // -1 when absent
-	Rank  int   // -1 when absent
-	Type  string
-	Text  string
-}
-
-// Events returns the events of runID (empty: every run) in [from, to],
-// oldest first, at most limit of them.
-func (s *Store) Events(ctx context.Context, runID string, from, to time.Time, limit int) ([]EventRow, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT run_id, time, step, rank, type, text FROM events
-		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: events: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventRow, error) {
-		var e EventRow
-		err := r.Scan(&e.RunID, &e.Time, &e.Step, &e.Rank, &e.Type, &e.Text)
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: events: %w", err)
-	}
-	return out, nil
-}
-
 // EvalEvents returns evaluations of runID (empty: every run) in [from, to]
 // as annotations need them.
 func (s *Store) EvalEvents(ctx context.Context, runID string, from, to time.Time, limit int) ([]EvalRow, []string, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT run_id, step, time, split, loss, accuracy, f1 FROM evals
+	rows, err := s.pool.Query(ctx, `SELECT run_id, step, time, split, loss, accuracy, f1 FROM evals
 		WHERE ($1 = '' OR run_id = $1) AND time >= $2 AND time <= $3 ORDER BY time, run_id LIMIT $4`, runID, from, to, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
@@ -177,4 +150,52 @@ func (s *Store) EvalEvents(ctx context.Context, runID string, from, to time.Time
 		return nil, nil, fmt.Errorf("store: eval annotations: %w", err)
 	}
 	return out, ids, nil
+}
+
+var evalCols = []string{"run_id", "step", "time", "split", "loss", "accuracy", "f1", "metrics"}
+
+func (b *batchPlan) evalRow(i int, r []any) []any {
+	e := b.evals[i]
+	return append(r, e.RunID, *e.Step, e.Time.Time, orDefault(e.Split, "val"), f(e.Loss), f(e.Accuracy), f(e.F1),
+		jsonValue(e.Metrics, len(e.Metrics) == 0))
+}
+
+const mergeEvals = `WITH src AS (
+	SELECT DISTINCT ON (run_id, split, step) * FROM tmp_evals ORDER BY run_id, split, step, time DESC
+), del AS (
+	DELETE FROM evals AS t USING src
+	WHERE t.run_id = src.run_id AND t.split = src.split AND t.step = src.step AND t.time < src.time
+), ins AS (
+	INSERT INTO evals SELECT src.* FROM src
+	WHERE NOT EXISTS (SELECT 1 FROM evals AS t
+		WHERE t.run_id = src.run_id AND t.split = src.split AND t.step = src.step AND t.time >= src.time)
+	ON CONFLICT DO NOTHING
+	RETURNING 1
+)
+SELECT count(*) FROM ins`
+
+// EvalStats are the best and final evaluation figures of a run's split.
+type EvalStats struct {
+	BestAcc, FinalAcc, BestF1, FinalF1, FinalLoss *float64
+}
+
+// EvalStats returns figures of the "val" split, or of any split when the
+// run has no "val" evaluations.
+func (s *Store) EvalStats(ctx context.Context, runID string) (*EvalStats, error) {
+	var e EvalStats
+	err := s.pool.QueryRow(ctx, `
+		WITH e AS (
+			SELECT * FROM evals WHERE run_id = $1
+			  AND (split = 'val' OR NOT EXISTS (SELECT 1 FROM evals WHERE run_id = $1 AND split = 'val'))
+		)
+		SELECT (SELECT max(accuracy) FILTER (WHERE accuracy <> 'NaN') FROM e),
+		       (SELECT accuracy FROM e WHERE accuracy IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
+		       (SELECT max(f1) FILTER (WHERE f1 <> 'NaN') FROM e),
+		       (SELECT f1 FROM e WHERE f1 IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
+		       (SELECT loss FROM e WHERE loss IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1)`, runID).
+		Scan(&e.BestAcc, &e.FinalAcc, &e.BestF1, &e.FinalF1, &e.FinalLoss)
+	if err != nil {
+		return nil, fmt.Errorf("store: eval stats of %s: %w", runID, err)
+	}
+	return &e, nil
 }

@@ -30,7 +30,7 @@ type TimingRow struct {
 // Timings returns timing rows of one rank (rank < 0: every rank) with
 // step in [from, to], ordered by rank and step.
 func (s *Store) Timings(ctx context.Context, runID string, rank int, from, to int64) ([]TimingRow, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, data_ms,
 		       gpu_util_pct, gpu_mem_used_gb, cpu_util_pct, throughput_sps, loss, samples, gpu_mem_peak_gb
 		FROM steps WHERE run_id = $1 AND ($2 < 0 OR rank = $2) AND step >= $3 AND step <= $4
@@ -58,7 +58,7 @@ func (s *Store) StepMSTimeline(ctx context.Context, runID string, rank int, maxR
 	// The rank's rows from its whole-run rollup when it has one (counting
 	// the steps would read them); else counted, at most maxRaw+1.
 	var n int64
-	if err := s.Pool.QueryRow(ctx, `SELECT coalesce(
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(
 		(SELECT count FROM metric_rollups WHERE run_id = $1 AND rank = $2 AND width = $4 AND bucket = 0 AND metric = 'step'),
 		(SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3) x))`,
 		runID, rank, maxRaw+1, TotalWidth).Scan(&n); err != nil {
@@ -108,7 +108,7 @@ type SteadyRank struct {
 // communication) the rank was than the busiest rank of that step: the time
 // it spends waiting on the others.
 func (s *Store) SteadyByRank(ctx context.Context, runID string, from int64, onlyRank int) ([]SteadyRank, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH s AS (
 			SELECT rank, step, time, step_ms, forward_ms, backward_ms, optimizer_ms, comm_ms, comm_exposed_ms, data_ms,
 			       gpu_util_pct, cpu_util_pct, gpu_mem_used_gb, gpu_mem_peak_gb, gpu_mem_reserved_gb, throughput_sps, tflops, mfu,

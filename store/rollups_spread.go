@@ -30,7 +30,7 @@ var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_
 // $3 (every rank of the run) of run $1 in the blocks $2, reading each
 // rank's block with an index range of its own; a step counts when every
 // rank reported it. Lateness, busy time and excess waits are those of
-// GET /runs/{id}/ranks (read_rank_series.go), with clock offsets
+// GET /runs/{id}/ranks (ranks_series.go), with clock offsets
 // estimated block by block.
 var syncRollupSQL = `
 WITH ranks AS (
@@ -212,7 +212,7 @@ type SpreadRow struct {
 // MetricSpread reads the spread of metric over the buckets [fromBucket,
 // toBucket] of width w.
 func (s *Store) MetricSpread(ctx context.Context, runID, metric string, w, fromBucket, toBucket int64) ([]SpreadRow, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT bucket, first_step, first_time, coalesce(min, 'NaN'), coalesce(max, 'NaN'), coalesce(sum, 'NaN'), count, ranks,
 		       coalesce(mean_min, 'NaN'), coalesce(mean_p5, 'NaN'), coalesce(mean_p50, 'NaN'), coalesce(mean_p95, 'NaN'),
 		       coalesce(mean_max, 'NaN'), coalesce(max_rank, -1)
@@ -236,7 +236,7 @@ func (s *Store) MetricSpread(ctx context.Context, runID, metric string, w, fromB
 // TopRanks returns up to k ranks with the largest whole-run mean of
 // metric, largest first (a NaN mean counts as largest).
 func (s *Store) TopRanks(ctx context.Context, runID, metric string, k int) ([]int, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		SELECT rank FROM metric_rollups WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = $3 AND count > 0
 		ORDER BY sum / count DESC NULLS LAST, rank LIMIT $4`, runID, TotalWidth, metric, k)
 	if err != nil {

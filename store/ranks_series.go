@@ -122,7 +122,7 @@ func (s *Store) ScoreBuckets(ctx context.Context, runID string, from, to, width 
 }
 
 func (s *Store) rankBuckets(ctx context.Context, what, runID, sql string, args ...any) ([]RankBucket, error) {
-	rows, err := s.Pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s of %s: %w", what, runID, err)
 	}
@@ -156,7 +156,7 @@ func (s *Store) SyncBlocks(ctx context.Context, runID string, width, from, to in
 	if !slices.Contains(RollupWidths, width) {
 		return nil, fmt.Errorf("store: sync blocks of %s: no rollups of width %d", runID, width)
 	}
-	rows, err := s.Pool.Query(ctx, `SELECT rank, metric, bucket, first_step, first_time, sum / count FROM metric_rollups
+	rows, err := s.pool.Query(ctx, `SELECT rank, metric, bucket, first_step, first_time, sum / count FROM metric_rollups
 		WHERE run_id = $1 AND width = $2 AND bucket >= $3 AND bucket <= $4 AND metric = ANY($5) AND count > 0
 		ORDER BY bucket, rank`, runID, width, from/width, to/width, metrics)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // smallest and largest step of each batch beside it. TimescaleDB can skip
 // a batch only when a statement names the segment and the step range as
 // constants: a join against the batch's temporary table names nothing, so
-// the plain merge (write.go) decompresses every batch of every chunk, and
+// the plain merge (batch.go) decompresses every batch of every chunk, and
 // a DELETE leaves all of them decompressed. Here the segments the batch
 // writes get statements of their own, with run, ranks and step range
 // bound as parameters and planned with their values (plan_cache_mode),

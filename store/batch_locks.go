@@ -1,0 +1,76 @@
+package store
+
+import (
+	"hash/fnv"
+	"sort"
+	"strconv"
+)
+
+// Concurrency of a batch's writes. Every batch holds a shared lock on each
+// run it writes to, which dropping a run (retention, DeleteRuns) takes
+// exclusively, so a run is never dropped under a batch that writes to it.
+// Keys are deduplicated per run and rank
+// (per run and split for evaluations), so that is what a batch locks: an
+// advisory lock per (run, rank) it brings steps or layers for, per (run,
+// split) it brings evaluations for, and per run it brings events without
+// a time for. The ranks of one run write in parallel; two batches of the
+// same rank (a retry racing its original, a resumed run) wait for each
+// other, so the probe for stored keys and the merge see each other's rows.
+// Growing a run's layer names takes one more lock per run (layerLockKey),
+// only in the batch that grows them, after the others.
+//
+// The runs row is written at the end of the transaction: run and end
+// records, and last_seen_at and started_at when a record moves them,
+// last_seen_at by a second or more, so that a steady stream of batches of a
+// live run does not queue on its row.
+
+// lockKey hashes the parts of a lock's name into PostgreSQL's advisory
+// lock space. A collision makes two batches wait for each other, nothing
+// worse.
+func lockKey(parts ...string) int64 {
+	h := fnv.New64a()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return int64(h.Sum64())
+}
+
+func runLockKey(run string) int64 { return lockKey(run, "run") }
+
+// runLockKeys returns the shared run locks of the batch, sorted.
+func (b *batchPlan) runLockKeys() []int64 {
+	keys := make([]int64, len(b.runIDs))
+	for i, id := range b.runIDs {
+		keys[i] = runLockKey(id)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+func rankLockKey(run string, rank int) int64 { return lockKey(run, "rank", strconv.Itoa(rank)) }
+func splitLockKey(run, split string) int64   { return lockKey(run, "split", split) }
+func eventLockKey(run string) int64          { return lockKey(run, "events") }
+
+// lockKeys returns the advisory locks the batch takes, sorted and unique.
+func (b *batchPlan) lockKeys() []int64 {
+	set := map[int64]struct{}{}
+	for _, s := range b.steps {
+		set[rankLockKey(s.RunID, s.Rank)] = struct{}{}
+	}
+	for _, l := range b.layers {
+		set[rankLockKey(l.RunID, l.Rank)] = struct{}{}
+	}
+	for _, e := range b.evals {
+		set[splitLockKey(e.RunID, orDefault(e.Split, "val"))] = struct{}{}
+	}
+	for _, e := range b.untimed {
+		set[eventLockKey(e.RunID)] = struct{}{}
+	}
+	keys := make([]int64, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}

@@ -1,0 +1,312 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The steps table: one row per run, rank and step. This file holds its
+// COPY row and merge statement (steps_inline.go: the insert of a small
+// batch in the first round trip), the series reads and the detectors'
+// reads; steps_timings.go the timing reads, rollups.go the rollups.
+
+// RecentStep is a step row as the detectors read it.
+type RecentStep struct {
+	Rank       int
+	Step       int64
+	Time       time.Time
+	Loss       *float64
+	GradNorm   *float64
+	LossScale  *float64
+	Skipped    bool
+	StepMS     *float64
+	DataMS     *float64
+	SyncNS     *int64
+	SyncWaitMS *float64
+}
+
+// RecentSteps reads each rank's newest n steps, by rank and newest first.
+// Each rank's rows come from a backward scan of the steps' unique index: a
+// bounded read however long the run.
+func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n int) ([]RecentStep, error) {
+	rk := make([]int32, len(ranks))
+	for i, r := range ranks {
+		rk[i] = int32(r)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT rk.rank, x.step, x.time, x.loss, x.grad_norm, x.loss_scale, coalesce(x.skipped, false), x.step_ms, x.data_ms,
+			x.sync_ns, x.sync_wait_ms
+		FROM unnest($3::int[]) AS rk(rank), LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms, sync_ns, sync_wait_ms FROM steps
+			WHERE run_id = $1 AND rank = rk.rank ORDER BY step DESC, time DESC LIMIT $2) x
+		ORDER BY rk.rank, x.step DESC`, runID, n, rk)
+	if err != nil {
+		return nil, fmt.Errorf("store: recent steps of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []RecentStep
+	for rows.Next() {
+		var s RecentStep
+		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
+			return nil, fmt.Errorf("store: recent steps of %s: %w", runID, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: recent steps of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// SyncSteps reads every rank's steps in [from, to] with the fields the
+// straggler score needs (Step, Time, StepMS, SyncNS, SyncWaitMS), by rank
+// and newest first. It reads every rank's rows of the range: the caller
+// bounds ranks × steps.
+func (s *Store) SyncSteps(ctx context.Context, runID string, ranks []int, from, to int64) ([]RecentStep, error) {
+	rk := make([]int32, len(ranks))
+	for i, r := range ranks {
+		rk[i] = int32(r)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT rk.rank, x.step, x.time, x.step_ms, x.sync_ns, x.sync_wait_ms
+		FROM unnest($4::int[]) AS rk(rank), LATERAL (SELECT step, time, step_ms, sync_ns, sync_wait_ms FROM steps
+			WHERE run_id = $1 AND rank = rk.rank AND step >= $2 AND step <= $3 ORDER BY step DESC, time DESC) x
+		ORDER BY rk.rank, x.step DESC`, runID, from, to, rk)
+	if err != nil {
+		return nil, fmt.Errorf("store: sync steps of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []RecentStep
+	for rows.Next() {
+		var s RecentStep
+		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.StepMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
+			return nil, fmt.Errorf("store: sync steps of %s: %w", runID, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: sync steps of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// StepNear returns the first recorded step of the run's rank at or after s
+// (after true), or the last one at or before s, with its time; found is
+// false when there is none.
+func (s *Store) StepNear(ctx context.Context, runID string, rank int, step int64, after bool) (at int64, t time.Time, found bool, err error) {
+	sql := `SELECT step, time FROM steps WHERE run_id = $1 AND rank = $2 AND step >= $3 ORDER BY step LIMIT 1`
+	if !after {
+		sql = `SELECT step, time FROM steps WHERE run_id = $1 AND rank = $2 AND step <= $3 ORDER BY step DESC LIMIT 1`
+	}
+	err = s.pool.QueryRow(ctx, sql, runID, rank, step).Scan(&at, &t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, time.Time{}, false, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("store: step near %d of %s rank %d: %w", step, runID, rank, err)
+	}
+	return at, t, true, nil
+}
+
+// StepCopies returns how many rows each step of the run has, counted per
+// rank and step; a step several ranks hold shows one rank's count. Load
+// tools use it to check that what was acknowledged is stored once.
+func (s *Store) StepCopies(ctx context.Context, runID string) (map[int64]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT step, count(*) FROM steps WHERE run_id = $1 GROUP BY rank, step`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: step copies of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	out := map[int64]int{}
+	for rows.Next() {
+		var step int64
+		var n int
+		if err := rows.Scan(&step, &n); err != nil {
+			return nil, fmt.Errorf("store: step copies of %s: %w", runID, err)
+		}
+		out[step] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: step copies of %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// CountStepRows counts the run's rows in steps (layers false) or in
+// layer_times (layers true), and how many of them repeat a (rank, step)
+// key: the rows beyond the first of each key. Load tools use it.
+func (s *Store) CountStepRows(ctx context.Context, runID string, layers bool) (rows, repeated int64, err error) {
+	q := `SELECT count(*), count(*) - count(DISTINCT (rank, step)) FROM steps WHERE run_id = $1`
+	if layers {
+		q = `SELECT count(*), count(*) - count(DISTINCT (rank, step)) FROM layer_times WHERE run_id = $1`
+	}
+	if err := s.pool.QueryRow(ctx, q, runID).Scan(&rows, &repeated); err != nil {
+		return 0, 0, fmt.Errorf("store: count rows of %s: %w", runID, err)
+	}
+	return rows, repeated, nil
+}
+
+var stepCols = []string{"run_id", "rank", "step", "time", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped",
+	"samples", "tokens", "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
+	"comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu",
+	"sync_ns", "sync_wait_ms", "input_wait_ms", "comm_exposed_ms", "metrics"}
+
+func (b *batchPlan) stepRow(i int, r []any) []any {
+	s := b.steps[i]
+	var skipped any
+	if s.Skipped != nil {
+		skipped = *s.Skipped
+	}
+	return append(r, s.RunID, int32(s.Rank), *s.Step, s.Time.Time, f(s.Epoch), f(s.Loss), f(s.LR), f(s.GradNorm),
+		f(s.LossScale), skipped, optInt(s.Samples), optInt(s.Tokens), f(s.ThroughputSPS), f(s.ThroughputTPS),
+		f(s.StepMS), f(s.ForwardMS), f(s.BackwardMS), f(s.OptimizerMS), f(s.CommMS), f(s.DataMS), f(s.GPUUtilPct),
+		f(s.GPUMemUsedGB), f(s.GPUMemPeakGB), f(s.GPUMemResvGB), f(s.CPUUtilPct), f(s.TFLOPS), f(s.MFU),
+		optInt(s.SyncNS), f(s.SyncWaitMS), f(s.InputWaitMS), f(s.CommExposedMS), jsonValue(s.Metrics, len(s.Metrics) == 0))
+}
+
+// Merge statements. Steps, layers and evals: the newest version of each key
+// in the batch deletes stored versions with an older time and is inserted
+// unless a version with the same or a newer time is stored. The deleted
+// rows are all older than the inserted one, so both parts can share one
+// statement snapshot.
+var mergeSteps = mergeStepRows("steps")
+
+// mergeStepRows is the merge of table, keyed by run, rank and step, from
+// its tmp_ twin; every block it writes into gets its rollup marker set or
+// bumped in the same statement.
+func mergeStepRows(table string) string {
+	return strings.NewReplacer("TABLE", table).Replace(`WITH src AS (
+		SELECT DISTINCT ON (run_id, rank, step) * FROM tmp_TABLE ORDER BY run_id, rank, step, time DESC
+	), del AS (
+		DELETE FROM TABLE AS t USING src
+		WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time < src.time
+	), ins AS (
+		INSERT INTO TABLE SELECT src.* FROM src
+		WHERE NOT EXISTS (SELECT 1 FROM TABLE AS t
+			WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
+		ON CONFLICT DO NOTHING
+		RETURNING run_id, rank, step
+	), dirty AS (
+		INSERT INTO rollup_dirty (run_id, rank, block)
+		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
+		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
+	)
+	SELECT count(*) FROM ins`)
+}
+
+// RawPoint is one step's value of one metric.
+type RawPoint struct {
+	Step  int64
+	Time  time.Time
+	Value float64
+}
+
+// metricExpr returns the SQL expression reading metric from a steps row,
+// or an error when the name is not a known metric.
+func metricExpr(metric string) (string, error) {
+	if name, ok := strings.CutPrefix(metric, "metrics."); ok {
+		if name == "" {
+			return "", fmt.Errorf("empty user metric name")
+		}
+		// The name travels as a bound parameter; see SeriesRaw.
+		return `CASE WHEN (metrics->>$5) ~* '^\s*[-+]?([0-9.]+([eE][-+]?[0-9]+)?|NaN|Infinity|inf)\s*$' THEN (metrics->>$5)::float8 END`, nil
+	}
+	if metric == "skipped" {
+		return "skipped::int::float8", nil
+	}
+	if metric == "step" || IsStepMetric(metric) {
+		return metric + "::float8", nil
+	}
+	return "", fmt.Errorf("unknown metric %q", metric)
+}
+
+// SeriesRaw returns the raw values of metric for one rank over
+// [from, to], in step order, skipping rows without the metric.
+func (s *Store) SeriesRaw(ctx context.Context, runID string, rank int, metric string, from, to int64) ([]RawPoint, error) {
+	expr, err := metricExpr(metric)
+	if err != nil {
+		return nil, err
+	}
+	user, _ := strings.CutPrefix(metric, "metrics.")
+	q := `SELECT step, time, v FROM (SELECT step, time, ` + expr + ` AS v FROM steps
+		WHERE run_id = $1 AND rank = $2 AND step >= $3 AND step <= $4) x WHERE v IS NOT NULL ORDER BY step`
+	args := []any{runID, rank, from, to}
+	if strings.HasPrefix(metric, "metrics.") {
+		args = append(args, user)
+	} else {
+		q = strings.Replace(q, "$5", "''", -1)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s of %s: %w", metric, runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RawPoint, error) {
+		var p RawPoint
+		err := r.Scan(&p.Step, &p.Time, &p.Value)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s of %s: %w", metric, runID, err)
+	}
+	return out, nil
+}
+
+// RollupRow is one rollup bucket of one metric.
+type RollupRow struct {
+	Bucket    int64
+	FirstStep int64
+	FirstTime time.Time
+	Min, Max  float64
+	Sum       float64
+	Count     int64
+}
+
+// MetricRollups returns the buckets of width w of one metric and rank
+// whose index lies in [fromBucket, toBucket], in order.
+func (s *Store) MetricRollups(ctx context.Context, runID string, rank int, metric string, w, fromBucket, toBucket int64) ([]RollupRow, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT bucket, first_step, first_time, coalesce(min, 'NaN'), coalesce(max, 'NaN'), coalesce(sum, 'NaN'), count
+		FROM metric_rollups
+		WHERE run_id = $1 AND rank = $2 AND metric = $3 AND width = $4 AND bucket >= $5 AND bucket <= $6
+		ORDER BY bucket`, runID, rank, metric, w, fromBucket, toBucket)
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s rollups of %s: %w", metric, runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RollupRow, error) {
+		var p RollupRow
+		err := r.Scan(&p.Bucket, &p.FirstStep, &p.FirstTime, &p.Min, &p.Max, &p.Sum, &p.Count)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s rollups of %s: %w", metric, runID, err)
+	}
+	return out, nil
+}
+
+// StepSpan returns the first and last step of a rank.
+func (s *Store) StepSpan(ctx context.Context, runID string, rank int) (first, last int64, ok bool, err error) {
+	return s.span(ctx, "steps", runID, rank)
+}
+
+// span returns the first and last step of a rank in table (steps or
+// layer_times), each read from the end of its unique index.
+func (s *Store) span(ctx context.Context, table, runID string, rank int) (first, last int64, ok bool, err error) {
+	var f, l *int64
+	err = s.pool.QueryRow(ctx, `SELECT
+		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step LIMIT 1),
+		(SELECT step FROM `+table+` WHERE run_id = $1 AND rank = $2 ORDER BY step DESC LIMIT 1)`, runID, rank).Scan(&f, &l)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("store: %s span of %s: %w", table, runID, err)
+	}
+	if f == nil || l == nil {
+		return 0, 0, false, nil
+	}
+	return *f, *l, true, nil
+}
+
+// MaxStepValue is past every step a run can record.
+const MaxStepValue = int64(1) << 53
