@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/internal/localpg"
 )
 
 // chaosBodyTimeout is the server's and the collector's --body-timeout in
@@ -69,7 +69,7 @@ func (c *chaos) mountDB() error {
 		c.dbMount = ""
 		return fmt.Errorf("bench chaos: mount a tmpfs for the database (root needed): %v: %s", err, out)
 	}
-	c.pg = &store.LocalPostgres{Dir: filepath.Join(c.dbMount, "pg"), Fsync: true}
+	c.pg = &localpg.Cluster{Dir: filepath.Join(c.dbMount, "pg"), Fsync: true}
 	return nil
 }
 
