@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/stats"
 )
 
 // stepRow is one step of one rank as the detectors read it; the columns
@@ -142,7 +143,7 @@ func detectSteps(cfg Config, byRank map[int][]stepRow, running bool, now time.Ti
 			}
 		}
 		if len(sts) > 0 {
-			meds[r] = median(sts)
+			meds[r] = stats.Median(sts)
 		}
 		if len(rows) >= 10 && step > 0 {
 			if pct := 100 * data / step; pct > cfg.DataSharePct {
@@ -170,7 +171,7 @@ func detectSteps(cfg Config, byRank map[int][]stepRow, running bool, now time.Ti
 	}
 	limit := time.Duration(cfg.StallMin)
 	if len(all) > 0 {
-		limit = max(limit, time.Duration(cfg.StallSteps*median(all)*float64(time.Millisecond)))
+		limit = max(limit, time.Duration(cfg.StallSteps*stats.Median(all)*float64(time.Millisecond)))
 	}
 	if quiet := now.Sub(newest); quiet > limit {
 		out = append(out, firing{Kind: api.AlertStalled, Value: quiet.Seconds(), Threshold: limit.Seconds(), At: newest,
@@ -202,12 +203,12 @@ func lossSpike(cfg Config, rows []stepRow) (firing, bool) {
 	if len(prev) < 19 {
 		return firing{}, false
 	}
-	med := median(prev)
+	med := stats.Median(prev)
 	dev := make([]float64, len(prev))
 	for i, v := range prev {
 		dev[i] = math.Abs(v - med)
 	}
-	mad := median(dev)
+	mad := stats.Median(dev)
 	if mad <= 0 {
 		return firing{}, false
 	}
@@ -265,17 +266,4 @@ func detectIdle(cfg Config, gpus []gpuState) []firing {
 			Text: fmt.Sprintf("GPU %d of %s below %g %% utilisation for %s", g.GPU, g.Host, cfg.IdleUtilPct, idle.Round(time.Second))})
 	}
 	return out
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	n := len(s)
-	if n == 0 {
-		return math.NaN()
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

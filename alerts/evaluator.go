@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deepseed/deepseed/internal/tick"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -31,23 +32,13 @@ type Evaluator struct {
 // Run evaluates every interval until ctx is done. Several servers may run
 // it: a pass runs only on the one holding the advisory lock.
 func (e *Evaluator) Run(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		every = 5 * time.Second
-	}
 	log := e.logger()
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Loop(ctx, every, false, func(ctx context.Context) bool {
 		if _, err := e.Pass(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("evaluate detectors", "err", err)
 		}
-		t.Reset(every)
-	}
+		return false
+	})
 }
 
 func (e *Evaluator) logger() *slog.Logger {

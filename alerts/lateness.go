@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/deepseed/deepseed/internal/stats"
 )
 
 // Lateness under synchronous training (docs/ranks.md).
@@ -93,7 +95,7 @@ func syncSteps(byRank map[int][]stepRow, window int) []syncStep {
 	}
 	off := map[int]float64{}
 	for r, v := range rel {
-		off[r] = median(v)
+		off[r] = stats.Median(v)
 	}
 
 	out := make([]syncStep, 0, len(steps))
@@ -144,7 +146,7 @@ func syncSteps(byRank map[int][]stepRow, window int) []syncStep {
 		}
 		x.MedBusy = math.NaN()
 		if len(busy) > 0 {
-			x.MedBusy = median(busy)
+			x.MedBusy = stats.Median(busy)
 		}
 		out = append(out, x)
 	}

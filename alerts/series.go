@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -90,7 +91,7 @@ func BlockScores(blocks []ScoreBlock, meta []byte, cfg Config) []ScorePoint {
 				busy = append(busy, v)
 			}
 		}
-		med := median(busy)
+		med := stats.Median(busy)
 		if len(busy) == 0 || !(med > 0) || len(b.Late) < 2 {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -61,14 +62,14 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 			busy = append(busy, *s.BusyMS)
 		}
 	}
-	medBusy := Median(busy)
+	medBusy := stats.Median(busy)
 	var medians []float64
 	for _, a := range agg {
 		if a.MedianStepMS != nil {
 			medians = append(medians, *a.MedianStepMS)
 		}
 	}
-	med := Median(medians)
+	med := stats.Median(medians)
 	if len(medians) > 0 {
 		out.MedianStepMS = api.Float(med)
 	}
