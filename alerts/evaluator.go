@@ -1,3 +1,18 @@
+// Package alerts runs the server's detectors: rules over the rows a run
+// has already stored (steps, hang events, GPU samples) that open an alert
+// when a training run goes wrong — a non-finite loss, an overflow storm, a
+// loss spike, an idle GPU, a stalled run or rank, a starving input
+// pipeline, a straggling rank, a hang — keep it single while the condition
+// holds and resolve it when it clears. The detectors themselves are pure
+// functions in package detect, listed in detect.Table; this package reads
+// their rows, stores the straggler scores, keeps the alerts table and
+// shows it on /metrics.
+//
+// The detectors run in a background evaluator (Run), never in the ingest
+// path: every few seconds one server (an advisory lock elects it) reads
+// the newest rows of each running run, a bounded amount per run, runs
+// every detector of the table over them and reconciles the alerts table
+// with what fires.
 package alerts
 
 import (
@@ -8,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/internal/tick"
 	"github.com/deepseed/deepseed/store"
 )
@@ -23,7 +39,7 @@ const maxRuns = 500
 // Evaluator runs the detectors over a store.
 type Evaluator struct {
 	Store  *store.Store
-	Config Config
+	Config detect.Config
 	Log    *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -105,7 +121,7 @@ func (e *Evaluator) Pass(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return true, ctx.Err()
 		}
-		if err := e.evalRun(ctx, conn, r.id, r.running, e.Config.withMeta(r.meta)); err != nil {
+		if err := e.evalRun(ctx, conn, r.id, r.running, e.Config.WithMeta(r.meta)); err != nil {
 			e.logger().Warn("evaluate run", "run_id", r.id, "err", err)
 		}
 	}
@@ -118,7 +134,7 @@ type querier interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, running bool, cfg Config) error {
+func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, running bool, cfg detect.Config) error {
 	ranks, err := e.Store.RunRanks(ctx, runID)
 	if err != nil {
 		return err
@@ -127,33 +143,29 @@ func (e *Evaluator) evalRun(ctx context.Context, q querier, runID string, runnin
 	if err != nil {
 		return err
 	}
-	now := e.now()
-	fs := detectSteps(cfg, byRank, running, now)
-	newest, scored, err := scoreRanks(ctx, q, runID, byRank, cfg)
+	in := detect.Rows{Steps: byRank, Running: running, Now: e.now()}
+	in.Scores, in.Scored, err = scoreRanks(ctx, q, runID, byRank, cfg)
 	if err != nil {
 		return err
 	}
-	fs = append(fs, detectStragglers(cfg, newest, scored)...)
-	hangs, err := recentHangs(ctx, q, runID, newestStepTime(byRank))
+	in.Hangs, err = recentHangs(ctx, q, runID, newestStepTime(byRank))
 	if err != nil {
 		return err
 	}
-	fs = append(fs, detectHang(hangs, byRank)...)
 	if running {
-		gpus, err := recentGPUs(ctx, q, runID, cfg)
+		in.GPUs, err = recentGPUs(ctx, q, runID, cfg)
 		if err != nil {
 			return err
 		}
-		fs = append(fs, detectIdle(cfg, gpus)...)
 	}
-	return reconcile(ctx, q, runID, fs)
+	return reconcile(ctx, q, runID, detect.Run(cfg, in))
 }
 
 // recentSteps reads each rank's newest n steps, newest first. The ranks
 // come from the store (its rollup tables, not the steps), and each rank's
 // rows from a backward scan of the steps' unique index: a bounded read
 // however long the run.
-func recentSteps(ctx context.Context, q querier, runID string, ranks []int, n int) (map[int][]stepRow, error) {
+func recentSteps(ctx context.Context, q querier, runID string, ranks []int, n int) (map[int][]detect.StepRow, error) {
 	rk := make([]int32, len(ranks))
 	for i, r := range ranks {
 		rk[i] = int32(r)
@@ -168,9 +180,9 @@ func recentSteps(ctx context.Context, q querier, runID string, ranks []int, n in
 		return nil, fmt.Errorf("alerts: recent steps of %s: %w", runID, err)
 	}
 	defer rows.Close()
-	out := map[int][]stepRow{}
+	out := map[int][]detect.StepRow{}
 	for rows.Next() {
-		var s stepRow
+		var s detect.StepRow
 		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
 			return nil, fmt.Errorf("alerts: recent steps of %s: %w", runID, err)
 		}
@@ -185,7 +197,7 @@ func recentSteps(ctx context.Context, q querier, runID string, ranks []int, n in
 // recentGPUs reads each GPU's samples of the run over the last idle span
 // plus a margin, before its newest sample, through the gpu_samples_run
 // index.
-func recentGPUs(ctx context.Context, q querier, runID string, cfg Config) ([]gpuState, error) {
+func recentGPUs(ctx context.Context, q querier, runID string, cfg detect.Config) ([]detect.GPUState, error) {
 	span := time.Duration(cfg.IdleFor)*2 + time.Minute
 	rows, err := q.Query(ctx, `WITH last AS (SELECT max(time) AS t FROM gpu_samples WHERE run_id = $1 AND run_id <> '')
 		SELECT host, gpu, max(rank), max(time), max(time) FILTER (WHERE util_pct >= $3), min(time),
@@ -197,9 +209,9 @@ func recentGPUs(ctx context.Context, q querier, runID string, cfg Config) ([]gpu
 		return nil, fmt.Errorf("alerts: recent GPU samples of %s: %w", runID, err)
 	}
 	defer rows.Close()
-	var out []gpuState
+	var out []detect.GPUState
 	for rows.Next() {
-		var g gpuState
+		var g detect.GPUState
 		var busy *time.Time
 		var first time.Time
 		if err := rows.Scan(&g.Host, &g.GPU, &g.Rank, &g.Last, &busy, &first, &g.LastUtil); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -65,7 +66,7 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.CounterValue, total, kind)
 	}
 	rows.Close()
-	for _, k := range kindsList() {
+	for _, k := range api.AlertKinds {
 		if !seen[k] {
 			ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, 0, k)
 			ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.CounterValue, 0, k)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
@@ -16,7 +17,7 @@ import (
 // reconcile makes the run's open alerts what fires: a new firing opens an
 // alert, one already open is updated in place (the partial unique index
 // keeps it single), and an open alert that no longer fires is resolved.
-func reconcile(ctx context.Context, q querier, runID string, fs []firing) error {
+func reconcile(ctx context.Context, q querier, runID string, fs []detect.Firing) error {
 	tx, err := q.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("alerts: reconcile %s: %w", runID, err)
@@ -139,16 +140,16 @@ func Annotations(ctx context.Context, st *store.Store, runID string, from, to ti
 // continuing each rank's EWMA from the last stored score when that step
 // is still among them, stores the new scores in rank_scores and returns
 // each rank's newest score and how many steps were scored to get it.
-func scoreRanks(ctx context.Context, q querier, runID string, byRank map[int][]stepRow, cfg Config) (map[int]rankScore, int, error) {
-	steps := syncSteps(byRank, cfg.Window)
+func scoreRanks(ctx context.Context, q querier, runID string, byRank map[int][]detect.StepRow, cfg detect.Config) (map[int]detect.RankScore, int, error) {
+	steps := detect.SyncSteps(byRank, cfg.Window)
 	rows, err := q.Query(ctx, `SELECT rank, step, time, lateness_ms, busy_ms, wait_ms, score FROM rank_scores
 		WHERE run_id = $1 AND step = (SELECT max(step) FROM rank_scores WHERE run_id = $1)`, runID)
 	if err != nil {
 		return nil, 0, fmt.Errorf("alerts: last scores of %s: %w", runID, err)
 	}
-	last := map[int]rankScore{}
+	last := map[int]detect.RankScore{}
 	for rows.Next() {
-		var s rankScore
+		var s detect.RankScore
 		var late, busy, wait *float64
 		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &late, &busy, &wait, &s.Score); err != nil {
 			rows.Close()
@@ -172,21 +173,21 @@ func scoreRanks(ctx context.Context, q querier, runID string, byRank map[int][]s
 	cont := len(last) > 0 && len(steps) > 0 && steps[0].Step <= lastStep
 	scored := len(steps)
 	if cont {
-		i := slices.IndexFunc(steps, func(x syncStep) bool { return x.Step > lastStep })
+		i := slices.IndexFunc(steps, func(x detect.SyncStep) bool { return x.Step > lastStep })
 		if i < 0 {
 			steps = nil
 		} else {
 			steps = steps[i:]
 		}
-		scored = minScored // a stored series was scored before
+		scored = detect.MinScored // a stored series was scored before
 	} else {
 		prev = nil
-		if len(steps) < minScored {
+		if len(steps) < detect.MinScored {
 			return nil, 0, nil // a series starts with enough steps to fire on
 		}
 	}
-	fresh := stragglerScores(steps, cfg.StragglerAlpha, prev)
-	newest := map[int]rankScore{}
+	fresh := detect.StragglerScores(steps, cfg.StragglerAlpha, prev)
+	newest := map[int]detect.RankScore{}
 	if cont {
 		for r, s := range last {
 			newest[r] = s

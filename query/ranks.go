@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/alerts"
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
@@ -269,9 +270,9 @@ func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64, ran
 
 // alertsConfig is the detectors' configuration the server runs with
 // (Options.Alerts), whose straggler score runs never scored are given.
-func (h *Handler) alertsConfig() alerts.Config {
+func (h *Handler) alertsConfig() detect.Config {
 	if h.opt.Alerts != nil {
 		return *h.opt.Alerts
 	}
-	return alerts.Defaults()
+	return detect.Defaults()
 }
