@@ -6,8 +6,9 @@
 // with Run, and the dashboards generator writes Grafana's rules from it.
 //
 // Adding a detector is a file here with its function and a line in Table,
-// its kind in api.AlertKinds, and, when it needs rows no detector reads
-// yet, a field of Rows that the evaluator fills.
+// its kind in api.AlertKinds and the API document, the Grafana rules
+// regenerated (go run ./dashboards/gen), and, when it needs rows no
+// detector reads yet, a field of Rows that the evaluator fills.
 //
 // The package depends on no database code, so that the dashboards can
 // use its table and defaults without pulling in the store.
