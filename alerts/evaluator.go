@@ -1,3 +1,20 @@
+// Package alerts runs the server's detectors: rules over the rows a run
+// has already stored (steps, hang events, GPU samples) that open an alert
+// when a training run goes wrong — a non-finite loss, an overflow storm, a
+// loss spike, an idle GPU, a stalled run or rank, a starving input
+// pipeline, a straggling rank, a hang — keep it single while the condition
+// holds and resolve it when it clears. The detectors themselves are pure
+// functions in package detect, listed in detect.Table; this package reads
+// their rows, stores the straggler scores, keeps the alerts table and
+// shows it on /metrics.
+//
+// The detectors run in a background evaluator (Run), never in the ingest
+// path: every few seconds one server (an advisory lock elects it) reads
+// the newest rows of each running run, a bounded amount per run, runs
+// every detector of the table over them and reconciles the alerts table
+// with what fires. The rows come from, and the alerts go to, the store's
+// methods (store/alerts.go, steps.go, samples_gpu.go, events.go): this
+// package holds no SQL.
 package alerts
 
 import (
@@ -6,6 +23,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/internal/tick"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -20,7 +39,7 @@ const maxRuns = 500
 // Evaluator runs the detectors over a store.
 type Evaluator struct {
 	Store  *store.Store
-	Config Config
+	Config detect.Config
 	Log    *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -29,23 +48,13 @@ type Evaluator struct {
 // Run evaluates every interval until ctx is done. Several servers may run
 // it: a pass runs only on the one holding the advisory lock.
 func (e *Evaluator) Run(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		every = 5 * time.Second
-	}
 	log := e.logger()
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Loop(ctx, every, false, func(ctx context.Context) bool {
 		if _, err := e.Pass(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("evaluate detectors", "err", err)
 		}
-		t.Reset(every)
-	}
+		return false
+	})
 }
 
 func (e *Evaluator) logger() *slog.Logger {
@@ -76,7 +85,7 @@ func (e *Evaluator) Pass(ctx context.Context) (bool, error) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if err := e.evalRun(ctx, r.RunID, r.Running, e.Config.withMeta(r.Meta)); err != nil {
+			if err := e.evalRun(ctx, r.RunID, r.Running, e.Config.WithMeta(r.Meta)); err != nil {
 				e.logger().Warn("evaluate run", "run_id", r.RunID, "err", err)
 			}
 		}
@@ -88,7 +97,7 @@ func (e *Evaluator) Pass(ctx context.Context) (bool, error) {
 	return held, err
 }
 
-func (e *Evaluator) evalRun(ctx context.Context, runID string, running bool, cfg Config) error {
+func (e *Evaluator) evalRun(ctx context.Context, runID string, running bool, cfg detect.Config) error {
 	ranks, err := e.Store.RunRanks(ctx, runID)
 	if err != nil {
 		return err
@@ -97,40 +106,36 @@ func (e *Evaluator) evalRun(ctx context.Context, runID string, running bool, cfg
 	if err != nil {
 		return err
 	}
-	now := e.now()
-	fs := detectSteps(cfg, byRank, running, now)
-	newest, scored, err := scoreRanks(ctx, e.Store, runID, byRank, cfg)
+	in := detect.Rows{Steps: byRank, Running: running, Now: e.now()}
+	in.Scores, in.Scored, err = scoreRanks(ctx, e.Store, runID, byRank, cfg)
 	if err != nil {
 		return err
 	}
-	fs = append(fs, detectStragglers(cfg, newest, scored)...)
-	hangs, err := recentHangs(ctx, e.Store, runID, newestStepTime(byRank))
+	in.Hangs, err = recentHangs(ctx, e.Store, runID, newestStepTime(byRank))
 	if err != nil {
 		return err
 	}
-	fs = append(fs, detectHang(hangs, byRank)...)
 	if running {
-		gpus, err := recentGPUs(ctx, e.Store, runID, cfg)
+		in.GPUs, err = recentGPUs(ctx, e.Store, runID, cfg)
 		if err != nil {
 			return err
 		}
-		fs = append(fs, detectIdle(cfg, gpus)...)
 	}
-	return reconcile(ctx, e.Store, runID, fs)
+	return reconcile(ctx, e.Store, runID, detect.Run(cfg, in))
 }
 
 // recentSteps reads each rank's newest n steps, newest first. The ranks
 // come from the store (its rollup tables, not the steps), and each rank's
 // rows from a backward scan of the steps' unique index: a bounded read
 // however long the run.
-func recentSteps(ctx context.Context, st *store.Store, runID string, ranks []int, n int) (map[int][]stepRow, error) {
+func recentSteps(ctx context.Context, st *store.Store, runID string, ranks []int, n int) (map[int][]detect.StepRow, error) {
 	rows, err := st.RecentSteps(ctx, runID, ranks, n)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	out := map[int][]stepRow{}
+	out := map[int][]detect.StepRow{}
 	for _, s := range rows {
-		out[s.Rank] = append(out[s.Rank], stepRow(s))
+		out[s.Rank] = append(out[s.Rank], detect.StepRow(s))
 	}
 	return out, nil
 }
@@ -138,15 +143,15 @@ func recentSteps(ctx context.Context, st *store.Store, runID string, ranks []int
 // recentGPUs reads each GPU's samples of the run over the last idle span
 // plus a margin, before its newest sample, through the gpu_samples_run
 // index.
-func recentGPUs(ctx context.Context, st *store.Store, runID string, cfg Config) ([]gpuState, error) {
+func recentGPUs(ctx context.Context, st *store.Store, runID string, cfg detect.Config) ([]detect.GPUState, error) {
 	span := time.Duration(cfg.IdleFor)*2 + time.Minute
 	rows, err := st.RecentGPUActivity(ctx, runID, span, cfg.IdleUtilPct)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	var out []gpuState
+	var out []detect.GPUState
 	for _, r := range rows {
-		g := gpuState{Host: r.Host, GPU: r.GPU, Rank: r.Rank, Last: r.Last, IdleSince: r.First, LastUtil: r.LastUtil}
+		g := detect.GPUState{Host: r.Host, GPU: r.GPU, Rank: r.Rank, Last: r.Last, IdleSince: r.First, LastUtil: r.LastUtil}
 		if r.LastBusy != nil {
 			g.IdleSince = *r.LastBusy
 		}

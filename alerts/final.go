@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -18,22 +19,22 @@ import (
 // than one part in two hundred ((1 − 0.1)^50). It reads a bounded number of rows a rank and writes
 // nothing, so a query server on a standby can call it. Nil when the run
 // has fewer than two ranks or fewer scored steps than the detector needs.
-func FinalScores(ctx context.Context, st *store.Store, runID string, ranks []int, meta []byte, cfg Config) (map[int]float64, error) {
+func FinalScores(ctx context.Context, st *store.Store, runID string, ranks []int, meta []byte, cfg detect.Config) (map[int]float64, error) {
 	if len(ranks) < 2 {
 		return nil, nil
 	}
-	cfg = cfg.withMeta(meta)
+	cfg = cfg.WithMeta(meta)
 	byRank, err := recentSteps(ctx, st, runID, ranks, cfg.Window)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: final scores: %w", err)
 	}
-	steps := syncSteps(byRank, cfg.Window)
-	if len(steps) < minScored {
+	steps := detect.SyncSteps(byRank, cfg.Window)
+	if len(steps) < detect.MinScored {
 		return nil, nil
 	}
 	out := map[int]float64{}
 	// Oldest first: each rank's last score is its newest.
-	for _, s := range stragglerScores(steps, cfg.StragglerAlpha, nil) {
+	for _, s := range detect.StragglerScores(steps, cfg.StragglerAlpha, nil) {
 		out[s.Rank] = s.Score
 	}
 	if len(out) == 0 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/exposition"
 	"github.com/deepseed/deepseed/store"
 )
@@ -44,7 +45,7 @@ func (c Collector) WriteMetrics(w io.Writer) error {
 	for _, r := range counts {
 		openN[r.Kind], totalN[r.Kind] = r.Open, r.Total
 	}
-	for _, k := range kindsList() {
+	for _, k := range api.AlertKinds {
 		openN[k], totalN[k] = openN[k], totalN[k]
 	}
 	kinds := make([]string, 0, len(openN))

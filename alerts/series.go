@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -26,23 +28,23 @@ type ScorePoint struct {
 // never scored. It reads every rank's rows of the range, so the caller
 // bounds ranks × steps (BlockScores reads rollups instead). Oldest first;
 // nil for fewer than two ranks.
-func ScoreSeries(ctx context.Context, st *store.Store, runID string, ranks []int, meta []byte, cfg Config, from, to int64) ([]ScorePoint, error) {
+func ScoreSeries(ctx context.Context, st *store.Store, runID string, ranks []int, meta []byte, cfg detect.Config, from, to int64) ([]ScorePoint, error) {
 	if len(ranks) < 2 || from > to {
 		return nil, nil
 	}
-	cfg = cfg.withMeta(meta)
+	cfg = cfg.WithMeta(meta)
 	rows, err := st.SyncSteps(ctx, runID, ranks, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: score series: %w", err)
 	}
-	byRank := map[int][]stepRow{}
+	byRank := map[int][]detect.StepRow{}
 	n := 0
 	for _, s := range rows {
-		byRank[s.Rank] = append(byRank[s.Rank], stepRow(s))
+		byRank[s.Rank] = append(byRank[s.Rank], detect.StepRow(s))
 		n++
 	}
 	var out []ScorePoint
-	for _, s := range stragglerScores(syncSteps(byRank, n), cfg.StragglerAlpha, nil) {
+	for _, s := range detect.StragglerScores(detect.SyncSteps(byRank, n), cfg.StragglerAlpha, nil) {
 		out = append(out, ScorePoint{Rank: s.Rank, Step: s.Step, Time: s.Time, Score: s.Score})
 	}
 	return out, nil
@@ -63,8 +65,8 @@ type ScoreBlock struct {
 // update weighted as its steps would have been together (1 − (1 − α)^n),
 // of the block's mean lateness over the median of the ranks' mean busy
 // time. The work is a few numbers a rank a block, whatever the steps.
-func BlockScores(blocks []ScoreBlock, meta []byte, cfg Config) []ScorePoint {
-	cfg = cfg.withMeta(meta)
+func BlockScores(blocks []ScoreBlock, meta []byte, cfg detect.Config) []ScorePoint {
+	cfg = cfg.WithMeta(meta)
 	ewma := map[int]float64{}
 	var out []ScorePoint
 	for _, b := range blocks {
@@ -74,7 +76,7 @@ func BlockScores(blocks []ScoreBlock, meta []byte, cfg Config) []ScorePoint {
 				busy = append(busy, v)
 			}
 		}
-		med := median(busy)
+		med := stats.Median(busy)
 		if len(busy) == 0 || !(med > 0) || len(b.Late) < 2 {
 			continue
 		}

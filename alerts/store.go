@@ -6,12 +6,13 @@ import (
 	"math"
 	"slices"
 
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/store"
 )
 
 // reconcile makes the run's open alerts what fires (see
 // [store.Store.ReconcileAlerts]).
-func reconcile(ctx context.Context, st *store.Store, runID string, fs []firing) error {
+func reconcile(ctx context.Context, st *store.Store, runID string, fs []detect.Firing) error {
 	rows := make([]store.Firing, len(fs))
 	for i, f := range fs {
 		rows[i] = store.Firing(f)
@@ -26,15 +27,15 @@ func reconcile(ctx context.Context, st *store.Store, runID string, fs []firing) 
 // continuing each rank's EWMA from the last stored score when that step
 // is still among them, stores the new scores in rank_scores and returns
 // each rank's newest score and how many steps were scored to get it.
-func scoreRanks(ctx context.Context, st *store.Store, runID string, byRank map[int][]stepRow, cfg Config) (map[int]rankScore, int, error) {
-	steps := syncSteps(byRank, cfg.Window)
+func scoreRanks(ctx context.Context, st *store.Store, runID string, byRank map[int][]detect.StepRow, cfg detect.Config) (map[int]detect.RankScore, int, error) {
+	steps := detect.SyncSteps(byRank, cfg.Window)
 	stored, err := st.LastRankScores(ctx, runID)
 	if err != nil {
 		return nil, 0, fmt.Errorf("alerts: %w", err)
 	}
-	last := map[int]rankScore{}
+	last := map[int]detect.RankScore{}
 	for _, r := range stored {
-		last[r.Rank] = rankScore{Rank: r.Rank, Step: r.Step, Time: r.Time,
+		last[r.Rank] = detect.RankScore{Rank: r.Rank, Step: r.Step, Time: r.Time,
 			Late: orNaN(r.Late), Busy: orNaN(r.Busy), Wait: orNaN(r.Wait), Score: r.Score}
 	}
 	var lastStep int64 = -1
@@ -48,21 +49,21 @@ func scoreRanks(ctx context.Context, st *store.Store, runID string, byRank map[i
 	cont := len(last) > 0 && len(steps) > 0 && steps[0].Step <= lastStep
 	scored := len(steps)
 	if cont {
-		i := slices.IndexFunc(steps, func(x syncStep) bool { return x.Step > lastStep })
+		i := slices.IndexFunc(steps, func(x detect.SyncStep) bool { return x.Step > lastStep })
 		if i < 0 {
 			steps = nil
 		} else {
 			steps = steps[i:]
 		}
-		scored = minScored // a stored series was scored before
+		scored = detect.MinScored // a stored series was scored before
 	} else {
 		prev = nil
-		if len(steps) < minScored {
+		if len(steps) < detect.MinScored {
 			return nil, 0, nil // a series starts with enough steps to fire on
 		}
 	}
-	fresh := stragglerScores(steps, cfg.StragglerAlpha, prev)
-	newest := map[int]rankScore{}
+	fresh := detect.StragglerScores(steps, cfg.StragglerAlpha, prev)
+	newest := map[int]detect.RankScore{}
 	if cont {
 		for r, s := range last {
 			newest[r] = s

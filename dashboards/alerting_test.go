@@ -1,7 +1,9 @@
 package dashboards_test
 
 import (
+	"bytes"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,13 +14,30 @@ import (
 	"github.com/deepseed/deepseed/dashboards"
 )
 
+// TestCommittedAlertRulesMatchGenerator fails when the provisioned alert
+// rules drift from the detectors' table that generates them: someone
+// edited the YAML by hand, or changed a detector without regenerating.
+func TestCommittedAlertRulesMatchGenerator(t *testing.T) {
+	want, err := dashboards.RenderAlerting()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(dashboards.AlertRulesFile)))
+	if err != nil {
+		t.Fatalf("%v (run: go run ./dashboards/gen)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the generator; run: go run ./dashboards/gen", dashboards.AlertRulesFile)
+	}
+}
+
 // TestAlertingProvisioning checks the provisioned Grafana alert rules:
 // one per server detector, each asking the DeepSeed data source for that
 // kind's open alerts in the numeric format Grafana alerting reads, with a
 // threshold over it; the contact point's address comes from the
 // environment, and compose mounts the directory.
 func TestAlertingProvisioning(t *testing.T) {
-	raw, err := os.ReadFile("../grafana/provisioning/alerting/deepseed.yaml")
+	raw, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(dashboards.AlertRulesFile)))
 	if err != nil {
 		t.Fatal(err)
 	}

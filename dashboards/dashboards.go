@@ -1,12 +1,17 @@
 // Package dashboards builds DeepSeed's provisioned Grafana dashboards from
 // Go with the Grafana Foundation SDK, so that every panel query is an
-// [api.PluginQuery] checked by the compiler and by tests.
+// [api.PluginQuery] checked by the compiler and by tests, and Grafana's
+// alert rules from the server's detectors (detect.Table), one rule each.
+// It depends on no database code.
 //
 // Usage:
 //
-//  1. go run ./dashboards/gen writes dashboards/json/<uid>.json;
-//  2. Grafana's dashboard provider (dashboards/provisioning) loads that folder;
-//  3. go test ./dashboards fails when the committed JSON drifts from [All].
+//  1. go run ./dashboards/gen writes dashboards/json/<uid>.json and
+//     [AlertRulesFile];
+//  2. Grafana's dashboard provider (dashboards/provisioning) loads that folder,
+//     and its alerting provisioning that file;
+//  3. go test ./dashboards fails when the committed JSON drifts from [All],
+//     or the committed rules from [RenderAlerting].
 package dashboards
 
 import (

@@ -11,7 +11,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/trend"
 
-	"github.com/deepseed/deepseed/alerts"
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
@@ -293,10 +293,10 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 const noRankSteps = "no step with timings recorded for this run: needs watch() (an agent's job that never reached a step has none)"
 
 // stragglerScoreChart is each rank's straggler score by step, with the
-// straggler alert's default threshold (alerts.Defaults) as a dashed line:
+// straggler alert's default threshold (detect.Defaults) as a dashed line:
 // where a rank's line crosses it is when the alert opened.
 func stragglerScoreChart(pos dashboard.GridPos) *trend.PanelBuilder {
-	limit := alerts.Defaults().StragglerPct / 100
+	limit := detect.Defaults().StragglerPct / 100
 	return rankStepChart("Straggler score per rank",
 		fmt.Sprintf("Each rank's straggler score by step: an EWMA of its lateness as a share of the ranks' median busy time. The rank whose line rises is the straggler, from the step where it leaves 0; the straggler alert fires while a score is above the dashed line (%g %%, the default straggler_pct; a run's own setting may differ). Scores are those the alert evaluator stored while the run was live; for a run it never scored (finished, imported) they are computed from its records by the same definition.", limit*100),
 		"percentunit", pos, "straggler_score").

@@ -27,7 +27,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/deepseed/deepseed/alerts"
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/store"
@@ -51,8 +51,8 @@ type Options struct {
 	ReplayWait time.Duration
 	// Alerts is the detectors' configuration, whose straggler score the
 	// ranks of a run the evaluator never scored are given; nil means
-	// alerts.Defaults().
-	Alerts *alerts.Config
+	// detect.Defaults().
+	Alerts *detect.Config
 }
 
 // Handler serves the query routes.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/deepseed/deepseed/alerts"
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -131,7 +132,7 @@ func (rs *rankSeries) computedScores(ctx context.Context, p plan) ([]store.RankB
 
 // blockScores computes the scores from the rollups of lateness and busy
 // time: a few rows a rank a block.
-func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg alerts.Config) ([]alerts.ScorePoint, error) {
+func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg detect.Config) ([]alerts.ScorePoint, error) {
 	if err := rs.h.refreshRollups(ctx, rs.runID); err != nil {
 		return nil, err
 	}

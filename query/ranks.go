@@ -9,7 +9,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/alerts"
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -61,14 +63,14 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 			busy = append(busy, *s.BusyMS)
 		}
 	}
-	medBusy := Median(busy)
+	medBusy := stats.Median(busy)
 	var medians []float64
 	for _, a := range agg {
 		if a.MedianStepMS != nil {
 			medians = append(medians, *a.MedianStepMS)
 		}
 	}
-	med := Median(medians)
+	med := stats.Median(medians)
 	if len(medians) > 0 {
 		out.MedianStepMS = api.Float(med)
 	}
@@ -268,9 +270,9 @@ func (h *Handler) steadyRanks(ctx context.Context, runID string, from int64, ran
 
 // alertsConfig is the detectors' configuration the server runs with
 // (Options.Alerts), whose straggler score runs never scored are given.
-func (h *Handler) alertsConfig() alerts.Config {
+func (h *Handler) alertsConfig() detect.Config {
 	if h.opt.Alerts != nil {
 		return *h.opt.Alerts
 	}
-	return alerts.Defaults()
+	return detect.Defaults()
 }

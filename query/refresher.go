@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/deepseed/deepseed/internal/tick"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -26,24 +27,8 @@ func RunRefresher(ctx context.Context, st *store.Store, every time.Duration, log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if every <= 0 {
-		every = 5 * time.Second
-	}
 	log = log.With("component", "rollup-refresher")
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		wait := every
-		if refreshPass(ctx, st, log) {
-			wait = 0
-		}
-		t.Reset(wait)
-	}
+	tick.Loop(ctx, every, true, func(ctx context.Context) bool { return refreshPass(ctx, st, log) })
 }
 
 // refreshPass refreshes a bounded amount of every dirty run and reports

@@ -3,8 +3,8 @@ package query
 import (
 	"context"
 	"math"
-	"sort"
 
+	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -38,7 +38,7 @@ func steadyStart(pts []store.RawPoint) int64 {
 	for i, p := range xs {
 		vals[i] = p.Value
 	}
-	m := Median(vals)
+	m := stats.Median(vals)
 	tol := steadyTol * m
 	w := len(xs) / 20
 	w = max(5, min(w, 50))
@@ -47,7 +47,7 @@ func steadyStart(pts []store.RawPoint) int64 {
 	win := make([]float64, 0, w)
 	for i := w - 1; i < half; i++ {
 		win = append(win[:0], vals[i-w+1:i+1]...)
-		if math.Abs(Median(win)-m) > tol {
+		if math.Abs(stats.Median(win)-m) > tol {
 			start = i + 1
 		}
 	}
@@ -55,20 +55,6 @@ func steadyStart(pts []store.RawPoint) int64 {
 		start++
 	}
 	return xs[start].Step
-}
-
-// Median returns the median of v, NaN when v is empty; v is not changed.
-func Median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	n := len(s)
-	if n == 0 {
-		return math.NaN()
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // steadyFrom returns the steady state's first step of a rank of a run.

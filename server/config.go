@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deepseed/deepseed/alerts"
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/internal/httplimit"
 )
 
@@ -67,8 +67,8 @@ type Config struct {
 	// means every 5 seconds, a negative value turns them off.
 	AlertsEvery time.Duration
 	// Alerts holds the detectors' default thresholds; a run's meta
-	// overrides them (see alerts.Config).
-	Alerts alerts.Config
+	// overrides them (see detect.Config).
+	Alerts detect.Config
 }
 
 // DefaultConfig returns the defaults the serve command starts from.
@@ -82,7 +82,7 @@ func DefaultConfig() Config {
 		CompressAfter:   7 * 24 * time.Hour,
 		Timescale:       "auto",
 		AlertsEvery:     5 * time.Second,
-		Alerts:          alerts.Defaults(),
+		Alerts:          detect.Defaults(),
 
 		JobHeartbeatTimeout: 60 * time.Second,
 	}

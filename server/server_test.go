@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -278,7 +279,7 @@ func TestReadinessFollowsDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and stops its own PostgreSQL")
 	}
-	lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg")}
+	lp := &localpg.Cluster{Dir: filepath.Join(storetest.DataDir(t), "pg")}
 	ctx := context.Background()
 	if _, err := lp.Start(ctx); err != nil {
 		t.Fatal(err)

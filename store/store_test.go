@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -55,31 +54,5 @@ func TestMigrateConcurrently(t *testing.T) {
 	ok, err := s.Migrated(ctx)
 	if err != nil || !ok {
 		t.Fatalf("Migrated = %v, %v", ok, err)
-	}
-}
-
-// A private cluster left running by a process that died without stopping
-// it (kill -9) must not keep the next server from starting.
-func TestLocalPostgresTakesOverLeftoverCluster(t *testing.T) {
-	ctx := context.Background()
-	dir := filepath.Join(storetest.DataDir(t), "pg")
-	first := &store.LocalPostgres{Dir: dir}
-	if _, err := first.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The first owner vanishes without calling Stop.
-	second := &store.LocalPostgres{Dir: dir}
-	u, err := second.Start(ctx)
-	if err != nil {
-		t.Fatalf("start over a leftover cluster: %v", err)
-	}
-	defer second.Stop()
-	s, err := store.Open(ctx, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Ping(ctx); err != nil {
-		t.Fatalf("second cluster does not answer: %v", err)
 	}
 }

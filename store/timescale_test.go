@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -64,14 +65,14 @@ func TestSetupTimescaleUnreachable(t *testing.T) {
 // server shows the not-installed case.
 func TestSetupModeWithoutUsableTimescale(t *testing.T) {
 	ctx := context.Background()
-	bin, err := store.FindPostgresBin()
+	bin, err := localpg.FindBin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var s *store.Store
 	want := "not installed"
-	if _, ok := store.TimescaleInstalled(bin); ok {
-		lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
+	if _, ok := localpg.TimescaleInstalled(bin); ok {
+		lp := &localpg.Cluster{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
 		u, err := lp.Start(ctx)
 		if err != nil {
 			t.Fatal(err)

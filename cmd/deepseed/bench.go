@@ -16,7 +16,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
-	"github.com/deepseed/deepseed/query"
+	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -177,10 +177,10 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 			r, n, d.Seconds(), rawRate, cfg.conns)
 		fmt.Printf("round %d  ratio:       %.0f %% of raw COPY\n", r, 100*httpRate/rawRate)
 	}
-	fmt.Printf("http ingest: %.0f records/s (median of %d rounds)\n", query.Median(httpRates), len(httpRates))
+	fmt.Printf("http ingest: %.0f records/s (median of %d rounds)\n", stats.Median(httpRates), len(httpRates))
 	if st != nil {
-		fmt.Printf("raw COPY:    %.0f records/s (median of %d rounds)\n", query.Median(rawRates), len(rawRates))
-		fmt.Printf("ratio:       %.0f %% of raw COPY (median of the rounds' ratios)\n", 100*query.Median(ratios))
+		fmt.Printf("raw COPY:    %.0f records/s (median of %d rounds)\n", stats.Median(rawRates), len(rawRates))
+		fmt.Printf("ratio:       %.0f %% of raw COPY (median of the rounds' ratios)\n", 100*stats.Median(ratios))
 	}
 	return nil
 }

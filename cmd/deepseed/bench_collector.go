@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -52,7 +53,7 @@ type collectorBench struct {
 	run               string
 	serverPort        int
 	hookPort, metPort int
-	pg                *store.LocalPostgres
+	pg                *localpg.Cluster
 	dbURL             string
 	procs             []*exec.Cmd
 	logs              []*bytes.Buffer
@@ -125,7 +126,7 @@ func runCollectorBench(ctx context.Context, args []string) error {
 
 // start brings up PostgreSQL, the server and the collector.
 func (b *collectorBench) start(ctx context.Context, fsync bool) error {
-	b.pg = &store.LocalPostgres{Dir: filepath.Join(b.dir, "pg"), Fsync: fsync}
+	b.pg = &localpg.Cluster{Dir: filepath.Join(b.dir, "pg"), Fsync: fsync}
 	var err error
 	if b.dbURL, err = b.pg.Start(ctx); err != nil {
 		return fmt.Errorf("start PostgreSQL: %w", err)

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -52,7 +53,7 @@ type chaos struct {
 	bin, dir, token string
 	rate            int
 	spoolMax        int64
-	pg              *store.LocalPostgres
+	pg              *localpg.Cluster
 	dbURL           string
 	serverPort      int
 	hookPort        int
@@ -286,7 +287,7 @@ func (c *chaos) send(ctx context.Context) {
 
 func (c *chaos) startPostgres(ctx context.Context) error {
 	if c.pg == nil {
-		c.pg = &store.LocalPostgres{Dir: filepath.Join(c.dir, "pg"), Fsync: true}
+		c.pg = &localpg.Cluster{Dir: filepath.Join(c.dir, "pg"), Fsync: true}
 	}
 	var err error
 	for try := 0; try < 20; try++ {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -56,7 +57,7 @@ func (c *chaos) mountDB() error {
 		c.dbMount = ""
 		return fmt.Errorf("bench chaos: mount a tmpfs for the database (root needed): %v: %s", err, out)
 	}
-	c.pg = &store.LocalPostgres{Dir: filepath.Join(c.dbMount, "pg"), Fsync: true}
+	c.pg = &localpg.Cluster{Dir: filepath.Join(c.dbMount, "pg"), Fsync: true}
 	return nil
 }
 

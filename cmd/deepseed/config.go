@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/internal/httplimit"
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/store"
 )
@@ -249,13 +250,13 @@ func (d *dbFlags) parse(w io.Writer) (dbConfig, []error) {
 // private PostgreSQL in the data directory and opens its "deepseed"
 // database. The returned close function closes the pool and stops the
 // private cluster when this process started it; a cluster owned by
-// another process (see store.LocalPostgres) is used as a client and left
+// another process (see localpg.Cluster) is used as a client and left
 // running.
 func openDatabase(ctx context.Context, c dbConfig) (*store.Store, func(), error) {
 	url := c.databaseURL
 	stop := func() {}
 	if url == "" {
-		lp := &store.LocalPostgres{Dir: filepath.Join(c.dataDir, "postgres"), Port: c.localPGPort, Logger: c.log, Fsync: true}
+		lp := &localpg.Cluster{Dir: filepath.Join(c.dataDir, "postgres"), Port: c.localPGPort, Logger: c.log, Fsync: true}
 		c.log.Info("no database URL: using a private PostgreSQL", "dir", lp.Dir, "port", lp.Port)
 		admin, err := lp.Start(ctx)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -222,7 +223,7 @@ func TestServeSIGTERMExitsZero(t *testing.T) {
 // serve keeps in dataDir, with the password it generated.
 func privateURL(t *testing.T, dataDir string, port int, db string) string {
 	t.Helper()
-	pw, err := store.ReadLocalPassword(filepath.Join(dataDir, "postgres"))
+	pw, err := localpg.ReadPassword(filepath.Join(dataDir, "postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}

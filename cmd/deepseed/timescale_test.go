@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
@@ -16,7 +16,7 @@ import (
 // it): auto runs plain PostgreSQL and says how to enable TimescaleDB,
 // --timescale=require makes both fail.
 func TestTimescaleRuleSameForServeAndMigrate(t *testing.T) {
-	lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
+	lp := &localpg.Cluster{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
 	if _, err := lp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/internal/localpg"
 )
 
 // Replicated is a primary PostgreSQL and a hot standby streaming from it,
@@ -19,7 +19,7 @@ type Replicated struct {
 	PrimaryURL, StandbyURL string
 
 	standbyAdmin string
-	primary      *store.LocalPostgres
+	primary      *localpg.Cluster
 }
 
 // NewReplicated starts a primary and a streaming replica of it made with
@@ -35,7 +35,7 @@ func NewReplicated(t testing.TB) *Replicated {
 	defer cancel()
 	off := os.Getenv(timescaleEnv) == "off"
 	settings := map[string]string{"timescaledb.max_background_workers": "0"}
-	primary := &store.LocalPostgres{Dir: filepath.Join(dir, "primary"), WithoutTimescale: off, Settings: settings}
+	primary := &localpg.Cluster{Dir: filepath.Join(dir, "primary"), WithoutTimescale: off, Settings: settings}
 	admin, err := primary.Start(ctx)
 	if err != nil {
 		t.Fatalf("storetest: start primary: %v", err)
@@ -46,7 +46,7 @@ func NewReplicated(t testing.TB) *Replicated {
 		}
 	})
 	mustExec(t, ctx, admin, `CREATE DATABASE deepseed`)
-	standby := &store.LocalPostgres{Dir: filepath.Join(dir, "standby")}
+	standby := &localpg.Cluster{Dir: filepath.Join(dir, "standby")}
 	sadmin, err := primary.StartStandby(ctx, standby)
 	if err != nil {
 		t.Fatalf("storetest: start standby: %v", err)

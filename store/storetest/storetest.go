@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -62,7 +63,7 @@ func Main(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "storetest: %s=%s: want auto, require or off\n", timescaleEnv, want)
 		return 1
 	}
-	var lp *store.LocalPostgres
+	var lp *localpg.Cluster
 	if u := os.Getenv("DEEPSEED_TEST_DATABASE_URL"); u != "" {
 		adminURL = u
 	} else {
@@ -75,7 +76,7 @@ func Main(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		lp = &store.LocalPostgres{Dir: filepath.Join(dir, "pg"), WithoutTimescale: want == "off",
+		lp = &localpg.Cluster{Dir: filepath.Join(dir, "pg"), WithoutTimescale: want == "off",
 			// TimescaleDB's job scheduler would start one background worker
 			// per test database; the tests run no TimescaleDB job.
 			Settings: map[string]string{"timescaledb.max_background_workers": "0"}}
@@ -328,7 +329,7 @@ func randHex(n int) string {
 // DataDir returns a new temporary directory to hold the data directory of
 // a private PostgreSQL cluster, removed when the test ends. Run as root,
 // the cluster runs as another user, which must be able to enter it (and
-// LocalPostgres changes no directory it did not create): the test made
+// localpg.Cluster changes no directory it did not create): the test made
 // these, so it opens them to that user.
 func DataDir(t testing.TB) string {
 	t.Helper()

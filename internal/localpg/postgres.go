@@ -1,4 +1,25 @@
-package store
+// Package localpg runs a private PostgreSQL cluster from the machine's
+// PostgreSQL binaries (initdb, pg_ctl, postgres), for `deepseed serve`
+// with no database URL, the chaos and collector benchmarks, and the test
+// helper (store/storetest):
+//
+//  1. Describe the cluster: c := &localpg.Cluster{Dir: dir}.
+//  2. Start it: url, err := c.Start(ctx), the URL of its "postgres"
+//     database with the superuser's password.
+//  3. Stop it when done: c.Stop().
+//
+// One process owns a data directory (a flock'd lock file beside it); a
+// second process that starts the same directory connects to the owner's
+// cluster as a client. The superuser logs in with a generated password
+// (scram-sha-256) kept beside the data directory, never by trust. Where
+// the installation has TimescaleDB, the cluster preloads it. A running
+// cluster can start a streaming standby of itself (StartStandby).
+//
+// The package runs processes and reads files; it opens a database
+// connection only to check that a cluster answers as its superuser and to
+// give a cluster made with trust authentication a password, through pgx's
+// wire-protocol layer (pgconn), not pgx itself.
+package localpg
 
 import (
 	"context"
@@ -16,7 +37,7 @@ import (
 	"time"
 )
 
-// LocalPostgres is a private PostgreSQL cluster started from the machine's
+// Cluster is a private PostgreSQL cluster started from the machine's
 // PostgreSQL binaries (initdb, pg_ctl, postgres). `deepseed serve` uses it
 // when no database URL is given, and the test helper uses it when
 // DEEPSEED_TEST_DATABASE_URL is unset.
@@ -24,7 +45,7 @@ import (
 // PostgreSQL refuses to run as root; when the current user is root the
 // cluster runs as the "postgres" user (or "nobody" when there is none) and
 // its data directory is handed to that user.
-type LocalPostgres struct {
+type Cluster struct {
 	// Dir is the data directory. It is created and initialised when empty
 	// and kept across restarts.
 	Dir string
@@ -50,9 +71,9 @@ type LocalPostgres struct {
 // ErrNoPostgres says that no PostgreSQL server binaries were found.
 var ErrNoPostgres = errors.New("no PostgreSQL server binaries found (install PostgreSQL, e.g. apt-get install postgresql, or set DEEPSEED_PG_BIN to the directory holding initdb and pg_ctl)")
 
-// FindPostgresBin returns the directory holding initdb, pg_ctl and postgres:
+// FindBin returns the directory holding initdb, pg_ctl and postgres:
 // $DEEPSEED_PG_BIN, then $PATH, then the newest /usr/lib/postgresql/N/bin.
-func FindPostgresBin() (string, error) {
+func FindBin() (string, error) {
 	if d := os.Getenv("DEEPSEED_PG_BIN"); d != "" {
 		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) {
 			return d, nil
@@ -104,12 +125,12 @@ func isExec(p string) bool {
 // recorded; Stop then leaves the cluster running. A lock whose owner died
 // is taken over, and a cluster that dead owner left running is adopted as
 // it is.
-func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
+func (lp *Cluster) Start(ctx context.Context) (string, error) {
 	log := lp.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	bin, err := FindPostgresBin()
+	bin, err := FindBin()
 	if err != nil {
 		return "", err
 	}
@@ -165,15 +186,15 @@ func (lp *LocalPostgres) Start(ctx context.Context) (string, error) {
 	return url, nil
 }
 
-// Owner reports whether this LocalPostgres started (or adopted) the
+// Owner reports whether this Cluster started (or adopted) the
 // cluster and will stop it, rather than being a client of another
 // process's cluster.
-func (lp *LocalPostgres) Owner() bool { return lp.lock != nil }
+func (lp *Cluster) Owner() bool { return lp.lock != nil }
 
-func (lp *LocalPostgres) lockPath() string { return lp.Dir + ".owner" }
+func (lp *Cluster) lockPath() string { return lp.Dir + ".owner" }
 
 // startOwned starts the cluster as its owner, the lock being held.
-func (lp *LocalPostgres) startOwned(ctx context.Context, bin string, log *slog.Logger) (string, error) {
+func (lp *Cluster) startOwned(ctx context.Context, bin string, log *slog.Logger) (string, error) {
 	lp.bin = bin
 	if err := os.MkdirAll(lp.Dir, 0o700); err != nil {
 		return "", fmt.Errorf("local postgres: create data dir: %w", err)
@@ -259,7 +280,7 @@ func (lp *LocalPostgres) startOwned(ctx context.Context, bin string, log *slog.L
 // Stop shuts the cluster down (fast mode: open sessions are ended, data
 // is flushed) and gives up ownership. A client of another process's
 // cluster leaves it running.
-func (lp *LocalPostgres) Stop() error {
+func (lp *Cluster) Stop() error {
 	if lp.lock == nil {
 		return nil
 	}
@@ -289,7 +310,7 @@ const (
 	mallocTrimBytes = "8388608"
 )
 
-func (lp *LocalPostgres) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+func (lp *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(lp.bin, name), args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	cmd.Dir = lp.Dir

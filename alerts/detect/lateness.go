@@ -1,9 +1,11 @@
-package alerts
+package detect
 
 import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/deepseed/deepseed/internal/stats"
 )
 
 // Lateness under synchronous training (docs/ranks.md).
@@ -28,9 +30,9 @@ import (
 // arrivals but with waits, lateness(r) = max wait − wait(r), which needs
 // no clock at all.
 
-// syncStep is one step that every rank reported, with each rank's
+// SyncStep is one step that every rank reported, with each rank's
 // lateness, busy and wait milliseconds (NaN where unknown).
-type syncStep struct {
+type SyncStep struct {
 	Step    int64
 	Time    time.Time
 	Late    map[int]float64
@@ -39,9 +41,9 @@ type syncStep struct {
 	MedBusy float64 // median over ranks of Busy, the score's scale
 }
 
-// syncSteps lines the ranks' newest rows up by step and returns the steps
+// SyncSteps lines the ranks' newest rows up by step and returns the steps
 // every rank reported and that have lateness, oldest first.
-func syncSteps(byRank map[int][]stepRow, window int) []syncStep {
+func SyncSteps(byRank map[int][]StepRow, window int) []SyncStep {
 	ranks := make([]int, 0, len(byRank))
 	for r := range byRank {
 		ranks = append(ranks, r)
@@ -50,12 +52,12 @@ func syncSteps(byRank map[int][]stepRow, window int) []syncStep {
 		return nil
 	}
 	slices.Sort(ranks)
-	rows := map[int64]map[int]stepRow{}
+	rows := map[int64]map[int]StepRow{}
 	for _, r := range ranks {
 		for _, s := range byRank[r][:min(len(byRank[r]), window)] {
 			m := rows[s.Step]
 			if m == nil {
-				m = map[int]stepRow{}
+				m = map[int]StepRow{}
 				rows[s.Step] = m
 			}
 			if _, dup := m[r]; !dup { // newest first: the newest row of a step wins
@@ -93,13 +95,13 @@ func syncSteps(byRank map[int][]stepRow, window int) []syncStep {
 	}
 	off := map[int]float64{}
 	for r, v := range rel {
-		off[r] = median(v)
+		off[r] = stats.Median(v)
 	}
 
-	out := make([]syncStep, 0, len(steps))
+	out := make([]SyncStep, 0, len(steps))
 	for _, st := range steps {
 		m := rows[st]
-		x := syncStep{Step: st, Late: map[int]float64{}, Busy: map[int]float64{}, Wait: map[int]float64{}}
+		x := SyncStep{Step: st, Late: map[int]float64{}, Busy: map[int]float64{}, Wait: map[int]float64{}}
 		arrivals, waits := true, true
 		maxWait := math.Inf(-1)
 		var busy []float64
@@ -144,7 +146,7 @@ func syncSteps(byRank map[int][]stepRow, window int) []syncStep {
 		}
 		x.MedBusy = math.NaN()
 		if len(busy) > 0 {
-			x.MedBusy = median(busy)
+			x.MedBusy = stats.Median(busy)
 		}
 		out = append(out, x)
 	}
@@ -153,14 +155,14 @@ func syncSteps(byRank map[int][]stepRow, window int) []syncStep {
 
 // arrivalMS is a row's arrival in milliseconds since the Unix epoch;
 // float64 keeps a quarter of a microsecond there.
-func arrivalMS(s stepRow) float64 { return float64(*s.SyncNS) / 1e6 }
+func arrivalMS(s StepRow) float64 { return float64(*s.SyncNS) / 1e6 }
 
-func release(s stepRow) float64 { return arrivalMS(s) + *s.SyncWaitMS }
+func release(s StepRow) float64 { return arrivalMS(s) + *s.SyncWaitMS }
 
 func num(p *float64) bool { return p != nil && !math.IsNaN(*p) && !math.IsInf(*p, 0) }
 
-// rankScore is one rank's straggler score after a step.
-type rankScore struct {
+// RankScore is one rank's straggler score after a step.
+type RankScore struct {
 	Rank             int
 	Step             int64
 	Time             time.Time
@@ -168,17 +170,17 @@ type rankScore struct {
 	Score            float64
 }
 
-// stragglerScores folds the steps, oldest first, into each rank's score:
+// StragglerScores folds the steps, oldest first, into each rank's score:
 // an EWMA (weight alpha on the newest step) of its lateness over the
 // step's median busy time. prev seeds a rank's EWMA with a stored score
 // of the step before the first one folded (nil: start at the first
 // step's value). It returns every step's scores, oldest first.
-func stragglerScores(steps []syncStep, alpha float64, prev map[int]float64) []rankScore {
+func StragglerScores(steps []SyncStep, alpha float64, prev map[int]float64) []RankScore {
 	ewma := map[int]float64{}
 	for r, v := range prev {
 		ewma[r] = v
 	}
-	var out []rankScore
+	var out []RankScore
 	for _, x := range steps {
 		if !(x.MedBusy > 0) {
 			continue
@@ -194,7 +196,7 @@ func stragglerScores(steps []syncStep, alpha float64, prev map[int]float64) []ra
 				v = alpha*v + (1-alpha)*e
 			}
 			ewma[r] = v
-			out = append(out, rankScore{Rank: r, Step: x.Step, Time: x.Time, Late: x.Late[r], Busy: x.Busy[r], Wait: x.Wait[r], Score: v})
+			out = append(out, RankScore{Rank: r, Step: x.Step, Time: x.Time, Late: x.Late[r], Busy: x.Busy[r], Wait: x.Wait[r], Score: v})
 		}
 	}
 	return out

@@ -1,4 +1,4 @@
-package store
+package localpg
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // PostgreSQL's defaults (wal_level=replica, max_wal_senders=10,
 // hot_standby=on, and initdb's pg_hba.conf lines for replication from
 // loopback) are all this needs.
-func (lp *LocalPostgres) StartStandby(ctx context.Context, standby *LocalPostgres) (string, error) {
+func (lp *Cluster) StartStandby(ctx context.Context, standby *Cluster) (string, error) {
 	if lp.lock == nil || lp.bin == "" {
 		return "", errors.New("local postgres: start standby: the primary was not started by this process")
 	}

@@ -1,4 +1,4 @@
-package store
+package localpg
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The private cluster's superuser logs in with a password (scram-sha-256),
@@ -24,11 +24,11 @@ import (
 // the cluster reads it.
 
 // passwordPath is where the superuser's password is kept.
-func (lp *LocalPostgres) passwordPath() string { return lp.Dir + ".password" }
+func (lp *Cluster) passwordPath() string { return lp.Dir + ".password" }
 
-// ReadLocalPassword returns the superuser password of the private cluster
-// in data directory dir, as kept by [LocalPostgres.Start].
-func ReadLocalPassword(dir string) (string, error) {
+// ReadPassword returns the superuser password of the private cluster
+// in data directory dir, as kept by [Cluster.Start].
+func ReadPassword(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Clean(dir) + ".password")
 	if err != nil {
 		return "", fmt.Errorf("local postgres: read the superuser password: %w", err)
@@ -42,7 +42,7 @@ func ReadLocalPassword(dir string) (string, error) {
 
 // newPassword writes a fresh random password to the password file, mode
 // 0600, replacing any there, and remembers it.
-func (lp *LocalPostgres) newPassword() error {
+func (lp *Cluster) newPassword() error {
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
 		return fmt.Errorf("local postgres: generate a password: %w", err)
@@ -74,8 +74,8 @@ func (lp *LocalPostgres) newPassword() error {
 }
 
 // loadPassword reads the kept password into lp.
-func (lp *LocalPostgres) loadPassword() error {
-	pw, err := ReadLocalPassword(lp.Dir)
+func (lp *Cluster) loadPassword() error {
+	pw, err := ReadPassword(lp.Dir)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (lp *LocalPostgres) loadPassword() error {
 
 // initdb creates the cluster with password authentication for every
 // connection and a fresh superuser password.
-func (lp *LocalPostgres) initdb(ctx context.Context) error {
+func (lp *Cluster) initdb(ctx context.Context) error {
 	if err := lp.newPassword(); err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (lp *LocalPostgres) initdb(ctx context.Context) error {
 // secureLegacy gives a cluster created with trust authentication (by an
 // earlier version) a password and switches it to scram-sha-256. It runs
 // once the cluster answers; a cluster with no trust line is left alone.
-func (lp *LocalPostgres) secureLegacy(ctx context.Context, log *slog.Logger) error {
+func (lp *Cluster) secureLegacy(ctx context.Context, log *slog.Logger) error {
 	hba := filepath.Join(lp.Dir, "pg_hba.conf")
 	b, err := os.ReadFile(hba)
 	if err != nil {
@@ -137,23 +137,23 @@ func (lp *LocalPostgres) secureLegacy(ctx context.Context, log *slog.Logger) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, lp.URL("postgres"))
+	conn, err := pgconn.Connect(ctx, lp.URL("postgres"))
 	if err != nil {
 		return fmt.Errorf("local postgres: connect to set a password: %w", err)
 	}
 	defer conn.Close(ctx)
 	// The password travels as a SCRAM verifier computed by the server's
 	// own password_encryption (scram-sha-256 by default since 14).
-	if _, err := conn.Exec(ctx, `SET password_encryption = 'scram-sha-256'`); err != nil {
+	if _, err := conn.Exec(ctx, `SET password_encryption = 'scram-sha-256'`).ReadAll(); err != nil {
 		return fmt.Errorf("local postgres: set password encryption: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `ALTER ROLE postgres PASSWORD `+quoteLiteral(lp.password)); err != nil {
+	if _, err := conn.Exec(ctx, `ALTER ROLE postgres PASSWORD `+quoteLiteral(lp.password)).ReadAll(); err != nil {
 		return fmt.Errorf("local postgres: set the superuser password: %w", err)
 	}
 	if err := os.WriteFile(hba, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
 		return fmt.Errorf("local postgres: write pg_hba.conf: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`).ReadAll(); err != nil {
 		return fmt.Errorf("local postgres: reload pg_hba.conf: %w", err)
 	}
 	log.Warn("the private PostgreSQL trusted every local connection; it now takes a password (scram-sha-256)",
@@ -190,7 +190,7 @@ func traversable(dir string, uid, gid int, name string) error {
 
 // URL returns the connection URL of database db on the running cluster,
 // with the superuser's password.
-func (lp *LocalPostgres) URL(db string) string {
+func (lp *Cluster) URL(db string) string {
 	u := url.URL{Scheme: "postgres", Host: fmt.Sprintf("127.0.0.1:%d", lp.Port), Path: "/" + db,
 		RawQuery: "sslmode=disable"}
 	if lp.password != "" {
@@ -203,12 +203,12 @@ func (lp *LocalPostgres) URL(db string) string {
 
 // pingPostgres reports whether a PostgreSQL on 127.0.0.1:port accepts a
 // connection as the private cluster's superuser.
-func (lp *LocalPostgres) pingPostgres(ctx context.Context, port int) error {
+func (lp *Cluster) pingPostgres(ctx context.Context, port int) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	u := *lp
 	u.Port = port
-	conn, err := pgx.Connect(ctx, u.URL("postgres")+"&connect_timeout=2")
+	conn, err := pgconn.Connect(ctx, u.URL("postgres")+"&connect_timeout=2")
 	if err != nil {
 		return err
 	}

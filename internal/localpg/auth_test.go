@@ -1,4 +1,4 @@
-package store_test
+package localpg_test
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/internal/localpg"
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
-func startLocal(t *testing.T, lp *store.LocalPostgres) {
+func startLocal(t *testing.T, lp *localpg.Cluster) {
 	t.Helper()
 	if _, err := lp.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func connectAs(port int, pw string) error {
 // The private cluster takes its superuser's generated password and
 // nothing else; the password is kept 0600 beside the data directory.
 func TestLocalPostgresNeedsItsPassword(t *testing.T) {
-	lp := &store.LocalPostgres{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
+	lp := &localpg.Cluster{Dir: filepath.Join(storetest.DataDir(t), "pg"), WithoutTimescale: true}
 	startLocal(t, lp)
 
 	st, err := os.Stat(lp.Dir + ".password")
@@ -49,7 +49,7 @@ func TestLocalPostgresNeedsItsPassword(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("password file mode %04o, want 0600", st.Mode().Perm())
 	}
-	pw, err := store.ReadLocalPassword(lp.Dir)
+	pw, err := localpg.ReadPassword(lp.Dir)
 	if err != nil || len(pw) < 32 {
 		t.Fatalf("password %q, %v; want a long generated one", pw, err)
 	}
@@ -78,7 +78,7 @@ func TestLocalPostgresNeedsItsPassword(t *testing.T) {
 func TestLocalPostgresSecuresATrustCluster(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(storetest.DataDir(t), "pg")
-	lp := &store.LocalPostgres{Dir: dir, WithoutTimescale: true}
+	lp := &localpg.Cluster{Dir: dir, WithoutTimescale: true}
 	if _, err := lp.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -99,14 +99,14 @@ func TestLocalPostgresSecuresATrustCluster(t *testing.T) {
 	if err := os.WriteFile(hbaPath, []byte(strings.ReplaceAll(string(hba), "scram-sha-256", "trust")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	old, _ := store.ReadLocalPassword(dir)
+	old, _ := localpg.ReadPassword(dir)
 	if err := os.Remove(dir + ".password"); err != nil {
 		t.Fatal(err)
 	}
 
-	again := &store.LocalPostgres{Dir: dir, WithoutTimescale: true}
+	again := &localpg.Cluster{Dir: dir, WithoutTimescale: true}
 	startLocal(t, again)
-	pw, err := store.ReadLocalPassword(dir)
+	pw, err := localpg.ReadPassword(dir)
 	if err != nil || pw == old {
 		t.Fatalf("password after securing: %q, %v; want a new one", pw, err)
 	}
@@ -135,7 +135,7 @@ func TestLocalPostgresChangesNoParentMode(t *testing.T) {
 	if err := os.Mkdir(parent, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	lp := &store.LocalPostgres{Dir: filepath.Join(parent, "data", "pg"), WithoutTimescale: true}
+	lp := &localpg.Cluster{Dir: filepath.Join(parent, "data", "pg"), WithoutTimescale: true}
 	_, err := lp.Start(context.Background())
 	if err == nil {
 		_ = lp.Stop()

@@ -1,4 +1,4 @@
-package alerts
+package detect
 
 import (
 	"math"
@@ -15,9 +15,9 @@ func i64(v int64) *int64 { return &v }
 // after the first arrival the rank arrives, and every rank leaves the
 // collective together 2 ms after the last arrival. skew shifts a rank's
 // host clock.
-func syncRows(ranks, n int, late func(rank, step int) float64, skew func(rank int) float64) map[int][]stepRow {
+func syncRows(ranks, n int, late func(rank, step int) float64, skew func(rank int) float64) map[int][]StepRow {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	out := map[int][]stepRow{}
+	out := map[int][]StepRow{}
 	for step := n; step >= 1; step-- {
 		base := float64(step) * 100 // ms since t0, first arrival
 		last := 0.0
@@ -27,7 +27,7 @@ func syncRows(ranks, n int, late func(rank, step int) float64, skew func(rank in
 		for r := range ranks {
 			arr := base + late(r, step)
 			wait := base + last + 2 - arr
-			out[r] = append(out[r], stepRow{Rank: r, Step: int64(step), Time: t0.Add(time.Duration(base) * time.Millisecond),
+			out[r] = append(out[r], StepRow{Rank: r, Step: int64(step), Time: t0.Add(time.Duration(base) * time.Millisecond),
 				StepMS: f(100), SyncNS: i64(t0.UnixNano() + int64((arr+skew(r))*1e6)), SyncWaitMS: f(wait)})
 		}
 	}
@@ -46,7 +46,7 @@ func TestLatenessNamesTheLateRankWhateverTheClocks(t *testing.T) {
 		"one clock":          func(int) float64 { return 0 },
 		"clocks 40 ms apart": func(r int) float64 { return float64(r/4) * 40 }, // ranks 4-7 on a host 40 ms ahead
 	} {
-		steps := syncSteps(syncRows(8, 60, late, skew), cfg.Window)
+		steps := SyncSteps(syncRows(8, 60, late, skew), cfg.Window)
 		if len(steps) != cfg.Window {
 			t.Fatalf("%s: %d complete steps, want %d", name, len(steps), cfg.Window)
 		}
@@ -58,12 +58,12 @@ func TestLatenessNamesTheLateRankWhateverTheClocks(t *testing.T) {
 				t.Fatalf("%s: step %d: lateness %v", name, x.Step, x.Late)
 			}
 		}
-		sc := stragglerScores(steps, cfg.StragglerAlpha, nil)
-		newest := map[int]rankScore{}
+		sc := StragglerScores(steps, cfg.StragglerAlpha, nil)
+		newest := map[int]RankScore{}
 		for _, s := range sc {
 			newest[s.Rank] = s
 		}
-		fs := detectStragglers(cfg, newest, len(steps))
+		fs := straggler(cfg, Rows{Scores: newest, Scored: len(steps)})
 		if len(fs) != 1 || *fs[0].Rank != 3 || fs[0].Kind != api.AlertStraggler {
 			t.Fatalf("%s: stragglers %+v; want rank 3 alone", name, fs)
 		}
@@ -81,7 +81,7 @@ func TestLatenessNamesTheLateRankWhateverTheClocks(t *testing.T) {
 			rows[r][i].SyncNS = nil
 		}
 	}
-	steps := syncSteps(rows, cfg.Window)
+	steps := SyncSteps(rows, cfg.Window)
 	if len(steps) == 0 || math.Abs(steps[0].Late[3]-25) > 1e-9 {
 		t.Fatalf("from waits: %+v", steps)
 	}
@@ -93,21 +93,21 @@ func TestLatenessNamesTheLateRankWhateverTheClocks(t *testing.T) {
 		}
 		return 0
 	}
-	steps = syncSteps(syncRows(8, 60, stop, func(int) float64 { return 0 }), cfg.Window)
-	newest := map[int]rankScore{}
-	for _, s := range stragglerScores(steps, cfg.StragglerAlpha, nil) {
+	steps = SyncSteps(syncRows(8, 60, stop, func(int) float64 { return 0 }), cfg.Window)
+	newest := map[int]RankScore{}
+	for _, s := range StragglerScores(steps, cfg.StragglerAlpha, nil) {
 		newest[s.Rank] = s
 	}
-	if fs := detectStragglers(cfg, newest, len(steps)); len(fs) != 0 {
+	if fs := straggler(cfg, Rows{Scores: newest, Scored: len(steps)}); len(fs) != 0 {
 		t.Fatalf("20 punctual steps later still fires: %+v (score %v)", fs, newest[3].Score)
 	}
 	// Equal step times and no lateness: nothing.
-	steps = syncSteps(syncRows(8, 60, func(int, int) float64 { return 0 }, func(int) float64 { return 0 }), cfg.Window)
-	newest = map[int]rankScore{}
-	for _, s := range stragglerScores(steps, cfg.StragglerAlpha, nil) {
+	steps = SyncSteps(syncRows(8, 60, func(int, int) float64 { return 0 }, func(int) float64 { return 0 }), cfg.Window)
+	newest = map[int]RankScore{}
+	for _, s := range StragglerScores(steps, cfg.StragglerAlpha, nil) {
 		newest[s.Rank] = s
 	}
-	if fs := detectStragglers(cfg, newest, len(steps)); len(fs) != 0 {
+	if fs := straggler(cfg, Rows{Scores: newest, Scored: len(steps)}); len(fs) != 0 {
 		t.Fatalf("punctual ranks fire %+v", fs)
 	}
 }

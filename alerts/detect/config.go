@@ -1,23 +1,8 @@
-// Package alerts holds the server's detectors: rules over the rows a run
-// has already stored (steps, GPU samples) that open an alert when a
-// training run goes wrong — a non-finite loss, an overflow storm, a loss
-// spike, an idle GPU, a stalled run or rank, a starving input pipeline, a
-// straggling rank — keep it single while the condition holds and resolve
-// it when it clears.
-//
-// The detectors run in a background evaluator (Run), never in the ingest
-// path: every few seconds one server (an advisory lock elects it) reads
-// the newest rows of each running run, a bounded amount per run, and
-// reconciles the alerts table with what fires. The rows come from, and
-// the alerts go to, the store's methods (store/alerts.go, steps.go,
-// samples_gpu.go, events.go): this package holds no SQL.
-package alerts
+package detect
 
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/deepseed/deepseed/api"
 )
 
 // Config holds the detectors' thresholds. Defaults returns the
@@ -79,9 +64,9 @@ func Defaults() Config {
 	}
 }
 
-// withMeta returns c overridden by the "alerts" object of a run's meta;
+// WithMeta returns c overridden by the "alerts" object of a run's meta;
 // a malformed override is ignored (the defaults stay), never an error.
-func (c Config) withMeta(meta []byte) Config {
+func (c Config) WithMeta(meta []byte) Config {
 	if len(meta) == 0 {
 		return c
 	}
@@ -134,5 +119,3 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes the duration as a Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-func kindsList() []string { return api.AlertKinds }

@@ -1,4 +1,4 @@
-package store
+package localpg
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // when the PostgreSQL installation of lp.bin has it (unless
 // WithoutTimescale), then lp.Settings, which win. Telemetry is turned
 // off: the private cluster never calls out.
-func (lp *LocalPostgres) timescaleOptions(log *slog.Logger) string {
+func (lp *Cluster) timescaleOptions(log *slog.Logger) string {
 	var opts string
 	if !lp.WithoutTimescale {
 		if lib, ok := TimescaleInstalled(lp.bin); ok {
