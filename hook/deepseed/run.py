@@ -1,6 +1,9 @@
 """The Run: registration, step/eval/event/memory records, and the end of a
 run on finish, at exit, or when the script dies. How a value is placed in
-a record (its known fields, numbers, tensors) is in records.py."""
+a record (its known fields, numbers, tensors) is in records.py; where the
+records go (the run's sender) is chosen in sender.py; what the Run shares
+with its watcher, its watchdog and the integrations is its RunLink
+(link.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +20,9 @@ import uuid
 from . import env, flops, hang
 from .link import RunLink
 from .records import Pending, clean_fields, derive_throughput, num, place, positive, is_tensor
-from .sender import FileSender, NullSender, Sender, ingest_url
+from .sender import sender_for
 
 log = logging.getLogger("deepseed")
-
-DEFAULT_COLLECTOR_URL = "http://127.0.0.1:9464"
 
 _current = None
 
@@ -97,8 +98,8 @@ class Run:
         self._peak_override = positive(peak_tflops)
         self._refresh_flops()
 
-        self._sender = self._make_sender(mode, collector_url, server_url, token, max_queue, batch_size,
-                                         flush_interval, compress, file)
+        self._sender = sender_for(self.run_id, self.rank, self.world_size, mode, collector_url, server_url, token,
+                                  max_queue, batch_size, flush_interval, compress, file)
         link.send = self._sender.put
         self._pending = collections.deque()
         self._last_step_time = None
@@ -149,38 +150,6 @@ class Run:
             self._link.warn_once("runid", "deepseed: %d ranks and no shared run id; set DEEPSEED_RUN_ID or call "
                                  "deepseed.init() after torch.distributed.init_process_group()", self.world_size)
         return uuid.uuid4().hex[:16]
-
-    def _make_sender(self, mode, collector_url, server_url, token, max_queue, batch_size, flush_interval,
-                     compress, file):
-        mode = (mode or os.environ.get("DEEPSEED_MODE") or "online").lower()
-        if mode in ("disabled", "off", "false", "0"):
-            return NullSender()
-        file = file or os.environ.get("DEEPSEED_FILE")
-        if mode == "offline" or file:
-            return FileSender(file or self._local_file())
-        if compress is None:
-            compress = os.environ.get("DEEPSEED_GZIP", "1").lower() not in ("0", "false", "no")
-        server_url = server_url or os.environ.get("DEEPSEED_SERVER_URL")
-        server = None
-        if server_url:
-            server = server_url
-            url = ingest_url(server_url)
-            token = token or os.environ.get("DEEPSEED_TOKEN")
-        else:
-            url = ingest_url(collector_url or os.environ.get("DEEPSEED_COLLECTOR_URL") or DEFAULT_COLLECTOR_URL)
-            token = token or os.environ.get("DEEPSEED_COLLECTOR_TOKEN")
-        return Sender(url, token=token, max_queue=max_queue, batch_size=batch_size, flush_interval=flush_interval,
-                      compress=compress, local_path=self._local_file(), server=server)
-
-    def _local_file(self):
-        """Where this process's records go when they cannot be sent (or
-        always, offline): DEEPSEED_OFFLINE_DIR (default ./deepseed-runs),
-        one file per run, one per rank when there are several, so that
-        ranks never write the same file. ``deepseed import`` sends it."""
-        d = os.environ.get("DEEPSEED_OFFLINE_DIR") or "deepseed-runs"
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.run_id) or "run"
-        name = safe + (".rank%d" % self.rank if self.world_size > 1 else "") + ".ndjson"
-        return os.path.join(d, name)
 
     def _install_excepthook(self):
         prev = sys.excepthook
