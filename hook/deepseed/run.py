@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 
 from . import env, flops, hang
 from .link import RunLink
@@ -63,7 +62,8 @@ class Run:
         self.project = project or os.environ.get("DEEPSEED_PROJECT") or "default"
         self.name = name or os.environ.get("DEEPSEED_NAME") or ""
         self.sweep_id = sweep_id or os.environ.get("DEEPSEED_SWEEP_ID") or ""
-        self.run_id = str(run_id or os.environ.get("DEEPSEED_RUN_ID") or self._shared_run_id())
+        self.run_id = str(run_id or os.environ.get("DEEPSEED_RUN_ID")
+                          or env.shared_run_id(self.project, self.world_size))
         self.config = env.load_config(config)
         self.params = dict(params) if isinstance(params, dict) else (env.load_config(params) if params else None)
         if self.params is None:
@@ -126,30 +126,6 @@ class Run:
         self._watchdog = hang.start(link, self._own_sigterm) if handle_signals else None
 
     # ---- setup ---------------------------------------------------------------
-
-    def _shared_run_id(self):
-        # Ranks of one job must agree on the id. A process group, if one
-        # exists already, lets rank 0 decide; otherwise the launcher's job id
-        # gives every rank the same one.
-        torch = sys.modules.get("torch")
-        if self.world_size > 1 and torch is not None:
-            try:
-                d = torch.distributed
-                if d.is_available() and d.is_initialized():
-                    box = [uuid.uuid4().hex[:16] if d.get_rank() == 0 else None]
-                    d.broadcast_object_list(box, src=0)
-                    return box[0]
-            except Exception:
-                pass
-        job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID") or ""
-        if job and job != "none":
-            key = "%s/%s/%s/%s" % (job, os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""),
-                                   self.project)
-            return uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:16]
-        if self.world_size > 1 and os.environ.get("MASTER_PORT"):
-            self._link.warn_once("runid", "deepseed: %d ranks and no shared run id; set DEEPSEED_RUN_ID or call "
-                                 "deepseed.init() after torch.distributed.init_process_group()", self.world_size)
-        return uuid.uuid4().hex[:16]
 
     def _install_excepthook(self):
         prev = sys.excepthook
