@@ -342,7 +342,7 @@ class CommProbe:
             root.register_comm_hook(None, self._ddp_allreduce)
             self.ddp = True
         except Exception as e:
-            self.steps.run._warn_once("commhook", "deepseed: communication hook: %s", e)
+            self.steps.link.warn_once("commhook", "deepseed: communication hook: %s", e)
 
     def _ddp_allreduce(self, state, bucket):
         # What DDP's default hook does: the bucket's mean over the ranks,

@@ -1,10 +1,12 @@
 """What the hook learns about the process without importing a framework:
-ranks from the launcher, host, command line, git commit, package versions,
-and the run layout described by a DeepSpeed config."""
+ranks from the launcher (and the run id its ranks share), host, command
+line, git commit, package versions, and the run layout described by a
+DeepSpeed config."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -12,6 +14,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import uuid
 
 
 def _env_int(*names):
@@ -42,7 +45,6 @@ def env_period(name, default):
     try:
         return int(v)
     except ValueError:
-        import logging
         logging.getLogger("deepseed").warning("deepseed: %s=%r is not a whole number; using %s", name, v, default)
         return default
 
@@ -71,6 +73,32 @@ def dist_info():
     if local is None:
         local = rank
     return rank, local, world
+
+
+def shared_run_id(project, world_size):
+    """A run id that every rank of one job agrees on: rank 0's, through a
+    process group if one exists already, else one derived from the
+    launcher's job id (with the project); a random one, with a warning
+    when several ranks have neither."""
+    torch = sys.modules.get("torch")
+    if world_size > 1 and torch is not None:
+        try:
+            d = torch.distributed
+            if d.is_available() and d.is_initialized():
+                box = [uuid.uuid4().hex[:16] if d.get_rank() == 0 else None]
+                d.broadcast_object_list(box, src=0)
+                return box[0]
+        except Exception:
+            pass
+    job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID") or ""
+    if job and job != "none":
+        key = "%s/%s/%s/%s" % (job, os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""), project)
+        return uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:16]
+    if world_size > 1 and os.environ.get("MASTER_PORT"):
+        logging.getLogger("deepseed").warning(
+            "deepseed: %d ranks and no shared run id; set DEEPSEED_RUN_ID or call "
+            "deepseed.init() after torch.distributed.init_process_group()", world_size)
+    return uuid.uuid4().hex[:16]
 
 
 def host():

@@ -64,8 +64,13 @@ def threshold():
 
 
 class Watchdog:
-    def __init__(self, run, hang_s, own_sigterm=False):
-        self.run = run
+    """The watchdog thread of the run whose :class:`~deepseed.link.RunLink`
+    is link: it watches the link's step counts and reports through the
+    run."""
+
+    def __init__(self, link, hang_s, own_sigterm=False):
+        self.link = link
+        self.run = link.run
         self.hang_s = float(hang_s)
         self.every = min(30.0, max(1.0, self.hang_s / 5))
         self.own_sigterm = own_sigterm
@@ -126,7 +131,7 @@ class Watchdog:
                     continue
                 self._check()
             except Exception as e:  # pragma: no cover - the watchdog must not die
-                self.run._warn_once("watchdog", "deepseed: hang watchdog: %s", e)
+                self.link.warn_once("watchdog", "deepseed: hang watchdog: %s", e)
         for fd in (self._rfd, self._wfd):
             if fd is not None:
                 try:
@@ -150,12 +155,13 @@ class Watchdog:
 
     def _check(self, now=None):
         now = time.monotonic() if now is None else now
-        seen = (self.run.steps_logged, self.run._next_step)
+        link = self.link
+        seen = (link.steps_logged, link.next_step)
         if seen != self._seen:
             self._seen, self._since = seen, now
             self._reported.clear()
             return False
-        if self.run.steps_logged == 0 or now - self._since < self.hang_s:
+        if link.steps_logged == 0 or now - self._since < self.hang_s:
             return False
         return self.report("stalled", now)
 
@@ -182,7 +188,7 @@ class Watchdog:
                 return False
             self._reported.add(reason)
         now = time.monotonic() if now is None else now
-        snap = snapshot(self.run, reason, now - self._since, skip=self.thread.ident)
+        snap = snapshot(self.link, reason, now - self._since, skip=self.thread.ident)
         self.run.event("hang", encode(snap), step=snap.get("step"))
         try:
             self.run.sender.flush(2.0)
@@ -194,13 +200,13 @@ class Watchdog:
         return True
 
 
-def snapshot(run, reason, stalled_s, skip=None):
-    """What the hang event says (see the module's doc)."""
-    w = run._watcher
+def snapshot(link, reason, stalled_s, skip=None):
+    """What the hang event of link's run says (see the module's doc)."""
+    w = link.watcher
     cur = getattr(w, "cur", None) if w is not None else None
-    snap = {"reason": reason, "rank": run.rank, "pid": os.getpid(), "host": socket.gethostname(),
-            "step": int(cur.step) if cur is not None else int(run._next_step - 1), "in_step": cur is not None,
-            "steps_recorded": int(run.steps_logged), "stalled_s": round(float(stalled_s), 1)}
+    snap = {"reason": reason, "rank": link.run.rank, "pid": os.getpid(), "host": socket.gethostname(),
+            "step": int(cur.step) if cur is not None else int(link.next_step - 1), "in_step": cur is not None,
+            "steps_recorded": int(link.steps_logged), "stalled_s": round(float(stalled_s), 1)}
     probe = getattr(w, "comm", None) if w is not None else None
     last = getattr(probe, "last", None)
     if last is not None:
@@ -264,13 +270,13 @@ def encode(snap):
     return text
 
 
-def start(run, own_sigterm):
-    """The run's watchdog, or None when off."""
+def start(link, own_sigterm):
+    """The watchdog of link's run, or None when off."""
     s = threshold()
-    if s <= 0 or (run.world_size <= 1 and not env.is_set("DEEPSEED_HANG_S")):
+    if s <= 0 or (link.run.world_size <= 1 and not env.is_set("DEEPSEED_HANG_S")):
         return None
     try:
-        return Watchdog(run, s, own_sigterm)
+        return Watchdog(link, s, own_sigterm)
     except Exception as e:
-        run._warn_once("watchdog", "deepseed: hang watchdog: %s", e)
+        link.warn_once("watchdog", "deepseed: hang watchdog: %s", e)
         return None

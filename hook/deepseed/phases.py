@@ -53,7 +53,7 @@ class PhaseMarks:
             elif batch is not None:
                 s.count_batch(cur, (batch,), None)
         except Exception as e:
-            s.run._warn_once("stepbegin", "deepseed: step begin: %s", e)
+            s.link.warn_once("stepbegin", "deepseed: step begin: %s", e)
 
     def forward_end(self, loss=None):
         """The micro-batch's forward (and loss) is done; loss, if given, is
@@ -103,7 +103,7 @@ class PhaseMarks:
         try:
             s.take_grad_norm(cur)
         except Exception as e:
-            s.run._warn_once("gradnorm", "deepseed: gradient norm: %s", e)
+            s.link.warn_once("gradnorm", "deepseed: gradient norm: %s", e)
         cur.opt = [s.pool.record(), None]
 
     def step_end(self, optimizer=None, loss=None, extra=None):
@@ -126,7 +126,7 @@ class PhaseMarks:
                     cur.extra[k] = v
             s.close_step(ev)
         except Exception as e:
-            s.run._warn_once("stepend", "deepseed: step end: %s", e)
+            s.link.warn_once("stepend", "deepseed: step end: %s", e)
 
     # ---- pipeline engine: one train_batch() is one step ---------------------
 
@@ -139,7 +139,7 @@ class PhaseMarks:
                 s.close_step(s.pool.record())
             s.open_step()
         except Exception as e:
-            s.run._warn_once("batchpre", "deepseed: train_batch hook: %s", e)
+            s.link.warn_once("batchpre", "deepseed: train_batch hook: %s", e)
 
     def batch_end(self, loss):
         """train_batch() returned loss (None when it raised): the step
@@ -160,7 +160,7 @@ class PhaseMarks:
                 s.adapter.after_step(cur)
             s.close_step(s.pool.record())
         except Exception as e:
-            s.run._warn_once("batchpost", "deepseed: train_batch hook: %s", e)
+            s.link.warn_once("batchpost", "deepseed: train_batch hook: %s", e)
 
     def optimizer_mark(self, start):
         """The optimizer step inside train_batch() begins or ends."""
@@ -175,4 +175,4 @@ class PhaseMarks:
             elif cur.opt is not None:
                 cur.opt[1] = s.pool.record()
         except Exception as e:
-            s.run._warn_once("optmark", "deepseed: optimizer hook: %s", e)
+            s.link.warn_once("optmark", "deepseed: optimizer hook: %s", e)

@@ -80,11 +80,13 @@ class WindowMax:
 class StepReader:
     """Reads back the steps queued in pending (closed
     :class:`~deepseed.steps.Step` objects, oldest first) once their events
-    have completed, and sends their records on run. It holds the device
-    clock's anchor and the last peak-memory reading the steps set."""
+    have completed, and sends their records through link, the run's
+    :class:`~deepseed.link.RunLink`. It holds the device clock's anchor
+    and the last peak-memory reading the steps set."""
 
-    def __init__(self, run, pending, pool, fetch, cuda, layer_names):
-        self.run = run
+    def __init__(self, link, pending, pool, fetch, cuda, layer_names):
+        self.link = link
+        self.run = link.run
         self.pending = pending
         self.pool = pool
         self.fetch = fetch
@@ -131,10 +133,10 @@ class StepReader:
                         time.sleep(READ_YIELD_S)
                 cols = self.columns
                 if cols is not None and cols.steps and time.perf_counter() - cols.since >= STEPS_MAX_AGE_S:
-                    with self.run._lock:
+                    with self.link.lock:
                         self.send_steps()
             except Exception as e:  # pragma: no cover - defensive: the reader must not die
-                self.run._warn_once("reader", "deepseed: reading step timings: %s", e)
+                self.link.warn_once("reader", "deepseed: reading step timings: %s", e)
 
     def stop(self, wait):
         """Stops the reader thread; with wait, until it has (the training
@@ -195,7 +197,7 @@ class StepReader:
             finally:
                 self.lock.release()
         else:  # pragma: no cover - a reader stuck inside the device
-            self.run._warn_once("readerstuck", "deepseed: %d steps not read at close", len(self.pending))
+            self.link.warn_once("readerstuck", "deepseed: %d steps not read at close", len(self.pending))
 
     def poll(self, wait=False):
         """Emits every finished step whose events have completed, oldest
@@ -221,7 +223,7 @@ class StepReader:
             if not wait and not self._ready(slot):
                 if len(self.pending) <= MAX_PENDING:
                     return False, None
-                self.run._warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
+                self.link.warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
                 self.pending.popleft()
                 continue
             if wait:
@@ -244,22 +246,22 @@ class StepReader:
             return
         step, fields, t, measured, layers = built
         try:
-            run = self.run
-            with run._lock:
+            link = self.link
+            with link.lock:
                 cols = self.columns
                 if cols is None:
-                    cols = self.columns = StepColumns(run.run_id, run.rank)
+                    cols = self.columns = StepColumns(self.run.run_id, self.run.rank)
                 now = time.perf_counter()
                 cols.add(step, t, measured, fields, now)
-                run.steps_logged += 1
+                link.steps_logged += 1
                 if layers is not None:
-                    run._send(layers)
+                    link.send(layers)
                 # Once the watcher is closed (a step the reader built while
                 # close() ran), nothing would send it later.
                 if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closing:
                     self.send_steps()
         except Exception as e:
-            self.run._warn_once("emit", "deepseed: sending step timings: %s", e)
+            self.link.warn_once("emit", "deepseed: sending step timings: %s", e)
 
     def send_steps(self):
         """Sends the steps read back so far as one steps record (the
@@ -268,12 +270,12 @@ class StepReader:
         if cols is None or not cols.steps:
             return
         self.columns = None
-        run = self.run
+        link = self.link
         try:
-            for rec in cols.records(run._fpt, run._peak):
-                run._send(rec)
+            for rec in cols.records(link.fpt, link.peak):
+                link.send(rec)
         except Exception as e:
-            run._warn_once("emit", "deepseed: sending step timings: %s", e)
+            link.warn_once("emit", "deepseed: sending step timings: %s", e)
 
     def _build(self, slot):
         """The step record's parts and the layers record of a step whose
@@ -334,7 +336,7 @@ class StepReader:
             layers = self._layers_record(slot, t) if slot.layer is not None else None
             return slot.step, f, t, rec, layers
         except Exception as e:
-            self.run._warn_once("emit", "deepseed: reading step timings: %s", e)
+            self.link.warn_once("emit", "deepseed: reading step timings: %s", e)
             return None
         finally:
             nxt = slot.nxt_start
@@ -354,7 +356,7 @@ class StepReader:
             self.anchor_walls.append(time.time_ns())
         except Exception as e:
             self.anchor = False
-            self.run._warn_once("anchor", "deepseed: device clock anchor: %s", e)
+            self.link.warn_once("anchor", "deepseed: device clock anchor: %s", e)
 
     def _wall_ns(self, ev):
         """Wall-clock ns of a completed event, or None."""

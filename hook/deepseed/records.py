@@ -226,7 +226,7 @@ class StepColumns:
                                       for x, m in zip(have, ms)])
             tokens = cols.get("tokens")
             if flops_token and tokens is not None:
-                # As a step record gets them (Run._send): TFLOP/s and MFU
+                # As a step record gets them (Run._finalize): TFLOP/s and MFU
                 # where the step sent no TFLOP/s of its own.
                 tf = cols.get("tflops") or [None] * n
                 mf = cols.get("mfu") or [None] * n

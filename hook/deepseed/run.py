@@ -1,6 +1,9 @@
 """The Run: registration, step/eval/event/memory records, and the end of a
 run on finish, at exit, or when the script dies. How a value is placed in
-a record (its known fields, numbers, tensors) is in records.py."""
+a record (its known fields, numbers, tensors) is in records.py; where the
+records go (the run's sender) is chosen in sender.py; what the Run shares
+with its watcher, its watchdog and the integrations is its RunLink
+(link.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +15,13 @@ import signal
 import sys
 import threading
 import time
-import uuid
 
 from . import env, flops, hang
+from .link import RunLink
 from .records import Pending, clean_fields, derive_throughput, num, place, positive, is_tensor
-from .sender import FileSender, NullSender, Sender, ingest_url
+from .sender import sender_for
 
 log = logging.getLogger("deepseed")
-
-DEFAULT_COLLECTOR_URL = "http://127.0.0.1:9464"
 
 _current = None
 
@@ -42,8 +43,10 @@ class Run:
                  collector_url=None, server_url=None, token=None, layer_every=None, meta=None, mode=None,
                  max_queue=10000, batch_size=500, flush_interval=1.0, flush_timeout=None, compress=None,
                  file=None, handle_signals=True, flops_per_token=None, peak_tflops=None, total_steps=None):
-        self._lock = threading.RLock()
-        self._warned = set()
+        # What the run shares with its watcher, watchdog and integrations
+        # (link.py). Its lock is bound here too: log_step takes it every step.
+        self._link = link = RunLink(self)
+        self._lock = link.lock
         self.finished = False
         self.status = None
         self.started = time.time()
@@ -59,7 +62,8 @@ class Run:
         self.project = project or os.environ.get("DEEPSEED_PROJECT") or "default"
         self.name = name or os.environ.get("DEEPSEED_NAME") or ""
         self.sweep_id = sweep_id or os.environ.get("DEEPSEED_SWEEP_ID") or ""
-        self.run_id = str(run_id or os.environ.get("DEEPSEED_RUN_ID") or self._shared_run_id())
+        self.run_id = str(run_id or os.environ.get("DEEPSEED_RUN_ID")
+                          or env.shared_run_id(self.project, self.world_size))
         self.config = env.load_config(config)
         self.params = dict(params) if isinstance(params, dict) else (env.load_config(params) if params else None)
         if self.params is None:
@@ -92,20 +96,16 @@ class Run:
         # watched model and the GPU; both land in meta.
         self._flops_override = positive(flops_per_token)
         self._peak_override = positive(peak_tflops)
-        self._flops_cfg = None
-        self._fpt = self._peak = None
         self._refresh_flops()
 
-        self._sender = self._make_sender(mode, collector_url, server_url, token, max_queue, batch_size,
-                                         flush_interval, compress, file)
+        self._sender = sender_for(self.run_id, self.rank, self.world_size, mode, collector_url, server_url, token,
+                                  max_queue, batch_size, flush_interval, compress, file)
+        link.send = self._sender.put
         self._pending = collections.deque()
-        self._watcher = None
-        self._next_step = 1
-        self.steps_logged = 0
         self._last_step_time = None
 
-        self._send({"kind": "process", "run_id": self.run_id, "rank": self.rank, "local_rank": self.local_rank,
-                    "pid": os.getpid(), "host": self.meta["host"]})
+        link.send({"kind": "process", "run_id": self.run_id, "rank": self.rank, "local_rank": self.local_rank,
+                   "pid": os.getpid(), "host": self.meta["host"]})
         # The code that produced the run goes with the first run record
         # only; the server keeps it when later ones (meta updates) lack it.
         code = None
@@ -114,7 +114,7 @@ class Run:
             try:
                 code = env.capture_code()
             except Exception as e:
-                self._warn_once("code", "deepseed: could not read the run's code: %s", e)
+                self._link.warn_once("code", "deepseed: could not read the run's code: %s", e)
         self._send_run_record(code=code)
 
         atexit.register(self._atexit)
@@ -123,65 +123,9 @@ class Run:
         self._watchdog = None
         if handle_signals:
             self._install_sigterm()
-        self._watchdog = hang.start(self, self._own_sigterm) if handle_signals else None
+        self._watchdog = hang.start(link, self._own_sigterm) if handle_signals else None
 
     # ---- setup ---------------------------------------------------------------
-
-    def _shared_run_id(self):
-        # Ranks of one job must agree on the id. A process group, if one
-        # exists already, lets rank 0 decide; otherwise the launcher's job id
-        # gives every rank the same one.
-        torch = sys.modules.get("torch")
-        if self.world_size > 1 and torch is not None:
-            try:
-                d = torch.distributed
-                if d.is_available() and d.is_initialized():
-                    box = [uuid.uuid4().hex[:16] if d.get_rank() == 0 else None]
-                    d.broadcast_object_list(box, src=0)
-                    return box[0]
-            except Exception:
-                pass
-        job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID") or ""
-        if job and job != "none":
-            key = "%s/%s/%s/%s" % (job, os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""),
-                                   self.project)
-            return uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:16]
-        if self.world_size > 1 and os.environ.get("MASTER_PORT"):
-            self._warn_once("runid", "deepseed: %d ranks and no shared run id; set DEEPSEED_RUN_ID or call "
-                            "deepseed.init() after torch.distributed.init_process_group()", self.world_size)
-        return uuid.uuid4().hex[:16]
-
-    def _make_sender(self, mode, collector_url, server_url, token, max_queue, batch_size, flush_interval,
-                     compress, file):
-        mode = (mode or os.environ.get("DEEPSEED_MODE") or "online").lower()
-        if mode in ("disabled", "off", "false", "0"):
-            return NullSender()
-        file = file or os.environ.get("DEEPSEED_FILE")
-        if mode == "offline" or file:
-            return FileSender(file or self._local_file())
-        if compress is None:
-            compress = os.environ.get("DEEPSEED_GZIP", "1").lower() not in ("0", "false", "no")
-        server_url = server_url or os.environ.get("DEEPSEED_SERVER_URL")
-        server = None
-        if server_url:
-            server = server_url
-            url = ingest_url(server_url)
-            token = token or os.environ.get("DEEPSEED_TOKEN")
-        else:
-            url = ingest_url(collector_url or os.environ.get("DEEPSEED_COLLECTOR_URL") or DEFAULT_COLLECTOR_URL)
-            token = token or os.environ.get("DEEPSEED_COLLECTOR_TOKEN")
-        return Sender(url, token=token, max_queue=max_queue, batch_size=batch_size, flush_interval=flush_interval,
-                      compress=compress, local_path=self._local_file(), server=server)
-
-    def _local_file(self):
-        """Where this process's records go when they cannot be sent (or
-        always, offline): DEEPSEED_OFFLINE_DIR (default ./deepseed-runs),
-        one file per run, one per rank when there are several, so that
-        ranks never write the same file. ``deepseed import`` sends it."""
-        d = os.environ.get("DEEPSEED_OFFLINE_DIR") or "deepseed-runs"
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.run_id) or "run"
-        name = safe + (".rank%d" % self.rank if self.world_size > 1 else "") + ".ndjson"
-        return os.path.join(d, name)
 
     def _install_excepthook(self):
         prev = sys.excepthook
@@ -232,12 +176,6 @@ class Run:
         except Exception:
             pass
 
-    def _warn_once(self, key, msg, *args):
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        log.warning(msg, *args)
-
     # ---- records ------------------------------------------------------------
 
     @property
@@ -247,10 +185,12 @@ class Run:
     @property
     def step(self):
         """The number the next watched step will get."""
-        return self._next_step
+        return self._link.next_step
 
-    def _send(self, rec):
-        self._sender.put(rec)
+    @property
+    def steps_logged(self):
+        """Steps recorded so far."""
+        return self._link.steps_logged
 
     def _send_run_record(self, code=None):
         if self.rank != 0:
@@ -270,7 +210,7 @@ class Run:
             rec["sweep_id"] = self.sweep_id
         if code:
             rec["code"] = code
-        self._send(rec)
+        self._link.send(rec)
 
     def update_meta(self, **meta):
         """Adds to the run's meta (model, gpu, zero_stage, precision, …) and
@@ -281,7 +221,7 @@ class Run:
                 self._refresh_flops()
                 self._send_run_record()
         except Exception as e:
-            self._warn_once("meta", "deepseed: update_meta: %s", e)
+            self._link.warn_once("meta", "deepseed: update_meta: %s", e)
 
     def set_total_steps(self, total_steps):
         """Records how many optimizer steps the run will take (the server
@@ -294,13 +234,13 @@ class Run:
             self.update_meta(total_steps=n)
 
     def _refresh_flops(self):
-        m = self.meta
-        self._fpt = self._flops_override or flops.flops_per_token(m.get("params"), self._flops_cfg, m.get("seq_len"))
-        self._peak = self._peak_override or flops.peak_tflops(m.get("gpu"), m.get("precision"))
-        if self._fpt:
-            m["flops_per_token"] = float(self._fpt)
-        if self._peak:
-            m["peak_tflops"] = float(self._peak)
+        m, link = self.meta, self._link
+        link.fpt = self._flops_override or flops.flops_per_token(m.get("params"), link.flops_cfg, m.get("seq_len"))
+        link.peak = self._peak_override or flops.peak_tflops(m.get("gpu"), m.get("precision"))
+        if link.fpt:
+            m["flops_per_token"] = float(link.fpt)
+        if link.peak:
+            m["peak_tflops"] = float(link.peak)
 
     def set_flops(self, flops_per_token=None, peak_tflops=None):
         """Overrides the model FLOPs per token and the GPU's peak TFLOP/s
@@ -338,16 +278,17 @@ class Run:
                 for k, v in lazy.values().items():
                     place(rec, k, v)
             except Exception as e:
-                self._warn_once("lazy", "deepseed: could not read tensor values: %s", e)
+                self._link.warn_once("lazy", "deepseed: could not read tensor values: %s", e)
+        link = self._link
         if rec.get("kind") == "step":
             derive_throughput(rec)
-            if self._fpt and "tflops" not in rec:
-                tf, mfu = flops.achieved(self._fpt, rec.get("tokens"), rec.get("step_ms"), self._peak)
+            if link.fpt and "tflops" not in rec:
+                tf, mfu = flops.achieved(link.fpt, rec.get("tokens"), rec.get("step_ms"), link.peak)
                 if tf is not None:
                     rec["tflops"] = tf
                     if mfu is not None and "mfu" not in rec:
                         rec["mfu"] = mfu
-        self._send(rec)
+        link.send(rec)
 
     def _step_record(self, step, fields):
         rec = {"kind": "step", "run_id": self.run_id, "rank": self.rank, "step": int(step), "time": time.time()}
@@ -368,20 +309,22 @@ class Run:
             if step is not None:
                 step = int(step)
                 if step < 0:
-                    self._warn_once("negstep", "deepseed: negative step %d ignored", step)
+                    self._link.warn_once("negstep", "deepseed: negative step %d ignored", step)
                     return
             with self._lock:
-                if self._watcher is not None and self._watcher.attach(step, fields):
+                link = self._link
+                w = link.watcher
+                if w is not None and w.attach(step, fields):
                     return
                 if step is None:
-                    step = self._next_step
-                self._next_step = step + 1
+                    step = link.next_step
+                link.next_step = step + 1
                 self._wall_step_ms(step, fields)
                 rec, tensors = self._step_record(step, fields)
-                self.steps_logged += 1
+                link.steps_logged += 1
                 self._emit(rec, tensors)
         except Exception as e:
-            self._warn_once("log_step", "deepseed: log_step: %s", e)
+            self._link.warn_once("log_step", "deepseed: log_step: %s", e)
 
     def _wall_step_ms(self, step, fields):
         """Without watch(), a step's time is the wall clock since the
@@ -420,14 +363,14 @@ class Run:
                 if v is None:
                     continue
             place(rec, k, v)
-        self.steps_logged += 1
+        self._link.steps_logged += 1
         self._emit(rec, tensors)
 
     def log_eval(self, step=None, loss=None, accuracy=None, f1=None, split="val", **metrics):
         """Logs an evaluation (loss, accuracy, F1 and any other metric)."""
         try:
             if step is None:
-                step = max(0, self._next_step - 1)
+                step = max(0, self._link.next_step - 1)
             rec = {"kind": "eval", "run_id": self.run_id, "step": int(step), "time": time.time(),
                    "split": split or "val"}
             fields = dict(metrics)
@@ -438,7 +381,7 @@ class Run:
             with self._lock:
                 self._emit(rec, tensors)
         except Exception as e:
-            self._warn_once("log_eval", "deepseed: log_eval: %s", e)
+            self._link.warn_once("log_eval", "deepseed: log_eval: %s", e)
 
     def event(self, type, text="", step=None):
         """Records something that happened: checkpoint, overflow, restart,
@@ -453,7 +396,7 @@ class Run:
             with self._lock:
                 self._emit(rec, None)
         except Exception as e:
-            self._warn_once("event", "deepseed: event: %s", e)
+            self._link.warn_once("event", "deepseed: event: %s", e)
 
     def log_memory(self, params=None, zero_stage=None, precision=None, world_size=None, offload_optimizer=None,
                    offload_params=None, activations_bytes=None, optimizer_bytes_per_param=None):
@@ -482,7 +425,7 @@ class Run:
                     self._emit(rec, None)
             return rec
         except Exception as e:
-            self._warn_once("memory", "deepseed: log_memory: %s", e)
+            self._link.warn_once("memory", "deepseed: log_memory: %s", e)
             return None
 
     # ---- torch ----------------------------------------------------------------
@@ -519,21 +462,22 @@ class Run:
         """
         try:
             from .watch import Watcher
+            link = self._link
             with self._lock:
                 if flops_per_token is not None:
                     self._flops_override = positive(flops_per_token)
                 if peak_tflops is not None:
                     self._peak_override = positive(peak_tflops)
-                if self._watcher is not None:
-                    self._watcher.close(wait=False)
-                self._watcher = Watcher(self, model, optimizer=optimizer, layers=layers,
+                if link.watcher is not None:
+                    link.watcher.close(wait=False)
+                link.watcher = Watcher(link, model, optimizer=optimizer, layers=layers,
                                         layer_every=self.layer_every if layer_every is None else layer_every,
                                         layer_every_set=self.layer_every_set or layer_every is not None,
                                         grad_norm=grad_norm, batch_size=batch_size,
                                         tokens_per_sample=tokens_per_sample, **kwargs)
-            return self._watcher
+            return link.watcher
         except Exception as e:
-            self._warn_once("watch", "deepseed: watch: %s", e)
+            self._link.warn_once("watch", "deepseed: watch: %s", e)
             log.debug("watch failed", exc_info=True)
             return None
 
@@ -561,15 +505,16 @@ class Run:
         budget = max(0.0, self.flush_timeout if timeout is None else timeout)
         flushed_at = None
         try:
-            if self._watcher is not None:
+            link = self._link
+            if link.watcher is not None:
                 try:
-                    self._watcher.close(wait=True)
+                    link.watcher.close(wait=True)
                 except Exception as e:
-                    self._warn_once("wclose", "deepseed: closing watcher: %s", e)
+                    self._link.warn_once("wclose", "deepseed: closing watcher: %s", e)
                 # The watcher holds the model and optimizer; the run itself
                 # stays reachable from the exit hooks, so let them go here or
                 # every finished run of a process keeps its model's memory.
-                self._watcher = None
+                link.watcher = None
             with self._lock:
                 self._poll(wait=True)
             if self.rank == 0 or status != "finished":
@@ -581,10 +526,10 @@ class Run:
                 summ = self.summary()
                 if summary:
                     summ.update(summary)
-                self._send({"kind": "end", "run_id": self.run_id, "time": time.time(), "status": status,
-                            "summary": summ})
+                link.send({"kind": "end", "run_id": self.run_id, "time": time.time(), "status": status,
+                           "summary": summ})
         except Exception as e:
-            self._warn_once("finish", "deepseed: finish: %s", e)
+            self._link.warn_once("finish", "deepseed: finish: %s", e)
         finally:
             spent = time.monotonic() - flushed_at if flushed_at is not None else 0.0
             self._sender.close(max(0.0, budget - spent))

@@ -3,7 +3,11 @@
 The training thread only appends to a bounded deque (O(1), one short lock);
 a daemon thread encodes, compresses and sends. Nothing here raises into the
 caller and nothing waits on the network except :meth:`Sender.close`, whose
-wait is bounded.
+wait is bounded. What cannot be delivered goes to a local file
+(localfile.py), which ``deepseed import`` sends later.
+
+sender_for() picks a run's sender from its arguments and the environment:
+this one, or one of localfile.py's that never use the network.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ import threading
 import time
 import urllib.parse
 
+from .localfile import FileSender, LocalFile, NullSender, encode, import_hint, path_for
 from .records import expand_steps
 
 log = logging.getLogger("deepseed")
 
 INGEST_PATH = "/api/v1/ingest"
+DEFAULT_COLLECTOR_URL = "http://127.0.0.1:9464"
 
 
 def ingest_url(base: str) -> str:
@@ -33,92 +39,15 @@ def ingest_url(base: str) -> str:
     return base + INGEST_PATH
 
 
-def _default(o):
-    # Tensors, numpy scalars and the like: numbers where they are numbers,
-    # text otherwise, so one odd value never loses a whole batch.
-    try:
-        return float(o)
-    except Exception:
-        return str(o)
-
-
 def base_url(url: str) -> str:
     """The collector or server base address of an ingest URL."""
     return url[: -len(INGEST_PATH)] if url.endswith(INGEST_PATH) else url
 
 
-def import_hint(path, server=None, token=None) -> str:
-    """How to send a local NDJSON file later: to the server when known,
-    else to whichever the user names (a server, or a node's collector,
-    which takes the same records)."""
-    cmd = "deepseed import %s --server %s" % (path, base_url(server) if server else "SERVER_URL")
-    if token:
-        cmd = "DEEPSEED_TOKEN=... " + cmd
-    return cmd
-
-
-class _LocalFile:
-    """Appends records as NDJSON to a file created on first use. Shared by
-    the training thread (records evicted from a full queue) and the sender
-    thread, so it takes its own lock; writes are buffered, no fsync."""
-
-    def __init__(self, path):
-        self.path = os.path.abspath(path)
-        self.written = 0
-        self.failed = None
-        self._f = None
-        self._lock = threading.Lock()
-
-    def write(self, records) -> int:
-        """Returns how many records were written (0 once the file failed)."""
-        if not records:
-            return 0
-        try:
-            data = encode(records).decode("utf-8")
-            with self._lock:
-                if self.failed is not None:
-                    return 0
-                if self._f is None:
-                    d = os.path.dirname(self.path)
-                    if d:
-                        os.makedirs(d, exist_ok=True)
-                    self._f = open(self.path, "a", encoding="utf-8")
-                self._f.write(data)
-                self.written += len(records)
-            return len(records)
-        except Exception as e:
-            with self._lock:
-                self.failed = e
-            return 0
-
-    def close(self):
-        with self._lock:
-            if self._f is not None and not self._f.closed:
-                try:
-                    self._f.close()
-                except Exception as e:  # pragma: no cover - disk full at close
-                    self.failed = e
-
-
-_dumps = json.JSONEncoder(allow_nan=True, separators=(",", ":"), default=_default).encode
-
 # Records the sender thread encodes before it lets the training thread have
 # the interpreter: JSON holds the GIL, and a thread that asks for it back
 # waits up to sys.getswitchinterval() (5 ms) for a busy holder.
 ENCODE_CHUNK = 16
-
-
-def encode(records, yield_every=0) -> bytes:
-    """NDJSON with NaN and Infinity written as Python writes them. With
-    yield_every, gives up the GIL after every that many records."""
-    if not yield_every:
-        lines = [_dumps(r) for r in records]
-    else:
-        lines = []
-        for i in range(0, len(records), yield_every):
-            lines.extend(_dumps(r) for r in records[i:i + yield_every])
-            time.sleep(0)
-    return ("\n".join(lines) + "\n").encode("utf-8")
 
 
 # Answers that mean "not now": the records stay queued and are sent again.
@@ -179,8 +108,8 @@ class Sender:
         self._inflight = 0
         self._batch = None  # the batch the sender thread is posting
         self._unreachable = False  # the last attempt got no answer at all
-        self._local = _LocalFile(local_path) if local_path else None
-        self._server = server
+        self._local = LocalFile(local_path) if local_path else None
+        self._server = base_url(server) if server else None
         self._steps_refused = False  # the destination predates steps records
         # Set once the destination refused these records for a reason no
         # retry mends (a wrong token, a wrong address): every record from
@@ -555,79 +484,32 @@ class Sender:
             pass
 
 
-class NullSender:
-    """Used when sending is disabled: keeps nothing."""
-
-    url = None
-    local_path = None
-    dropped = rejected = sent = failures = saved = 0
-    pending = 0
-
-    def put(self, record):
-        pass
-
-    def flush(self, timeout=5.0):
-        return True
-
-    def close(self, timeout=5.0):
-        return True
-
-
-class FileSender(NullSender):
-    """Appends NDJSON to a local file, for offline runs; the file can be
-    sent later with ``deepseed import FILE``, which says so at close.
-    Records are written in batches (every BUFFER records or FLUSH_S
-    seconds, and at flush and close), not one write per record."""
-
-    BUFFER = 256
-    FLUSH_S = 1.0
-
-    def __init__(self, path):
-        self._file = _LocalFile(path)
-        self.path = self._file.path
-        self._buf = []
-        self._since = 0.0
-
-    @property
-    def local_path(self):
-        return self.path if self._file.written else None
-
-    @property
-    def pending(self):
-        return len(self._buf)
-
-    def put(self, record):
-        buf = self._buf
-        if not buf:
-            self._since = time.monotonic()
-        buf.append(record)
-        if len(buf) >= self.BUFFER or time.monotonic() - self._since >= self.FLUSH_S:
-            self._write()
-
-    def _write(self):
-        buf, self._buf = self._buf, []
-        if not buf:
-            return
-        n = self._file.write(buf)
-        self.sent += n
-        self.dropped += len(buf) - n
-
-    def flush(self, timeout=5.0):
-        self._write()
-        with self._file._lock:
-            if self._file._f is not None:
-                self._file._f.flush()
-        return True
-
-    drain = flush
-
-    def close(self, timeout=5.0):
-        self._write()
-        self._file.close()
-        if self._file.written:
-            log.warning("deepseed: offline: %d records are in %s. Send them with: %s",
-                        self._file.written, self.path, import_hint(self.path))
-        return self._file.failed is None
+def sender_for(run_id, rank, world_size, mode=None, collector_url=None, server_url=None, token=None,
+               max_queue=10000, batch_size=500, flush_interval=1.0, compress=None, file=None):
+    """The sender of a run's process (rank of world_size), from the run's
+    init() arguments and the environment: none when the mode
+    (DEEPSEED_MODE) disables sending, a FileSender offline or given a file
+    (DEEPSEED_FILE), else a Sender to the server (server_url,
+    DEEPSEED_SERVER_URL) or to the node's collector."""
+    mode = (mode or os.environ.get("DEEPSEED_MODE") or "online").lower()
+    if mode in ("disabled", "off", "false", "0"):
+        return NullSender()
+    file = file or os.environ.get("DEEPSEED_FILE")
+    if mode == "offline" or file:
+        return FileSender(file or path_for(run_id, rank, world_size))
+    if compress is None:
+        compress = os.environ.get("DEEPSEED_GZIP", "1").lower() not in ("0", "false", "no")
+    server_url = server_url or os.environ.get("DEEPSEED_SERVER_URL")
+    server = None
+    if server_url:
+        server = server_url
+        url = ingest_url(server_url)
+        token = token or os.environ.get("DEEPSEED_TOKEN")
+    else:
+        url = ingest_url(collector_url or os.environ.get("DEEPSEED_COLLECTOR_URL") or DEFAULT_COLLECTOR_URL)
+        token = token or os.environ.get("DEEPSEED_COLLECTOR_TOKEN")
+    return Sender(url, token=token, max_queue=max_queue, batch_size=batch_size, flush_interval=flush_interval,
+                  compress=compress, local_path=path_for(run_id, rank, world_size), server=server)
 
 
-__all__ = ["Sender", "NullSender", "FileSender", "encode", "ingest_url", "import_hint"]
+__all__ = ["Sender", "sender_for", "ingest_url", "base_url"]

@@ -103,15 +103,17 @@ class StepState:
     a framework's adapter, or called by the PhaseMarks of a framework that
     marks phases itself.
 
-    reader is the StepReader that reads the queue back (it also holds the
-    device clock's anchor and the last peak-memory reading); on_first_step
-    is called once, when the first step opens."""
+    link is the run's :class:`~deepseed.link.RunLink`, whose next_step
+    numbers the steps; reader is the StepReader that reads the queue back
+    (it also holds the device clock's anchor and the last peak-memory
+    reading); on_first_step is called once, when the first step opens."""
 
-    def __init__(self, run, root, optimizer, adapter, pool, fetch, params, reader, pending, profiler, cuda=False,
+    def __init__(self, link, root, optimizer, adapter, pool, fetch, params, reader, pending, profiler, cuda=False,
                  dev_index=None, manual=False, batch_size=None, tokens_per_sample=None, layer_every=10,
                  grad_norm="auto", grad_norm_every=None, phase_every=None, sample_min_ms=None, layer_every_set=True,
                  on_first_step=None):
-        self.run = run
+        self.link = link
+        self.run = run = link.run
         self.root = root
         self.optimizer = optimizer
         self.adapter = adapter
@@ -195,7 +197,7 @@ class StepState:
             cur.fwd_open = True
             self.count_batch(cur, args, kwargs)
         except Exception as e:
-            self.run._warn_once("fwdpre", "deepseed: forward hook: %s", e)
+            self.link.warn_once("fwdpre", "deepseed: forward hook: %s", e)
 
     def forward_post(self, module, args, out):
         """The model's forward hook: keeps the loss the model returned and, on
@@ -223,7 +225,7 @@ class StepState:
                     t.register_hook(self.backward_start)
                     break
         except Exception as e:
-            self.run._warn_once("fwdpost", "deepseed: forward hook: %s", e)
+            self.link.warn_once("fwdpost", "deepseed: forward hook: %s", e)
 
     def attach_post(self):
         """Registers forward_post on the root (see LOSS_PROBE_STEPS)."""
@@ -307,7 +309,7 @@ class StepState:
             self.take_grad_norm(cur)
             cur.opt = [self.pool.record(), None]
         except Exception as e:
-            self.run._warn_once("optpre", "deepseed: optimizer hook: %s", e)
+            self.link.warn_once("optpre", "deepseed: optimizer hook: %s", e)
 
     def take_grad_norm(self, cur):
         """Adds the gradient norm to cur on the steps that take it."""
@@ -347,7 +349,7 @@ class StepState:
                 self.adapter.after_step(cur)
             self.close_step(ev)
         except Exception as e:
-            self.run._warn_once("optpost", "deepseed: optimizer hook: %s", e)
+            self.link.warn_once("optpost", "deepseed: optimizer hook: %s", e)
 
     def read_lr(self, cur, opt):
         """Adds opt's learning rate to cur unless the caller logged one."""
@@ -366,13 +368,13 @@ class StepState:
 
     def open_step(self):
         """Opens a step, decides what it samples and returns it."""
-        run = self.run
+        link = self.link
         if self.on_first_step is not None:
             first, self.on_first_step = self.on_first_step, None
             first()
         now = _now()
-        cur = Step(run._next_step)
-        run._next_step += 1
+        cur = Step(link.next_step)
+        link.next_step += 1
         if self.last_close_host is not None:
             cur.data_ms = (now - self.last_close_host) * 1000.0
         self.pool.use_current_stream(self.dev_index)
@@ -451,7 +453,7 @@ class StepState:
         if step is not None:
             slot.step = step
             slot.user_step = True
-            self.run._next_step = step + 1
+            self.link.next_step = step + 1
         if "grad_norm" in fields:
             self.user_grad_norm = True
         if slot.user is None:

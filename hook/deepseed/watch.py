@@ -20,7 +20,7 @@ cannot run an event before the host records it), so the clocks' drift
 does not accumulate.
 
 The Watcher puts together the parts it owns and passes each what it
-needs:
+needs, the run's :class:`~deepseed.link.RunLink` (link.py) among it:
 
 1. a :class:`~deepseed.steps.StepState`: the open step, the queue of closed
    ones and the hooks that open, mark and close steps (steps.py);
@@ -67,13 +67,17 @@ class Watcher:
 
     Its parts are ``steps`` (:class:`~deepseed.steps.StepState`), ``reader``
     (:class:`~deepseed.readback.StepReader`) and ``marks``
-    (:class:`~deepseed.phases.PhaseMarks`).
+    (:class:`~deepseed.phases.PhaseMarks`). ``run`` is the run it reports
+    to and ``link`` that run's :class:`~deepseed.link.RunLink`: what an
+    integration uses of the run beyond its public API (say, ``next_step``
+    for a framework that numbers its steps itself).
     """
 
-    def __init__(self, run, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
+    def __init__(self, link, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
                  tokens_per_sample=None, adapter=None, grad_norm_every=None, manual=False, phase_every=None,
                  background_read=None, sample_min_ms=None, layer_every_set=True):
-        self.run = run
+        self.link = link
+        self.run = link.run
         self.engine = None
         self.adapter = adapter
         root = model
@@ -120,9 +124,9 @@ class Watcher:
         # Closed steps wait in this queue, which the steps fill and the
         # reader empties.
         self.pending = collections.deque()
-        self.reader = StepReader(run, self.pending, self.pool, self.fetch, self.cuda, self.layer_names)
+        self.reader = StepReader(link, self.pending, self.pool, self.fetch, self.cuda, self.layer_names)
         self.steps = steps = StepState(
-            run, root, optimizer, self.adapter, self.pool, self.fetch, self.params, self.reader, self.pending,
+            link, root, optimizer, self.adapter, self.pool, self.fetch, self.params, self.reader, self.pending,
             profiler, cuda=self.cuda, dev_index=dev_index, manual=self.manual, batch_size=batch_size,
             tokens_per_sample=tokens_per_sample, layer_every=layer_every, grad_norm=grad_norm,
             grad_norm_every=grad_norm_every, phase_every=phase_every, sample_min_ms=sample_min_ms,
@@ -211,7 +215,7 @@ class Watcher:
         meta["versions"] = dict(m.get("versions") or {}, **torch_versions())
         # The config's layers and width give the attention FLOPs; the
         # sequence length comes with the first batch (or tokens_per_sample).
-        run._flops_cfg = cfg
+        self.link.flops_cfg = cfg
         tps = self.steps.tokens_per_sample
         if tps and not m.get("seq_len"):
             meta["seq_len"] = int(tps)
@@ -282,7 +286,7 @@ class Watcher:
             reader.drain()
         else:
             self.pending.clear()
-        with self.run._lock:
+        with self.link.lock:
             reader.send_steps()
 
 

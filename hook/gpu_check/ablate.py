@@ -20,8 +20,7 @@ import torch  # noqa: E402
 
 
 def variants(pkg):
-    def no_read(run):
-        watcher = run._watcher
+    def no_read(run, watcher):
         reader = watcher.reader
         # Stop the reader thread; the training thread's polls then drop
         # the closed steps instead of reading them.
@@ -29,12 +28,16 @@ def variants(pkg):
         watcher.steps.read_inline = True
         reader.poll = lambda wait=False: reader.pending.clear()
 
-    def no_send(run):
-        run._send = lambda rec: None
+    def no_send(run, watcher):
+        link = getattr(watcher, "link", None)
+        if link is not None:
+            link.send = lambda rec: None
+        else:  # a copy of the package from before the run's link (link.py)
+            run._send = lambda rec: None
 
-    def both(run):
-        no_read(run)
-        no_send(run)
+    def both(run, watcher):
+        no_read(run, watcher)
+        no_send(run, watcher)
 
     return {
         "default": ({}, None),
@@ -71,9 +74,9 @@ def main():
         if name != "no_hook":
             pkg, (ikw, patch) = table[name]
             run = pkg.init(project="ablate", name=name, collector_url=cap.url, handle_signals=False, **ikw)
-            run.watch(model, optimizer=opt)
+            watcher = run.watch(model, optimizer=opt)
             if patch is not None:
-                patch(run)
+                patch(run, watcher)
         for i in range(40):
             step(i)
         torch.cuda.synchronize()

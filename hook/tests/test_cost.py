@@ -17,7 +17,7 @@ sys.path.insert(0, HOOK)
 
 from deepseed import sender  # noqa: E402
 from deepseed.env import lightning_precision, strategy_parallelism  # noqa: E402
-from deepseed.sender import FileSender, encode  # noqa: E402
+from deepseed.localfile import FileSender, encode  # noqa: E402
 
 
 def records(n):

@@ -115,7 +115,7 @@ class SequentialRunsTest(unittest.TestCase):
                     pass
             w = Watched()
             ref = weakref.ref(w)
-            run._watcher = w
+            run._link.watcher = w
             del w
             run.finish()
             gc.collect()

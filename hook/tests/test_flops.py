@@ -72,7 +72,7 @@ class StepFlopsTest(unittest.TestCase):
     def test_steps_carry_tflops_and_mfu(self):
         run = deepseed.init(project="t", collector_url=self.cap.url, flush_interval=0.05, handle_signals=False)
         run.log_step(1, loss=1.0, tokens=4096, step_ms=50.0)  # nothing known yet: no tflops
-        run._flops_cfg = {"num_hidden_layers": 24, "hidden_size": 1024}
+        run._link.flops_cfg = {"num_hidden_layers": 24, "hidden_size": 1024}
         run.update_meta(params=335_000_000, seq_len=512, gpu="NVIDIA H100 80GB HBM3", precision="bf16")
         run.log_step(2, loss=1.0, tokens=4096, step_ms=50.0)
         run.set_flops(peak_tflops=500)

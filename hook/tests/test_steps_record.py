@@ -11,7 +11,7 @@ HOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HOOK)
 
 from deepseed.records import StepColumns, expand_steps  # noqa: E402
-from deepseed.sender import encode  # noqa: E402
+from deepseed.localfile import encode  # noqa: E402
 
 
 def wire(records):

@@ -102,7 +102,7 @@ class DeepSeedCallback(Callback):
             self._stepped = False
             if w.cur is None:
                 # Steps carry Lightning's numbers (a resumed fit goes on).
-                self.run._next_step = int(trainer.global_step) + 1
+                w.link.next_step = int(trainer.global_step) + 1
             w.step_begin(batch)
 
     def on_before_backward(self, trainer, pl_module, loss):
