@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // The query API over a store: a series of 1,000 steps asked for in at most
@@ -23,17 +23,12 @@ import (
 // mean, minimum, maximum and count. The heatmap, breakdown (steady-state
 // window) and compare endpoints are mounted by the same Register call.
 //
-// This example has no checked output because it needs a database
-// (DEEPSEED_DATABASE_URL): the throwaway databases of the tests
-// (storetest.NewStore) belong to one test and are dropped when it ends,
-// and an example has no test to hand them. On a fresh database it prints
-//
-//	bucket_steps 200, 6 points
-//	first bucket: 199 steps from step 1, mean 250.25 ms (min 201, max 300)
+// Here the database is a throwaway one of the tests; yours is the URL
+// serve takes (DEEPSEED_DATABASE_URL).
 func ExampleHandler() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := store.Open(ctx, os.Getenv("DEEPSEED_DATABASE_URL"), nil)
+	st, err := store.Open(ctx, storetest.ExampleDatabase(), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -68,4 +63,7 @@ func ExampleHandler() {
 	p := s.Points[0]
 	fmt.Printf("first bucket: %d steps from step %d, mean %.2f %s (min %v, max %v)\n", p.Count, p.Step,
 		float64(p.Value), s.Unit, float64(p.Min), float64(p.Max))
+	// Output:
+	// bucket_steps 200, 6 points
+	// first bucket: 199 steps from step 1, mean 250.25 ms (min 201, max 300)
 }

@@ -4,29 +4,22 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // A store on a PostgreSQL database: migrate it, write the records the hook
 // sent (as ingest does) and read a run and a series back.
 //
-// This example has no checked output because it needs a database
-// (DEEPSEED_DATABASE_URL): the throwaway databases of the tests
-// (storetest.NewStore) belong to one test and are dropped when it ends,
-// and an example has no test to hand them. On a fresh database it prints
-//
-//	accepted: 3
-//	run: r1 imdb bert-large
-//	step 1 step_ms 212.5
-//	step 2 step_ms 210
+// Here the database is a throwaway one of the tests; yours is the URL
+// serve takes (DEEPSEED_DATABASE_URL).
 func ExampleStore() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := store.Open(ctx, os.Getenv("DEEPSEED_DATABASE_URL"), nil)
+	st, err := store.Open(ctx, storetest.ExampleDatabase(), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,4 +53,9 @@ func ExampleStore() {
 	for _, p := range pts {
 		fmt.Println("step", p.Step, "step_ms", p.Value)
 	}
+	// Output:
+	// accepted: 3
+	// run: r1 imdb bert-large
+	// step 1 step_ms 212.5
+	// step 2 step_ms 210
 }

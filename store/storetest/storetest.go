@@ -100,6 +100,11 @@ func Main(m *testing.M) int {
 	code := m.Run()
 	if template != "" && lp == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for _, db := range exampleDBs {
+			if err := execSQL(ctx, adminURL, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`); err != nil {
+				fmt.Fprintln(os.Stderr, "storetest: drop example database:", err)
+			}
+		}
 		if err := execSQL(ctx, adminURL, `DROP DATABASE IF EXISTS `+template+` WITH (FORCE)`); err != nil {
 			fmt.Fprintln(os.Stderr, "storetest: drop template:", err)
 		}
@@ -158,6 +163,27 @@ func NewDatabaseIn(t testing.TB, tablespace string) string {
 	})
 	return WithDatabase(adminURL, name)
 }
+
+// ExampleDatabase creates a fresh, migrated database for a runnable
+// example, which has no test to own it, and returns its URL; Main drops
+// the server's databases when the package's tests end (a throwaway
+// cluster goes whole). It panics when Main started no database server.
+func ExampleDatabase() string {
+	if adminURL == "" || template == "" {
+		panic(fmt.Sprintf("storetest: no database server (call storetest.Main from TestMain): %v", startErr))
+	}
+	name := "deepseed_example_" + randHex(6)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := execSQL(ctx, adminURL, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)); err != nil {
+		panic(fmt.Sprintf("storetest: create example database: %v", err))
+	}
+	exampleDBs = append(exampleDBs, name)
+	return WithDatabase(adminURL, name)
+}
+
+// exampleDBs are the databases ExampleDatabase made, dropped by Main.
+var exampleDBs []string
 
 // NewStore opens a store on a fresh, migrated database, closed when the
 // test ends. Its Timescale field follows the database mode.
