@@ -32,6 +32,9 @@ func Loop(ctx context.Context, every time.Duration, now bool, pass func(ctx cont
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil {
+			return // a timer of 0 and a done context were both ready
+		}
 		wait := every
 		if pass(ctx) {
 			wait = 0
