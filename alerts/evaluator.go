@@ -6,7 +6,10 @@
 // holds and resolve it when it clears. The detectors themselves are pure
 // functions in package detect, listed in detect.Table; this package reads
 // their rows, stores the straggler scores, keeps the alerts table and
-// shows it on /metrics.
+// shows it on /metrics. The scores of a run it never evaluated, which the
+// query server computes on read, are pure functions in detect too
+// (detect.FinalScores, detect.ScoreSeries, detect.BlockScores), so that
+// the query server does not depend on this package.
 //
 // The detectors run in a background evaluator (Run), never in the ingest
 // path: every few seconds one server (an advisory lock elects it) reads
@@ -133,11 +136,7 @@ func recentSteps(ctx context.Context, st *store.Store, runID string, ranks []int
 	if err != nil {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	out := map[int][]detect.StepRow{}
-	for _, s := range rows {
-		out[s.Rank] = append(out[s.Rank], detect.StepRow(s))
-	}
-	return out, nil
+	return detect.ByRank(rows), nil
 }
 
 // recentGPUs reads each GPU's samples of the run over the last idle span

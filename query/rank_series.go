@@ -2,8 +2,8 @@ package query
 
 import (
 	"context"
+	"fmt"
 
-	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/store"
 )
@@ -109,18 +109,18 @@ var scoreRowBudget int64 = 50_000
 
 // computedScores are the straggler scores by step of a run the evaluator
 // never scored (finished before the server watched it, or imported),
-// computed on read by the evaluator's definition (alerts.ScoreSeries), as
+// computed on read by the evaluator's definition (detect.ScoreSeries), as
 // GET /runs/{id}/ranks does for the final score; bucketed over the plan.
 func (rs *rankSeries) computedScores(ctx context.Context, p plan) ([]store.RankBucket, error) {
 	ranks, err := rs.runRanks(ctx)
 	if err != nil || len(ranks) < 2 {
 		return nil, err
 	}
-	cfg := rs.h.alertsConfig()
+	cfg := rs.h.alertsConfig().WithMeta(rs.meta)
 	n := int64(len(ranks))
-	var pts []alerts.ScorePoint
+	var pts []detect.ScorePoint
 	if n*(p.To-p.From+1) <= scoreRowBudget {
-		pts, err = alerts.ScoreSeries(ctx, rs.h.store, rs.runID, ranks, rs.meta, cfg, p.From, p.To)
+		pts, err = rs.stepScores(ctx, p, ranks, cfg)
 	} else {
 		pts, err = rs.blockScores(ctx, p, n, cfg)
 	}
@@ -130,9 +130,22 @@ func (rs *rankSeries) computedScores(ctx context.Context, p plan) ([]store.RankB
 	return bucketScores(pts, p.Width), nil
 }
 
+// stepScores computes the scores from every rank's steps of the plan's
+// range, row by row: the caller bounds ranks × steps.
+func (rs *rankSeries) stepScores(ctx context.Context, p plan, ranks []int, cfg detect.Config) ([]detect.ScorePoint, error) {
+	if p.From > p.To {
+		return nil, nil
+	}
+	rows, err := rs.h.store.SyncSteps(ctx, rs.runID, ranks, p.From, p.To)
+	if err != nil {
+		return nil, fmt.Errorf("query: score series: %w", err)
+	}
+	return detect.ScoreSeries(detect.ByRank(rows), cfg), nil
+}
+
 // blockScores computes the scores from the rollups of lateness and busy
 // time: a few rows a rank a block.
-func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg detect.Config) ([]alerts.ScorePoint, error) {
+func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg detect.Config) ([]detect.ScorePoint, error) {
 	if err := rs.h.refreshRollups(ctx, rs.runID); err != nil {
 		return nil, err
 	}
@@ -147,10 +160,10 @@ func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg 
 	if err != nil {
 		return nil, err
 	}
-	var blocks []alerts.ScoreBlock
+	var blocks []detect.ScoreBlock
 	for _, r := range rows {
 		if len(blocks) == 0 || blocks[len(blocks)-1].FirstStep/width != r.Bucket {
-			blocks = append(blocks, alerts.ScoreBlock{FirstStep: r.Bucket * width, FirstTime: r.FirstTime, Steps: width,
+			blocks = append(blocks, detect.ScoreBlock{FirstStep: r.Bucket * width, FirstTime: r.FirstTime, Steps: width,
 				Late: map[int]float64{}, Busy: map[int]float64{}})
 		}
 		b := &blocks[len(blocks)-1]
@@ -163,11 +176,11 @@ func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg 
 			b.Busy[r.Rank] = r.Mean
 		}
 	}
-	return alerts.BlockScores(blocks, rs.meta, cfg), nil
+	return detect.BlockScores(blocks, cfg), nil
 }
 
 // bucketScores sums scores into buckets of width steps, by rank.
-func bucketScores(pts []alerts.ScorePoint, width int64) []store.RankBucket {
+func bucketScores(pts []detect.ScorePoint, width int64) []store.RankBucket {
 	type key struct {
 		rank   int
 		bucket int64

@@ -8,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/stats"
@@ -110,16 +109,27 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 
 // finalScores gives the ranks of a run that has no stored straggler score
 // (finished before the evaluator saw it, or imported) the score the
-// evaluator would have given them at its last step, from its records.
+// evaluator would have given them at its last step, from its records
+// (detect.FinalScores). It reads each rank's newest steps of the run's
+// window, a bounded number of rows a rank, and writes nothing, so a query
+// server on a standby can call it.
 func (h *Handler) finalScores(ctx context.Context, r *store.RunRow, ranks []int, out *api.RanksResponse) error {
 	for _, st := range out.Ranks {
 		if st.StragglerScore != nil {
 			return nil
 		}
 	}
-	scores, err := alerts.FinalScores(ctx, h.store, r.RunID, ranks, r.Meta, h.alertsConfig())
-	if err != nil || scores == nil {
-		return err
+	if len(ranks) < 2 {
+		return nil
+	}
+	cfg := h.alertsConfig().WithMeta(r.Meta)
+	rows, err := h.store.RecentSteps(ctx, r.RunID, ranks, cfg.Window)
+	if err != nil {
+		return fmt.Errorf("query: final scores: %w", err)
+	}
+	scores := detect.FinalScores(detect.ByRank(rows), cfg)
+	if scores == nil {
+		return nil
 	}
 	for i := range out.Ranks {
 		if v, ok := scores[out.Ranks[i].Rank]; ok {

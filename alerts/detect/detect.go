@@ -5,6 +5,12 @@
 // Grafana alert rules say; the evaluator (package alerts) runs them all
 // with Run, and the dashboards generator writes Grafana's rules from it.
 //
+// Beside the detectors it holds the straggler score (SyncSteps,
+// StragglerScores), which the evaluator stores for a running run and the
+// query server computes on read for a run the evaluator never scored
+// (FinalScores, ScoreSeries, BlockScores); ByRank groups the store's step
+// rows as all of them take them.
+//
 // Adding a detector is a file here with its function and a line in Table,
 // its kind in api.AlertKinds and the API document, the Grafana rules
 // regenerated (go run ./dashboards/gen), and, when it needs rows no
@@ -23,8 +29,12 @@ import (
 )
 
 // StepRow is one step of one rank as the detectors read it; the columns
-// a record left out are nil (loss, grad norm, times) or false.
-type StepRow struct {
+// a record left out are nil (loss, grad norm, times) or false. Its fields
+// are stepFields, so that a row type of the store with the same fields
+// converts to it (ByRank).
+type StepRow stepFields
+
+type stepFields = struct {
 	Rank       int
 	Step       int64
 	Time       time.Time
@@ -36,6 +46,19 @@ type StepRow struct {
 	DataMS     *float64
 	SyncNS     *int64
 	SyncWaitMS *float64
+}
+
+// ByRank groups step rows by rank, each rank's in the order given, as
+// Rows.Steps and the scores take them. The rows are StepRows or of a type
+// with the same fields (the store's reads of the steps table), taken as
+// they are.
+func ByRank[R ~stepFields](rows []R) map[int][]StepRow {
+	out := map[int][]StepRow{}
+	for _, r := range rows {
+		s := StepRow(r)
+		out[s.Rank] = append(out[s.Rank], s)
+	}
+	return out
 }
 
 // GPUState is a GPU's recent samples as the idle detector reads them.

@@ -1,10 +1,8 @@
-package alerts
+package detect
 
 import (
 	"math"
 	"testing"
-
-	"github.com/deepseed/deepseed/alerts/detect"
 )
 
 // Scores from rollups (one update a block of steps) reach what the steps
@@ -16,7 +14,7 @@ func TestBlockScoresMatchTheStepDefinition(t *testing.T) {
 		blocks = append(blocks, ScoreBlock{FirstStep: b * 100, Steps: 100,
 			Late: map[int]float64{0: 0, 1: 30, 2: 0}, Busy: map[int]float64{0: 100, 1: 100, 2: 90}})
 	}
-	pts := BlockScores(blocks, nil, detect.Defaults())
+	pts := BlockScores(blocks, Defaults())
 	if len(pts) != 15 {
 		t.Fatalf("%d scores, want 3 ranks × 5 blocks", len(pts))
 	}
@@ -31,7 +29,7 @@ func TestBlockScoresMatchTheStepDefinition(t *testing.T) {
 	// one block moves the score nearly all the way ((1 − 0.1)^100 ≈ 0).
 	blocks = append(blocks, ScoreBlock{FirstStep: 500, Steps: 100,
 		Late: map[int]float64{0: 0, 1: 0, 2: 0}, Busy: map[int]float64{0: 100, 1: 100, 2: 100}})
-	pts = BlockScores(blocks, nil, detect.Defaults())
+	pts = BlockScores(blocks, Defaults())
 	if s := pts[len(pts)-2].Score; pts[len(pts)-2].Rank != 1 || s > 1e-3 {
 		t.Errorf("rank 1 after a block on time: %v, want near 0", s)
 	}
