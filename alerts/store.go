@@ -13,11 +13,7 @@ import (
 // reconcile makes the run's open alerts what fires (see
 // [store.Store.ReconcileAlerts]).
 func reconcile(ctx context.Context, st *store.Store, runID string, fs []detect.Firing) error {
-	rows := make([]store.Firing, len(fs))
-	for i, f := range fs {
-		rows[i] = store.Firing(f)
-	}
-	if err := st.ReconcileAlerts(ctx, runID, rows); err != nil {
+	if err := st.ReconcileAlerts(ctx, runID, fs); err != nil {
 		return fmt.Errorf("alerts: %w", err)
 	}
 	return nil

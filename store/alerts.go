@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
 )
 
@@ -70,24 +71,11 @@ func (s *Store) WithSessionLock(ctx context.Context, key int64, fn func(ctx cont
 	return true, fn(ctx)
 }
 
-// Firing is one detector's finding for the alerts table; (Kind, Subject)
-// keys it in a run.
-type Firing struct {
-	Kind      string
-	Subject   string
-	Rank      *int
-	Step      *int64
-	Value     float64
-	Threshold float64
-	Text      string
-	At        time.Time
-}
-
 // ReconcileAlerts makes the run's open alerts what fires: a new firing
 // opens an alert, one already open is updated in place (the partial unique
 // index keeps it single), and an open alert that no longer fires is
 // resolved.
-func (s *Store) ReconcileAlerts(ctx context.Context, runID string, fs []Firing) error {
+func (s *Store) ReconcileAlerts(ctx context.Context, runID string, fs []detect.Firing) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("store: reconcile alerts of %s: %w", runID, err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/deepseed/deepseed/alerts/detect"
 )
 
 // The steps table: one row per run, rank and step. This file holds its
@@ -15,25 +17,10 @@ import (
 // batch in the first round trip), the series reads and the detectors'
 // reads; steps_timings.go the timing reads, rollups.go the rollups.
 
-// RecentStep is a step row as the detectors read it.
-type RecentStep struct {
-	Rank       int
-	Step       int64
-	Time       time.Time
-	Loss       *float64
-	GradNorm   *float64
-	LossScale  *float64
-	Skipped    bool
-	StepMS     *float64
-	DataMS     *float64
-	SyncNS     *int64
-	SyncWaitMS *float64
-}
-
 // RecentSteps reads each rank's newest n steps, by rank and newest first.
 // Each rank's rows come from a backward scan of the steps' unique index: a
 // bounded read however long the run.
-func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n int) ([]RecentStep, error) {
+func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n int) ([]detect.StepRow, error) {
 	rk := make([]int32, len(ranks))
 	for i, r := range ranks {
 		rk[i] = int32(r)
@@ -48,9 +35,9 @@ func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n in
 		return nil, fmt.Errorf("store: recent steps of %s: %w", runID, err)
 	}
 	defer rows.Close()
-	var out []RecentStep
+	var out []detect.StepRow
 	for rows.Next() {
-		var s RecentStep
+		var s detect.StepRow
 		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
 			return nil, fmt.Errorf("store: recent steps of %s: %w", runID, err)
 		}
@@ -66,7 +53,7 @@ func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n in
 // straggler score needs (Step, Time, StepMS, SyncNS, SyncWaitMS), by rank
 // and newest first. It reads every rank's rows of the range: the caller
 // bounds ranks × steps.
-func (s *Store) SyncSteps(ctx context.Context, runID string, ranks []int, from, to int64) ([]RecentStep, error) {
+func (s *Store) SyncSteps(ctx context.Context, runID string, ranks []int, from, to int64) ([]detect.StepRow, error) {
 	rk := make([]int32, len(ranks))
 	for i, r := range ranks {
 		rk[i] = int32(r)
@@ -80,9 +67,9 @@ func (s *Store) SyncSteps(ctx context.Context, runID string, ranks []int, from, 
 		return nil, fmt.Errorf("store: sync steps of %s: %w", runID, err)
 	}
 	defer rows.Close()
-	var out []RecentStep
+	var out []detect.StepRow
 	for rows.Next() {
-		var s RecentStep
+		var s detect.StepRow
 		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.StepMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
 			return nil, fmt.Errorf("store: sync steps of %s: %w", runID, err)
 		}

@@ -28,13 +28,10 @@ import (
 	"time"
 )
 
-// StepRow is one step of one rank as the detectors read it; the columns
-// a record left out are nil (loss, grad norm, times) or false. Its fields
-// are stepFields, so that a row type of the store with the same fields
-// converts to it (ByRank).
-type StepRow stepFields
-
-type stepFields = struct {
+// StepRow is one step of one rank as the detectors read it (the store's
+// reads of the steps table answer them); the columns a record left out are
+// nil (loss, grad norm, times) or false.
+type StepRow struct {
 	Rank       int
 	Step       int64
 	Time       time.Time
@@ -49,13 +46,10 @@ type stepFields = struct {
 }
 
 // ByRank groups step rows by rank, each rank's in the order given, as
-// Rows.Steps and the scores take them. The rows are StepRows or of a type
-// with the same fields (the store's reads of the steps table), taken as
-// they are.
-func ByRank[R ~stepFields](rows []R) map[int][]StepRow {
+// Rows.Steps and the scores take them.
+func ByRank(rows []StepRow) map[int][]StepRow {
 	out := map[int][]StepRow{}
-	for _, r := range rows {
-		s := StepRow(r)
+	for _, s := range rows {
 		out[s.Rank] = append(out[s.Rank], s)
 	}
 	return out
