@@ -1,11 +1,13 @@
 package query_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/query"
+	"github.com/deepseed/deepseed/store"
 )
 
 // A finished run the alert evaluator never saw (yesterday's, or an
@@ -76,6 +78,46 @@ func TestStragglerScoreSeriesAfterTheFact(t *testing.T) {
 	first, last := float64(one[0].Value), float64(one[len(one)-1].Value)
 	if !(first < last) || last < 0.29 || last > 0.31 {
 		t.Errorf("rank 1 from %v to %v, want rising to 0.3", first, last)
+	}
+}
+
+// A run the evaluator began watching late (a server started during the
+// run) has scores stored from its first pass on, over the steps it read
+// then: the steps before them get theirs computed on read, so the chart
+// still covers the whole run, and the stored scores stand where they are.
+func TestStragglerScoreSeriesBeforeTheStoredOnes(t *testing.T) {
+	e := newEnv(t)
+	writeLateRank(e, 60)
+	var stored []store.RankScore
+	for step := int64(31); step <= 60; step++ {
+		for rank, score := range []float64{0, 0.5} {
+			stored = append(stored, store.RankScore{Rank: rank, Step: step, Time: t0.Add(time.Duration(step) * time.Second), Score: score})
+		}
+	}
+	if err := e.s.AddRankScores(context.Background(), "ddp-late", stored); err != nil {
+		t.Fatal(err)
+	}
+
+	var res api.SeriesResponse
+	e.get("/runs/ddp-late/series?metric=straggler_score&rank=all&x_axis=step", 200, &res)
+	for _, s := range res.Series {
+		if len(s.Points) != 60 {
+			t.Fatalf("rank %d: %d points, want one a step of 60", s.Rank, len(s.Points))
+		}
+		for _, p := range s.Points {
+			v := float64(p.Value)
+			switch {
+			case s.Rank == 0 && v != 0:
+				t.Fatalf("rank 0 scores %v at step %d, want 0", v, p.Step)
+			case s.Rank == 1 && p.Step >= 31 && v != 0.5:
+				t.Fatalf("rank 1 at step %d: %v, want the stored 0.5", p.Step, v)
+			case s.Rank == 1 && p.Step < 31 && (v <= 0 || v > 0.31):
+				t.Fatalf("rank 1 at step %d: %v, want its computed score, up to 30 ms / 100 ms = 0.3", p.Step, v)
+			}
+		}
+	}
+	if len(res.Series) != 2 {
+		t.Fatalf("%d series, want one a rank", len(res.Series))
 	}
 }
 

@@ -46,8 +46,8 @@ func (rs *rankSeries) buckets(ctx context.Context, rank int, metric string, p pl
 			rows, err = rs.h.store.LatenessBuckets(ctx, rs.runID, from, p.From, p.To, p.Width)
 		default:
 			rows, err = rs.h.store.ScoreBuckets(ctx, rs.runID, p.From, p.To, p.Width)
-			if err == nil && len(rows) == 0 {
-				rows, err = rs.computedScores(ctx, p)
+			if err == nil {
+				rows, err = rs.beforeStored(ctx, p, rows)
 			}
 		}
 		if err != nil {
@@ -99,6 +99,29 @@ func (rs *rankSeries) runRanks(ctx context.Context) ([]int, error) {
 		rs.ranks = ranks
 	}
 	return rs.ranks, nil
+}
+
+// beforeStored puts before the stored scores of the plan the scores of
+// its steps that have none, computed on read: the evaluator stores a
+// series from its first pass over a run on, over the steps it read then,
+// so a run it never watched has none stored and one it began watching
+// late (a server started during the run, an evaluator that fell behind)
+// has steps before them.
+func (rs *rankSeries) beforeStored(ctx context.Context, p plan, stored []store.RankBucket) ([]store.RankBucket, error) {
+	first := p.To + 1
+	for _, r := range stored {
+		first = min(first, r.FirstStep)
+	}
+	if first <= p.From {
+		return stored, nil
+	}
+	q := p
+	q.To = first - 1
+	pre, err := rs.computedScores(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return append(pre, stored...), nil
 }
 
 // scoreRowBudget is the most rank-steps a straggler score series is
