@@ -41,6 +41,18 @@ backend starts before any model is watched):
     python3 hook/gpu_check/comm_check.py --runs zero3-control,zero3-gpu,fsdp2-gpu,ddp-control --seq 1024 \\
         --deepspeed-path .device/ds --deepspeed-deps .device/pylib --collector .device/deepseed ...
 
+After the code was restructured into tables (one metric table, detectors,
+query types) and the hook's watcher into parts,
+results/comm_check_restructured_h200x2.json came from
+
+    python3 hook/gpu_check/comm_check.py --runs ddp-control,fsdp2-control,fsdp2-gpu --seq 1024 ...
+
+and results/comm_check_restructured_seq512_h200x2.json from
+--runs ddp-control,ddp-gpu,fsdp2-gpu,fsdp2-control --hang at the default
+--seq 512, where FSDP2's steps are bound by the host and its control shows
+rank 1 late (as the first run above showed rank 0): the builds before and
+after the restructuring read the same alerts and ranks from those records.
+
 DeepSpeed is not installed on the GPU machine: --deepspeed-path is a folder
 holding the source of a release (deepspeed/, its op_builder and accelerator
 copied in place of their links), --deepspeed-deps one with the pure-Python
