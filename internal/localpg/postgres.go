@@ -65,7 +65,7 @@ type Cluster struct {
 	bin      string
 	cred     *syscall.Credential
 	lock     *ownerLock
-	password string // the superuser's, see localpg_auth.go
+	password string // the superuser's, see auth.go
 }
 
 // ErrNoPostgres says that no PostgreSQL server binaries were found.
