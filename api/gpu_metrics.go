@@ -7,7 +7,10 @@ package api
 //
 // Adding a GPU value is a row in [GPUMetrics] (with its field in [GPU]
 // when it travels in a record), a migration adding its column, and the
-// NVML reader filling the nvml.Reading field the row names.
+// NVML reader filling the nvml.Reading field the row names; `go test
+// ./api ./grafana-plugin/pkg/plugin -update` then writes what is derived
+// from the table in files (openapi.json, docs/metrics.md, the plugin
+// editor's list).
 type GPUMetric struct {
 	// Name is the value's name in a gpu record and in the query API
 	// (/gpus?metric=); "" for a value only /metrics shows.

@@ -11,7 +11,7 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
-var update = flag.Bool("update", false, "rewrite the generated parts of docs/metrics.md")
+var update = flag.Bool("update", false, "rewrite the parts of docs/metrics.md and api/openapi.json written from the metric table")
 
 // Every value a gpu record carries is in the metric table, under its
 // record's JSON name, and no name, column or /metrics family is there

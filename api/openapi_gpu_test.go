@@ -1,0 +1,129 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/deepseed/deepseed/api"
+)
+
+// The API document describes every value of the metric table that a gpu
+// record carries (a property of the GPU schema) and every stored one as a
+// metric /gpus accepts: `go test ./api -run TestOpenAPIDescribesGPUMetrics
+// -update` writes both from the table, and this test fails until the
+// committed document is what that writes.
+func TestOpenAPIDescribesGPUMetrics(t *testing.T) {
+	const path = "openapi.json"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := gpuMetricsInOpenAPI(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if !bytes.Equal(doc, want) {
+		t.Errorf("api/openapi.json does not describe the metric table's GPU values: run go test ./api -run TestOpenAPIDescribesGPUMetrics -update")
+	}
+}
+
+// gpuMetricsInOpenAPI returns doc with the GPU schema's properties holding
+// every record value of the table (those already there kept as they are)
+// and the enum of /gpus' metric parameter being the stored values, both
+// sorted by name and laid out as the rest of the document (two spaces an
+// indent).
+func gpuMetricsInOpenAPI(doc []byte) ([]byte, error) {
+	// The GPU record's properties.
+	schema := bytes.Index(doc, []byte("\n      \"GPU\": {"))
+	if schema < 0 {
+		return nil, fmt.Errorf("no GPU schema")
+	}
+	props, err := objectAfter(doc, schema, `"properties": `)
+	if err != nil {
+		return nil, fmt.Errorf("GPU schema: %w", err)
+	}
+	var have map[string]json.RawMessage
+	if err := json.Unmarshal(doc[props[0]:props[1]], &have); err != nil {
+		return nil, fmt.Errorf("GPU schema: %w", err)
+	}
+	for _, m := range api.GPUMetrics {
+		if m.Field == nil || have[m.Name] != nil {
+			continue
+		}
+		switch m.Field(&api.GPU{}).(type) {
+		case **api.Float:
+			have[m.Name] = json.RawMessage(`{"anyOf": [{"$ref": "#/components/schemas/Float"}, {"type": "null"}]}`)
+		case **int64:
+			have[m.Name] = json.RawMessage(`{"type": ["integer", "null"], "format": "int64"}`)
+		default:
+			return nil, fmt.Errorf("metric %s: a record field of type %T", m.Name, m.Field(&api.GPU{}))
+		}
+	}
+	doc, err = replaceJSON(doc, props, have)
+	if err != nil {
+		return nil, err
+	}
+
+	// The metrics /gpus accepts.
+	gpus := bytes.Index(doc, []byte(`"/api/v1/gpus": {`))
+	if gpus < 0 {
+		return nil, fmt.Errorf("no /api/v1/gpus path")
+	}
+	param := bytes.Index(doc[gpus:], []byte(`"name": "metric",`))
+	if param < 0 {
+		return nil, fmt.Errorf("/api/v1/gpus: no metric parameter")
+	}
+	enum, err := objectAfter(doc, gpus+param, `"enum": `)
+	if err != nil {
+		return nil, fmt.Errorf("/api/v1/gpus metric: %w", err)
+	}
+	var names []string
+	for _, m := range api.GPUColumns() {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	return replaceJSON(doc, enum, names)
+}
+
+// objectAfter returns where the JSON value after the first key (as
+// `"key": `) at or past from begins and ends in doc.
+func objectAfter(doc []byte, from int, key string) ([2]int, error) {
+	i := bytes.Index(doc[from:], []byte(key))
+	if i < 0 {
+		return [2]int{}, fmt.Errorf("no %s", strings.TrimSuffix(key, ": "))
+	}
+	start := from + i + len(key)
+	dec := json.NewDecoder(bytes.NewReader(doc[start:]))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return [2]int{}, err
+	}
+	return [2]int{start, start + int(dec.InputOffset())}, nil
+}
+
+// replaceJSON puts v, indented as the line it starts on, in place of
+// doc[at[0]:at[1]]. Objects come out with their keys sorted.
+func replaceJSON(doc []byte, at [2]int, v any) ([]byte, error) {
+	line := bytes.LastIndexByte(doc[:at[0]], '\n') + 1
+	indent := doc[line : line+len(doc[line:at[0]])-len(bytes.TrimLeft(doc[line:at[0]], " "))]
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent(string(indent), "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	out := slices.Concat(doc[:at[0]], bytes.TrimSuffix(b.Bytes(), []byte("\n")), doc[at[1]:])
+	return out, nil
+}
