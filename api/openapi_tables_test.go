@@ -14,10 +14,12 @@ import (
 
 // The API document describes every value of the metric table that a gpu
 // record carries (a property of the GPU schema) and every stored one as a
-// metric /gpus accepts: `go test ./api -run TestOpenAPIDescribesGPUMetrics
-// -update` writes both from the table, and this test fails until the
-// committed document is what that writes.
-func TestOpenAPIDescribesGPUMetrics(t *testing.T) {
+// metric /gpus accepts, and names every alert kind of api.AlertKinds (the
+// /alerts kind parameter, an alert's kind): `go test ./api -run
+// TestOpenAPIDescribesTheTables -update` writes these parts from the
+// tables, and this test fails until the committed document is what that
+// writes.
+func TestOpenAPIDescribesTheTables(t *testing.T) {
 	const path = "openapi.json"
 	doc, err := os.ReadFile(path)
 	if err != nil {
@@ -27,6 +29,9 @@ func TestOpenAPIDescribesGPUMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want, err = alertKindsInOpenAPI(want); err != nil {
+		t.Fatal(err)
+	}
 	if *update {
 		if err := os.WriteFile(path, want, 0o644); err != nil {
 			t.Fatal(err)
@@ -34,7 +39,7 @@ func TestOpenAPIDescribesGPUMetrics(t *testing.T) {
 		return
 	}
 	if !bytes.Equal(doc, want) {
-		t.Errorf("api/openapi.json does not describe the metric table's GPU values: run go test ./api -run TestOpenAPIDescribesGPUMetrics -update")
+		t.Errorf("api/openapi.json does not describe the metric table's GPU values or the alert kinds: run go test ./api -run TestOpenAPIDescribesTheTables -update")
 	}
 }
 
@@ -94,6 +99,32 @@ func gpuMetricsInOpenAPI(doc []byte) ([]byte, error) {
 	}
 	slices.Sort(names)
 	return replaceJSON(doc, enum, names)
+}
+
+// alertKindsInOpenAPI returns doc with the enums of the /alerts kind
+// parameter and of an alert's kind being api.AlertKinds, in its order.
+func alertKindsInOpenAPI(doc []byte) ([]byte, error) {
+	for _, at := range []struct{ what, from, key string }{
+		{"/alerts kind parameter", `"/api/v1/alerts": {`, `"name": "kind",`},
+		{"Alert schema's kind", "\n      \"Alert\": {", `"kind": {`},
+	} {
+		from := bytes.Index(doc, []byte(at.from))
+		if from < 0 {
+			return nil, fmt.Errorf("%s: no %s", at.what, at.from)
+		}
+		key := bytes.Index(doc[from:], []byte(at.key))
+		if key < 0 {
+			return nil, fmt.Errorf("%s: no %s", at.what, at.key)
+		}
+		enum, err := objectAfter(doc, from+key, `"enum": `)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at.what, err)
+		}
+		if doc, err = replaceJSON(doc, enum, api.AlertKinds); err != nil {
+			return nil, err
+		}
+	}
+	return doc, nil
 }
 
 // objectAfter returns where the JSON value after the first key (as
