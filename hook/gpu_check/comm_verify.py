@@ -2,40 +2,14 @@
 into a running `deepseed serve` and checks what a user sees there (see
 comm_check.py's docstring, "Server side")."""
 
-import gzip
 import json
-import os
-import subprocess
-import tempfile
 import time
-import urllib.request
 
-
-def get(url):
-    req = urllib.request.Request(url)
-    token = os.environ.get("DEEPSEED_TOKEN")
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
+from server_side import get, import_records
 
 
 def verify(a, planted, profile):
-    with gzip.open(a.verify, "rt", encoding="utf-8") as f:
-        lines = [ln for ln in f if ln.strip()]
-    recs = [json.loads(ln) for ln in lines]
-    runs = {}
-    for r in recs:
-        if r.get("kind") == "run":
-            runs[r.get("name") or r["run_id"]] = r["run_id"]
-    # Without their end records: a finished run is not evaluated; live, the
-    # alerts open while the run trains.
-    kept = [ln for ln, r in zip(lines, recs) if r.get("kind") != "end"]
-    tmp = tempfile.NamedTemporaryFile("w", suffix=".ndjson", delete=False)
-    tmp.writelines(kept)
-    tmp.close()
-    subprocess.run([a.deepseed, "import", tmp.name, "--server", a.server], check=True)
-    os.unlink(tmp.name)
+    runs = import_records(a.verify, a.deepseed, a.server)
     res = {"runs": runs, "checks": [], "ranks": {}, "breakdown": {}, "alerts": {}}
 
     def check(name, ok, detail):

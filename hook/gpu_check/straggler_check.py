@@ -33,16 +33,13 @@ alerts and checks rank 1 is the straggler and the NaN run has its alert.
 """
 
 import argparse
-import gzip
 import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOOK = os.path.dirname(HERE)
@@ -50,7 +47,7 @@ sys.path.insert(0, HOOK)
 sys.path.insert(0, HERE)
 
 from dist_check import add_capture_args  # noqa: E402
-from deepseed.records import expand_steps  # noqa: E402
+from server_side import get, import_records  # noqa: E402
 
 
 def args_parser():
@@ -222,29 +219,8 @@ def launcher(a):
 # ---------------------------------------------------------------- verify
 
 
-def get(url):
-    req = urllib.request.Request(url)
-    token = os.environ.get("DEEPSEED_TOKEN")
-    if token:  # an ingest token may also read
-        req.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
-
-
 def verify(a):
-    with gzip.open(a.verify, "rt", encoding="utf-8") as f:
-        lines = [ln for ln in f if ln.strip()]
-    recs = expand_steps(json.loads(ln) for ln in lines)
-    runs = {}
-    for r in recs:
-        if r.get("kind") == "run":
-            runs[r.get("name") or r["run_id"]] = r["run_id"]
-    kept = [ln for ln, r in zip(lines, recs) if r.get("kind") != "end"]
-    tmp = tempfile.NamedTemporaryFile("w", suffix=".ndjson", delete=False)
-    tmp.writelines(kept)
-    tmp.close()
-    subprocess.run([a.deepseed, "import", tmp.name, "--server", a.server], check=True)
-    os.unlink(tmp.name)
+    runs = import_records(a.verify, a.deepseed, a.server)
     strag, nan = runs.get("bert-small-straggler"), runs.get("bert-small-nan")
     res = {"runs": runs, "checks": {}}
 
