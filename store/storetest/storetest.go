@@ -147,15 +147,11 @@ func NewDatabase(t testing.TB) string {
 // (the server's default when ""), for tests that fill its disk.
 func NewDatabaseIn(t testing.TB, tablespace string) string {
 	t.Helper()
-	tpl := migratedTemplate(t)
+	migratedTemplate(t)
 	name := "deepseed_test_" + randHex(6)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	create := fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tpl)
-	if tablespace != "" {
-		create += " TABLESPACE " + tablespace
+	if err := createFromTemplate(name, tablespace); err != nil {
+		t.Fatal(err)
 	}
-	mustExec(t, ctx, adminURL, create)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -173,13 +169,26 @@ func ExampleDatabase() string {
 		panic(fmt.Sprintf("storetest: no database server (call storetest.Main from TestMain): %v", startErr))
 	}
 	name := "deepseed_example_" + randHex(6)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := execSQL(ctx, adminURL, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)); err != nil {
-		panic(fmt.Sprintf("storetest: create example database: %v", err))
+	if err := createFromTemplate(name, ""); err != nil {
+		panic(err)
 	}
 	exampleDBs = append(exampleDBs, name)
 	return WithDatabase(adminURL, name)
+}
+
+// createFromTemplate creates database name as a copy of the migrated
+// template, its files in tablespace (the server's default when "").
+func createFromTemplate(name, tablespace string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	create := fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)
+	if tablespace != "" {
+		create += " TABLESPACE " + tablespace
+	}
+	if err := execSQL(ctx, adminURL, create); err != nil {
+		return fmt.Errorf("storetest: create database %s: %w", name, err)
+	}
+	return nil
 }
 
 // exampleDBs are the databases ExampleDatabase made, dropped by Main.
