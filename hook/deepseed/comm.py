@@ -56,6 +56,8 @@ import threading
 
 import torch
 
+from .compiled import compiling
+
 # The torch.distributed functions timed. all_gather_object and the like go
 # through these.
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather", "reduce_scatter",
@@ -179,6 +181,8 @@ def _wait_work(work):
 def _timed(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        if compiling():  # traced: the call as it is (compiled.py)
+            return fn(*args, **kwargs)
         p = _probe
         if p is None or p.steps.cur is None or getattr(_tls, "depth", 0):
             return fn(*args, **kwargs)
@@ -189,6 +193,8 @@ def _timed(fn):
 def _timed_wait(fn):
     @functools.wraps(fn)
     def wait(event, stream=None):
+        if compiling():  # traced: the call as it is (compiled.py)
+            return fn(event, stream)
         p = _probe
         if p is None or p.steps.cur is None:
             return fn(event, stream)
@@ -199,6 +205,8 @@ def _timed_wait(fn):
 def _timed_work_wait(fn):
     @functools.wraps(fn)
     def wait(work, *args, **kwargs):
+        if compiling():  # traced: the call as it is (compiled.py)
+            return fn(work, *args, **kwargs)
         p = _probe
         if p is None or p.steps.cur is None or getattr(_tls, "depth", 0):
             return fn(work, *args, **kwargs)
@@ -209,6 +217,8 @@ def _timed_work_wait(fn):
 def _timed_host_wait(fn):
     @functools.wraps(fn)
     def wait(*args, **kwargs):
+        if compiling():  # traced: the call as it is (compiled.py)
+            return fn(*args, **kwargs)
         p = _probe
         # Any thread's: autograd runs the backward's hooks (ZeRO's
         # reduce-scatters and their waits) on a thread of its own. The hook's

@@ -9,6 +9,7 @@ import collections
 
 import torch
 
+from .compiled import compiled_in_place, compiling, wrap_compiled_call
 from .torch_utils import first_grad_tensor, in_backward
 
 _Tensor = torch.Tensor
@@ -124,7 +125,12 @@ def _sequence_rows(named):
 
 
 class LayerProfiler:
-    """Forward and backward time of chosen modules during armed steps."""
+    """Forward and backward time of chosen modules during armed steps.
+
+    A module's hooks are registered when a step arms the profiler and
+    removed when it disarms; a module compiled in place (block.compile())
+    is timed instead around its compiled call, by a wrapper put in once
+    (adding and removing hooks there would recompile it, compiled.py)."""
 
     def __init__(self, pool, rows):
         self.pool = pool  # the watcher's EventPool
@@ -137,11 +143,30 @@ class LayerProfiler:
         # A module whose inputs need no gradient (embeddings) ends its
         # backward when its last parameter gradient is accumulated.
         self._params = [[p for p in m.parameters() if p.requires_grad] for m in self.modules]
+        self.calls = {}  # module index: its CompiledCall
+
+    def _hook_compiled(self, i, m):
+        if i not in self.calls:
+            pre, post = self._fns[i]
+            call = wrap_compiled_call(m, lambda mod, a, k: self.cur is not None and pre.timed(mod, a, k),
+                                      lambda mod, a, o: self.cur is not None and post.timed(mod, a, o))
+            if call is None:
+                return False
+            self.calls[i] = call
+        return True
+
+    def restore(self):
+        """Puts the compiled calls it wrapped back (the watcher's close)."""
+        for call in self.calls.values():
+            call.restore()
+        self.calls = {}
 
     def arm(self):
         self.cur = [{"fwd": [], "bstart": [], "bend": [], "params": ps} for ps in self._params]
         add = self.handles.append
-        for m, (pre, post) in zip(self.modules, self._fns):
+        for i, (m, (pre, post)) in enumerate(zip(self.modules, self._fns)):
+            if compiled_in_place(m) and self._hook_compiled(i, m):
+                continue
             add(m.register_forward_pre_hook(pre, with_kwargs=True))
             add(m.register_forward_hook(post))
         return self.cur
@@ -158,6 +183,11 @@ class LayerProfiler:
 
     def _pre(self, i):
         def hook(module, args, kwargs):
+            if compiling():
+                return
+            timed(module, args, kwargs)
+
+        def timed(module, args, kwargs):
             if in_backward() or not torch.is_grad_enabled():
                 return
             row = self.cur[i]
@@ -177,10 +207,16 @@ class LayerProfiler:
                 # replaces them by views of its flat parameter. The backward
                 # then ends when the node that made the output has run.
                 row["fnend"] = True
+        hook.timed = timed
         return hook
 
     def _post(self, i):
         def hook(module, args, out):
+            if compiling():
+                return
+            timed(module, args, out)
+
+        def timed(module, args, out):
             if in_backward() or not torch.is_grad_enabled():
                 return
             row = self.cur[i]
@@ -193,29 +229,30 @@ class LayerProfiler:
                 t.register_hook(self._bwd_start(i))
                 if row.get("fnend") and t.grad_fn is not None:
                     t.grad_fn.register_hook(self._fn_end(i))
+        hook.timed = timed
         return hook
 
     def _fn_end(self, i):
         def hook(grad_inputs, grad_outputs):
-            if self.cur is not None:
+            if not compiling() and self.cur is not None:
                 self.cur[i]["bend"].append(self.pool.record())
         return hook
 
     def _bwd_start(self, i):
         def hook(grad):
-            if self.cur is not None:
+            if not compiling() and self.cur is not None:
                 self.cur[i]["bstart"].append(self.pool.record())
         return hook
 
     def _bwd_end(self, i):
         def hook(grad):
-            if self.cur is not None:
+            if not compiling() and self.cur is not None:
                 self.cur[i]["bend"].append(self.pool.record())
         return hook
 
     def _param_end(self, i):
         def hook(p):
-            if self.cur is None:
+            if compiling() or self.cur is None:
                 return
             row = self.cur[i]
             # One end per backward: later parameters of the same pass move it.

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from .compiled import compiling, cudagraphs_in_use
 from .env import env_period, is_set
 from .phases import phase_offset
 from .torch_utils import (fused_grad_norm, graph_task_id, in_backward, iter_tensors, output_loss, peak_memory_gb,
@@ -64,7 +65,7 @@ class Step:
     __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
                  "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
                  "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open",
-                 "comm")
+                 "comm", "nfwd")
 
     def __init__(self, step):
         self.step = step
@@ -94,6 +95,7 @@ class Step:
         self.phases = True  # forward, backward and optimizer timed (PHASE_EVERY)
         self.fwd_open = False  # a training forward began and has not returned
         self.comm = None  # comm.Spans: the step's timed collectives and waits
+        self.nfwd = 0  # training forwards (micro-batches) in the step
 
 
 class StepState:
@@ -153,8 +155,17 @@ class StepState:
         self.layer_at = self.phase_at = self.norm_at = -1e9
         self.user_grad_norm = False
         self.sharded_grads = False
+        self.batch_meta = True  # micro batch, accumulation and effective batch still to describe
 
         self.cur = None
+        # The module whose hooks open steps: the watched root, or the
+        # torch.compile wrapper around it (compiled.py). wrapped: its hooks
+        # run around a compiled call (CompiledCall), not as module hooks.
+        self.hook_root = root
+        self.wrapped = False
+        # Called once when an optimizer step comes with no step open: the
+        # model's forward ran where the hooks are not (compiled after watch).
+        self.on_unseen = None
         self.last_close_host = None
         # Peak memory is a running maximum; reading it costs ~100 µs, so it
         # is read at most every MEM_EVERY_S seconds and carried in between.
@@ -177,7 +188,13 @@ class StepState:
     def forward_pre(self, module, args, kwargs):
         """The model's forward pre-hook: a training forward opens a step or
         joins the open one (the previous one closes first where no optimizer
-        hook closes it)."""
+        hook closes it). Empty where dynamo traces it (compiled.py)."""
+        if compiling() or self.wrapped or module is not self.hook_root:
+            return
+        self.open_forward(module, args, kwargs)
+
+    def open_forward(self, module, args, kwargs):
+        """What forward_pre does, called directly around a compiled call."""
         try:
             if not module.training or not _grad_enabled() or (graph_task_id is not None and graph_task_id() != -1):
                 return
@@ -195,6 +212,7 @@ class StepState:
             elif cur.phases:
                 cur.fwd.append([self.pool.record(), None])
             cur.fwd_open = True
+            cur.nfwd += 1
             self.count_batch(cur, args, kwargs)
         except Exception as e:
             self.link.warn_once("fwdpre", "deepseed: forward hook: %s", e)
@@ -202,12 +220,20 @@ class StepState:
     def forward_post(self, module, args, out):
         """The model's forward hook: keeps the loss the model returned and, on
         phase steps, marks the forward's end and hooks the backward's start."""
+        if compiling() or self.wrapped or module is not self.hook_root:
+            return
+        self.close_forward(module, args, out)
+
+    def close_forward(self, module, args, out):
+        """What forward_post does, called directly around a compiled call."""
         try:
             cur = self.cur
             if cur is None or not cur.fwd_open or in_backward():
                 return
             cur.fwd_open = False
             loss = output_loss(out)
+            if loss is not None and self.wrapped_graphs():
+                self.fetch.copy_now = True
             if loss is not None:
                 cur.losses.append(self.fetch.add(loss))
                 self.loss_seen = True
@@ -229,8 +255,8 @@ class StepState:
 
     def attach_post(self):
         """Registers forward_post on the root (see LOSS_PROBE_STEPS)."""
-        if self.post_handle is None:
-            self.post_handle = self.root.register_forward_hook(self.forward_post)
+        if self.post_handle is None and not self.wrapped:
+            self.post_handle = self.hook_root.register_forward_hook(self.forward_post)
 
     def detach_post(self):
         h, self.post_handle = self.post_handle, None
@@ -242,6 +268,8 @@ class StepState:
 
     def backward_start(self, grad=None):
         """Marks the backward's start and queues backward_done to its end."""
+        if compiling():
+            return
         cur = self.cur
         if cur is None or cur.bwd_open:
             return
@@ -255,7 +283,7 @@ class StepState:
 
     def backward_done(self):
         """Runs at the end of the backward, inside the autograd engine."""
-        if not self.end_backward():
+        if compiling() or not self.end_backward():
             return
         # Queued from inside a callback, this runs after the callbacks
         # queued during the backward: DistributedDataParallel's, which
@@ -283,6 +311,8 @@ class StepState:
         return True
 
     def sync_done(self):
+        if compiling():
+            return
         cur = self.cur
         if cur is None or cur.sync_end is not None or not cur.bwd:
             return
@@ -296,9 +326,14 @@ class StepState:
 
     def optimizer_pre(self, opt, args, kwargs):
         """The optimizer's step pre-hook."""
+        if compiling():
+            return
         try:
             cur = self.cur
             if cur is None:
+                if self.on_unseen is not None:
+                    fn, self.on_unseen = self.on_unseen, None
+                    fn()
                 return
             if not cur.phases:
                 self.take_grad_norm(cur)
@@ -337,6 +372,8 @@ class StepState:
 
     def optimizer_post(self, opt, args, kwargs):
         """The optimizer's step post-hook: closes the step."""
+        if compiling():
+            return
         try:
             cur = self.cur
             if cur is None:
@@ -416,6 +453,8 @@ class StepState:
         self.last_close_host = now
         if cur.layer is not None:
             self.profiler.disarm()
+        if self.wrapped_graphs():
+            self.fetch.copy_now = True
         if self.cuda and now - self.mem_read_at >= MEM_EVERY_S:
             self.mem_read_at = now
             self.reader.mem = peak_memory_gb(self.dev_index)
@@ -428,6 +467,9 @@ class StepState:
         if extra:
             for k in [k for k, v in extra.items() if isinstance(v, torch.Tensor)]:
                 cur.boxes.append((k, self.fetch.add(extra.pop(k))))
+        if self.batch_meta and cur.nfwd and self.optimizer is not None:
+            self.batch_meta = False
+            self.describe_batch(cur)
         self.pending.append(cur)
         self.cur = None
         if self.post_handle is not None and not self.loss_seen and self.phase_every > 1:
@@ -439,6 +481,24 @@ class StepState:
         # would pass the stale guard.
         if self.fetch.due(now) or (len(self.pending) >= FLUSH_PENDING and self.fetch.waiting):
             self.fetch.flush()
+
+    def wrapped_graphs(self):
+        """True when values must be copied as they come: CUDA graph trees
+        (compiled.cudagraphs_in_use) began replaying on this device."""
+        return self.cuda and not self.fetch.copy_now and cudagraphs_in_use(self.dev_index)
+
+    def describe_batch(self, cur):
+        """The run's micro batch, gradient accumulation and effective batch,
+        from the first optimizer step's forwards (each a micro-batch), where
+        no framework said them."""
+        meta = self.run.meta
+        if meta.get("grad_accum") or meta.get("micro_batch"):
+            return
+        add = {"grad_accum": int(cur.nfwd)}
+        if cur.samples:
+            add["micro_batch"] = int(cur.samples // cur.nfwd)
+            add["effective_batch"] = int(cur.samples) * max(1, int(self.run.world_size or 1))
+        self.run.update_meta(**add)
 
     def attach(self, step, fields):
         """Joins values the user logged to the step in flight or the one just

@@ -131,6 +131,9 @@ class Fetcher:
     def __init__(self, size=32, max_age=0.25):
         self.size = size
         self.max_age = max_age
+        # CUDA graph trees (mode="reduce-overhead") overwrite a graph's
+        # outputs at its next replay: values are then copied as they come.
+        self.copy_now = False
         self._t = []
         self._b = []
         self._since = 0.0
@@ -141,6 +144,8 @@ class Fetcher:
             t = t.detach()
             if t.numel() != 1:
                 t = t.float().mean()
+            elif self.copy_now:
+                t = t.clone()
             if not t.is_cuda:
                 return Box(float(t.item()))
             box = Box()
@@ -171,12 +176,30 @@ class Fetcher:
             ev = torch.cuda.Event()
             ev.record()
             batch = _Batch(host, ev, boxes)
-        except Exception:
-            # Tensors on several devices: one at a time.
-            host = torch.tensor([float(x.item()) for x in ts], dtype=torch.float32)
-            batch = _Batch(host, None, boxes)
+        except Exception as e:
+            if "CUDAGraphs" in str(e):
+                # A graph output read after the graph ran again: its value is
+                # gone. Those steps carry no value; later ones are copied.
+                self.copy_now = True
+                _lost(boxes)
+                return
+            try:
+                # Tensors on several devices: one at a time.
+                host = torch.tensor([float(x.item()) for x in ts], dtype=torch.float32)
+                batch = _Batch(host, None, boxes)
+            except Exception:
+                _lost(boxes)
+                return
         for b in boxes:
             b.batch = batch
+
+
+def _lost(boxes):
+    # Values that cannot be read are missing (NaN), never a wrong number,
+    # and never hold their steps back.
+    for b in boxes:
+        b.value = float("nan")
+        b.batch = None
 
 
 class LazyValues:

@@ -39,7 +39,7 @@ import logging
 
 import torch
 
-from . import comm
+from . import comm, compiled
 from .layers import LayerProfiler, clean_name, find_layers
 from .phases import PhaseMarks
 from .readback import StepReader
@@ -88,6 +88,7 @@ class Watcher:
             self.engine = model
             root = self.adapter.module
             optimizer = None  # the adapter reports the engine's steps
+        optimizer = hookable_optimizer(optimizer)
         self.root = root
         self.manual = bool(manual)
         self.closed_flag = False
@@ -105,9 +106,14 @@ class Watcher:
         self.fetch = Fetcher()
         self.params = [p for p in root.parameters() if p.requires_grad]
 
-        inner = root
-        if type(root).__name__ in ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"):
-            inner = root.module
+        inner = compiled.unwrap(root)
+        while type(inner).__name__ in ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"):
+            inner = compiled.unwrap(inner.module)
+        # A model compiled whole runs its layers inside one graph: they
+        # cannot be timed from the host (compiled.py).
+        self.whole_compiled = compiled.is_wrapper(root) or compiled.compiled_in_place(root) or (
+            inner is not root and compiled.compiled_in_place(inner))
+        self.calls = []  # CompiledCall wrappers to undo at close
         if layers is None:
             rows = find_layers(inner)
         else:
@@ -118,6 +124,9 @@ class Watcher:
             if missing:
                 log.warning("deepseed: watch: no module named %s", ", ".join(missing[:5]))
         profiler = LayerProfiler(self.pool, rows) if rows and int(layer_every or 0) > 0 else None
+        if profiler is not None and self.whole_compiled:
+            profiler = None
+            self._layers_unavailable()
         self.profiler = profiler
         self.layer_names = [n for n, _ in rows]
 
@@ -141,9 +150,11 @@ class Watcher:
 
         self.handles = []
         if not self.manual:
-            first = {"prepend": True} if comm.opens_before(root) else {}
-            self.handles = [root.register_forward_pre_hook(steps.forward_pre, with_kwargs=True, **first)]
-            steps.attach_post()
+            if not self._wrap_compiled(root):
+                first = {"prepend": True} if comm.opens_before(root) else {}
+                self.handles = [root.register_forward_pre_hook(steps.forward_pre, with_kwargs=True, **first)]
+                steps.attach_post()
+                steps.on_unseen = self._find_compiled
         if optimizer is not None and not self.manual:
             try:
                 self.handles.append(optimizer.register_step_pre_hook(steps.optimizer_pre))
@@ -163,6 +174,54 @@ class Watcher:
         if self.cuda if background_read is None else background_read:
             steps.read_inline = False
             self.reader.start()
+
+    def _wrap_compiled(self, module):
+        """Times the steps around the compiled call of a module compiled in
+        place (module.compile()); False when module is not."""
+        call = compiled.wrap_compiled_call(module, self.steps.open_forward, self.steps.close_forward)
+        if call is None:
+            return False
+        self.calls.append(call)
+        self.steps.hook_root = module
+        self.steps.wrapped = True
+        self.steps.post_handle = None
+        return True
+
+    def _find_compiled(self):
+        """An optimizer step came and no hook saw its forward: the model was
+        compiled after watch(), and dynamo traced the hooks away. They move
+        to what compiles it; the steps before this one are not timed."""
+        root = self.root
+        target = root if compiled.compiled_in_place(root) else compiled.find_wrapper(root)
+        if target is None:
+            return
+        if target is root:
+            moved = self._wrap_compiled(root)
+        else:
+            moved = True
+            steps = self.steps
+            first = {"prepend": True} if comm.opens_before(root) else {}
+            self.handles.append(target.register_forward_pre_hook(steps.forward_pre, with_kwargs=True, **first))
+            # The root's own hooks stay (removing them would recompile its
+            # graph); traced, they are empty, and eager they are not the
+            # hook root's.
+            steps.hook_root = target
+            steps.post_handle = None
+            steps.attach_post()
+        if not moved:
+            return
+        self.whole_compiled = True
+        prof, self.profiler = self.profiler, None
+        if prof is not None:
+            self.steps.profiler = None
+            prof.disarm()
+            prof.restore()
+            self._layers_unavailable()
+        log.info("deepseed: watch: the model was compiled after watch(); its steps are timed from the compiled "
+                 "module on (the steps before were not)")
+
+    def _layers_unavailable(self):
+        self.run.update_meta(layer_times=compiled.WHOLE_MODEL)
 
     @property
     def optimizer(self):
@@ -203,7 +262,7 @@ class Watcher:
         else:
             try:
                 from .integrations.torch_dist import describe
-                meta.update(describe(self.root, self.optimizer))
+                meta.update(describe(compiled.unwrap(self.root), self.optimizer))
             except Exception:
                 pass
         meta.setdefault("framework", m.get("framework") or "torch")
@@ -235,7 +294,8 @@ class Watcher:
                 on = torch.is_autocast_enabled()
                 dt = torch.get_autocast_gpu_dtype()
             if self.cuda:
-                self.run.update_meta(precision=("bf16" if dt == torch.bfloat16 else "fp16") if on else "fp32")
+                prec = ("bf16" if dt == torch.bfloat16 else "fp16") if on else accelerate_precision(self.root)
+                self.run.update_meta(precision=prec or "fp32")
                 self._log_memory()
         except Exception:
             pass
@@ -273,6 +333,8 @@ class Watcher:
             except Exception:
                 pass
         steps.detach_post()
+        for call in self.calls:
+            call.restore()
         if self.adapter is not None:
             self.adapter.detach()
         if steps.cur is not None:
@@ -282,12 +344,59 @@ class Watcher:
                 steps.cur = None
         if self.profiler is not None:
             self.profiler.disarm()
+            self.profiler.restore()
         if wait:
             reader.drain()
         else:
             self.pending.clear()
         with self.link.lock:
             reader.send_steps()
+
+
+def hookable_optimizer(opt):
+    """The optimizer whose step() runs step hooks. A wrapper that does not
+    call Optimizer.__init__ (Accelerate's AcceleratedOptimizer, Lightning's
+    LightningOptimizer) holds the real one as .optimizer and steps it only
+    on the micro-batch that ends an optimizer step (gradient accumulation),
+    so the real one's hooks close the watcher's steps."""
+    for _ in range(4):
+        if opt is None or hasattr(opt, "_optimizer_step_pre_hooks"):
+            break
+        inner = getattr(opt, "optimizer", None)
+        if inner is None or inner is opt:
+            break
+        opt = inner
+    return opt
+
+
+_ACCELERATE_PRECISION = {"bf16": "bf16", "fp16": "fp16"}
+
+
+def accelerate_precision(root):
+    """The mixed precision Accelerate runs root's forward under: its
+    prepare() wraps the model's forward in autocast, which a hook that runs
+    before or after the forward does not see. None when root was not
+    prepared by Accelerate with mixed precision."""
+    import sys
+    st = sys.modules.get("accelerate.state")
+    if st is None:
+        return None
+    m = compiled.unwrap(root)
+    for _ in range(3):
+        if "_original_forward" in getattr(m, "__dict__", {}):
+            break
+        m = compiled.unwrap(getattr(m, "module", None))
+        if m is None:
+            return None
+    else:
+        return None
+    try:
+        if not st.AcceleratorState._shared_state:
+            return None
+        mp = st.AcceleratorState().mixed_precision
+    except Exception:
+        return None
+    return _ACCELERATE_PRECISION.get(str(getattr(mp, "value", mp)).lower())
 
 
 def _is_deepspeed_engine(obj):
