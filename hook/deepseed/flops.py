@@ -96,9 +96,15 @@ def peak_tflops(gpu_name, precision):
 def achieved(flops_token, tokens, step_ms, peak=None):
     """(TFLOP/s, MFU) of one rank's step: flops_token * tokens / step time.
     tokens are the rank's own (a step record's tokens), so the result is
-    per GPU. MFU is a fraction of peak (0..1), None without a peak."""
+    per GPU. MFU is a fraction of peak (0..1], None without a peak; both are
+    None where MFU would pass 1."""
     if not flops_token or not tokens or not step_ms or not (step_ms > 0):
         return None, None
     tflops = flops_token * tokens / (step_ms / 1000.0) / 1e12
     mfu = tflops / peak if peak and peak > 0 else None
+    if mfu is not None and mfu > 1.0:
+        # More than the GPU can do: the FLOPs per token, the tokens or the
+        # step is not what the step ran (micro-steps counted as steps, a
+        # wrong precision's peak). No number beats a wrong one.
+        return None, None
     return tflops, mfu

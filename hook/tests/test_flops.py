@@ -60,6 +60,11 @@ class FlopsTest(unittest.TestCase):
         self.assertAlmostEqual(mfu, tf / 989.4)
         self.assertEqual(flops.achieved(6e9, 8192, 100.0, None)[1], None)
         self.assertEqual(flops.achieved(6e9, None, 100.0, 1.0), (None, None))
+        # 6e9 FLOPs x 8192 tokens in 100 ms is 491.5 TFLOP/s: over a peak of
+        # 300 it is impossible, and neither number is reported.
+        self.assertEqual(flops.achieved(6e9, 8192, 100.0, 300.0), (None, None))
+        tf, mfu = flops.achieved(6e9, 8192, 100.0, 491.6)
+        self.assertLessEqual(mfu, 1.0)
 
 
 class StepFlopsTest(unittest.TestCase):
@@ -96,12 +101,17 @@ class StepFlopsTest(unittest.TestCase):
 
     def test_init_overrides(self):
         run = deepseed.init(project="t", collector_url=self.cap.url, flush_interval=0.05, handle_signals=False,
-                            flops_per_token=2e9, peak_tflops=100)
+                            flops_per_token=2e9, peak_tflops=400)
         run.log_step(1, tokens=1000, step_ms=10.0)
+        # 200 TFLOP/s on a GPU of 400 is possible; 2,000 is not, and the step
+        # then carries neither number.
+        run.log_step(2, tokens=10000, step_ms=10.0)
         run.finish()
-        s = self.cap.records("step")[0]
+        s, impossible = self.cap.records("step")[:2]
         self.assertAlmostEqual(s["tflops"], 2e9 * 1000 / 0.01 / 1e12)
-        self.assertAlmostEqual(s["mfu"], s["tflops"] / 100)
+        self.assertAlmostEqual(s["mfu"], s["tflops"] / 400)
+        self.assertNotIn("mfu", impossible)
+        self.assertNotIn("tflops", impossible)
 
 
 if __name__ == "__main__":
