@@ -35,9 +35,13 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, herr.Status, herr.Error())
 		return
 	}
-	recs, err := api.DecodeBatch(body)
+	recs, err := api.DecodeBatchWithin(body, c.cfg.HTTP.MaxBatchRows)
 	if err != nil {
 		c.m.hookRejected.Inc()
+		if herr := httplimit.TooManyRows(err); herr != nil {
+			writeJSONError(w, herr.Status, herr.Msg)
+			return
+		}
 		var re *api.RecordError
 		if errors.As(err, &re) {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": re.Error(), "record": re})

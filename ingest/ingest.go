@@ -39,6 +39,9 @@ const writeTimeout = time.Minute
 type Options struct {
 	// MaxBodyBytes bounds a request body after decompression; 0 means 32 MiB.
 	MaxBodyBytes int64
+	// MaxBatchRows bounds the rows a body expands to (api.Record.Rows);
+	// 0 means httplimit.DefaultMaxBatchRows. A body past it gets 413.
+	MaxBatchRows int
 	Logger       *slog.Logger
 }
 
@@ -57,6 +60,9 @@ type Handler struct {
 func New(s *store.Store, opt Options) *Handler {
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opt.MaxBatchRows <= 0 {
+		opt.MaxBatchRows = httplimit.DefaultMaxBatchRows
 	}
 	log := opt.Logger
 	if log == nil {
@@ -107,7 +113,7 @@ func (h *Handler) ingest(c echo.Context) error {
 		h.m.rejectedTotal("body").Inc()
 		return c.JSON(herr.status, herr.body)
 	}
-	recs, err := api.DecodeBatch(body)
+	recs, err := api.DecodeBatchWithin(body, h.opt.MaxBatchRows)
 	if err != nil {
 		return h.rejectDecode(c, err)
 	}
@@ -122,6 +128,10 @@ func (h *Handler) ingest(c echo.Context) error {
 }
 
 func (h *Handler) rejectDecode(c echo.Context, err error) error {
+	if herr := httplimit.TooManyRows(err); herr != nil {
+		h.m.rejectedTotal("rows").Inc()
+		return c.JSON(herr.Status, api.Error{Error: herr.Msg})
+	}
 	var re *api.RecordError
 	if errors.As(err, &re) {
 		h.m.rejectedTotal(re.Kind).Inc()

@@ -20,6 +20,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // Limits are one listener's bounds.
@@ -36,6 +38,10 @@ type Limits struct {
 	// MaxConns bounds the open connections of the listener; one more is
 	// answered 503 and closed at once.
 	MaxConns int
+	// MaxBatchRows bounds the rows an ingest body expands to (each step of
+	// a steps record is one, see api.Record.Rows); past it the body is
+	// answered 413 and nothing of it is stored.
+	MaxBatchRows int
 }
 
 // The defaults: a 32 MiB body takes 30 s at 9 Mbit/s, a thousand ranks
@@ -47,6 +53,10 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultBodyTimeout       = time.Minute
 	DefaultMaxConns          = 4096
+	// DefaultMaxBatchRows takes a hook's largest post (500 steps records of
+	// 64 steps) and a collector's (4 MiB of records) with room to spare,
+	// while a batch's rows stay at tens of megabytes in memory.
+	DefaultMaxBatchRows = 50000
 )
 
 // maxHeaderBytes bounds a request's headers; DeepSeed's clients send a
@@ -60,7 +70,7 @@ const idleTimeout = 2 * time.Minute
 // Defaults returns the default limits.
 func Defaults() Limits {
 	return Limits{MaxBodyBytes: DefaultMaxBodyBytes, ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		BodyTimeout: DefaultBodyTimeout, MaxConns: DefaultMaxConns}
+		BodyTimeout: DefaultBodyTimeout, MaxConns: DefaultMaxConns, MaxBatchRows: DefaultMaxBatchRows}
 }
 
 // WithDefaults returns l with the fields left zero set to the defaults.
@@ -78,6 +88,9 @@ func (l Limits) WithDefaults() Limits {
 	if l.MaxConns <= 0 {
 		l.MaxConns = d.MaxConns
 	}
+	if l.MaxBatchRows <= 0 {
+		l.MaxBatchRows = d.MaxBatchRows
+	}
 	return l
 }
 
@@ -94,6 +107,9 @@ func (l Limits) Validate(bad func(field, value, msg string)) {
 	}
 	if l.MaxConns < 1 {
 		bad("max-conns", strconv.Itoa(l.MaxConns), "must be at least 1")
+	}
+	if l.MaxBatchRows < 1 || l.MaxBatchRows > api.MaxBatchRecords {
+		bad("max-batch-rows", strconv.Itoa(l.MaxBatchRows), fmt.Sprintf("must be from 1 to %d", api.MaxBatchRecords))
 	}
 }
 
