@@ -243,10 +243,12 @@ func validateRecords(recs []api.Record) ([]api.Record, error) {
 func (h *Handler) importExport(c echo.Context) error {
 	// The parsed export may keep parts of the body, so its buffers are
 	// left to the collector rather than released for reuse.
-	body, _, herr := h.readBody(c)
+	body, lease, herr := h.readBody(c)
+	lease.KeepBody()
+	defer lease.Release()
 	if herr != nil {
 		h.m.rejectedTotal("body").Inc()
-		return c.JSON(herr.status, herr.body)
+		return h.answerError(c, herr)
 	}
 	q := c.QueryParams()
 	opt := ImportOptions{RunID: q.Get("run_id"), Project: q.Get("project"), Name: q.Get("name")}

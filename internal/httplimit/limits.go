@@ -42,6 +42,11 @@ type Limits struct {
 	// a steps record is one, see api.Record.Rows); past it the body is
 	// answered 413 and nothing of it is stored.
 	MaxBatchRows int
+	// MaxInflightBytes bounds what all requests of the process together
+	// may hold: bodies, what they decode to and their rows (see
+	// [SetMaxInflightBytes]); one more is answered 503 with Retry-After.
+	// It is the process's, not one listener's: the last set wins.
+	MaxInflightBytes int64
 }
 
 // The defaults: a 32 MiB body takes 30 s at 9 Mbit/s, a thousand ranks
@@ -70,7 +75,8 @@ const idleTimeout = 2 * time.Minute
 // Defaults returns the default limits.
 func Defaults() Limits {
 	return Limits{MaxBodyBytes: DefaultMaxBodyBytes, ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		BodyTimeout: DefaultBodyTimeout, MaxConns: DefaultMaxConns, MaxBatchRows: DefaultMaxBatchRows}
+		BodyTimeout: DefaultBodyTimeout, MaxConns: DefaultMaxConns, MaxBatchRows: DefaultMaxBatchRows,
+		MaxInflightBytes: DefaultMaxInflightBytes}
 }
 
 // WithDefaults returns l with the fields left zero set to the defaults.
@@ -90,6 +96,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxBatchRows <= 0 {
 		l.MaxBatchRows = d.MaxBatchRows
+	}
+	if l.MaxInflightBytes <= 0 {
+		l.MaxInflightBytes = d.MaxInflightBytes
 	}
 	return l
 }
@@ -111,6 +120,9 @@ func (l Limits) Validate(bad func(field, value, msg string)) {
 	if l.MaxBatchRows < 1 || l.MaxBatchRows > api.MaxBatchRecords {
 		bad("max-batch-rows", strconv.Itoa(l.MaxBatchRows), fmt.Sprintf("must be from 1 to %d", api.MaxBatchRecords))
 	}
+	if l.MaxInflightBytes < 1<<20 {
+		bad("max-inflight-bytes", strconv.FormatInt(l.MaxInflightBytes, 10), "must be at least 1048576")
+	}
 }
 
 // Server returns an HTTP server of h within the limits: headers within
@@ -118,8 +130,11 @@ func (l Limits) Validate(bad func(field, value, msg string)) {
 // idle connections closed after two minutes. Serve it on
 // [Limits.Listener] for the connection bound. Fields left zero take the
 // defaults.
+//
+// It also sets the process's memory budget to MaxInflightBytes.
 func (l Limits) Server(h http.Handler, log *slog.Logger) *http.Server {
 	l = l.WithDefaults()
+	SetMaxInflightBytes(l.MaxInflightBytes)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
