@@ -288,7 +288,7 @@ func TestAgentInstantExit(t *testing.T) {
 			t.Errorf("job exiting %s: %+v", code, j)
 		}
 		line := "job=" + strconv.FormatInt(j.ID, 10) + " state=" + want + " exit_code=" + code + "\n"
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), line); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); !strings.Contains(logs.String(), line); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the agent's log has no %q:\n%s", line, logs.String())
 			}

@@ -18,6 +18,9 @@ type RecordError struct {
 	Kind  string `json:"kind,omitempty"`
 	Field string `json:"field,omitempty"`
 	Msg   string `json:"message"`
+	// rows marks a record refused for the rows it expands to: the batch's
+	// [RowsError], not a fault of the record.
+	rows bool
 }
 
 func (e *RecordError) Error() string {
@@ -47,8 +50,18 @@ const MaxBatchRecords = 100000
 // DecodeBatch decodes an ingest body: a JSON array of records or NDJSON (one
 // record per line; blank lines are skipped). Bare NaN, Infinity and
 // -Infinity are accepted. Every record is validated; the first bad one is
-// returned as a *RecordError and no records are returned.
+// returned as a *RecordError and no records are returned. The batch may
+// expand to at most MaxBatchRecords rows (see [DecodeBatchWithin]).
 func DecodeBatch(body []byte) ([]Record, error) {
+	return DecodeBatchWithin(body, MaxBatchRecords)
+}
+
+// DecodeBatchWithin is [DecodeBatch] for a batch that may expand to at
+// most maxRows rows (see [Record.Rows]; at most MaxBatchRecords). A batch
+// past it is refused with a *RowsError as soon as the record that passes
+// it is read, before that record's rows are built.
+func DecodeBatchWithin(body []byte, maxRows int) ([]Record, error) {
+	maxRows = min(max(maxRows, 1), MaxBatchRecords)
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, ErrEmptyBatch
@@ -56,6 +69,10 @@ func DecodeBatch(body []byte) ([]Record, error) {
 	var fd fastDecoder
 	if trimmed[0] == '[' {
 		if out, ok := fd.array(trimmed); ok {
+			// The fast path takes no steps records: a record is a row.
+			if len(out) > maxRows {
+				return nil, &RowsError{Max: maxRows, Index: maxRows}
+			}
 			return out, nil
 		}
 		var raws []json.RawMessage
@@ -69,17 +86,24 @@ func DecodeBatch(body []byte) ([]Record, error) {
 			return nil, &RecordError{Index: MaxBatchRecords, Msg: fmt.Sprintf("batch holds more than %d records", MaxBatchRecords)}
 		}
 		out := make([]Record, 0, len(raws))
+		rows := 0
 		for i, raw := range raws {
-			rec, err := DecodeRecord(raw)
-			if err != nil {
-				err.Index = i
-				return nil, err
+			rec, ok := fd.record(raw)
+			if !ok {
+				var err *RecordError
+				if rec, err = decodeRecordWithin(raw, maxRows-rows); err != nil {
+					return nil, err.at(i, 0, maxRows)
+				}
+			}
+			if rows += rec.Rows(); rows > maxRows {
+				return nil, &RowsError{Max: maxRows, Index: i}
 			}
 			out = append(out, rec)
 		}
 		return out, nil
 	}
 	out := make([]Record, 0, min(bytes.Count(body, []byte{'\n'})+1, MaxBatchRecords))
+	rows := 0
 	for line, l := range NDJSONLines(body) {
 		if len(out) >= MaxBatchRecords {
 			return nil, &RecordError{Index: len(out), Line: line, Msg: fmt.Sprintf("batch holds more than %d records", MaxBatchRecords)}
@@ -87,12 +111,13 @@ func DecodeBatch(body []byte) ([]Record, error) {
 		rec, ok := fd.record(l)
 		if !ok {
 			var err *RecordError
-			rec, err = decodeRecord(NormalizeJSON(l))
+			rec, err = decodeRecordWithin(NormalizeJSON(l), maxRows-rows)
 			if err != nil {
-				err.Index = len(out)
-				err.Line = line
-				return nil, err
+				return nil, err.at(len(out), line, maxRows)
 			}
+		}
+		if rows += rec.Rows(); rows > maxRows {
+			return nil, &RowsError{Max: maxRows, Index: len(out), Line: line}
 		}
 		out = append(out, rec)
 	}
@@ -116,6 +141,13 @@ func DecodeRecord(raw []byte) (Record, *RecordError) {
 // encoding/json; it decides every record the fast path gives up on and
 // words every error.
 func decodeRecord(raw []byte) (Record, *RecordError) {
+	return decodeRecordWithin(raw, MaxBatchRecords)
+}
+
+// decodeRecordWithin is decodeRecord for a record that may expand to at
+// most maxRows rows; a steps record with more steps is refused with the
+// error's rows flag set, before its rows are built.
+func decodeRecordWithin(raw []byte, maxRows int) (Record, *RecordError) {
 	raw = NormalizeJSON(raw)
 	var head struct {
 		Kind json.RawMessage `json:"kind"`
@@ -134,7 +166,7 @@ func decodeRecord(raw []byte) (Record, *RecordError) {
 		return Record{}, &RecordError{Field: "kind", Msg: "want a string"}
 	}
 	if kind == KindSteps {
-		return decodeSteps(raw)
+		return decodeSteps(raw, maxRows)
 	}
 	var rec Record
 	var target any

@@ -37,7 +37,7 @@ func (c *stepsColumn) at(i int) json.RawMessage {
 
 // decodeSteps decodes a steps record into its step records; raw is
 // normalised already (decodeRecord, its caller, did that).
-func decodeSteps(raw []byte) (Record, *RecordError) {
+func decodeSteps(raw []byte, maxRows int) (Record, *RecordError) {
 	fail := func(field, msg string) (Record, *RecordError) {
 		return Record{}, &RecordError{Kind: KindSteps, Field: field, Msg: msg}
 	}
@@ -59,6 +59,10 @@ func decodeSteps(raw []byte) (Record, *RecordError) {
 		return fail("step", "empty")
 	case n > MaxBatchRecords:
 		return fail("step", fmt.Sprintf("more than %d steps", MaxBatchRecords))
+	case n > maxRows:
+		// More rows than the batch has left: refused before a row is built.
+		return Record{}, &RecordError{Kind: KindSteps, Field: "step", rows: true,
+			Msg: fmt.Sprintf("%d steps, more than the batch's rows allow", n)}
 	}
 	column := func(key string, v json.RawMessage) (stepsColumn, *RecordError) {
 		c := stepsColumn{key: key}
@@ -124,10 +128,14 @@ func decodeSteps(raw []byte) (Record, *RecordError) {
 	}
 	stepKey := appendKey(head, "step")
 
-	out := make([]*Step, n)
+	repeat := stepRepeats(steps)
+	out := make([]*Step, 0, n)
 	var fd fastDecoder // one for every step: the strings they share are read once
 	rowCap := 64
 	for i := range steps {
+		if repeat != nil && repeat(i) {
+			continue
+		}
 		// A buffer of its own for each step: the decoder keeps the last
 		// time's bytes to compare the next one with.
 		row := make([]byte, 0, rowCap)
@@ -167,7 +175,7 @@ func decodeSteps(raw []byte) (Record, *RecordError) {
 			err.Msg = fmt.Sprintf("step %s (entry %d): %s", stepLabel(steps[i]), i, err.Msg)
 			return Record{}, err
 		}
-		out[i] = rec.Step
+		out = append(out, rec.Step)
 	}
 	return Record{Steps: out}, nil
 }

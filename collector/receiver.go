@@ -28,22 +28,36 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The same bounds as the server's ingest: the body is read as it
 	// arrives, within --max-body-bytes before and after decompression, and
 	// decompressions share the process's few slots.
-	body, release, herr := httplimit.ReadBody(r, c.cfg.HTTP.MaxBodyBytes)
-	defer release()
+	body, lease, herr := httplimit.ReadBodyLease(r, c.cfg.HTTP.MaxBodyBytes)
+	defer lease.Release()
 	if herr != nil {
 		c.m.hookRejected.Inc()
-		writeJSONError(w, herr.Status, herr.Error())
+		writeLimitError(w, herr)
 		return
 	}
-	recs, err := api.DecodeBatch(body)
+	recs, err := api.DecodeBatchWithin(body, c.cfg.HTTP.MaxBatchRows)
 	if err != nil {
 		c.m.hookRejected.Inc()
+		if herr := httplimit.TooManyRows(err); herr != nil {
+			writeJSONError(w, herr.Status, herr.Msg)
+			return
+		}
 		var re *api.RecordError
 		if errors.As(err, &re) {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": re.Error(), "record": re})
 			return
 		}
 		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	// The rows are held until the spool has them: within the budget.
+	rows := 0
+	for _, rec := range recs {
+		rows += rec.Rows()
+	}
+	if herr := lease.Grow(r.Context(), int64(rows)*httplimit.RowBytes); herr != nil {
+		c.m.hookRejected.Inc()
+		writeLimitError(w, herr)
 		return
 	}
 	raws, err := rawRecords(body, len(recs))
@@ -133,6 +147,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// writeLimitError answers a body refused by httplimit, with its Retry-After.
+func writeLimitError(w http.ResponseWriter, herr *httplimit.Error) {
+	if herr.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(herr.RetryAfter))
+	}
+	writeJSONError(w, herr.Status, herr.Error())
 }
 
 func writeJSONError(w http.ResponseWriter, status int, msg string) {

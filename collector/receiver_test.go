@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/deepseed/deepseed/collector"
 	"github.com/deepseed/deepseed/internal/fuzztest"
+	"github.com/deepseed/deepseed/internal/httplimit"
 )
 
 func gz(s string) string {
@@ -157,4 +159,44 @@ func TestReceiverMutatedBodiesNever5xx(t *testing.T) {
 		}
 	}
 	t.Logf("1500 mutated hook bodies: answers %v", statuses)
+}
+
+// TestReceiverRowsCap: the hook receiver, which needs no token, bounds the
+// rows a body expands to as the server does: steps records past
+// --max-batch-rows get 413 naming it, and nothing reaches the spool.
+func TestReceiverRowsCap(t *testing.T) {
+	dir := t.TempDir()
+	c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: dir, HostName: "h", ProcRoot: t.TempDir(),
+		HTTP: httplimit.Limits{MaxBatchRows: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := make([]string, 600)
+	for i := range steps {
+		steps[i] = fmt.Sprint(i)
+	}
+	line := `{"kind":"steps","run_id":"r","rank":0,"lr":0.1,"step":[` + strings.Join(steps, ",") + "]}\n"
+	code, body := post(t, c, "POST", "/api/v1/ingest", "", line+line)
+	if code != 413 || !strings.Contains(body, "1000 rows") || !strings.Contains(body, "--max-batch-rows") {
+		t.Fatalf("got %d %s, want 413 naming the cap and its flag", code, body)
+	}
+	if files, _ := os.ReadDir(dir); len(spoolFiles(files)) != 0 {
+		t.Fatalf("a refused body left %d spool files", len(spoolFiles(files)))
+	}
+	if code, body := post(t, c, "POST", "/api/v1/ingest", "", line); code != 200 {
+		t.Fatalf("one record within the cap: %d %s", code, body)
+	}
+	if files, _ := os.ReadDir(dir); len(spoolFiles(files)) != 1 {
+		t.Fatalf("the accepted body left %d spool files, want 1", len(spoolFiles(files)))
+	}
+}
+
+func spoolFiles(entries []os.DirEntry) []string {
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".ndjson") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -243,23 +244,53 @@ func validateRecords(recs []api.Record) ([]api.Record, error) {
 func (h *Handler) importExport(c echo.Context) error {
 	// The parsed export may keep parts of the body, so its buffers are
 	// left to the collector rather than released for reuse.
-	body, _, herr := h.readBody(c)
+	body, lease, herr := h.readBody(c)
+	lease.KeepBody()
+	defer lease.Release()
 	if herr != nil {
 		h.m.rejectedTotal("body").Inc()
-		return c.JSON(herr.status, herr.body)
+		return h.answerError(c, herr)
 	}
 	q := c.QueryParams()
 	opt := ImportOptions{RunID: q.Get("run_id"), Project: q.Get("project"), Name: q.Get("name")}
 	if opt.RunID == "" {
 		opt.RunID = ExportRunID(body)
 	}
+	// The check of where the run is stored and the write are one decision:
+	// imports of one run wait for each other (on every server of the
+	// database), so of imports racing into different projects exactly one
+	// stores the run and the others are answered 409.
+	var res api.IngestResult
+	var recs []api.Record
+	var answer *httpError
+	err := h.store.WithImportLock(c.Request().Context(), opt.RunID, func() error {
+		res, recs, answer = h.importLocked(c, body, opt)
+		return nil
+	})
+	if err != nil {
+		if httplimit.ClientGone(c.Request()) {
+			return h.answerError(c, clientGone)
+		}
+		return h.answerError(c, h.storeError(err, "lock the run for import"))
+	}
+	if answer != nil {
+		return h.answerError(c, answer)
+	}
+	res.RunIDs = []string{opt.RunID}
+	h.log.Info("imported export", "run_id", opt.RunID, "records", len(recs), "duplicates", res.Duplicates)
+	return c.JSON(http.StatusOK, res)
+}
+
+// importLocked is an import under the run's import lock: where the run is
+// stored, the records of the export, and their write.
+func (h *Handler) importLocked(c echo.Context, body []byte, opt ImportOptions) (res api.IngestResult, recs []api.Record, herr *httpError) {
 	// A re-import of an export without step times must land on the same
 	// times as the first one, or it would count as a resumed run.
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 10*time.Second)
 	start, found, err := h.store.RunStartedAt(ctx, opt.RunID)
 	cancel()
 	if err != nil {
-		return h.answerError(c, h.storeError(err, "read run"))
+		return api.IngestResult{}, nil, h.storeError(err, "read run")
 	}
 	if found {
 		opt.Start = start
@@ -273,31 +304,26 @@ func (h *Handler) importExport(c echo.Context) error {
 		stored, _, err := h.store.RunProject(ctx, opt.RunID)
 		cancel()
 		if err != nil {
-			return h.answerError(c, h.storeError(err, "read run"))
+			return api.IngestResult{}, nil, h.storeError(err, "read run")
 		}
 		if stored != opt.Project {
-			return c.JSON(http.StatusConflict, api.Error{Error: fmt.Sprintf(
+			return api.IngestResult{}, nil, &httpError{status: http.StatusConflict, body: api.Error{Error: fmt.Sprintf(
 				"run %s is already stored in project %q, nothing stored: import it again into %q (or with no project), or give it another run_id to store it as a second run in %q",
-				opt.RunID, stored, stored, opt.Project)})
+				opt.RunID, stored, stored, opt.Project)}}
 		}
 	}
-	recs, err := ParseExport(body, opt)
+	recs, err = ParseExport(body, opt)
 	if err != nil {
 		h.m.rejectedTotal("body").Inc()
 		var ie *ImportError
 		if errors.As(err, &ie) {
-			return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid export, nothing stored: " + ie.Error(),
-				Record: &api.RecordError{Kind: ie.Where, Field: ie.Field, Msg: ie.Msg}})
+			return api.IngestResult{}, nil, &httpError{status: http.StatusBadRequest, body: api.Error{Error: "invalid export, nothing stored: " + ie.Error(),
+				Record: &api.RecordError{Kind: ie.Where, Field: ie.Field, Msg: ie.Msg}}}
 		}
-		return c.JSON(http.StatusBadRequest, api.Error{Error: "invalid export, nothing stored: " + err.Error()})
+		return api.IngestResult{}, nil, badRequest("invalid export, nothing stored: " + err.Error())
 	}
-	res, herr := h.write(c.Request(), recs)
-	if herr != nil {
-		return h.answerError(c, herr)
-	}
-	res.RunIDs = []string{opt.RunID}
-	h.log.Info("imported export", "run_id", opt.RunID, "records", len(recs), "duplicates", res.Duplicates)
-	return c.JSON(http.StatusOK, res)
+	res, herr = h.write(c.Request(), recs)
+	return res, recs, herr
 }
 
 func (h *Handler) storeError(err error, what string) *httpError {

@@ -39,6 +39,9 @@ const writeTimeout = time.Minute
 type Options struct {
 	// MaxBodyBytes bounds a request body after decompression; 0 means 32 MiB.
 	MaxBodyBytes int64
+	// MaxBatchRows bounds the rows a body expands to (api.Record.Rows);
+	// 0 means httplimit.DefaultMaxBatchRows. A body past it gets 413.
+	MaxBatchRows int
 	Logger       *slog.Logger
 }
 
@@ -58,6 +61,9 @@ func New(s *store.Store, opt Options) *Handler {
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opt.MaxBatchRows <= 0 {
+		opt.MaxBatchRows = httplimit.DefaultMaxBatchRows
+	}
 	log := opt.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -76,6 +82,8 @@ func (h *Handler) Register(g *echo.Group) {
 type httpError struct {
 	status int
 	body   api.Error
+	// retryAfter, when not 0, replaces RetryAfterSeconds in a 503.
+	retryAfter int
 }
 
 func (e *httpError) Error() string { return e.body.Error }
@@ -99,17 +107,21 @@ func (h *Handler) safe(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (h *Handler) ingest(c echo.Context) error {
-	body, release, herr := h.readBody(c)
+	body, lease, herr := h.readBody(c)
 	// Decoded records copy what they keep from the body, so its buffers
 	// can serve the next request once this one is answered.
-	defer release()
+	defer lease.Release()
 	if herr != nil {
 		h.m.rejectedTotal("body").Inc()
-		return c.JSON(herr.status, herr.body)
+		return h.answerError(c, herr)
 	}
-	recs, err := api.DecodeBatch(body)
+	recs, err := api.DecodeBatchWithin(body, h.opt.MaxBatchRows)
 	if err != nil {
 		return h.rejectDecode(c, err)
+	}
+	// The rows are held until the store has them: within the budget.
+	if herr := h.growLease(c, lease, recs); herr != nil {
+		return h.answerError(c, herr)
 	}
 	// Steps sent as one steps record are stored, counted and combined
 	// as the step records they hold.
@@ -122,6 +134,10 @@ func (h *Handler) ingest(c echo.Context) error {
 }
 
 func (h *Handler) rejectDecode(c echo.Context, err error) error {
+	if herr := httplimit.TooManyRows(err); herr != nil {
+		h.m.rejectedTotal("rows").Inc()
+		return c.JSON(herr.Status, api.Error{Error: herr.Msg})
+	}
 	var re *api.RecordError
 	if errors.As(err, &re) {
 		h.m.rejectedTotal(re.Kind).Inc()
@@ -132,7 +148,10 @@ func (h *Handler) rejectDecode(c echo.Context, err error) error {
 }
 
 func (h *Handler) answerError(c echo.Context, herr *httpError) error {
-	if herr.status == http.StatusServiceUnavailable {
+	switch {
+	case herr.retryAfter > 0:
+		c.Response().Header().Set("Retry-After", fmt.Sprint(herr.retryAfter))
+	case herr.status == http.StatusServiceUnavailable:
 		c.Response().Header().Set("Retry-After", fmt.Sprint(RetryAfterSeconds))
 	}
 	return c.JSON(herr.status, herr.body)
@@ -169,12 +188,30 @@ func (h *Handler) write(req *http.Request, recs []api.Record) (api.IngestResult,
 	return api.IngestResult{Accepted: res.Accepted, Duplicates: res.Duplicates, ByKind: res.ByKind}, nil
 }
 
-// readBody reads the request body within the limit (see
-// httplimit.ReadBody); release hands its buffers back.
-func (h *Handler) readBody(c echo.Context) (body []byte, release func(), herr *httpError) {
-	body, release, err := httplimit.ReadBody(c.Request(), h.opt.MaxBodyBytes)
+// readBody reads the request body within the limit and the process's
+// memory budget (see httplimit.ReadBodyLease); releasing the lease hands
+// its buffers back.
+func (h *Handler) readBody(c echo.Context) (body []byte, lease *httplimit.Lease, herr *httpError) {
+	body, lease, err := httplimit.ReadBodyLease(c.Request(), h.opt.MaxBodyBytes)
 	if err != nil {
-		return nil, release, &httpError{status: err.Status, body: api.Error{Error: err.Error()}}
+		return nil, lease, limitError(err)
 	}
-	return body, release, nil
+	return body, lease, nil
+}
+
+// growLease adds the rows recs expand to to the request's lease.
+func (h *Handler) growLease(c echo.Context, lease *httplimit.Lease, recs []api.Record) *httpError {
+	rows := 0
+	for _, r := range recs {
+		rows += r.Rows()
+	}
+	if err := lease.Grow(c.Request().Context(), int64(rows)*httplimit.RowBytes); err != nil {
+		h.m.rejectedTotal("body").Inc()
+		return limitError(err)
+	}
+	return nil
+}
+
+func limitError(err *httplimit.Error) *httpError {
+	return &httpError{status: err.Status, body: api.Error{Error: err.Error()}, retryAfter: err.RetryAfter}
 }

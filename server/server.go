@@ -115,7 +115,7 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	g := e.Group(APIPrefix, s.auth.middleware, unescapeParams)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
 		// ingest.New names its own component in the log.
-		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: log})
+		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, MaxBatchRows: cfg.HTTP.MaxBatchRows, Logger: log})
 		ih.Register(g)
 		s.prom.reg.Writer(ih.WriteMetrics)
 		s.ingest = ih

@@ -106,10 +106,13 @@ func wantJSONError(t *testing.T, body []byte) api.Error {
 	return e
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
+// waitFor waits for cond, checked every 100 ms, for as long as a machine
+// loaded by other work may take another process (a standby replaying, a
+// query server refreshing) to get there: minutes, not the seconds it
+// takes on an idle one.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(waitDeadline)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s", what)
@@ -117,6 +120,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// waitDeadline bounds waitFor.
+const waitDeadline = 3 * time.Minute
 
 const stepRecord = `{"kind":"step","run_id":"auth-run","rank":0,"step":1,"time":"2026-01-01T00:00:00Z","loss":1.5}` + "\n"
 

@@ -124,6 +124,7 @@ func (c *chaos) attack(ctx context.Context) {
 		{name: "collector", addr: hook, pid: c.collect.Process.Pid, probe: probe("http://"+hook+"/api/v1/ingest", "")},
 	} {
 		c.attacks = append(c.attacks, attackAll(ctx, t, chaosBodyTimeout, bomb)...)
+		c.attacks = append(c.attacks, attackBodies(ctx, t, c.run)...)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deepseed/deepseed/collector"
 	"github.com/deepseed/deepseed/collector/nvml"
+	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/server"
 )
 
@@ -104,6 +105,7 @@ the server (see docs/durability.md).`)
 	sendBytes := num("batch-max-bytes", *batchBytes, 1024)
 	nFake := num("fake-gpus", *fakeGPUs, 0)
 	limits := httpf.parse(&errs)
+	httplimit.SetMemoryLimit(limits.MaxInflightBytes)
 	var limitErrs []error
 	limits.Validate(func(field, value, msg string) {
 		limitErrs = append(limitErrs, &server.FieldError{Field: field, Value: value, Msg: msg})

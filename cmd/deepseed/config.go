@@ -309,7 +309,7 @@ func wholeAtLeast(errs *[]error, name, v string, min int) int {
 
 // httpFlags are the flags of an HTTP listener's limits, the same for
 // serve and collect (see httplimit.Limits).
-type httpFlags struct{ maxBody, readHeader, body, maxConns *string }
+type httpFlags struct{ maxBody, readHeader, body, maxConns, maxRows, maxInflight *string }
 
 // addHTTPFlags defines them; what names the bodies ("ingest", "hook").
 func addHTTPFlags(f *envFlags, what string) *httpFlags {
@@ -323,6 +323,10 @@ func addHTTPFlags(f *envFlags, what string) *httpFlags {
 			"how long a client may take to send a request's body once its headers are in; a slower one gets 408 and is disconnected"),
 		maxConns: f.String("max-conns", "DEEPSEED_MAX_CONNS", strconv.Itoa(d.MaxConns),
 			"open connections each listener takes; one more is answered 503 with Retry-After and closed"),
+		maxRows: f.String("max-batch-rows", "DEEPSEED_MAX_BATCH_ROWS", strconv.Itoa(d.MaxBatchRows),
+			"most rows one "+what+" body may expand to (each step of a steps record is a row); a body past it gets 413 and nothing of it is stored"),
+		maxInflight: f.String("max-inflight-bytes", "DEEPSEED_MAX_INFLIGHT_BYTES", strconv.FormatInt(d.MaxInflightBytes, 10),
+			"memory all requests together may hold (bodies as they arrive, what they decode to, about 1 KiB a row); a body past it waits a second, then gets 503 with Retry-After and nothing of it is stored. Also the Go soft memory limit, plus 64 MiB, unless GOMEMLIMIT is set"),
 	}
 }
 
@@ -342,6 +346,12 @@ func (h *httpFlags) parse(errs *[]error) httplimit.Limits {
 	}
 	if l.MaxConns, err = strconv.Atoi(*h.maxConns); err != nil {
 		*errs = append(*errs, &server.FieldError{Field: "max-conns", Value: *h.maxConns, Msg: "want a whole number"})
+	}
+	if l.MaxBatchRows, err = strconv.Atoi(*h.maxRows); err != nil {
+		*errs = append(*errs, &server.FieldError{Field: "max-batch-rows", Value: *h.maxRows, Msg: "want a whole number"})
+	}
+	if l.MaxInflightBytes, err = strconv.ParseInt(*h.maxInflight, 10, 64); err != nil {
+		*errs = append(*errs, &server.FieldError{Field: "max-inflight-bytes", Value: *h.maxInflight, Msg: "want a whole number of bytes"})
 	}
 	return l
 }

@@ -42,6 +42,9 @@ var (
 // binary builds the deepseed binary (once) and returns its path.
 func binary(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv("DEEPSEED_TEST_BINARY"); bin != "" {
+		return bin
+	}
 	bin := filepath.Join(binDir, "deepseed")
 	buildOnce.Do(func() {
 		out, err := exec.Command("go", "build", "-ldflags", "-X main.Version="+testVersion, "-o", bin, ".").CombinedOutput()

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/store"
 )
@@ -108,6 +109,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		errs = append(errs, &server.FieldError{Field: "retention", Value: *retention, Msg: err.Error()})
 	}
 	cfg.HTTP = httpf.parse(&errs)
+	httplimit.SetMemoryLimit(cfg.HTTP.MaxInflightBytes)
 	if cfg.StragglerPct, err = strconv.ParseFloat(*straggler, 64); err != nil {
 		errs = append(errs, &server.FieldError{Field: "straggler-pct", Value: *straggler, Msg: "want a number"})
 	}

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 type Error struct {
 	Status int
 	Msg    string
+	// RetryAfter, when not 0, is the Retry-After of the answer, in seconds.
+	RetryAfter int
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -38,13 +41,39 @@ func (e *Error) Error() string { return e.Msg }
 // allocating (and zeroing, and collecting) that twice per request cost more
 // CPU than decompressing it.
 func ReadBody(r *http.Request, limit int64) (body []byte, release func(), err *Error) {
+	body, lease, err := ReadBodyLease(r, limit)
+	return body, lease.Release, err
+}
+
+// ReadBodyLease is [ReadBody] within the process's memory budget (see
+// [SetMaxInflightBytes]): the body is leased as it arrives and, once in,
+// for what decoding it takes; the caller grows the lease for the rows it
+// expands to and releases it, with the body's buffers, once answered. A
+// body the budget has no room for is answered 503 with Retry-After.
+func ReadBodyLease(r *http.Request, limit int64) (body []byte, lease *Lease, err *Error) {
+	lease = &Lease{}
+	body, release, err := readBody(r, limit, lease)
+	if err == nil {
+		err = lease.Grow(r.Context(), decodeFactor*int64(len(body)))
+	}
+	if err != nil {
+		release()
+		lease.Release()
+		return nil, lease, err
+	}
+	lease.release = release
+	return body, lease, nil
+}
+
+func readBody(r *http.Request, limit int64, lease *Lease) (body []byte, release func(), err *Error) {
+	ctx := r.Context()
 	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge,
 		Msg: fmt.Sprintf("request body larger than %d bytes, nothing stored; send smaller batches", limit)}
 	if r.ContentLength > limit {
 		return nil, noRelease, tooLarge
 	}
 	rawBuf := getBuffer()
-	raw, rerr := readLimited(rawBuf, r.Body, limit)
+	raw, rerr := readLimited(ctx, rawBuf, r.Body, limit, lease)
 	if rerr != nil {
 		putBuffer(rawBuf)
 		return nil, noRelease, readError(rerr, tooLarge, "reading request body: ")
@@ -68,7 +97,7 @@ func ReadBody(r *http.Request, limit int64) (body []byte, release func(), err *E
 		}
 		defer func() { <-gunzipSlots }()
 		outBuf := getBuffer()
-		out, gerr := readGzip(outBuf, zr, limit, gzipSizeHint(raw))
+		out, gerr := readGzip(ctx, outBuf, zr, limit, gzipSizeHint(raw), lease)
 		if gerr != nil {
 			putBuffer(outBuf)
 			return nil, noRelease, readError(gerr, tooLarge, "body is not valid gzip: ")
@@ -87,7 +116,10 @@ func ReadBody(r *http.Request, limit int64) (body []byte, release func(), err *E
 // when the body did not arrive in time, else 400 with what went wrong.
 func readError(err error, tooLarge *Error, prefix string) *Error {
 	var te *bodyTimeoutError
+	var le *Error
 	switch {
+	case errors.As(err, &le):
+		return le
 	case errors.Is(err, errTooLarge):
 		return tooLarge
 	case errors.As(err, &te):
@@ -139,16 +171,37 @@ func getGzipReader(z []byte) (*gzip.Reader, error) {
 }
 
 // readLimited reads r to its end into buf, failing with errTooLarge past
-// limit bytes. The buffer grows with what arrives: a client that
-// announces a large body and sends nothing holds next to nothing.
-func readLimited(buf *bytes.Buffer, r io.Reader, limit int64) ([]byte, error) {
-	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
-		return nil, err
+// limit bytes. The buffer grows with what arrives, leased a chunk at a
+// time: a client that announces a large body and sends nothing holds next
+// to nothing.
+func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit int64, lease *Lease) ([]byte, error) {
+	lr := io.LimitReader(r, limit+1)
+	var leased int64
+	for {
+		// Leased by what the buffer holds, not what it was given: growing
+		// takes a new array of about twice the old one.
+		if buf.Available() < leaseChunk {
+			if want := int64(2*buf.Cap() + leaseChunk); want > leased {
+				if err := lease.Grow(ctx, want-leased); err != nil {
+					return nil, err
+				}
+				leased = want
+			}
+			buf.Grow(leaseChunk)
+		}
+		b := buf.AvailableBuffer()[:leaseChunk]
+		n, err := lr.Read(b)
+		buf.Write(b[:n]) // in place: b is buf's own storage
+		if int64(buf.Len()) > limit {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			return buf.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if int64(buf.Len()) > limit {
-		return nil, errTooLarge
-	}
-	return buf.Bytes(), nil
 }
 
 // gunzipSlots bounds the decompressions under way in the process.
@@ -160,8 +213,11 @@ var gunzipSlots = make(chan struct{}, 4)
 // that size; any other is read into slabs of gzipSlab bytes kept for reuse,
 // joined once it is known to fit. A bomb thus costs the slabs it filled,
 // which the next one reuses, instead of a buffer doubled again and again.
-func readGzip(buf *bytes.Buffer, r io.Reader, limit, hint int64) ([]byte, error) {
+func readGzip(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, hint int64, lease *Lease) ([]byte, error) {
 	if hint > 0 && hint <= limit {
+		if err := lease.Grow(ctx, hint); err != nil {
+			return nil, err
+		}
 		buf.Grow(int(hint) + bytes.MinRead)
 		b := buf.AvailableBuffer()[:0]
 		n, err := io.ReadFull(r, b[:hint+1])
@@ -173,16 +229,16 @@ func readGzip(buf *bytes.Buffer, r io.Reader, limit, hint int64) ([]byte, error)
 			return nil, err
 		}
 		// The stream is longer than it said: go on in slabs.
-		return readSlabs(buf, io.MultiReader(bytes.NewReader(b[:n]), r), limit)
+		return readSlabs(ctx, buf, io.MultiReader(bytes.NewReader(b[:n]), r), limit, lease)
 	}
-	return readSlabs(buf, r, limit)
+	return readSlabs(ctx, buf, r, limit, lease)
 }
 
 const gzipSlab = 1 << 20
 
 var slabs = sync.Pool{New: func() any { b := make([]byte, gzipSlab); return &b }}
 
-func readSlabs(buf *bytes.Buffer, r io.Reader, limit int64) ([]byte, error) {
+func readSlabs(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit int64, lease *Lease) ([]byte, error) {
 	var held []*[]byte
 	defer func() {
 		for _, s := range held {
@@ -193,6 +249,9 @@ func readSlabs(buf *bytes.Buffer, r io.Reader, limit int64) ([]byte, error) {
 	last := 0 // bytes used in the last slab
 	for {
 		if len(held) == 0 || last == gzipSlab {
+			if err := lease.Grow(ctx, gzipSlab); err != nil {
+				return nil, err
+			}
 			held = append(held, slabs.Get().(*[]byte))
 			last = 0
 		}
@@ -209,6 +268,9 @@ func readSlabs(buf *bytes.Buffer, r io.Reader, limit int64) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := lease.Grow(ctx, total); err != nil {
+		return nil, err
 	}
 	buf.Grow(int(total))
 	for i, s := range held {

@@ -20,6 +20,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // Limits are one listener's bounds.
@@ -36,6 +38,15 @@ type Limits struct {
 	// MaxConns bounds the open connections of the listener; one more is
 	// answered 503 and closed at once.
 	MaxConns int
+	// MaxBatchRows bounds the rows an ingest body expands to (each step of
+	// a steps record is one, see api.Record.Rows); past it the body is
+	// answered 413 and nothing of it is stored.
+	MaxBatchRows int
+	// MaxInflightBytes bounds what all requests of the process together
+	// may hold: bodies, what they decode to and their rows (see
+	// [SetMaxInflightBytes]); one more is answered 503 with Retry-After.
+	// It is the process's, not one listener's: the last set wins.
+	MaxInflightBytes int64
 }
 
 // The defaults: a 32 MiB body takes 30 s at 9 Mbit/s, a thousand ranks
@@ -47,6 +58,10 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultBodyTimeout       = time.Minute
 	DefaultMaxConns          = 4096
+	// DefaultMaxBatchRows takes a hook's largest post (500 steps records of
+	// 64 steps) and a collector's (4 MiB of records) with room to spare,
+	// while a batch's rows stay at tens of megabytes in memory.
+	DefaultMaxBatchRows = 50000
 )
 
 // maxHeaderBytes bounds a request's headers; DeepSeed's clients send a
@@ -60,7 +75,8 @@ const idleTimeout = 2 * time.Minute
 // Defaults returns the default limits.
 func Defaults() Limits {
 	return Limits{MaxBodyBytes: DefaultMaxBodyBytes, ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		BodyTimeout: DefaultBodyTimeout, MaxConns: DefaultMaxConns}
+		BodyTimeout: DefaultBodyTimeout, MaxConns: DefaultMaxConns, MaxBatchRows: DefaultMaxBatchRows,
+		MaxInflightBytes: DefaultMaxInflightBytes}
 }
 
 // WithDefaults returns l with the fields left zero set to the defaults.
@@ -77,6 +93,12 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxConns <= 0 {
 		l.MaxConns = d.MaxConns
+	}
+	if l.MaxBatchRows <= 0 {
+		l.MaxBatchRows = d.MaxBatchRows
+	}
+	if l.MaxInflightBytes <= 0 {
+		l.MaxInflightBytes = d.MaxInflightBytes
 	}
 	return l
 }
@@ -95,6 +117,12 @@ func (l Limits) Validate(bad func(field, value, msg string)) {
 	if l.MaxConns < 1 {
 		bad("max-conns", strconv.Itoa(l.MaxConns), "must be at least 1")
 	}
+	if l.MaxBatchRows < 1 || l.MaxBatchRows > api.MaxBatchRecords {
+		bad("max-batch-rows", strconv.Itoa(l.MaxBatchRows), fmt.Sprintf("must be from 1 to %d", api.MaxBatchRecords))
+	}
+	if l.MaxInflightBytes < 1<<20 {
+		bad("max-inflight-bytes", strconv.FormatInt(l.MaxInflightBytes, 10), "must be at least 1048576")
+	}
 }
 
 // Server returns an HTTP server of h within the limits: headers within
@@ -102,8 +130,11 @@ func (l Limits) Validate(bad func(field, value, msg string)) {
 // idle connections closed after two minutes. Serve it on
 // [Limits.Listener] for the connection bound. Fields left zero take the
 // defaults.
+//
+// It also sets the process's memory budget to MaxInflightBytes.
 func (l Limits) Server(h http.Handler, log *slog.Logger) *http.Server {
 	l = l.WithDefaults()
+	SetMaxInflightBytes(l.MaxInflightBytes)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The attacks of valid bodies sent in full: 40 clients each posting a
+// real 32 MiB NDJSON body at 1 MiB/s, and 4 clients each posting ten
+// steps records of 10⁵ steps (6.6 MB that expand to a million rows). No
+// single body is past a bound; together they are what the process's
+// memory budget and the rows bound are for.
+const (
+	fullClients    = 40
+	fullBodyBytes  = 32 << 20
+	fullBodyRate   = 1 << 20 // bytes a second, each client
+	rowsClients    = 4
+	rowsRecords    = 10
+	rowsStepsEach  = 100000
+	fullBodyWindow = 3 * time.Minute
+)
+
+// fullBody is an NDJSON body of about size bytes of valid step records,
+// each carrying metrics so that a record is about a kilobyte.
+func fullBody(run string, size int) []byte {
+	var metrics strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&metrics, `,"metric_%02d":%d.5`, i, i)
+	}
+	var b bytes.Buffer
+	b.Grow(size)
+	for step := 0; ; step++ {
+		line := fmt.Sprintf(`{"kind":"step","run_id":"%s","rank":0,"step":%d,"time":%d,"loss":1.5,"metrics":{%s}}`+"\n",
+			run, step, 1700000000+step, metrics.String()[1:])
+		if b.Len()+len(line) > size {
+			return b.Bytes()
+		}
+		b.WriteString(line)
+	}
+}
+
+// rowsBody is records steps records of steps steps each.
+func rowsBody(run string, records, steps int) []byte {
+	var b bytes.Buffer
+	for r := range records {
+		fmt.Fprintf(&b, `{"kind":"steps","run_id":"%s","rank":%d,"loss":1.5,"step":[`, run, r)
+		for s := range steps {
+			if s > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprint(&b, s)
+		}
+		b.WriteString("]}\n")
+	}
+	return b.Bytes()
+}
+
+// pacedReader gives out its bytes at rate bytes a second.
+type pacedReader struct {
+	r     io.Reader
+	rate  int
+	start time.Time
+	sent  int
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if p.start.IsZero() {
+		p.start = time.Now()
+	}
+	if ahead := time.Duration(float64(p.sent)/float64(p.rate)*float64(time.Second)) - time.Since(p.start); ahead > 0 {
+		time.Sleep(ahead)
+	}
+	n, err := p.r.Read(b[:min(len(b), p.rate/16)])
+	p.sent += n
+	return n, err
+}
+
+// postBodies posts body from n clients at once, each at rate bytes a
+// second (0: as fast as the connection takes it), and counts the answers.
+func postBodies(t attackTarget, n int, body []byte, rate int) func(ctx context.Context) (int, int, map[int]int) {
+	return func(ctx context.Context) (int, int, map[int]int) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		answered := 0
+		statuses := map[int]int{}
+		client := &http.Client{Timeout: fullBodyWindow}
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var r io.Reader = bytes.NewReader(body)
+				if rate > 0 {
+					r = &pacedReader{r: r, rate: rate}
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.addr+"/api/v1/ingest", r)
+				req.ContentLength = int64(len(body))
+				req.Header.Set("Content-Type", "application/x-ndjson")
+				if t.token != "" {
+					req.Header.Set("Authorization", "Bearer "+t.token)
+				}
+				resp, err := client.Do(req)
+				status := 0
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					status = resp.StatusCode
+				}
+				mu.Lock()
+				statuses[status]++
+				answered++ // an answer, or the target closed the connection
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return n, answered, statuses
+	}
+}
+
+// attackBodies runs the attacks of valid bodies on t in turn.
+func attackBodies(ctx context.Context, t attackTarget, run string) []*attackResult {
+	full := fullBody(run+"-full", fullBodyBytes)
+	rows := rowsBody(run+"-rows", rowsRecords, rowsStepsEach)
+	return []*attackResult{
+		runAttack(ctx, t, fmt.Sprintf("%d full 32 MiB bodies, 1 MiB/s", fullClients), postBodies(t, fullClients, full, fullBodyRate)),
+		runAttack(ctx, t, fmt.Sprintf("%d×%d steps records of 10⁵", rowsClients, rowsRecords), postBodies(t, rowsClients, rows, 0)),
+	}
+}
