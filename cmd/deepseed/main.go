@@ -68,8 +68,10 @@ func run(ctx context.Context, args []string) error {
 	name := args[0]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 {
-			return run(ctx, []string{args[1], "-h"})
+		// "deepseed help job submit" is "deepseed job submit -h"; help
+		// about help ("help -h", "-h -h") is the usage, not a loop.
+		if len(args) > 1 && !isHelpWord(args[1]) {
+			return run(ctx, append(append([]string{}, args[1:]...), "-h"))
 		}
 		usage(os.Stdout)
 		return nil
@@ -83,6 +85,14 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	return fmt.Errorf("unknown command %q (deepseed help lists the commands)", name)
+}
+
+func isHelpWord(s string) bool {
+	switch s {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 func usage(w io.Writer) {
