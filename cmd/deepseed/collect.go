@@ -27,7 +27,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("collect")
 	var (
 		serverURL     = f.String("server", "DEEPSEED_SERVER_URL", "", "DeepSeed server base URL to forward to; empty: sample and serve /metrics only")
-		tokenFile     = addTokenFlag(f, "DEEPSEED_TOKEN", "DEEPSEED_TOKEN_FILE", "ingest token")
+		tokenFile     = addTokenFlag(f, ingestToken)
 		hookListen    = f.String("hook-listen", "DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464", "hook receiver address, host:port or unix:/path")
 		metricsListen = f.String("metrics-listen", "DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400", "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it")
 		interval      = f.String("interval", "DEEPSEED_INTERVAL", "1s", "GPU and host sampling interval")

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deepseed/deepseed/api"
@@ -43,8 +42,8 @@ since that would move the run: without --project it stays where it is, and
 // Run implements command.
 func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("import")
-	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
-	token := f.String("token", "DEEPSEED_TOKEN", "", "ingest token, sent as Authorization: Bearer")
+	server := addServerFlag(f)
+	tok := addTokenFlag(f, ingestToken)
 	project := f.String("project", "DEEPSEED_PROJECT", "", "project of the run (default: default)")
 	name := f.String("name", "", "", "name of the run (default: the export's model)")
 	runID := f.String("run-id", "", "", "run id (default: derived from the file's contents)")
@@ -53,14 +52,7 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	// Accept flags after the file names too: deepseed import FILE --server URL.
-	var files []string
-	for rest := f.fs.Args(); len(rest) > 0; rest = f.fs.Args() {
-		files = append(files, rest[0])
-		if err := f.parse(rest[1:]); err != nil {
-			return err
-		}
-	}
+	files := f.fs.Args()
 	if len(files) == 0 {
 		f.fs.Usage()
 		return errors.New("import: give the file(s) to import")
@@ -69,9 +61,13 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	if err != nil || wait <= 0 {
 		return fmt.Errorf("import: --timeout %q: want a duration such as 2m", *timeout)
 	}
-	base, err := url.Parse(strings.TrimRight(*server, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return fmt.Errorf("import: --server %q: want an http(s) URL", *server)
+	base, err := serverURL(*server)
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	token, err := tok.value()
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
 	}
 	for _, file := range files {
 		body, err := readInput(file)
@@ -80,15 +76,21 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 		}
 		fctx, cancel := context.WithTimeout(ctx, wait)
 		if isExport(body) {
-			err = importExport(fctx, base, *token, file, body, *runID, *project, *name)
+			err = importExport(fctx, base, token, file, body, *runID, *project, *name)
 		} else {
-			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), *token, file, body)
+			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), token, file, body)
 		}
 		timedOut := ctx.Err() == nil && errors.Is(fctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err != nil && timedOut {
 			return fmt.Errorf("import: %s: timed out after %v waiting for the server at %s (raise --timeout; sending the file again is safe, what is stored is not stored twice)",
 				file, wait, base)
+		}
+		var ref *refusal
+		if errors.As(err, &ref) {
+			if e := tok.refused(base.String(), ref.status, token != "", ref.body.Error); e != nil {
+				return fmt.Errorf("import: %s: %w", file, e)
+			}
 		}
 		if err != nil {
 			return err
