@@ -44,28 +44,27 @@ func serverURL(s string) (*url.URL, error) {
 // unreachable describes a request that got no answer in one line: what
 // went wrong, in words, and what to check.
 func unreachable(server string, err error) error {
+	return fmt.Errorf("cannot reach the server at %s: %s; is deepseed serve running there? Give its URL with --server or DEEPSEED_SERVER_URL", server, netReason(err))
+}
+
+// netReason says in words why a request got no answer.
+func netReason(err error) string {
 	var dns *net.DNSError
-	reason := ""
+	var op *net.OpError
+	var ue *url.Error
 	switch {
 	case errors.As(err, &dns):
-		reason = fmt.Sprintf("the host %q does not resolve", dns.Name)
+		return fmt.Sprintf("the host %q does not resolve", dns.Name)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		reason = "nothing listens there (connection refused)"
+		return "nothing listens there (connection refused)"
 	case errors.Is(err, context.DeadlineExceeded), os.IsTimeout(err):
-		reason = "no answer in time"
-	default:
-		var op *net.OpError
-		if errors.As(err, &op) {
-			reason = op.Err.Error()
-		} else {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			reason = err.Error()
-		}
+		return "no answer in time"
+	case errors.As(err, &op):
+		return op.Err.Error()
+	case errors.As(err, &ue):
+		return ue.Err.Error()
 	}
-	return fmt.Errorf("cannot reach the server at %s: %s; is deepseed serve running there? Give its URL with --server or DEEPSEED_SERVER_URL", server, reason)
+	return err.Error()
 }
 
 // apiFlags are the flags of the commands that talk to the server's job

@@ -74,8 +74,12 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("import: %w", err)
 		}
+		export, err := isExport(file, body)
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
 		fctx, cancel := context.WithTimeout(ctx, wait)
-		if isExport(body) {
+		if export {
 			err = importExport(fctx, base, token, file, body, *runID, *project, *name)
 		} else {
 			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), token, file, body)
@@ -115,27 +119,40 @@ func readInput(file string) ([]byte, error) {
 	if bytes.HasPrefix(body, []byte{0x1f, 0x8b}) {
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+			return nil, fmt.Errorf("%s: not readable gzip: %w", file, err)
 		}
 		if body, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("%s: the gzip data ends early: the file is truncated (copy or write it again)", file)
+			}
+			return nil, fmt.Errorf("%s: not readable gzip: %w", file, err)
 		}
 	}
 	return body, nil
 }
 
 // isExport tells the seed's training_metrics.json (one JSON object with
-// steps, evaluations or zero_memory) from NDJSON records.
-func isExport(body []byte) bool {
+// steps, evaluations or zero_memory) from NDJSON records. It reads NaN
+// and Infinity as the server does. An export cut short is not an export
+// and not NDJSON: that is said as such.
+func isExport(file string, body []byte) (bool, error) {
 	var head map[string]json.RawMessage
-	if json.Unmarshal(body, &head) != nil {
-		return false
+	err := json.Unmarshal(api.NormalizeJSON(body), &head)
+	if err != nil {
+		t := bytes.TrimSpace(body)
+		firstLine, _, _ := bytes.Cut(t, []byte("\n"))
+		// An object over several lines is no NDJSON: say what is wrong
+		// with it as a whole rather than with its first line.
+		if len(t) > 0 && t[0] == '{' && !json.Valid(api.NormalizeJSON(firstLine)) {
+			return false, fmt.Errorf("%s: not valid JSON: %s", file, jsonProblem(err))
+		}
+		return false, nil
 	}
 	_, kind := head["kind"]
 	_, steps := head["steps"]
 	_, evals := head["evaluations"]
 	_, zero := head["zero_memory"]
-	return !kind && (steps || evals || zero)
+	return !kind && (steps || evals || zero), nil
 }
 
 // importExport posts a training_metrics.json export to /api/v1/import.
@@ -191,12 +208,12 @@ func postWithRetry(ctx context.Context, target, token string, gz []byte) (api.In
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return api.IngestResult{}, fmt.Errorf("server unreachable: %w", err)
+				return api.IngestResult{}, fmt.Errorf("server unreachable: %s: %w", netReason(err), ctx.Err())
 			}
-			fmt.Fprintf(os.Stderr, "server unreachable (%v), retrying in 2s\n", err)
+			fmt.Fprintf(os.Stderr, "server unreachable: %s; retrying in 2s\n", netReason(err))
 			select {
 			case <-ctx.Done():
-				return api.IngestResult{}, fmt.Errorf("server unreachable: %w", err)
+				return api.IngestResult{}, fmt.Errorf("server unreachable: %s: %w", netReason(err), ctx.Err())
 			case <-time.After(2 * time.Second):
 			}
 			continue
