@@ -249,6 +249,7 @@ func defaultDataDir() string {
 
 // dbConfig is the validated form of dbFlags.
 type dbConfig struct {
+	cmd           string // the command, for its errors
 	databaseURL   string
 	dataDir       string
 	localPGPort   int
@@ -258,8 +259,8 @@ type dbConfig struct {
 }
 
 // parse validates the flags, naming the field of each problem.
-func (d *dbFlags) parse(w io.Writer) (dbConfig, []error) {
-	var c dbConfig
+func (d *dbFlags) parse(cmd string, w io.Writer) (dbConfig, []error) {
+	c := dbConfig{cmd: cmd}
 	var errs []error
 	bad := func(field, value, msg string) {
 		errs = append(errs, &server.FieldError{Field: field, Value: value, Msg: msg})
@@ -318,7 +319,7 @@ func openDatabase(ctx context.Context, c dbConfig) (*store.Store, func(), error)
 		c.log.Info("no database URL: using a private PostgreSQL", "dir", lp.Dir, "port", lp.Port)
 		admin, err := lp.Start(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, localPGError(c.cmd, c.localPGPort, err)
 		}
 		stop = func() {
 			if !lp.Owner() {

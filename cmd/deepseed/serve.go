@@ -91,7 +91,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return errors.New("serve: takes no arguments")
 	}
 
-	dbc, errs := db.parse(os.Stderr)
+	dbc, errs := db.parse("serve", os.Stderr)
 	cfg := def
 	cfg.Role = *role
 	cfg.IngestTokens = server.SplitTokens(os.Getenv("DEEPSEED_INGEST_TOKENS"))
@@ -146,6 +146,15 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		if err := servePprof(ctx, addr, log); err != nil {
 			return fmt.Errorf("serve: DEEPSEED_PPROF_LISTEN: %w", err)
 		}
+	}
+	if err := checkListen("serve", cfg.Listen); err != nil {
+		return err
+	}
+	if err := checkDBHosts(ctx, "serve", "database-url", dbc.databaseURL); err != nil {
+		return err
+	}
+	if err := checkDBHosts(ctx, "serve", "read-database-url", readDB); err != nil {
+		return err
 	}
 	st, closeDB, err := openDatabase(ctx, dbc)
 	if err != nil {
