@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -147,4 +148,33 @@ func (a apiFlags) call(ctx context.Context, method, path string, in, out any) er
 		}
 	}
 	return nil
+}
+
+// noAgentWarning says, when no live agent serves project, that its
+// queued jobs wait, and since when the last one that did was heard from;
+// "" when one is alive or the agents cannot be read with this token.
+func noAgentWarning(ctx context.Context, a apiFlags, project string) string {
+	quiet := a
+	quiet.json = new(bool)
+	var l api.AgentList
+	if quiet.call(ctx, http.MethodGet, "/api/v1/agents", nil, &l) != nil {
+		return ""
+	}
+	var last *api.Agent
+	for i, ag := range l.Agents {
+		if len(ag.Projects) > 0 && !slices.Contains(ag.Projects, project) {
+			continue
+		}
+		if ag.Alive {
+			return ""
+		}
+		if last == nil || ag.LastHeartbeat.After(last.LastHeartbeat) {
+			last = &l.Agents[i]
+		}
+	}
+	if last == nil {
+		return fmt.Sprintf("no agent serves project %s: its jobs wait in the queue until one runs (deepseed agent on a GPU node)", project)
+	}
+	return fmt.Sprintf("no live agent serves project %s: the last, %s, was last heard from at %s (%s ago); its jobs wait in the queue until one runs",
+		project, last.Name, last.LastHeartbeat.UTC().Format(time.RFC3339), time.Since(last.LastHeartbeat).Round(time.Second))
 }

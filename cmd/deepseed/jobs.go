@@ -93,8 +93,8 @@ func jobSubmit(ctx context.Context, args []string) error {
 	}
 	in := api.JobSubmit{Project: *project, Argv: f.fs.Args(), Params: params}
 	var err error
-	if in.GPUs, err = strconv.Atoi(*gpus); err != nil {
-		return fmt.Errorf("job submit: --gpus %q is not a number", *gpus)
+	if in.GPUs, err = strconv.Atoi(*gpus); err != nil || in.GPUs < 1 {
+		return fmt.Errorf("job submit: --gpus %q: want a whole number of GPUs, 1 or more", *gpus)
 	}
 	if in.Retries, err = strconv.Atoi(*retries); err != nil {
 		return fmt.Errorf("job submit: --retries %q is not a number", *retries)
@@ -108,6 +108,9 @@ func jobSubmit(ctx context.Context, args []string) error {
 	}
 	if !*a.json {
 		fmt.Printf("job %d queued (project %s, %d GPU(s))\n", j.ID, j.Project, j.GPUs)
+	}
+	if w := noAgentWarning(ctx, a, j.Project); w != "" {
+		fmt.Fprintln(os.Stderr, "deepseed: warning:", w)
 	}
 	return nil
 }
@@ -215,6 +218,10 @@ func jobShowCancel(ctx context.Context, sub string, args []string) error {
 		fmt.Printf("job %d: %s (cancel requested)\n", j.ID, j.State)
 		return nil
 	}
+	detail := j.Detail
+	if j.State == "queued" && detail == "" {
+		detail = noAgentWarning(ctx, a, j.Project)
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	exit := "-"
 	if j.ExitCode != nil {
@@ -227,7 +234,7 @@ func jobShowCancel(ctx context.Context, sub string, args []string) error {
 		{"external id", dash(j.ExternalID)}, {"exit code", exit}, {"run", dash(j.RunID)},
 		{"attempt", fmt.Sprintf("%d (%d retries left)", j.Attempt, j.Retries)},
 		{"runtime", (time.Duration(j.RuntimeSeconds) * time.Second).String()}, {"gpu-hours", fmt.Sprintf("%.3f", j.GPUHours)},
-		{"detail", dash(j.Detail)},
+		{"detail", dash(detail)},
 	} {
 		fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
 	}

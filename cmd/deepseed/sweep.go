@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -69,6 +70,9 @@ func sweepCreate(ctx context.Context, args []string) error {
 		n, err := strconv.Atoi(*p)
 		if err != nil {
 			return fmt.Errorf("sweep create: --%s %q is not a number", name, *p)
+		}
+		if name == "gpus" && n < 1 {
+			return fmt.Errorf("sweep create: --gpus %q: want a whole number of GPUs, 1 or more", *p)
 		}
 		switch name {
 		case "gpus":
@@ -141,6 +145,16 @@ func sweepShow(ctx context.Context, args []string) error {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", rank, t.Job.ID, t.Job.State, dash(t.Job.RunID), num(t.Final), num(t.Best), formatParams(t.Job.Params))
 	}
 	return w.Flush()
+}
+
+// gpuHours shows GPU-hours with two decimals, and an amount below 0.01
+// with three significant digits: 0.000997 is not shown as 0.00 next to
+// "exceeded".
+func gpuHours(v float64) string {
+	if v != 0 && math.Abs(v) < 0.01 {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 func num(v *float64) string {
@@ -243,7 +257,7 @@ func printQuotas(qs []api.Quota) {
 		if q.Exceeded {
 			state = "exceeded"
 		}
-		fmt.Fprintf(w, "%s\t%.2f\t%s\t%.2f\t%.2f\t%s\n", q.Project, q.UsedGPUHours, limit, q.JobGPUHours, q.RunGPUHours, state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", q.Project, gpuHours(q.UsedGPUHours), limit, gpuHours(q.JobGPUHours), gpuHours(q.RunGPUHours), state)
 	}
 	w.Flush()
 }
