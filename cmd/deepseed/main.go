@@ -36,6 +36,8 @@ var commands = []struct {
 	{"job", "submit, list, show and cancel jobs", func() command { return &JobCommand{} }},
 	{"sweep", "queue a parameter sweep and rank its trials", func() command { return &SweepCommand{} }},
 	{"quota", "set and show GPU-hour quotas of projects", func() command { return &QuotaCommand{} }},
+	{"runs", "list runs with their status, steps, loss, step time and MFU", func() command { return &RunsCommand{} }},
+	{"run", "show one run: run show ID, with its stragglers and open alerts", func() command { return &RunCommand{} }},
 	{"version", "print the version", func() command { return &VersionCommand{} }},
 }
 
