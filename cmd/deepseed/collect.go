@@ -66,7 +66,9 @@ at start.
 The hook receiver needs no token: keep it on loopback or a unix socket.
 What a client can make it hold is bounded by --max-body-bytes,
 --read-header-timeout, --body-timeout and --max-conns (each listener), as on
-the server (see docs/durability.md).`)
+the server (see docs/durability.md).
+
+`+pprofNote)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -168,6 +170,12 @@ the server (see docs/durability.md).`)
 	}
 	return col.Run(ctx)
 }
+
+// pprofNote is the help's line about DEEPSEED_PPROF_LISTEN, which only
+// the environment sets.
+const pprofNote = `DEEPSEED_PPROF_LISTEN=127.0.0.1:6060 (environment only) serves the Go
+profiler at /debug/pprof/ on that address, for measuring under load
+(docs/performance.md).`
 
 // servePprof serves the Go profiler on addr until ctx is done. It is set
 // only through the environment, not a flag: it is for measuring the

@@ -115,11 +115,17 @@ Every flag can also be set by the environment variable shown in its help.
 
 Getting started:
   deepseed serve                 with PostgreSQL installed, starts a private
-                                 database in the data directory and the API on :8080
+                                 database in the data directory and the API;
+                                 without tokens it listens on 127.0.0.1:8080 only
   DEEPSEED_DATABASE_URL=postgres://… deepseed serve
                                  uses an existing PostgreSQL or TimescaleDB
   DEEPSEED_INGEST_TOKENS, DEEPSEED_READ_TOKENS
-                                 comma-separated bearer tokens; unset means open
+                                 comma-separated bearer tokens of the server;
+                                 unset: no token needed, on loopback only; the
+                                 job routes always need DEEPSEED_SUBMIT_TOKENS
+                                 and DEEPSEED_AGENT_TOKENS
+  DEEPSEED_TOKEN, --token-file   the token a client command sends (the agent:
+                                 DEEPSEED_AGENT_TOKEN); --token is refused
 `)
 }
 

@@ -82,7 +82,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	readURL := f.String("read-database-url", "DEEPSEED_READ_DATABASE_URL", "",
 		"PostgreSQL URL the query routes read from, typically a hot standby of --database-url (which then takes every write: ingest, jobs, rollup refreshes, alerts, retention); needs --database-url and a role of query or all; see docs/scale-out.md")
 	db := addDBFlags(f)
-	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
+	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes+"\n"+pprofNote)
 	if err := f.parse(args); err != nil {
 		return err
 	}
