@@ -70,3 +70,14 @@ func TestCollectRefusedTokenSaysWhatToDo(t *testing.T) {
 		t.Errorf("collect's log shows its token:\n%s", logs)
 	}
 }
+
+// collect --no-gpu says GPU sampling is off because it was asked, not
+// that an NVML library is missing.
+func TestCollectNoGPUSaysWhy(t *testing.T) {
+	p := startCollect(t, "", t.TempDir(), freePort(t))
+	p.kill()
+	logs := p.logs.String()
+	if strings.Contains(logs, "no NVML library") || !strings.Contains(logs, `GPU sampling is off" reason="not asked for (--no-gpu)"`) {
+		t.Errorf("collect --no-gpu:\n%s", logs)
+	}
+}
