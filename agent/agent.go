@@ -159,7 +159,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				// A token the server refuses from the start will not
 				// mend itself: say so rather than retry for ever. Jobs
 				// already running keep running; a restart re-adopts them.
-				return fmt.Errorf("agent %s: the server refused its token (%s): give it a token that the server's DEEPSEED_AGENT_TOKENS binds to this name (NAME:TOKEN)", a.cfg.Name, se.Msg)
+				return fmt.Errorf("agent %s: the server refused its token (%s): set DEEPSEED_AGENT_TOKEN or --token-file to a token that the server's DEEPSEED_AGENT_TOKENS binds to this name (NAME:TOKEN)", a.cfg.Name, se.Msg)
 			}
 			if err != nil && ctx.Err() == nil {
 				a.log.Warn("heartbeat failed; retrying", "err", err)

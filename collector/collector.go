@@ -286,7 +286,7 @@ func New(cfg Config) (*Collector, error) {
 			c.log.Info("GPU sampling on", "gpus", len(c.gpu.devs))
 		}
 	} else {
-		c.log.Warn("GPU sampling is off", "reason", "no NVML library configured")
+		c.log.Info("GPU sampling is off", "reason", "not asked for (--no-gpu)")
 	}
 	if sp.len() > 0 {
 		c.log.Info("spool holds batches from before: replaying them first", "batches", sp.len(), "bytes", sp.size())

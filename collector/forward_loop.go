@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/deepseed/deepseed/api"
@@ -52,10 +53,17 @@ func (c *Collector) forwardLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		// Say it once per outage, not once per retry.
-		if !failing {
+		// Say it once per outage, not once per retry. A refused token
+		// does not mend itself: say what to change.
+		var seAuth *sendError
+		switch {
+		case !failing && errors.As(err, &seAuth) && (seAuth.status == http.StatusUnauthorized || seAuth.status == http.StatusForbidden):
+			c.log.Error("the server refuses this collector's token: no record will be accepted until the collector is restarted "+
+				"with an ingest token that the server's DEEPSEED_INGEST_TOKENS lists, in DEEPSEED_TOKEN or --token-file; "+
+				"records wait in the spool meanwhile", "status", seAuth.status, "server_says", seAuth.msg, "records", b.N)
+		case !failing:
 			c.log.Warn("send failed: spooling and retrying with backoff", "records", b.N, "err", err)
-		} else {
+		default:
 			c.log.Debug("send failed again", "records", b.N, "err", err)
 		}
 		failing = true

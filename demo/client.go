@@ -203,8 +203,20 @@ func post(ctx context.Context, opt Options, url string, recs []any) (api.IngestR
 	}
 }
 
-// answerError is a refusal in the server's words: the message of its JSON
+// AnswerError is a refusal in the server's words: the message of its JSON
 // error body, or the body itself when it is not one, on one line.
+type AnswerError struct {
+	Status int
+	Msg    string
+}
+
+func (e *AnswerError) Error() string {
+	if e.Msg == "" {
+		return fmt.Sprintf("server answered %d %s", e.Status, http.StatusText(e.Status))
+	}
+	return fmt.Sprintf("server answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Msg)
+}
+
 func answerError(status int, body []byte) error {
 	var e api.Error
 	msg := strings.TrimSpace(string(body))
@@ -215,8 +227,5 @@ func answerError(status int, body []byte) error {
 	if len(msg) > 300 {
 		msg = msg[:300] + "…"
 	}
-	if msg == "" {
-		return fmt.Errorf("server answered %d %s", status, http.StatusText(status))
-	}
-	return fmt.Errorf("server answered %d %s: %s", status, http.StatusText(status), msg)
+	return &AnswerError{Status: status, Msg: msg}
 }

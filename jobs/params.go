@@ -104,7 +104,16 @@ func ParamEnv(params map[string]string) []string {
 	for _, n := range names {
 		env = append(env, "DEEPSEED_PARAM_"+strings.ToUpper(n)+"="+params[n])
 	}
-	js, _ := json.Marshal(params)
+	// A value that is a JSON number goes as a number ("lr": 0.05), so
+	// that the run's params compare and sort as numbers; others as text.
+	typed := make(map[string]any, len(params))
+	for n, v := range params {
+		typed[n] = v
+		if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) && json.Valid([]byte(v)) {
+			typed[n] = json.RawMessage(v)
+		}
+	}
+	js, _ := json.Marshal(typed)
 	return append(env, "DEEPSEED_PARAMS="+string(js))
 }
 

@@ -44,8 +44,8 @@ number of GPU slots the agent keeps submitted at once (docs/jobs-slurm.md).`
 // Run implements command.
 func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("agent")
-	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
-	tokenFlag := addTokenFlag(f, "DEEPSEED_AGENT_TOKEN", "DEEPSEED_AGENT_TOKEN_FILE", "agent token (bound to this agent's --name on the server)")
+	server := addServerFlag(f)
+	tokenFlag := addTokenFlag(f, agentToken)
 	host, _ := os.Hostname()
 	name := f.String("name", "DEEPSEED_AGENT_NAME", host, "the agent's name, unique among agents")
 	gpus := f.String("gpus", "DEEPSEED_AGENT_GPUS", "auto", "GPUs it hands out, e.g. 0,1; auto asks NVML")
@@ -89,12 +89,21 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	if *name == "" {
 		errs = append(errs, "invalid --name \"\": give the agent a name")
 	}
+	base, err := serverURL(*server)
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
 	token, err := tokenFlag.value()
 	if err != nil {
 		errs = append(errs, err.Error())
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agent: %s", strings.Join(errs, "; "))
+	}
+	// The agent routes always need a token: without one nothing is set
+	// up (no state directory) before saying which one to give.
+	if token == "" {
+		return tokenFlag.errNoToken("agent")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
 	job := agent.JobConfig{RunAs: *runAs, AllowRoot: *allowRoot, CollectorURL: *collectorURL}
@@ -103,7 +112,7 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("agent: executor %s: %w", *executor, err)
 	}
-	a, err := agent.New(agent.Config{Server: *server, Token: token, Name: *name, GPUs: ids, Projects: splitList(*projects),
+	a, err := agent.New(agent.Config{Server: base.String(), Token: token, Name: *name, GPUs: ids, Projects: splitList(*projects),
 		Executor: ex, StateDir: *stateDir, Every: everyD, Grace: graceD, Version: Version, Log: log})
 	if err != nil {
 		return err
@@ -111,7 +120,7 @@ func (c *AgentCommand) Run(ctx context.Context, args []string) error {
 	if *allowRoot && os.Geteuid() == 0 && *runAs == "" {
 		log.Warn("jobs run as root (--allow-root-jobs): every job may do anything on this node")
 	}
-	log.Info("agent starting", "name", *name, "server", *server, "gpus", ids, "executor", ex.Name(), "state_dir", *stateDir,
+	log.Info("agent starting", "name", *name, "server", base.String(), "gpus", ids, "executor", ex.Name(), "state_dir", *stateDir,
 		"run_as", orDefault(*runAs, "the agent's user"))
 	return a.Run(ctx)
 }

@@ -18,6 +18,9 @@ func TestAgentRefusesRootJobsAndTokenFlag(t *testing.T) {
 		}
 	}
 	code, _, stderr = runBinary(t, nil, "agent", "--token", "s3cret", "--fake-gpus", "1", "--state-dir", dir)
+	if strings.Contains(stderr, "s3cret") {
+		t.Errorf("agent --token echoes the token: %s", stderr)
+	}
 	if code == 0 || !strings.Contains(stderr, "DEEPSEED_AGENT_TOKEN") || !strings.Contains(stderr, "--token-file") {
 		t.Errorf("agent --token: exit %d\n%s", code, stderr)
 	}

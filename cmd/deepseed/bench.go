@@ -65,7 +65,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	args = args[1:]
 	f := newEnvFlags("bench ingest")
 	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
-	token := f.String("token", "DEEPSEED_TOKEN", "", "ingest token, sent as Authorization: Bearer")
+	tok := addTokenFlag(f, ingestToken)
 	dbURL := f.String("database-url", "DEEPSEED_DATABASE_URL", "", "database of that server: also measure a raw COPY of the same rows, and clean up")
 	conns := f.String("connections", "DEEPSEED_BENCH_CONNECTIONS", "4", "concurrent senders, one run each")
 	duration := f.String("duration", "DEEPSEED_BENCH_DURATION", "20s", "how long each phase runs")
@@ -82,6 +82,10 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	token, err := tok.value()
+	if err != nil {
+		return fmt.Errorf("bench ingest: %w", err)
+	}
 	var errs []error
 	num := func(name, v string, min int) int { return wholeAtLeast(&errs, name, v, min) }
 	cfg := benchConfig{
@@ -91,7 +95,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		ranks:     num("ranks", *ranks, 1),
 		layers:    num("layers", *layers, 2),
 		evalEvery: num("eval-every", *evalEvery, 0),
-		token:     *token,
+		token:     token,
 	}
 	nMax := num("max-records", *maxRecords, 1)
 	dur, err := time.ParseDuration(*duration)

@@ -35,13 +35,17 @@ Then every query the provisioned dashboards make for a run is sent
 median, p95, largest time and answer size are printed. --warmup rounds
 come first and are not counted.`
 
+// benchReadToken is the read token bench query may send for its queries;
+// without it they go with the ingest token.
+var benchReadToken = tokenKind{"read token (default: the ingest token)", "DEEPSEED_READ_TOKEN", "DEEPSEED_READ_TOKEN_FILE", "DEEPSEED_READ_TOKENS"}
+
 // BenchQuery is "deepseed bench query".
 func benchQuery(ctx context.Context, args []string) error {
 	f := newEnvFlags("bench query")
 	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL (ingest and query)")
 	queryServer := f.String("query-server", "", "", "query from this server instead (a query replica); defaults to --server")
-	token := f.String("token", "DEEPSEED_TOKEN", "", "ingest token, sent as Authorization: Bearer")
-	readToken := f.String("read-token", "DEEPSEED_READ_TOKEN", "", "read token; defaults to --token")
+	tok := addTokenFlag(f, ingestToken)
+	readTok := addNamedTokenFlag(f, "read-token", benchReadToken)
 	prefix := f.String("prefix", "", "fleet", "run ids are PREFIX-RANKSxSTEPS and PREFIX-RANKSxSTEPS-cN")
 	ranks := f.String("ranks", "", "128", "ranks of the run")
 	steps := f.String("steps", "", "3000", "steps of the run")
@@ -78,8 +82,16 @@ func benchQuery(ctx context.Context, args []string) error {
 			return fmt.Errorf("--query-server: want a URL, got %q", *queryServer)
 		}
 	}
-	if *readToken == "" {
-		*readToken = *token
+	token, err := tok.value()
+	if err != nil {
+		return fmt.Errorf("bench query: %w", err)
+	}
+	readToken, err := readTok.value()
+	if err != nil {
+		return fmt.Errorf("bench query: %w", err)
+	}
+	if readToken == "" {
+		readToken = token
 	}
 	run.runID = fmt.Sprintf("%s-%dx%d", *prefix, run.ranks, run.steps)
 	run.straggler = run.ranks / 3
@@ -91,18 +103,18 @@ func benchQuery(ctx context.Context, args []string) error {
 	}
 	ingestURL := base.String() + "/api/v1/ingest"
 	for i, r := range runs {
-		if err := loadFleetRun(ctx, qbase.String(), ingestURL, *token, *readToken, r, nConns, i > 0); err != nil {
+		if err := loadFleetRun(ctx, qbase.String(), ingestURL, token, readToken, r, nConns, i > 0); err != nil {
 			return err
 		}
 	}
 	ids := make([]string, len(runs))
 	for i, r := range runs {
 		ids[i] = r.runID
-		if err := waitRolledUp(ctx, qbase.String(), *readToken, r); err != nil {
+		if err := waitRolledUp(ctx, qbase.String(), readToken, r); err != nil {
 			return err
 		}
 	}
-	return timeQueries(ctx, qbase.String()+"/api/v1", *readToken, benchQueries(run, ids), nRounds, nWarm, *only)
+	return timeQueries(ctx, qbase.String()+"/api/v1", readToken, benchQueries(run, ids), nRounds, nWarm, *only)
 }
 
 // loadFleetRun writes r unless the server already has its steps.

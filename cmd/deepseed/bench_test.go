@@ -21,7 +21,7 @@ func TestBenchIngest(t *testing.T) {
 	cfg.IngestTokens = []string{"bench-token"}
 	base := servertest.Start(t, cfg, st)
 
-	code, stdout, stderr := runBinary(t, nil, "bench", "ingest", "--server", base, "--token", "bench-token",
+	code, stdout, stderr := runBinary(t, []string{"DEEPSEED_TOKEN=bench-token"}, "bench", "ingest", "--server", base,
 		"--database-url", dbURL, "--connections", "2", "--rounds", "2", "--duration", "1s",
 		"--ranks", "2", "--layers", "3", "--steps-per-batch", "5", "--max-records", "400")
 	if code != 0 {
@@ -71,7 +71,7 @@ func TestBenchIngestPerRank(t *testing.T) {
 	cfg.IngestTokens = []string{"bench-token"}
 	base := servertest.Start(t, cfg, st)
 
-	code, stdout, stderr := runBinary(t, nil, "bench", "ingest", "--per-rank", "--server", base, "--token", "bench-token",
+	code, stdout, stderr := runBinary(t, []string{"DEEPSEED_TOKEN=bench-token"}, "bench", "ingest", "--per-rank", "--server", base,
 		"--database-url", dbURL, "--ranks", "20", "--rate", "5", "--duration", "3s")
 	if code != 0 {
 		t.Fatalf("bench ingest --per-rank exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)

@@ -28,7 +28,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("collect")
 	var (
 		serverURL     = f.String("server", "DEEPSEED_SERVER_URL", "", "DeepSeed server base URL to forward to; empty: sample and serve /metrics only")
-		tokenFile     = addTokenFlag(f, "DEEPSEED_TOKEN", "DEEPSEED_TOKEN_FILE", "ingest token")
+		tokenFile     = addTokenFlag(f, ingestToken)
 		hookListen    = f.String("hook-listen", "DEEPSEED_HOOK_LISTEN", "127.0.0.1:9464", "hook receiver address, host:port or unix:/path")
 		metricsListen = f.String("metrics-listen", "DEEPSEED_METRICS_LISTEN", "127.0.0.1:9400", "address for /metrics; 0.0.0.0:9400 for scrapers on other machines; empty disables it")
 		interval      = f.String("interval", "DEEPSEED_INTERVAL", "1s", "GPU and host sampling interval")
@@ -67,7 +67,9 @@ at start.
 The hook receiver needs no token: keep it on loopback or a unix socket.
 What a client can make it hold is bounded by --max-body-bytes,
 --read-header-timeout, --body-timeout and --max-conns (each listener), as on
-the server (see docs/durability.md).`)
+the server (see docs/durability.md).
+
+`+pprofNote)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -170,6 +172,12 @@ the server (see docs/durability.md).`)
 	}
 	return col.Run(ctx)
 }
+
+// pprofNote is the help's line about DEEPSEED_PPROF_LISTEN, which only
+// the environment sets.
+const pprofNote = `DEEPSEED_PPROF_LISTEN=127.0.0.1:6060 (environment only) serves the Go
+profiler at /debug/pprof/ on that address, for measuring under load
+(docs/performance.md).`
 
 // servePprof serves the Go profiler on addr until ctx is done. It is set
 // only through the environment, not a flag: it is for measuring the

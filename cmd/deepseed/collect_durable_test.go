@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -23,8 +22,8 @@ import (
 type collectProc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
-	logs *bytes.Buffer
-	hook string // the hook receiver's ingest URL
+	logs *syncBuffer // read while the child writes it
+	hook string      // the hook receiver's ingest URL
 }
 
 func startCollect(t *testing.T, serverURL, spoolDir string, hookPort int, extra ...string) *collectProc {
@@ -34,12 +33,12 @@ func startCollect(t *testing.T, serverURL, spoolDir string, hookPort int, extra 
 		"--host-name", "durable-node"}, extra...)
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(cleanEnv(), "DEEPSEED_TOKEN=collect-token")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &collectProc{cmd: cmd, done: make(chan struct{}), logs: &logs, hook: fmt.Sprintf("http://127.0.0.1:%d/api/v1/ingest", hookPort)}
+	p := &collectProc{cmd: cmd, done: make(chan struct{}), logs: logs, hook: fmt.Sprintf("http://127.0.0.1:%d/api/v1/ingest", hookPort)}
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.kill()

@@ -22,8 +22,9 @@ import (
 // envFlags is a flag set whose defaults come from environment variables,
 // with a usage text that names each flag's variable.
 type envFlags struct {
-	fs    *flag.FlagSet
-	specs []envFlag
+	fs      *flag.FlagSet
+	specs   []envFlag
+	refused map[string]string // flag name → what to do instead
 }
 
 type envFlag struct{ name, env, def, usage string }
@@ -108,16 +109,73 @@ func printFlag(w io.Writer, s envFlag) {
 // parse parses args and, for -h or --help, prints the usage to standard
 // output (help that was asked for is not an error) and returns
 // flag.ErrHelp. A bad flag is reported in one line that points to -h.
+//
+// Every command takes its flags before or after its other arguments
+// ("deepseed job show 7 --server URL" as "deepseed job show --server URL
+// 7"); everything after -- is an argument. The arguments are then
+// f.fs.Args(). A refused flag (refuse) is reported before anything is
+// parsed and without its value: a token given on the command line is
+// never echoed back.
 func (f *envFlags) parse(args []string) error {
-	f.fs.SetOutput(io.Discard)
-	err := f.fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		f.fs.SetOutput(os.Stdout)
-		f.fs.Usage()
+	cmd := strings.TrimPrefix(f.fs.Name(), "deepseed ")
+	if err := f.checkRefused(cmd, args); err != nil {
 		return err
-	case err != nil:
-		return fmt.Errorf("%s: %w (see %s -h)", strings.TrimPrefix(f.fs.Name(), "deepseed "), err, f.fs.Name())
+	}
+	f.fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		err := f.fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			f.fs.SetOutput(os.Stdout)
+			f.fs.Usage()
+			return err
+		case err != nil:
+			hint := ""
+			if len(pos) > 0 && strings.HasPrefix(err.Error(), "flag provided but not defined") {
+				hint = "; the arguments of a command to run go after --"
+			}
+			return fmt.Errorf("%s: %w (see %s -h%s)", cmd, err, f.fs.Name(), hint)
+		}
+		rest := f.fs.Args()
+		used := len(args) - len(rest)
+		if len(rest) == 0 || (used > 0 && args[used-1] == "--") {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	// Parsing "--" alone leaves the flags as they are and the arguments
+	// in f.fs.Args().
+	return f.fs.Parse(append([]string{"--"}, pos...))
+}
+
+// refuse defines --name as a flag that is not taken, with msg saying what
+// to do instead. It is shown in -h; given, the command stops with msg and
+// never with the value.
+func (f *envFlags) refuse(name, msg string) {
+	if f.refused == nil {
+		f.refused = map[string]string{}
+	}
+	f.refused[name] = msg
+	f.Func(name, "not taken: "+msg, func(string) error { return errors.New(msg) })
+}
+
+// checkRefused returns the error of the first refused flag in args,
+// which names the flag and never its value.
+func (f *envFlags) checkRefused(cmd string, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if msg, ok := f.refused[name]; ok {
+			return fmt.Errorf("%s: --%s is not taken: %s", cmd, name, msg)
+		}
 	}
 	return nil
 }
@@ -191,6 +249,7 @@ func defaultDataDir() string {
 
 // dbConfig is the validated form of dbFlags.
 type dbConfig struct {
+	cmd           string // the command, for its errors
 	databaseURL   string
 	dataDir       string
 	localPGPort   int
@@ -200,8 +259,8 @@ type dbConfig struct {
 }
 
 // parse validates the flags, naming the field of each problem.
-func (d *dbFlags) parse(w io.Writer) (dbConfig, []error) {
-	var c dbConfig
+func (d *dbFlags) parse(cmd string, w io.Writer) (dbConfig, []error) {
+	c := dbConfig{cmd: cmd}
 	var errs []error
 	bad := func(field, value, msg string) {
 		errs = append(errs, &server.FieldError{Field: field, Value: value, Msg: msg})
@@ -260,7 +319,7 @@ func openDatabase(ctx context.Context, c dbConfig) (*store.Store, func(), error)
 		c.log.Info("no database URL: using a private PostgreSQL", "dir", lp.Dir, "port", lp.Port)
 		admin, err := lp.Start(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, localPGError(c.cmd, c.localPGPort, err)
 		}
 		stop = func() {
 			if !lp.Owner() {

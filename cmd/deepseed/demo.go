@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deepseed/deepseed/demo"
@@ -19,8 +17,8 @@ type DemoCommand struct{}
 // Run implements command.
 func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("demo")
-	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
-	token := f.String("token", "DEEPSEED_TOKEN", "", "ingest token, sent as Authorization: Bearer")
+	server := addServerFlag(f)
+	tok := addTokenFlag(f, ingestToken)
 	batch := f.String("batch", "", "5000", "records per request")
 	force := f.Bool("force", "", false, "write runs again even when the server already holds them as finished")
 	timeout := f.String("timeout", "", "10m", "how long the whole load may take, retries included")
@@ -40,9 +38,13 @@ again). Progress goes to standard error, a line per run.`, "")
 	if f.fs.NArg() > 0 {
 		return fmt.Errorf("demo: unexpected argument %q (see deepseed demo -h)", f.fs.Arg(0))
 	}
-	u, err := url.Parse(strings.TrimRight(*server, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("demo: --server %q: want an http(s) URL", *server)
+	u, err := serverURL(*server)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	token, err := tok.value()
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
 	}
 	n, err := strconv.Atoi(*batch)
 	if err != nil || n < 1 || n > 100000 {
@@ -54,7 +56,7 @@ again). Progress goes to standard error, a line per run.`, "")
 	}
 	lctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	res, err := demo.Load(lctx, demo.Options{Server: u.String(), Token: *token, BatchSize: n, Progress: os.Stderr, Force: *force})
+	res, err := demo.Load(lctx, demo.Options{Server: u.String(), Token: token, BatchSize: n, Progress: os.Stderr, Force: *force})
 	switch {
 	case err == nil:
 		return nil
@@ -63,6 +65,12 @@ again). Progress goes to standard error, a line per run.`, "")
 	case errors.Is(lctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("demo: timed out after %v waiting for the server at %s (%d of %d runs loaded; see the lines above, or raise --timeout)",
 			wait, u, res.Runs, len(demo.Runs(time.Now())))
+	}
+	var ae *demo.AnswerError
+	if errors.As(err, &ae) {
+		if e := tok.refused(u.String(), ae.Status, token != "", ae.Msg); e != nil {
+			return fmt.Errorf("demo: %w", e)
+		}
 	}
 	return fmt.Errorf("demo: %w", err)
 }

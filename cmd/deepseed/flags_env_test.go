@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -78,4 +80,67 @@ func flagBlocks(help string) []string {
 	}
 	flush()
 	return out
+}
+
+// variablesOutsideHelp is every DEEPSEED_ variable the docs may name
+// that no command's -h lists as a flag's, with what reads it. The docs
+// and -h are checked against it: a variable in the docs is in some -h or
+// here, so neither can drift from the program unseen.
+var variablesOutsideHelp = map[string]string{
+	"DEEPSEED_":                  "the prefix itself, in prose",
+	"DEEPSEED_ALERT_WEBHOOK_URL": "Grafana's alert provisioning (grafana/provisioning/alerting)",
+	"DEEPSEED_COMM":              "the hook",
+	"DEEPSEED_FILE":              "the hook",
+	"DEEPSEED_FLUSH_TIMEOUT":     "the hook",
+	"DEEPSEED_HANG_S":            "the hook",
+	"DEEPSEED_LAYER_EVERY":       "the hook",
+	"DEEPSEED_MODE":              "the hook",
+	"DEEPSEED_PARAMS":            "the agent sets it for a job; the hook reads it",
+	"DEEPSEED_INGEST_TOKEN":      "a shell variable of docs/without-docker.md's steps, defined there",
+	"DEEPSEED_SUBMIT_TOKEN":      "docker-compose's .env",
+	"DEEPSEED_TEST_DATABASE_URL": "the tests (store/storetest)",
+	"DEEPSEED_TEST_NO_INSTALL":   "the tests",
+	"DEEPSEED_TEST_NO_SLURM":     "the tests",
+	"DEEPSEED_TEST_SLURM":        "the tests",
+	"DEEPSEED_TEST_TIMESCALE":    "the tests",
+}
+
+// Every DEEPSEED_ variable that README.md and docs/ name is one that
+// some command's -h names, or one of variablesOutsideHelp.
+func TestDocumentedVariablesAreInHelp(t *testing.T) {
+	var help strings.Builder
+	for _, args := range [][]string{
+		{"serve"}, {"collect"}, {"migrate"}, {"import"}, {"demo"}, {"agent"}, {"runs"}, {"run", "show"},
+		{"bench", "ingest"}, {"bench", "query"}, {"bench", "chaos"}, {"bench", "collector"},
+		{"job", "submit"}, {"job", "list"}, {"job", "show"}, {"job", "cancel"},
+		{"sweep", "create"}, {"sweep", "show"}, {"quota", "set"}, {"quota", "show"}, {"help"},
+	} {
+		_, out, _ := runBinary(t, nil, append(args, "-h")...)
+		help.WriteString(out)
+	}
+	inHelp := map[string]bool{}
+	variable := regexp.MustCompile(`DEEPSEED_[A-Z0-9_]*`)
+	for _, v := range variable.FindAllString(help.String(), -1) {
+		inHelp[v] = true
+	}
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range append(docs, "../../README.md") {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range variable.FindAllString(string(b), -1) {
+			if _, ok := variablesOutsideHelp[v]; !ok && !inHelp[v] {
+				t.Errorf("%s names %s, which no command's -h names and variablesOutsideHelp does not list", filepath.Base(doc), v)
+			}
+		}
+	}
+	for v := range variablesOutsideHelp {
+		if inHelp[v] {
+			t.Errorf("%s is in variablesOutsideHelp but a command's -h names it: take it out of the table", v)
+		}
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deepseed/deepseed/api"
@@ -43,8 +42,8 @@ since that would move the run: without --project it stays where it is, and
 // Run implements command.
 func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	f := newEnvFlags("import")
-	server := f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL")
-	token := f.String("token", "DEEPSEED_TOKEN", "", "ingest token, sent as Authorization: Bearer")
+	server := addServerFlag(f)
+	tok := addTokenFlag(f, ingestToken)
 	project := f.String("project", "DEEPSEED_PROJECT", "", "project of the run (default: default)")
 	name := f.String("name", "", "", "name of the run (default: the export's model)")
 	runID := f.String("run-id", "", "", "run id (default: derived from the file's contents)")
@@ -53,14 +52,7 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	// Accept flags after the file names too: deepseed import FILE --server URL.
-	var files []string
-	for rest := f.fs.Args(); len(rest) > 0; rest = f.fs.Args() {
-		files = append(files, rest[0])
-		if err := f.parse(rest[1:]); err != nil {
-			return err
-		}
-	}
+	files := f.fs.Args()
 	if len(files) == 0 {
 		f.fs.Usage()
 		return errors.New("import: give the file(s) to import")
@@ -69,26 +61,40 @@ func (c *ImportCommand) Run(ctx context.Context, args []string) error {
 	if err != nil || wait <= 0 {
 		return fmt.Errorf("import: --timeout %q: want a duration such as 2m", *timeout)
 	}
-	base, err := url.Parse(strings.TrimRight(*server, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return fmt.Errorf("import: --server %q: want an http(s) URL", *server)
+	base, err := serverURL(*server)
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	token, err := tok.value()
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
 	}
 	for _, file := range files {
 		body, err := readInput(file)
 		if err != nil {
 			return fmt.Errorf("import: %w", err)
 		}
+		export, err := isExport(file, body)
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
 		fctx, cancel := context.WithTimeout(ctx, wait)
-		if isExport(body) {
-			err = importExport(fctx, base, *token, file, body, *runID, *project, *name)
+		if export {
+			err = importExport(fctx, base, token, file, body, *runID, *project, *name)
 		} else {
-			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), *token, file, body)
+			err = sendRecords(fctx, base.JoinPath("/api/v1/ingest").String(), token, file, body)
 		}
 		timedOut := ctx.Err() == nil && errors.Is(fctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err != nil && timedOut {
 			return fmt.Errorf("import: %s: timed out after %v waiting for the server at %s (raise --timeout; sending the file again is safe, what is stored is not stored twice)",
 				file, wait, base)
+		}
+		var ref *refusal
+		if errors.As(err, &ref) {
+			if e := tok.refused(base.String(), ref.status, token != "", ref.body.Error); e != nil {
+				return fmt.Errorf("import: %s: %w", file, e)
+			}
 		}
 		if err != nil {
 			return err
@@ -113,27 +119,40 @@ func readInput(file string) ([]byte, error) {
 	if bytes.HasPrefix(body, []byte{0x1f, 0x8b}) {
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+			return nil, fmt.Errorf("%s: not readable gzip: %w", file, err)
 		}
 		if body, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("%s: the gzip data ends early: the file is truncated (copy or write it again)", file)
+			}
+			return nil, fmt.Errorf("%s: not readable gzip: %w", file, err)
 		}
 	}
 	return body, nil
 }
 
 // isExport tells the seed's training_metrics.json (one JSON object with
-// steps, evaluations or zero_memory) from NDJSON records.
-func isExport(body []byte) bool {
+// steps, evaluations or zero_memory) from NDJSON records. It reads NaN
+// and Infinity as the server does. An export cut short is not an export
+// and not NDJSON: that is said as such.
+func isExport(file string, body []byte) (bool, error) {
 	var head map[string]json.RawMessage
-	if json.Unmarshal(body, &head) != nil {
-		return false
+	err := json.Unmarshal(api.NormalizeJSON(body), &head)
+	if err != nil {
+		t := bytes.TrimSpace(body)
+		firstLine, _, _ := bytes.Cut(t, []byte("\n"))
+		// An object over several lines is no NDJSON: say what is wrong
+		// with it as a whole rather than with its first line.
+		if len(t) > 0 && t[0] == '{' && !json.Valid(api.NormalizeJSON(firstLine)) {
+			return false, fmt.Errorf("%s: not valid JSON: %s", file, jsonProblem(err))
+		}
+		return false, nil
 	}
 	_, kind := head["kind"]
 	_, steps := head["steps"]
 	_, evals := head["evaluations"]
 	_, zero := head["zero_memory"]
-	return !kind && (steps || evals || zero)
+	return !kind && (steps || evals || zero), nil
 }
 
 // importExport posts a training_metrics.json export to /api/v1/import.
@@ -189,12 +208,12 @@ func postWithRetry(ctx context.Context, target, token string, gz []byte) (api.In
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return api.IngestResult{}, fmt.Errorf("server unreachable: %w", err)
+				return api.IngestResult{}, fmt.Errorf("server unreachable: %s: %w", netReason(err), ctx.Err())
 			}
-			fmt.Fprintf(os.Stderr, "server unreachable (%v), retrying in 2s\n", err)
+			fmt.Fprintf(os.Stderr, "server unreachable: %s; retrying in 2s\n", netReason(err))
 			select {
 			case <-ctx.Done():
-				return api.IngestResult{}, fmt.Errorf("server unreachable: %w", err)
+				return api.IngestResult{}, fmt.Errorf("server unreachable: %s: %w", netReason(err), ctx.Err())
 			case <-time.After(2 * time.Second):
 			}
 			continue

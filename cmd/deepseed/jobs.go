@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,82 +16,12 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
-// apiFlags are the flags of the commands that talk to the server's job
-// routes.
-type apiFlags struct {
-	server, token *string
-	json          *bool
-}
-
-func addAPIFlags(f *envFlags, tokenHelp string) apiFlags {
-	return apiFlags{
-		server: f.String("server", "DEEPSEED_SERVER_URL", "http://localhost:8080", "DeepSeed server base URL"),
-		token:  f.String("token", "DEEPSEED_TOKEN", "", tokenHelp+", sent as Authorization: Bearer"),
-		json:   f.Bool("json", "", false, "print the server's JSON answer instead of a table"),
-	}
-}
-
-// call sends one request and decodes a 2xx answer into out; any other
-// answer becomes an error carrying the server's message.
-func (a apiFlags) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(*a.server, "/")+path, body)
-	if err != nil {
-		return fmt.Errorf("bad --server %q: %w", *a.server, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if *a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+*a.token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("server %s: %w", *a.server, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("read the server's answer: %w", err)
-	}
-	if res.StatusCode/100 != 2 {
-		var e api.Error
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d)", e.Error, res.StatusCode)
-		}
-		return fmt.Errorf("server answered HTTP %d: %s", res.StatusCode, strings.TrimSpace(string(b)))
-	}
-	if *a.json {
-		var buf bytes.Buffer
-		if json.Indent(&buf, b, "", "  ") == nil {
-			b = append(buf.Bytes(), '\n')
-		}
-		_, err := os.Stdout.Write(b)
-		return err
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("decode the server's answer: %w", err)
-		}
-	}
-	return nil
-}
-
 // groupHelp prints a command group's usage and the flags every one of
 // its subcommands takes.
-func groupHelp(usage, tokenHelp string) {
+func groupHelp(usage string, k tokenKind) {
 	fmt.Println(usage)
 	f := newEnvFlags("help")
-	addAPIFlags(f, tokenHelp)
+	addAPIFlags(f, k)
 	fmt.Println("\nFlags of every subcommand " + flagsEnvNote + ":")
 	for _, s := range f.specs {
 		printFlag(os.Stdout, s)
@@ -135,7 +62,7 @@ token with submit scope. Run "deepseed job <sub> -h" for its flags.`
 // Run implements command.
 func (c *JobCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		groupHelp(jobUsage, "token (submit scope to submit and cancel)")
+		groupHelp(jobUsage, submitToken)
 		if len(args) == 0 {
 			return errors.New("job: name a subcommand: submit, list, show or cancel")
 		}
@@ -154,7 +81,7 @@ func (c *JobCommand) Run(ctx context.Context, args []string) error {
 
 func jobSubmit(ctx context.Context, args []string) error {
 	f := newEnvFlags("job submit")
-	a := addAPIFlags(f, "token with submit scope")
+	a := addAPIFlags(f, submitToken)
 	project := f.String("project", "DEEPSEED_PROJECT", "", "the job's project (required)")
 	gpus := f.String("gpus", "", "1", "how many GPUs the job needs")
 	retries := f.String("retries", "", "0", "how often to queue the job again when its agent is lost")
@@ -166,8 +93,8 @@ func jobSubmit(ctx context.Context, args []string) error {
 	}
 	in := api.JobSubmit{Project: *project, Argv: f.fs.Args(), Params: params}
 	var err error
-	if in.GPUs, err = strconv.Atoi(*gpus); err != nil {
-		return fmt.Errorf("job submit: --gpus %q is not a number", *gpus)
+	if in.GPUs, err = strconv.Atoi(*gpus); err != nil || in.GPUs < 1 {
+		return fmt.Errorf("job submit: --gpus %q: want a whole number of GPUs, 1 or more", *gpus)
 	}
 	if in.Retries, err = strconv.Atoi(*retries); err != nil {
 		return fmt.Errorf("job submit: --retries %q is not a number", *retries)
@@ -182,12 +109,15 @@ func jobSubmit(ctx context.Context, args []string) error {
 	if !*a.json {
 		fmt.Printf("job %d queued (project %s, %d GPU(s))\n", j.ID, j.Project, j.GPUs)
 	}
+	if w := noAgentWarning(ctx, a, j.Project); w != "" {
+		fmt.Fprintln(os.Stderr, "deepseed: warning:", w)
+	}
 	return nil
 }
 
 func jobList(ctx context.Context, args []string) error {
 	f := newEnvFlags("job list")
-	a := addAPIFlags(f, "any token")
+	a := addAPIFlags(f, readToken)
 	project := f.String("project", "", "", "only jobs of this project")
 	sweep := f.String("sweep", "", "", "only jobs of this sweep")
 	state := f.String("state", "", "", "only jobs in this state: queued, running, finished, failed, cancelled or lost")
@@ -257,11 +187,11 @@ func formatParams(p map[string]string) string {
 
 func jobShowCancel(ctx context.Context, sub string, args []string) error {
 	f := newEnvFlags("job " + sub)
-	tokenHelp := "any token"
+	k := readToken
 	if sub == "cancel" {
-		tokenHelp = "token with submit scope"
+		k = submitToken
 	}
-	a := addAPIFlags(f, tokenHelp)
+	a := addAPIFlags(f, k)
 	f.setUsage("deepseed job "+sub+" [flags] ID", map[string]string{"show": "Show one job.", "cancel": "Cancel a job: a queued one at once, a running one through its agent (SIGTERM, then SIGKILL after a grace period)."}[sub], "")
 	if err := f.parse(args); err != nil {
 		return err
@@ -288,6 +218,10 @@ func jobShowCancel(ctx context.Context, sub string, args []string) error {
 		fmt.Printf("job %d: %s (cancel requested)\n", j.ID, j.State)
 		return nil
 	}
+	detail := j.Detail
+	if j.State == "queued" && detail == "" {
+		detail = noAgentWarning(ctx, a, j.Project)
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	exit := "-"
 	if j.ExitCode != nil {
@@ -300,7 +234,7 @@ func jobShowCancel(ctx context.Context, sub string, args []string) error {
 		{"external id", dash(j.ExternalID)}, {"exit code", exit}, {"run", dash(j.RunID)},
 		{"attempt", fmt.Sprintf("%d (%d retries left)", j.Attempt, j.Retries)},
 		{"runtime", (time.Duration(j.RuntimeSeconds) * time.Second).String()}, {"gpu-hours", fmt.Sprintf("%.3f", j.GPUHours)},
-		{"detail", dash(j.Detail)},
+		{"detail", dash(detail)},
 	} {
 		fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
 	}

@@ -36,6 +36,8 @@ var commands = []struct {
 	{"job", "submit, list, show and cancel jobs", func() command { return &JobCommand{} }},
 	{"sweep", "queue a parameter sweep and rank its trials", func() command { return &SweepCommand{} }},
 	{"quota", "set and show GPU-hour quotas of projects", func() command { return &QuotaCommand{} }},
+	{"runs", "list runs with their status, steps, loss, step time and MFU", func() command { return &RunsCommand{} }},
+	{"run", "show one run: run show ID, with its stragglers and open alerts", func() command { return &RunCommand{} }},
 	{"version", "print the version", func() command { return &VersionCommand{} }},
 }
 
@@ -68,8 +70,10 @@ func run(ctx context.Context, args []string) error {
 	name := args[0]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 {
-			return run(ctx, []string{args[1], "-h"})
+		// "deepseed help job submit" is "deepseed job submit -h"; help
+		// about help ("help -h", "-h -h") is the usage, not a loop.
+		if len(args) > 1 && !isHelpWord(args[1]) {
+			return run(ctx, append(append([]string{}, args[1:]...), "-h"))
 		}
 		usage(os.Stdout)
 		return nil
@@ -83,6 +87,14 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	return fmt.Errorf("unknown command %q (deepseed help lists the commands)", name)
+}
+
+func isHelpWord(s string) bool {
+	switch s {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 func usage(w io.Writer) {
@@ -103,11 +115,17 @@ Every flag can also be set by the environment variable shown in its help.
 
 Getting started:
   deepseed serve                 with PostgreSQL installed, starts a private
-                                 database in the data directory and the API on :8080
+                                 database in the data directory and the API;
+                                 without tokens it listens on 127.0.0.1:8080 only
   DEEPSEED_DATABASE_URL=postgres://… deepseed serve
                                  uses an existing PostgreSQL or TimescaleDB
   DEEPSEED_INGEST_TOKENS, DEEPSEED_READ_TOKENS
-                                 comma-separated bearer tokens; unset means open
+                                 comma-separated bearer tokens of the server;
+                                 unset: no token needed, on loopback only; the
+                                 job routes always need DEEPSEED_SUBMIT_TOKENS
+                                 and DEEPSEED_AGENT_TOKENS
+  DEEPSEED_TOKEN, --token-file   the token a client command sends (the agent:
+                                 DEEPSEED_AGENT_TOKEN); --token is refused
 `)
 }
 

@@ -31,9 +31,12 @@ PostgreSQL and the log says why (--timescale=require makes that an error).
 		f.fs.Usage()
 		return errors.New("migrate: takes no arguments")
 	}
-	dbc, errs := db.parse(os.Stderr)
+	dbc, errs := db.parse("migrate", os.Stderr)
 	if len(errs) > 0 {
 		return configError("migrate", errs)
+	}
+	if err := checkDBHosts(ctx, "migrate", "database-url", dbc.databaseURL); err != nil {
+		return err
 	}
 	st, closeDB, err := openDatabase(ctx, dbc)
 	if err != nil {
@@ -43,6 +46,9 @@ PostgreSQL and the log says why (--timescale=require makes that an error).
 	applied, err := st.Migrate(ctx)
 	if why := store.NeedsOperator(err); why != "" {
 		return fmt.Errorf("migrate: database: %s", why)
+	}
+	if e := dbUnreachable("migrate", dbc.databaseURL, err); e != nil {
+		return e
 	}
 	if err != nil {
 		return err // "migrate: …"

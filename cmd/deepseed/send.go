@@ -26,24 +26,35 @@ type fileRecord struct {
 }
 
 // ndjsonRecords reads the records of an NDJSON file: a line is a record,
-// or a dead-letter entry whose records are unpacked. Blank lines are
-// skipped; anything else is an error naming the line.
+// or a dead-letter entry whose records are unpacked. A file that is one
+// JSON array of records, as POST /api/v1/ingest also takes, is read as
+// its records. Blank lines are skipped; anything else is an error naming
+// the line, in words.
 func ndjsonRecords(file string, body []byte) ([]fileRecord, error) {
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' {
+		var arr []json.RawMessage
+		if err := json.Unmarshal(api.NormalizeJSON(t), &arr); err != nil {
+			return nil, fmt.Errorf("%s: not a JSON array of records: %s", file, jsonProblem(err))
+		}
+		out := make([]fileRecord, 0, len(arr))
+		for i, r := range arr {
+			if t := bytes.TrimSpace(r); len(t) == 0 || t[0] != '{' {
+				return nil, fmt.Errorf("%s: element %d of the array is not a JSON object: want records with a \"kind\"", file, i+1)
+			}
+			out = append(out, fileRecord{1, r})
+		}
+		return out, nil
+	}
 	var out []fileRecord
 	for line, l := range api.NDJSONLines(body) {
 		var head struct {
 			Kind    *string           `json:"kind"`
 			Records []json.RawMessage `json:"records"`
 		}
-		if err := json.Unmarshal(l, &head); err != nil {
-			// Python's json writes NaN and Infinity bare; the server
-			// takes them, so only a line that is no JSON object at all
-			// is refused here.
-			if l[0] != '{' || l[len(l)-1] != '}' {
-				return nil, fmt.Errorf("%s:%d: not a JSON record: %v", file, line, err)
-			}
-			out = append(out, fileRecord{line, json.RawMessage(l)})
-			continue
+		// Python's json writes NaN and Infinity bare; the server takes
+		// them, and so does this reading.
+		if err := json.Unmarshal(api.NormalizeJSON(l), &head); err != nil {
+			return nil, fmt.Errorf("%s:%d: not a JSON record: %s", file, line, jsonProblem(err))
 		}
 		switch {
 		case head.Kind != nil:
@@ -57,6 +68,25 @@ func ndjsonRecords(file string, body []byte) ([]fileRecord, error) {
 		}
 	}
 	return out, nil
+}
+
+// jsonProblem says what is wrong with a JSON text in words: a truncated
+// one as truncated, a value of the wrong shape by its JSON type, never
+// by the Go type it was read into.
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn) && syn.Error() == "unexpected end of JSON input":
+		return "it ends in the middle: the file is truncated (copy or write it again)"
+	case errors.As(err, &syn):
+		return fmt.Sprintf("%s (at byte %d)", syn.Error(), syn.Offset)
+	case errors.As(err, &typ) && typ.Field == "":
+		return "a JSON " + typ.Value + " where an object was expected"
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q is a JSON %s, which it may not be", typ.Field, typ.Value)
+	}
+	return err.Error()
 }
 
 // sendRecords sends an NDJSON file's records to the ingest endpoint in

@@ -83,7 +83,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	readURL := f.String("read-database-url", "DEEPSEED_READ_DATABASE_URL", "",
 		"PostgreSQL URL the query routes read from, typically a hot standby of --database-url (which then takes every write: ingest, jobs, rollup refreshes, alerts, retention); needs --database-url and a role of query or all; see docs/scale-out.md")
 	db := addDBFlags(f)
-	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes)
+	f.setUsage("deepseed serve [flags]", "Run the HTTP API (ingest and query) against PostgreSQL or TimescaleDB.", serveNotes+"\n"+pprofNote)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return errors.New("serve: takes no arguments")
 	}
 
-	dbc, errs := db.parse(os.Stderr)
+	dbc, errs := db.parse("serve", os.Stderr)
 	cfg := def
 	cfg.Role = *role
 	cfg.IngestTokens = server.SplitTokens(os.Getenv("DEEPSEED_INGEST_TOKENS"))
@@ -148,6 +148,15 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		if err := servePprof(ctx, addr, log); err != nil {
 			return fmt.Errorf("serve: DEEPSEED_PPROF_LISTEN: %w", err)
 		}
+	}
+	if err := checkListen("serve", cfg.Listen); err != nil {
+		return err
+	}
+	if err := checkDBHosts(ctx, "serve", "database-url", dbc.databaseURL); err != nil {
+		return err
+	}
+	if err := checkDBHosts(ctx, "serve", "read-database-url", readDB); err != nil {
+		return err
 	}
 	st, closeDB, err := openDatabase(ctx, dbc)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -32,7 +33,7 @@ from at random, N times. Run "deepseed sweep <sub> -h" for its flags.`
 // Run implements command.
 func (c *SweepCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		groupHelp(sweepUsage, "token (submit scope to create)")
+		groupHelp(sweepUsage, submitToken)
 		if len(args) == 0 {
 			return errors.New("sweep: name a subcommand: create or show")
 		}
@@ -49,7 +50,7 @@ func (c *SweepCommand) Run(ctx context.Context, args []string) error {
 
 func sweepCreate(ctx context.Context, args []string) error {
 	f := newEnvFlags("sweep create")
-	a := addAPIFlags(f, "token with submit scope")
+	a := addAPIFlags(f, submitToken)
 	project := f.String("project", "DEEPSEED_PROJECT", "", "the sweep's project (required)")
 	gpus := f.String("gpus", "", "1", "GPUs per trial")
 	retries := f.String("retries", "", "0", "how often to queue a trial again when its agent is lost")
@@ -69,6 +70,9 @@ func sweepCreate(ctx context.Context, args []string) error {
 		n, err := strconv.Atoi(*p)
 		if err != nil {
 			return fmt.Errorf("sweep create: --%s %q is not a number", name, *p)
+		}
+		if name == "gpus" && n < 1 {
+			return fmt.Errorf("sweep create: --gpus %q: want a whole number of GPUs, 1 or more", *p)
 		}
 		switch name {
 		case "gpus":
@@ -101,23 +105,17 @@ func sweepCreate(ctx context.Context, args []string) error {
 
 func sweepShow(ctx context.Context, args []string) error {
 	f := newEnvFlags("sweep show")
-	a := addAPIFlags(f, "any token")
+	a := addAPIFlags(f, readToken)
 	metric := f.String("metric", "", "", "eval metric that ranks the trials, e.g. val_accuracy or val_loss (default: the sweep's)")
 	goal := f.String("goal", "", "", "min or max (default: the sweep's, else min for a loss and max otherwise)")
 	f.setUsage("deepseed sweep show [flags] ID", "Show a sweep's trials, best first by an eval metric.", "")
-	// The id may come before the flags: deepseed sweep show ID --metric m.
-	var id string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		id, args = args[0], args[1:]
-	}
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if id == "" && f.fs.NArg() == 1 {
-		id = f.fs.Arg(0)
-	} else if id == "" || f.fs.NArg() > 0 {
-		return errors.New("sweep show: give one sweep id")
+	if f.fs.NArg() != 1 {
+		return errors.New("sweep show: give one sweep id, e.g. deepseed sweep show SWEEP_ID")
 	}
+	id := f.fs.Arg(0)
 	q := url.Values{}
 	if *metric != "" {
 		q.Set("metric", *metric)
@@ -149,6 +147,16 @@ func sweepShow(ctx context.Context, args []string) error {
 	return w.Flush()
 }
 
+// gpuHours shows GPU-hours with two decimals, and an amount below 0.01
+// with three significant digits: 0.000997 is not shown as 0.00 next to
+// "exceeded".
+func gpuHours(v float64) string {
+	if v != 0 && math.Abs(v) < 0.01 {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
 func num(v *float64) string {
 	if v == nil {
 		return "-"
@@ -172,7 +180,7 @@ none of its queued jobs; running jobs are not stopped.`
 // Run implements command.
 func (c *QuotaCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		groupHelp(quotaUsage, "token (submit scope to set)")
+		groupHelp(quotaUsage, submitToken)
 		if len(args) == 0 {
 			return errors.New("quota: name a subcommand: set or show")
 		}
@@ -183,24 +191,20 @@ func (c *QuotaCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("quota: unknown subcommand %q (want set or show)", sub)
 	}
 	f := newEnvFlags("quota " + sub)
-	tokenHelp := "any token"
+	k := readToken
 	if sub == "set" {
-		tokenHelp = "token with submit scope"
+		k = submitToken
 	}
-	a := addAPIFlags(f, tokenHelp)
+	a := addAPIFlags(f, k)
 	hours := f.String("gpu-hours", "", "", "the project's limit in GPU-hours, or none to remove it")
 	f.setUsage("deepseed quota "+sub+" [flags] [PROJECT]", "Set or show GPU-hour quotas.", "")
-	rest := args[1:]
-	var project string
-	if len(rest) > 0 && len(rest[0]) > 0 && rest[0][0] != '-' {
-		project, rest = rest[0], rest[1:]
-	}
-	if err := f.parse(rest); err != nil {
+	if err := f.parse(args[1:]); err != nil {
 		return err
 	}
-	if project == "" && f.fs.NArg() > 0 {
-		project = f.fs.Arg(0)
+	if f.fs.NArg() > 1 {
+		return fmt.Errorf("quota %s: give one project, got %q", sub, f.fs.Args())
 	}
+	project := f.fs.Arg(0)
 	if sub == "set" {
 		if project == "" || *hours == "" {
 			return errors.New("quota set: give a project and --gpu-hours, e.g. quota set imdb --gpu-hours 30")
@@ -253,7 +257,7 @@ func printQuotas(qs []api.Quota) {
 		if q.Exceeded {
 			state = "exceeded"
 		}
-		fmt.Fprintf(w, "%s\t%.2f\t%s\t%.2f\t%.2f\t%s\n", q.Project, q.UsedGPUHours, limit, q.JobGPUHours, q.RunGPUHours, state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", q.Project, gpuHours(q.UsedGPUHours), limit, gpuHours(q.JobGPUHours), gpuHours(q.RunGPUHours), state)
 	}
 	w.Flush()
 }

@@ -216,6 +216,11 @@ func (lp *Cluster) startOwned(ctx context.Context, bin string, log *slog.Logger)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(lp.Dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		// A new cluster cannot be running yet: a taken port is another
+		// process's, and is said before initdb, not in PostgreSQL's log.
+		if err := portFree(lp.Port); err != nil {
+			return "", err
+		}
 		log.Info("initialising private PostgreSQL cluster", "dir", lp.Dir)
 		if err := lp.initdb(ctx); err != nil {
 			return "", err
@@ -253,6 +258,9 @@ func (lp *Cluster) startOwned(ctx context.Context, bin string, log *slog.Logger)
 		}
 		lp.Port = p
 	}
+	if err := portFree(lp.Port); err != nil {
+		return "", err
+	}
 	if err := lp.lock.record(lp.Port); err != nil {
 		return "", fmt.Errorf("local postgres: %w", err)
 	}
@@ -275,6 +283,26 @@ func (lp *Cluster) startOwned(ctx context.Context, bin string, log *slog.Logger)
 		return "", err
 	}
 	return lp.URL("postgres"), nil
+}
+
+// ErrPortTaken is the error of Start when the cluster's port on 127.0.0.1
+// is held by another process.
+var ErrPortTaken = errors.New("port taken by another process")
+
+// portFree returns ErrPortTaken, wrapped with the port, when another
+// process listens on 127.0.0.1:port; 0 (pick one) is always free.
+func portFree(port int) error {
+	if port == 0 {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("local postgres: 127.0.0.1:%d: %w", port, ErrPortTaken)
+	}
+	if err == nil {
+		l.Close()
+	}
+	return nil
 }
 
 // Stop shuts the cluster down (fast mode: open sessions are ended, data
