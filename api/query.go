@@ -112,11 +112,32 @@ type RunDetail struct {
 	OpenAlerts int64 `json:"open_alerts"`
 	// Wasted is the GPU time the run wasted, by cause.
 	Wasted WastedGPUHours `json:"wasted"`
+	// Consistency lists the invariants the run's records break (docs/
+	// metrics.md): empty when every check passed or had nothing to read.
+	Consistency []ConsistencyCheck `json:"consistency"`
 	// ReplicaLagS is, for a running run read from a hot standby, how many
 	// seconds the standby's data is behind the primary's; absent
 	// elsewhere (docs/scale-out.md).
 	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
 }
+
+// ConsistencyCheck is one invariant a run's records break: its name
+// (one of the Check* constants), what was seen, how many steps show it and
+// a sentence saying what it means.
+type ConsistencyCheck struct {
+	Check string `json:"check"`
+	Seen  string `json:"seen"`
+	Steps int64  `json:"steps"`
+	Text  string `json:"text"`
+}
+
+// The consistency checks of a run.
+const (
+	CheckMFURange      = "mfu_range"          // MFU in (0, 1]
+	CheckPhases        = "phases_within_step" // forward, backward, optimizer each and together within the step
+	CheckOptimizerStep = "optimizer_steps"    // a step is an optimizer step, not a micro-step
+	CheckPrecision     = "precision"          // the precision recorded is the one the run declares
+)
 
 // WastedGPUHours is the GPU-hours a run wasted, by cause (docs/ranks.md):
 // GPUs idle below 10 % utilisation, waiting on a straggler at the
