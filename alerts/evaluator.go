@@ -36,7 +36,8 @@ import (
 const lockKey int64 = 0x6473616c65727473
 
 // maxRuns bounds the runs one pass visits: the running ones seen in the
-// last day and those with open alerts, the most recently seen first.
+// last day, those with open alerts and those received in the last hour
+// (store.AlertCandidates), the most recently received first.
 const maxRuns = 500
 
 // Evaluator runs the detectors over a store.

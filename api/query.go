@@ -112,11 +112,32 @@ type RunDetail struct {
 	OpenAlerts int64 `json:"open_alerts"`
 	// Wasted is the GPU time the run wasted, by cause.
 	Wasted WastedGPUHours `json:"wasted"`
+	// Consistency lists the invariants the run's records break (docs/
+	// metrics.md): empty when every check passed or had nothing to read.
+	Consistency []ConsistencyCheck `json:"consistency"`
 	// ReplicaLagS is, for a running run read from a hot standby, how many
 	// seconds the standby's data is behind the primary's; absent
 	// elsewhere (docs/scale-out.md).
 	ReplicaLagS *Float `json:"replica_lag_s,omitempty"`
 }
+
+// ConsistencyCheck is one invariant a run's records break: its name
+// (one of the Check* constants), what was seen, how many steps show it and
+// a sentence saying what it means.
+type ConsistencyCheck struct {
+	Check string `json:"check"`
+	Seen  string `json:"seen"`
+	Steps int64  `json:"steps"`
+	Text  string `json:"text"`
+}
+
+// The consistency checks of a run.
+const (
+	CheckMFURange      = "mfu_range"          // MFU in (0, 1]
+	CheckPhases        = "phases_within_step" // forward, backward, optimizer each and together within the step
+	CheckOptimizerStep = "optimizer_steps"    // a step is an optimizer step, not a micro-step
+	CheckPrecision     = "precision"          // the precision recorded is the one the run declares
+)
 
 // WastedGPUHours is the GPU-hours a run wasted, by cause (docs/ranks.md):
 // GPUs idle below 10 % utilisation, waiting on a straggler at the
@@ -300,9 +321,13 @@ type RanksResponse struct {
 	// per-rank figures are means over whole blocks of 100 steps from the
 	// block holding FromStep, median_step_ms is the mean step time,
 	// p95_step_ms and clock_offset_ms are null; docs/scale.md).
-	FromStep int64      `json:"from_step"`
-	Basis    string     `json:"basis"`
-	Ranks    []RankStat `json:"ranks"`
+	FromStep int64  `json:"from_step"`
+	Basis    string `json:"basis"`
+	// OwnThresholdMS is the own-work excess above which a rank is named
+	// when lateness names nobody (straggler_pct % of the median step, at
+	// least 1 ms; docs/ranks.md), null when the steps carry no phases.
+	OwnThresholdMS *Float     `json:"own_threshold_ms"`
+	Ranks          []RankStat `json:"ranks"`
 	// Hosts rolls the ranks up by host, the slowest first, so that a slow
 	// node shows as one row.
 	Hosts []HostStat `json:"hosts"`
@@ -341,6 +366,20 @@ type RankStat struct {
 	LastPct        *Float `json:"last_pct"`        // share of steps it arrived last, percent
 	ClockOffsetMS  *Float `json:"clock_offset_ms"` // estimated offset of its host clock
 	StragglerScore *Float `json:"straggler_score"` // newest EWMA of lateness over busy time, a fraction of a step
+	// Own work (docs/ranks.md), medians over the window's steps: how much
+	// longer the rank's own data, host and device work is than the
+	// median rank's, the part it is mostly in (OwnCause: "data", "host"
+	// or "gpu", "" below the threshold), and the wait for the slowest
+	// rank hidden in its forward and backward.
+	OwnExcessMS  *Float `json:"own_excess_ms"`
+	OwnCause     string `json:"own_cause,omitempty"`
+	HiddenWaitMS *Float `json:"hidden_wait_ms"`
+	// DelayMS is how long the rank holds the others back a step: its
+	// lateness when lateness names a straggler, else its own excess.
+	DelayMS *Float `json:"delay_ms"`
+	// StragglerBy says which signal named the rank: "lateness",
+	// "own_work" or "step_time"; "" when it is no straggler.
+	StragglerBy string `json:"straggler_by,omitempty"`
 }
 
 // CompareResponse answers GET /api/v1/compare.

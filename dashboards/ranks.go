@@ -108,8 +108,8 @@ func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 }
 
 // rankColumns is the order of the Ranks table's columns, by display name.
-var rankColumns = []string{"Rank", "Host", "Straggler", "Straggler score", "Lateness", "Arrived last", "Busy",
-	"Wait in collective", "Median step", "p95 step", "Waiting on others", "Mean GPU util", "Peak GPU memory", "Steps"}
+var rankColumns = []string{"Rank", "Host", "Straggler", "Named by", "Cause", "Delay", "Straggler score", "Lateness",
+	"Own excess", "Hidden wait", "Arrived last", "Busy", "Wait in collective", "Median step", "p95 step", "Waiting on others", "Mean GPU util", "Peak GPU memory", "Steps"}
 
 func columnOrder(names []string) map[string]any {
 	out := make(map[string]any, len(names))
@@ -146,11 +146,11 @@ const topStragglerRows = 10
 // figures are the server's.
 func topStragglers(pos dashboard.GridPos) *table.PanelBuilder {
 	return stragglerFlag(dataTable("Top stragglers",
-		fmt.Sprintf("The %d ranks that reach the end of backward latest (median lateness over the steady state; on a long run, the mean over blocks of 100 steps), with their host, straggler score (the newest EWMA of lateness over busy time), share of steps they arrived last and busy time. Every rank is in the Ranks table below.", topStragglerRows),
+		fmt.Sprintf("The %d ranks that hold the others back longest (Delay: their median lateness at the end of backward over the steady state, on a long run the mean over blocks of 100 steps; where lateness names nobody, as with collectives that block the host, how much longer their own data, host and device work is than the median rank's, Own excess), with their host, what named them (lateness, own work or step time), the cause (data, host or gpu), straggler score (the newest EWMA of lateness over busy time), the wait for the slowest rank hidden in their forward and backward, share of steps they arrived last and busy time. Every rank is in the Ranks table below.", topStragglerRows),
 		pos, ranksQuery()).
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "sortBy",
-			Options: map[string]any{"fields": map[string]any{}, "sort": []any{map[string]any{"field": "Lateness", "desc": true}}},
+			Options: map[string]any{"fields": map[string]any{}, "sort": []any{map[string]any{"field": "Delay", "desc": true}}},
 		}).
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "limit",
@@ -158,8 +158,8 @@ func topStragglers(pos dashboard.GridPos) *table.PanelBuilder {
 		}).
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id: "filterFieldsByName",
-			Options: map[string]any{"include": map[string]any{"names": []string{"Rank", "Host", "Lateness", "Straggler score",
-				"Arrived last", "Busy", "Wait in collective", "Straggler"}}},
+			Options: map[string]any{"include": map[string]any{"names": []string{"Rank", "Host", "Delay", "Named by", "Cause",
+				"Lateness", "Own excess", "Hidden wait", "Straggler score", "Arrived last", "Busy", "Wait in collective", "Straggler"}}},
 		}).
 		NoValue(noRankSteps))
 }

@@ -103,6 +103,9 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 	if err := h.finalScores(ctx, r, ranks, &out); err != nil {
 		return nil, err
 	}
+	if err := h.ownWork(ctx, r, ranks, from, agg, byRank, pct, src, &out); err != nil {
+		return nil, err
+	}
 	out.Hosts = hostStats(out.Ranks)
 	return out, nil
 }

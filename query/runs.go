@@ -80,6 +80,9 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 	if d.Wasted, err = h.wasted(ctx, r); err != nil {
 		return nil, err
 	}
+	if d.Consistency, err = h.consistency(ctx, r, ranks, &d.RunSummary); err != nil {
+		return nil, err
+	}
 	if d.Versions == nil {
 		d.Versions = map[string]string{}
 	}

@@ -89,3 +89,31 @@ func TestAlertHangIgnoresEventsBeforeTheNewestStep(t *testing.T) {
 		t.Fatalf("hang alerts %+v; want none", got)
 	}
 }
+
+// A recorded run sent after the fact (the hook's offline file, through
+// deepseed import: POST /ingest), three days old and ended: its hang
+// reports open the hang alert as they do live, naming the rank that
+// stopped first.
+func TestAlertHangOfARunImportedAfterTheFact(t *testing.T) {
+	r := alertServer(t)
+	const run = "hung-recorded"
+	t0 := time.Now().Add(-72 * time.Hour)
+	lines := []string{fmt.Sprintf(`{"kind":"run","run_id":%q,"time":%q,"meta":{"world_size":2}}`, run, t0.UTC().Format(time.RFC3339Nano))}
+	for step := 1; step <= 19; step++ {
+		for rank := range 2 {
+			lines = append(lines, stepLine(run, rank, step, t0.Add(time.Duration(step)*time.Second), "2.5", ""))
+		}
+	}
+	at := t0.Add(50 * time.Second)
+	lines = append(lines, hangLine(run, 1, 20, at, "all_reduce", false, 362),
+		hangLine(run, 0, 25, at.Add(time.Second), "all_reduce (DDP)", false, 400),
+		fmt.Sprintf(`{"kind":"end","run_id":%q,"time":%q,"status":"failed"}`, run, at.Add(2*time.Second).UTC().Format(time.RFC3339Nano)))
+	ingestLines(t, r, lines)
+	waitFor(t, "the hang alert of the imported run", func() bool {
+		return len(listAlerts(t, r, "run_id="+run+"&kind="+api.AlertHang+"&state=open")) == 1
+	})
+	a := listAlerts(t, r, "run_id="+run+"&kind="+api.AlertHang)[0]
+	if a.Rank == nil || *a.Rank != 1 || !strings.Contains(a.Text, "rank 1 stopped first") {
+		t.Fatalf("hang alert of the imported run names rank %v: %s; want rank 1", a.Rank, a.Text)
+	}
+}

@@ -14,6 +14,11 @@ import (
 // The alerts and rank_scores tables: what the detectors of package alerts
 // read and write, and what the alert endpoints and /metrics show.
 
+// CandidateRecent is how long after the server last received records for a
+// run the detectors keep visiting it, whatever its status and the times
+// its records carry.
+const CandidateRecent = time.Hour
+
 // AlertCandidate is a run the detectors look at in a pass.
 type AlertCandidate struct {
 	RunID   string
@@ -22,13 +27,17 @@ type AlertCandidate struct {
 }
 
 // AlertCandidates returns the runs a pass of the detectors visits, at most
-// limit: the running ones seen in the last day and those with open alerts,
-// the most recently seen first.
+// limit: the running ones seen in the last day, those with open alerts, and
+// those the server received records for in the last CandidateRecent
+// whatever their records' times (a recorded run sent after the fact: its
+// steps and hang reports are old, its status often finished), the most
+// recently received first.
 func (s *Store) AlertCandidates(ctx context.Context, limit int) ([]AlertCandidate, error) {
 	rows, err := s.pool.Query(ctx, `SELECT run_id, status = 'running', meta FROM runs
 		WHERE (status = 'running' AND last_seen_at > now() - interval '1 day')
+		   OR updated_at > now() - $2::interval
 		   OR run_id IN (SELECT run_id FROM alerts WHERE resolved_at IS NULL)
-		ORDER BY last_seen_at DESC NULLS LAST LIMIT $1`, limit)
+		ORDER BY updated_at DESC, last_seen_at DESC NULLS LAST LIMIT $1`, limit, CandidateRecent)
 	if err != nil {
 		return nil, fmt.Errorf("store: alert candidates: %w", err)
 	}

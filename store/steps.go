@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -21,16 +22,22 @@ import (
 // Each rank's rows come from a backward scan of the steps' unique index: a
 // bounded read however long the run.
 func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n int) ([]detect.StepRow, error) {
+	return s.RecentStepsFrom(ctx, runID, ranks, n, math.MinInt64)
+}
+
+// RecentStepsFrom is RecentSteps of the steps with step >= from.
+func (s *Store) RecentStepsFrom(ctx context.Context, runID string, ranks []int, n int, from int64) ([]detect.StepRow, error) {
 	rk := make([]int32, len(ranks))
 	for i, r := range ranks {
 		rk[i] = int32(r)
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT rk.rank, x.step, x.time, x.loss, x.grad_norm, x.loss_scale, coalesce(x.skipped, false), x.step_ms, x.data_ms,
-			x.sync_ns, x.sync_wait_ms
-		FROM unnest($3::int[]) AS rk(rank), LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms, sync_ns, sync_wait_ms FROM steps
-			WHERE run_id = $1 AND rank = rk.rank ORDER BY step DESC, time DESC LIMIT $2) x
-		ORDER BY rk.rank, x.step DESC`, runID, n, rk)
+			x.sync_ns, x.sync_wait_ms, x.forward_ms, x.backward_ms, x.optimizer_ms, x.comm_exposed_ms, x.input_wait_ms
+		FROM unnest($3::int[]) AS rk(rank), LATERAL (SELECT step, time, loss, grad_norm, loss_scale, skipped, step_ms, data_ms,
+			sync_ns, sync_wait_ms, forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, input_wait_ms FROM steps
+			WHERE run_id = $1 AND rank = rk.rank AND step >= $4 ORDER BY step DESC, time DESC LIMIT $2) x
+		ORDER BY rk.rank, x.step DESC`, runID, n, rk, from)
 	if err != nil {
 		return nil, fmt.Errorf("store: recent steps of %s: %w", runID, err)
 	}
@@ -38,7 +45,8 @@ func (s *Store) RecentSteps(ctx context.Context, runID string, ranks []int, n in
 	var out []detect.StepRow
 	for rows.Next() {
 		var s detect.StepRow
-		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS, &s.SyncNS, &s.SyncWaitMS); err != nil {
+		if err := rows.Scan(&s.Rank, &s.Step, &s.Time, &s.Loss, &s.GradNorm, &s.LossScale, &s.Skipped, &s.StepMS, &s.DataMS,
+			&s.SyncNS, &s.SyncWaitMS, &s.ForwardMS, &s.BackwardMS, &s.OptimizerMS, &s.CommExposedMS, &s.InputWaitMS); err != nil {
 			return nil, fmt.Errorf("store: recent steps of %s: %w", runID, err)
 		}
 		out = append(out, s)

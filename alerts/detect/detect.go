@@ -43,6 +43,9 @@ type StepRow struct {
 	DataMS     *float64
 	SyncNS     *int64
 	SyncWaitMS *float64
+	// The phases the own-work signal splits a step into (OwnWorkOf).
+	ForwardMS, BackwardMS, OptimizerMS *float64
+	CommExposedMS, InputWaitMS         *float64
 }
 
 // ByRank groups step rows by rank, each rank's in the order given, as

@@ -45,8 +45,10 @@ func TestDetectSpikeStragglerDataStallRankStopped(t *testing.T) {
 	if s := got[api.AlertLossSpike]; len(s) != 1 || *s[0].Step != 60 {
 		t.Errorf("loss spike: %+v; want one at step 60", s)
 	}
-	if s := got[api.AlertStraggler]; len(s) != 0 {
-		t.Errorf("straggler from step times: %+v; the straggler comes from lateness", s)
+	// Slower steps alone name no straggler; rank 2's own data time, 55 ms
+	// longer than the median rank's, does (the own-work signal).
+	if s := got[api.AlertStraggler]; len(s) != 1 || *s[0].Rank != 2 || !strings.Contains(s[0].Text, "55.0 ms a step more than the median rank waiting for its input (data)") {
+		t.Errorf("straggler: %+v; want rank 2, named by its own data time", s)
 	}
 	if s := got[api.AlertDataStall]; len(s) != 1 || *s[0].Rank != 2 {
 		t.Errorf("data stall: %+v; want rank 2", s)

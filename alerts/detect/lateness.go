@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -44,34 +45,10 @@ type SyncStep struct {
 // SyncSteps lines the ranks' newest rows up by step and returns the steps
 // every rank reported and that have lateness, oldest first.
 func SyncSteps(byRank map[int][]StepRow, window int) []SyncStep {
-	ranks := make([]int, 0, len(byRank))
-	for r := range byRank {
-		ranks = append(ranks, r)
-	}
+	ranks, steps, rows := completeSteps(byRank, window)
 	if len(ranks) < 2 {
 		return nil
 	}
-	slices.Sort(ranks)
-	rows := map[int64]map[int]StepRow{}
-	for _, r := range ranks {
-		for _, s := range byRank[r][:min(len(byRank[r]), window)] {
-			m := rows[s.Step]
-			if m == nil {
-				m = map[int]StepRow{}
-				rows[s.Step] = m
-			}
-			if _, dup := m[r]; !dup { // newest first: the newest row of a step wins
-				m[r] = s
-			}
-		}
-	}
-	var steps []int64
-	for st, m := range rows {
-		if len(m) == len(ranks) {
-			steps = append(steps, st)
-		}
-	}
-	slices.Sort(steps)
 
 	// Per-rank clock offsets from the releases of the steps with both.
 	rel := map[int][]float64{}
@@ -151,6 +128,35 @@ func SyncSteps(byRank map[int][]StepRow, window int) []SyncStep {
 		out = append(out, x)
 	}
 	return out
+}
+
+// completeSteps lines the ranks' newest window rows up by step (each
+// rank's newest first, as ByRank groups them): the ranks, lowest first,
+// the steps every rank reported, oldest first, and each step's row of
+// each rank (the newest row of a step wins).
+func completeSteps(byRank map[int][]StepRow, window int) ([]int, []int64, map[int64]map[int]StepRow) {
+	ranks := slices.Sorted(maps.Keys(byRank))
+	rows := map[int64]map[int]StepRow{}
+	for _, r := range ranks {
+		for _, s := range byRank[r][:min(len(byRank[r]), window)] {
+			m := rows[s.Step]
+			if m == nil {
+				m = map[int]StepRow{}
+				rows[s.Step] = m
+			}
+			if _, dup := m[r]; !dup { // newest first: the newest row of a step wins
+				m[r] = s
+			}
+		}
+	}
+	var steps []int64
+	for st, m := range rows {
+		if len(m) == len(ranks) {
+			steps = append(steps, st)
+		}
+	}
+	slices.Sort(steps)
+	return ranks, steps, rows
 }
 
 // arrivalMS is a row's arrival in milliseconds since the Unix epoch;

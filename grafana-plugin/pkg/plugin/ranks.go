@@ -50,6 +50,11 @@ func ranksFrame(r api.RanksResponse) *data.Frame {
 		numCol(rows, "lateness_ms", "ms", "Lateness", func(s api.RankStat) *float64 { return fp(s.LatenessMS) }),
 		numCol(rows, "last_pct", "percent", "Arrived last", func(s api.RankStat) *float64 { return fp(s.LastPct) }),
 		numCol(rows, "straggler_score", "percentunit", "Straggler score", func(s api.RankStat) *float64 { return fp(s.StragglerScore) }),
+		numCol(rows, "own_excess_ms", "ms", "Own excess", func(s api.RankStat) *float64 { return fp(s.OwnExcessMS) }),
+		strCol(rows, "own_cause", "Cause", func(s api.RankStat) string { return s.OwnCause }),
+		numCol(rows, "hidden_wait_ms", "ms", "Hidden wait", func(s api.RankStat) *float64 { return fp(s.HiddenWaitMS) }),
+		numCol(rows, "delay_ms", "ms", "Delay", func(s api.RankStat) *float64 { return fp(s.DelayMS) }),
+		strCol(rows, "straggler_by", "Named by", func(s api.RankStat) string { return s.StragglerBy }),
 		boolCol(rows, "straggler", "Straggler", func(s api.RankStat) bool { return s.Straggler }),
 	)
 	f.Meta = &data.FrameMeta{Custom: ranksMeta(r)}
@@ -99,6 +104,7 @@ func ranksNumericFrame(runID string, r api.RanksResponse) *data.Frame {
 			numericField("wait_ms", "ms", labels, fv(s.WaitMS)),
 			numericField("lateness_ms", "ms", labels, fp(s.LatenessMS)),
 			numericField("straggler_score", "percentunit", labels, fp(s.StragglerScore)),
+			numericField("own_excess_ms", "ms", labels, fp(s.OwnExcessMS)),
 			numericField("mean_gpu_util_pct", "percent", labels, fp(s.MeanGPUUtil)),
 			numericField("peak_gpu_mem_gb", "decgbytes", labels, fp(s.PeakMemGB)),
 			numericField("straggler", "none", labels, &straggler),
