@@ -454,6 +454,10 @@ class Run:
             phase_every, grad_norm_every, background_read: forward/backward/
                 optimizer timing and gradient norm periods (10; phases every
                 step in a distributed run), events read on a thread (GPU).
+            scaler: the torch.amp.GradScaler of a mixed-precision loop (found
+                on Accelerate's optimizer by itself): a step it skips for
+                inf gradients is recorded as a skipped step of its own, and
+                every step carries its loss scale.
             sample_min_ms: in a single process, layers, phases and the
                 gradient norm at their default periods also come no sooner
                 than this after the previous one of their kind (250; 0: by

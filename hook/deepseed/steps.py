@@ -482,6 +482,31 @@ class StepState:
         if self.fetch.due(now) or (len(self.pending) >= FLUSH_PENDING and self.fetch.waiting):
             self.fetch.flush()
 
+    def scaler_update(self, scaler):
+        """Runs before a GradScaler's update(), the end of a mixed-precision
+        optimizer step: a step whose optimizer step the scaler skipped (inf
+        or NaN gradients) closes here, marked skipped, instead of running
+        into the next one as if it were a micro-batch of it; every step
+        carries the loss scale it ran at."""
+        if compiling():
+            return
+        try:
+            scale = getattr(scaler, "_scale", None)
+            if not isinstance(scale, torch.Tensor):
+                scale = None
+            cur = self.cur
+            if cur is not None and cur.nfwd:
+                cur.extra["skipped"] = True
+                if scale is not None:
+                    cur.extra["loss_scale"] = scale.detach().clone()
+                self.close_step(self.pool.record())
+            elif cur is None and scale is not None and self.pending:
+                last = self.pending[-1]
+                if last.nxt_start is None and "loss_scale" not in last.ukeys:
+                    last.boxes.append(("loss_scale", self.fetch.add(scale.detach().clone())))
+        except Exception as e:
+            self.link.warn_once("scaler", "deepseed: GradScaler hook: %s", e)
+
     def wrapped_graphs(self):
         """True when values must be copied as they come: CUDA graph trees
         (compiled.cudagraphs_in_use) began replaying on this device."""

@@ -75,7 +75,7 @@ class Watcher:
 
     def __init__(self, link, model, optimizer=None, layers=None, layer_every=10, grad_norm="auto", batch_size=None,
                  tokens_per_sample=None, adapter=None, grad_norm_every=None, manual=False, phase_every=None,
-                 background_read=None, sample_min_ms=None, layer_every_set=True):
+                 background_read=None, sample_min_ms=None, layer_every_set=True, scaler=None):
         self.link = link
         self.run = link.run
         self.engine = None
@@ -88,6 +88,8 @@ class Watcher:
             self.engine = model
             root = self.adapter.module
             optimizer = None  # the adapter reports the engine's steps
+        if scaler is None and optimizer is not None:
+            scaler = getattr(optimizer, "scaler", None)  # Accelerate's fp16 GradScaler
         optimizer = hookable_optimizer(optimizer)
         self.root = root
         self.manual = bool(manual)
@@ -165,6 +167,9 @@ class Watcher:
                 steps.optimizer = None
         if self.adapter is not None:
             self.adapter.attach(self)
+        self.scaler = None
+        if scaler is not None and not self.manual and self.adapter is None and callable(getattr(scaler, "update", None)):
+            self._hook_scaler(scaler)
         steps.plan_phases()
         self._describe(inner)
         # Collectives and the compute stream's waits on them (comm.py).
@@ -219,6 +224,21 @@ class Watcher:
             self._layers_unavailable()
         log.info("deepseed: watch: the model was compiled after watch(); its steps are timed from the compiled "
                  "module on (the steps before were not)")
+
+    def _hook_scaler(self, scaler):
+        """Calls the steps' scaler_update before every scaler.update()."""
+        orig = scaler.update
+        hook = self.steps.scaler_update
+
+        def update(*args, **kwargs):
+            hook(scaler)
+            return orig(*args, **kwargs)
+
+        try:
+            scaler.update = update
+            self.scaler = scaler
+        except (AttributeError, TypeError):
+            log.warning("deepseed: watch: %s takes no hook; steps it skips join the next step", type(scaler).__name__)
 
     def _layers_unavailable(self):
         self.run.update_meta(layer_times=compiled.WHOLE_MODEL)
@@ -335,6 +355,8 @@ class Watcher:
         steps.detach_post()
         for call in self.calls:
             call.restore()
+        if self.scaler is not None:
+            self.scaler.__dict__.pop("update", None)
         if self.adapter is not None:
             self.adapter.detach()
         if steps.cur is not None:

@@ -1,8 +1,9 @@
 """Where the hook's time per step goes: cProfile of a tiny-MLP loop with
 the hook at defaults (the hook's own Python, sorted by own time), on the
-training thread and, with --threads, on each of the hook's threads (the
-read-back and the sender), and the cost of each torch primitive the hook
-uses, timed alone.
+training thread (with --variant inline_read the read-back runs there too,
+where cProfile sees it: on Python 3.12 one profiler serves the process, so
+the hook's own threads cannot be profiled apart), and the cost of each torch
+primitive the hook uses, timed alone.
 
     python3 hook/gpu_check/profile_hook.py [--old DIR] > profile.txt
 """
@@ -12,7 +13,6 @@ import cProfile
 import io
 import json
 import pstats
-import threading
 import time
 
 import bench
@@ -86,46 +86,14 @@ def primitives():
     return out
 
 
-THREAD_PROFILES = {}
-
-
-def profile_threads():
-    """Runs every thread the hook starts under a cProfile of its own."""
-    orig = threading.Thread.run
-
-    def run(self):
-        if not self.name.startswith("deepseed-"):
-            return orig(self)
-        pr = cProfile.Profile()
-        THREAD_PROFILES.setdefault(self.name, []).append(pr)
-        pr.enable()
-        try:
-            return orig(self)
-        finally:
-            pr.disable()
-    threading.Thread.run = run
-
-
-def thread_report(steps):
-    out = io.StringIO()
-    for name, profs in sorted(THREAD_PROFILES.items()):
-        st = pstats.Stats(profs[0], stream=out)
-        for pr in profs[1:]:
-            st.add(pr)
-        out.write("\n==== thread %s (%d steps) ====\n" % (name, steps))
-        st.sort_stats("tottime").print_stats(30)
-    THREAD_PROFILES.clear()
-    return out.getvalue()
-
-
-def profile_loop(pkg_prefix, url, steps=500, layer_every=None):
+def profile_loop(pkg_prefix, url, steps=500, layer_every=None, variant="default"):
     torch.manual_seed(0)
     model = TinyMLP().cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(32, 256, device="cuda")
     y = torch.randn(32, 1, device="cuda")
     if layer_every is None:
-        run = bench.start_hook(pkg_prefix + "default", model, opt, url)
+        run = bench.start_hook(pkg_prefix + variant, model, opt, url)
     else:
         run = bench.PACKAGES[pkg_prefix].init(project="bench", name="profile", collector_url=url,
                                               handle_signals=False, layer_every=layer_every)
@@ -150,7 +118,7 @@ def profile_loop(pkg_prefix, url, steps=500, layer_every=None):
     s = io.StringIO()
     st = pstats.Stats(pr, stream=s)
     st.sort_stats("tottime").print_stats(45)
-    st.sort_stats("cumulative").print_stats(45)
+    st.sort_stats("cumulative").print_stats("deepseed", 45)
     return s.getvalue()
 
 
@@ -159,13 +127,11 @@ def main():
     ap.add_argument("--old")
     ap.add_argument("--layer-every", type=int, help="profile with this layer period instead of the default")
     ap.add_argument("--no-primitives", action="store_true")
-    ap.add_argument("--threads", action="store_true", help="profile the hook's threads too")
+    ap.add_argument("--variant", default="default", help="a bench.py variant (inline_read: read-back on this thread)")
     ap.add_argument("--steps", type=int, default=500)
     a = ap.parse_args()
     if a.old:
         bench.load_old(a.old)
-    if a.threads:
-        profile_threads()
     from common import CaptureProcess
     cap = CaptureProcess()
     if not a.no_primitives:
@@ -174,9 +140,8 @@ def main():
             print("  %-32s %s" % (k, v))
     for prefix in bench.PACKAGES:
         print("\n==== cProfile, %shook at defaults, %d tiny-MLP steps ====" % (prefix or "this ", a.steps))
-        print(profile_loop(prefix, cap.url, steps=a.steps, layer_every=a.layer_every))
-        if a.threads:
-            print(thread_report(a.steps + 50))
+        print(profile_loop(prefix, cap.url, steps=a.steps, layer_every=a.layer_every,
+                           variant=a.variant if not prefix else "default"))
     cap.close()
 
 

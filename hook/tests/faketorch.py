@@ -28,6 +28,9 @@ class Tensor:
     def detach(self):
         return Tensor(self.value, self.shape, dtype=self.dtype)
 
+    def clone(self):
+        return Tensor(self.value, self.shape, requires_grad=self.requires_grad, dtype=self.dtype)
+
     def numel(self):
         n = 1
         for d in self.shape:
