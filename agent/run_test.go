@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,12 @@ func TestAgentRunsRealCommands(t *testing.T) {
 	if err := storetest.Pool(t, e.st).QueryRow(context.Background(), `SELECT meta->>'job_id', params::text FROM runs WHERE run_id = $1`, j.RunID).Scan(&meta, &params); err != nil {
 		t.Fatal(err)
 	}
-	if meta != strconv.FormatInt(j.ID, 10) || !strings.Contains(params, `"lr": "2e-5"`) {
+	// A parameter that reads as a number reaches the run as one.
+	var got map[string]any
+	if err := json.Unmarshal([]byte(params), &got); err != nil {
+		t.Fatal(err)
+	}
+	if meta != strconv.FormatInt(j.ID, 10) || got["lr"] != 2e-5 {
 		t.Errorf("the run names job %q with params %s", meta, params)
 	}
 	j = e.waitJob(t, fail.ID, "failed", state("failed"))
