@@ -26,6 +26,9 @@ import torch
 from .layers import events_of
 from .records import MS_DECIMALS, STEPS_MAX_AGE_S, STEPS_PER_RECORD, StepColumns, round_ms
 
+# What a run's layer_times metadata says when its layer hooks never ran.
+NO_LAYER_HOOK = ("unavailable: no layer hook ran in a profiled step; the layers run inside a compiled graph "
+                 "(torch.compile of the whole model), so compile each block instead (block.compile()) to time them")
 MAX_PENDING = 64
 ANCHOR_KEEP = 256
 ANCHOR_EVERY = 4
@@ -105,6 +108,7 @@ class StepReader:
         self.anchor_walls = WindowMax(ANCHOR_KEEP)
         self.last_end_wall_ns = None  # the previous emitted step's end, wall clock
         self.last_close_ns = None
+        self.no_layer_hook = False  # a profiled step's layer hooks never ran (compiled layers)
 
     def start(self):
         """Reads back on a thread of its own from now on."""
@@ -256,6 +260,8 @@ class StepReader:
                 link.steps_logged += 1
                 if layers is not None:
                     link.send(layers)
+                if self.no_layer_hook and not self.run.meta.get("layer_times"):
+                    self.run.update_meta(layer_times=NO_LAYER_HOOK)
                 # Once the watcher is closed (a step the reader built while
                 # close() ran), nothing would send it later.
                 if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closing:
@@ -334,6 +340,13 @@ class StepReader:
                 end_ns = slot.close_ns
             t = end_ns / 1e9 if end_ns is not None else None
             layers = self._layers_record(slot, t) if slot.layer is not None else None
+            if layers is not None and not any(v == v for v in layers["forward_ms"]):
+                # No layer hook ran: the layers ran inside a compiled graph
+                # (compiled.py). Say so once instead of sending NaNs.
+                # (Said in _deliver: the run's lock is not taken under the
+                # reader's.)
+                layers = None
+                self.no_layer_hook = True
             return slot.step, f, t, rec, layers
         except Exception as e:
             self.link.warn_once("emit", "deepseed: reading step timings: %s", e)

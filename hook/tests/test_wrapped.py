@@ -148,6 +148,47 @@ class WrappedTest(unittest.TestCase):
         steps, _ = self.read(path)
         self.assertEqual(len(steps), 2)
 
+    def test_layers_that_run_inside_a_compiled_graph_are_said_unavailable(self):
+        torch = self.torch
+        Block = type("Block", (torch.nn.Module,), {})
+
+        def trained(name, traced):
+            path = os.path.join(self.dir, name + ".ndjson")
+            with mock.patch.dict(os.environ, {"RANK": "0", "WORLD_SIZE": "1"}):
+                run = deepseed.init(project="wrapped", run_id=name, file=path, handle_signals=False)
+            blocks = [Block(forward=lambda x: x) for _ in range(3)]
+
+            def forward(x):
+                for b in blocks:
+                    x = b(x)
+                return torch.Tensor(2.0, requires_grad=True)
+
+            model = torch.nn.Module(forward=forward, children=blocks)
+            opt = torch.optim.Optimizer(model.parameters(), lr=0.25)
+            run.watch(model, optimizer=opt, layer_every=2, grad_norm_every=0, sample_min_ms=0)
+            # Under a whole-model compile the blocks' hooks are traced with
+            # the model, and empty there.
+            with mock.patch("deepseed.layers.compiling", (lambda: True) if traced else (lambda: False)):
+                for _ in range(6):
+                    loss = model(torch.Tensor(0.0, (4, 8)))
+                    loss.backward_reached()
+                    opt.step()
+            run.finish()
+            with open(path) as f:
+                recs = list(map(json.loads, f))
+            meta = {}
+            for r in recs:
+                if r["kind"] == "run":
+                    meta.update(r["meta"])
+            return [r for r in recs if r["kind"] == "layers"], meta
+
+        layers, meta = trained("eager-layers", False)
+        self.assertEqual(len(layers), 3)  # steps 2, 4 and 6
+        self.assertNotIn("layer_times", meta)
+        layers, meta = trained("traced-layers", True)
+        self.assertEqual(layers, [])  # no record of NaNs
+        self.assertIn("compiled", meta["layer_times"])
+
 
 if __name__ == "__main__":
     unittest.main()
