@@ -73,7 +73,7 @@ func readBody(r *http.Request, limit int64, lease *Lease) (body []byte, release 
 		return nil, noRelease, tooLarge
 	}
 	rawBuf := getBuffer()
-	raw, rerr := readLimited(ctx, rawBuf, r.Body, limit, lease)
+	raw, rerr := readLimited(ctx, rawBuf, r.Body, limit, r.ContentLength, lease)
 	if rerr != nil {
 		putBuffer(rawBuf)
 		return nil, noRelease, readError(rerr, tooLarge, "reading request body: ")
@@ -173,11 +173,27 @@ func getGzipReader(z []byte) (*gzip.Reader, error) {
 // readLimited reads r to its end into buf, failing with errTooLarge past
 // limit bytes. The buffer grows with what arrives, leased a chunk at a
 // time: a client that announces a large body and sends nothing holds next
-// to nothing.
-func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit int64, lease *Lease) ([]byte, error) {
+// to nothing. A large body whose length was announced (announced, -1 when
+// not) and whose first chunk has arrived leases all it will need at once,
+// its bytes and what decoding them takes: of many large bodies at once,
+// those that got their lease finish and the others are answered 503 before
+// they are read, instead of each holding part of the budget while none can
+// finish.
+func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, announced int64, lease *Lease) ([]byte, error) {
 	lr := io.LimitReader(r, limit+1)
 	var leased int64
+	reserve := announced > smallBody && announced <= limit
 	for {
+		if reserve && buf.Len() >= leaseChunk {
+			reserve = false
+			size := announced + 2*leaseChunk
+			if err := lease.Grow(ctx, max(0, size-leased)+decodeFactor*announced); err != nil {
+				return nil, err
+			}
+			lease.prepaid = decodeFactor * announced
+			leased = max(leased, size)
+			buf.Grow(int(size) - buf.Len())
+		}
 		// Leased by what the buffer holds, not what it was given: growing
 		// takes a new array of about twice the old one.
 		if buf.Available() < leaseChunk {

@@ -89,7 +89,10 @@ const memoryMargin = 64 << 20
 // Lease is one request's part of the budget. It is not safe for
 // concurrent use; Release may be called more than once.
 type Lease struct {
-	held    int64
+	held int64
+	// prepaid is the part of held leased ahead for what decoding the body
+	// takes (readLimited); Grow takes from it first.
+	prepaid int64
 	release func() // the body's buffers
 }
 
@@ -111,6 +114,13 @@ func (b *budget) limit() int64 {
 func (l *Lease) Grow(ctx context.Context, n int64) *Error {
 	if n <= 0 {
 		return nil
+	}
+	if l.prepaid > 0 {
+		use := min(l.prepaid, n)
+		l.prepaid -= use
+		if n -= use; n == 0 {
+			return nil
+		}
 	}
 	var timer *time.Timer
 	for {
@@ -173,7 +183,7 @@ func (l *Lease) Release() {
 	}
 	inflight.mu.Lock()
 	inflight.used -= l.held
-	l.held = 0
+	l.held, l.prepaid = 0, 0
 	close(inflight.free)
 	inflight.free = make(chan struct{})
 	giveBack := inflight.used == 0 && inflight.peak > inflight.max/2 && time.Since(inflight.lastFreed) > freeEvery

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -87,5 +88,85 @@ func TestBudgetMessageNamesFlag(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q does not say %q", msg, want)
 		}
+	}
+}
+
+// slowReader hands out its bytes a chunk at a time with a pause between,
+// as a client sending over a slow link does.
+type slowReader struct {
+	b     []byte
+	chunk int
+	pause time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(s.pause)
+	n := copy(p[:min(len(p), s.chunk)], s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+// TestBudgetLetsSomeLargeBodiesFinish: many large bodies arriving slowly
+// at once, more than the budget holds together. Those that got their
+// lease finish with 200; the others are answered 503 with Retry-After
+// (their senders send them again); none is cut halfway for want of room
+// after it was let in, and the budget is whole once all are answered.
+func TestBudgetLetsSomeLargeBodiesFinish(t *testing.T) {
+	const budget = 24 << 20
+	addr := serve(t, Limits{MaxInflightBytes: budget}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, lease, err := ReadBodyLease(r, 32<<20)
+		defer lease.Release()
+		if err != nil {
+			if err.RetryAfter > 0 {
+				w.Header().Set("Retry-After", fmt.Sprint(err.RetryAfter))
+			}
+			http.Error(w, err.Error(), err.Status)
+			return
+		}
+		fmt.Fprint(w, len(body))
+	}))
+	body := bytes.Repeat([]byte("y"), 6<<20) // with its decoding, about 18 MiB: one fits, not eight
+	const senders = 8
+	codes := make(chan int, senders)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/",
+				&slowReader{b: body, chunk: 256 << 10, pause: 20 * time.Millisecond})
+			req.ContentLength = int64(len(body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && string(b) != fmt.Sprint(len(body)) {
+				codes <- -1
+				return
+			}
+			if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+				codes <- -2
+				return
+			}
+			codes <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[200] == 0 || count[200]+count[http.StatusServiceUnavailable] != senders {
+		t.Fatalf("answers %v: want some 200 and the rest 503 with Retry-After", count)
+	}
+	if used, _ := InflightBytes(); used != 0 {
+		t.Fatalf("after every answer %d bytes are leased", used)
 	}
 }
