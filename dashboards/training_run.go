@@ -69,6 +69,20 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	}
 	y += uint32((len(summaryCards)+5)/6) * 3
 
+	// The invariants the run's numbers break (GET /runs/{id}'s
+	// consistency), a sentence each: a number that cannot be true is
+	// said so beside the cards that show it.
+	b = b.WithPanel(dataTable("Consistency",
+		"The server checks every run against invariants: MFU within (0, 1]; forward, backward and optimizer each within the step and together within it plus a tolerance; steps are optimizer steps under gradient accumulation; the precision recorded is the one the run declares. Each row is one the run breaks, with what was seen and on how many steps.",
+		gridPos(0, y, 24, 4), runQuery(api.QueryConsistency)).
+		NoValue(plugin.ConsistentText).
+		Filterable(false).
+		OverrideByName("What it means", []dashboard.DynamicConfigValue{prop("custom.cellOptions", map[string]any{"type": "auto", "wrapText": true})}).
+		OverrideByName("Check", []dashboard.DynamicConfigValue{prop("custom.width", 200)}).
+		OverrideByName("Seen", []dashboard.DynamicConfigValue{prop("custom.width", 300)}).
+		OverrideByName("Steps", []dashboard.DynamicConfigValue{prop("custom.width", 70)}))
+	y += 4
+
 	// Hang forensics: each rank's newest report when its steps stopped
 	// (or it was told to stop), the rank that stopped first on top.
 	b = b.WithPanel(dataTable("Hang reports",
