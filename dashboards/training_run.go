@@ -291,7 +291,10 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		Datasource(DatasourceRef()).
 		GridPos(pos).
 		WithTarget(target("A", q)).
-		NoValue("no per-layer " + pass + " times in this run: needs watch(model) (an export carries forward times only when it has them)").
+		// Grafana's no-data text is the same for every run; the run's own
+		// reason (its hook's layer_times, "the model is compiled whole …")
+		// is the frame's notice, in the panel header.
+		NoValue("no per-layer " + pass + " times in this run: a model compiled whole (torch.compile) has none, the header's notice says so; else it needs watch(model)").
 		Calculate(false).
 		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("Mean time").Layout(common.HeatmapCellLayoutAuto)).
 		Color(heatmap.NewHeatmapColorOptionsBuilder().
