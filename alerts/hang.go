@@ -2,7 +2,6 @@ package alerts
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -10,18 +9,6 @@ import (
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
-
-// hangText is what the hang detector (detect.HangReport) reads of a hang
-// event's text.
-type hangText struct {
-	Reason         string `json:"reason"`
-	Step           *int64 `json:"step"`
-	LastCollective *struct {
-		Name      string `json:"name"`
-		Seq       int64  `json:"seq"`
-		Completed *bool  `json:"completed"`
-	} `json:"last_collective"`
-}
 
 // recentHangs reads each rank's newest hang event of the run later than
 // after.
@@ -32,19 +19,7 @@ func recentHangs(ctx context.Context, st *store.Store, runID string, after time.
 	}
 	var out []detect.HangReport
 	for _, e := range events {
-		h := detect.HangReport{Rank: e.Rank, Time: e.Time, Step: e.Step}
-		var t hangText
-		if json.Unmarshal([]byte(e.Text), &t) == nil {
-			h.Reason = t.Reason
-			if t.Step != nil {
-				h.Step = *t.Step
-			}
-			if c := t.LastCollective; c != nil {
-				h.HasCollectives, h.Collective, h.Seq = true, c.Name, c.Seq
-				h.InCollective = c.Completed != nil && !*c.Completed
-			}
-		}
-		out = append(out, h)
+		out = append(out, detect.ParseHangReport(e.Rank, e.Time, e.Step, e.Text))
 	}
 	return out, nil
 }

@@ -72,6 +72,7 @@ const (
 	QueryAnnotations = "annotations"  // run events
 	QueryAlerts      = "alerts"       // the server detectors' open alerts
 	QueryHangReports = "hang_reports" // table: each rank's newest hang report of a run
+	QueryConsistency = "consistency"  // table: the invariants a run's records break, a sentence each
 	QueryJobs        = "jobs"         // table of jobs
 	QueryJobCounts   = "job_counts"   // numeric-wide: total, active, done, failed, …
 	QueryQuotas      = "quotas"       // numeric-wide: GPU-hours used per project, its limit as max
@@ -115,4 +116,4 @@ const AllValue = "*"
 // PluginQueryTypes lists every query type.
 var PluginQueryTypes = []string{QueryRuns, QueryRunSummary, QueryRunDetails, QueryRunCode, QuerySeries, QueryHeatmap, QueryEvals,
 	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations, QueryAlerts,
-	QueryJobs, QueryJobCounts, QueryQuotas, QuerySweepTrials, QueryHangReports}
+	QueryJobs, QueryJobCounts, QueryQuotas, QuerySweepTrials, QueryHangReports, QueryConsistency}

@@ -515,4 +515,8 @@ type Annotation struct {
 	Title string    `json:"title"`
 	Text  string    `json:"text"`
 	Tags  []string  `json:"tags"`
+	// Summary is, for a hang report, the sentence saying which rank
+	// stopped first, where, and the last collective of each rank; the
+	// report itself (every thread's stack) stays in Text.
+	Summary string `json:"summary,omitempty"`
 }

@@ -55,8 +55,8 @@ func compareBars(f figure, pos dashboard.GridPos, q api.PluginQuery) *barchart.P
 		Orientation(common.VizOrientationHorizontal).
 		ShowValue(common.VisibilityModeAuto).
 		Stacking(common.StackingModeNone).
+		// No label length: Grafana cuts a long name from the left.
 		XTickLabelRotation(0).
-		XTickLabelMaxLength(28).
 		Unit(f.unit).
 		Min(0).
 		FillOpacity(80).
@@ -180,8 +180,14 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 		WithVariable(queryVar(varSweep, "Sweep", api.VariableQuery{Resource: api.VariableSweeps, Project: "$" + varProject}).
 			Multi(true).IncludeAll(true)).
 		WithVariable(runVar(true)).
+		// The baseline opens on "All", which here is the first run
+		// selected (api.BaselineFirst), not whichever run the list
+		// offers first: a slow outlier would make every Δ read +3,000 %.
 		WithVariable(queryVar(varBaseline, "Baseline", api.VariableQuery{Resource: api.VariableRuns, Project: "$" + varProject}).
-			Description("Run the others are compared against; figures show their change in percent."))
+			Description("Run the others are compared against; figures show their change in percent. All: the first run selected.").
+			IncludeAll(true).
+			AllValue(api.BaselineFirst).
+			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: ptr("All")}, Value: dashboard.StringOrArrayOfString{String: ptr("$__all")}}))
 
 	y := uint32(0)
 	b = b.WithRow(row("Selected runs", y))

@@ -77,6 +77,8 @@ type variableDoc struct {
 	Type       string          `json:"type"`
 	Datasource *datasourceRef  `json:"datasource"`
 	Query      json.RawMessage `json:"query"`
+	IncludeAll bool            `json:"includeAll"`
+	AllValue   string          `json:"allValue"`
 }
 
 type datasourceRef struct {

@@ -266,6 +266,13 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 			Id:      "filterFieldsByName",
 			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank_name", "Rank name", field, display, "straggler")}},
 		}).
+		// Sorted by the figure, largest first: past a few dozen ranks the
+		// bars read as the ranks' distribution, the flagged ranks (red)
+		// at its top end, named in the Top stragglers table.
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "sortBy",
+			Options: map[string]any{"fields": map[string]any{}, "sort": []any{map[string]any{"field": display, "desc": true}}},
+		}).
 		// Bars are labelled with the rank's name ("rank 3"), a string
 		// field of the ranks frame.
 		XField("Rank name").
@@ -290,7 +297,7 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 }
 
 // noRankSteps is why the per-rank panels of a run are empty.
-const noRankSteps = "no step with timings recorded for this run: needs watch() (an agent's job that never reached a step has none)"
+const noRankSteps = "no step with timings recorded for this run"
 
 // stragglerScoreChart is each rank's straggler score by step, with the
 // straggler alert's default threshold (detect.Defaults) as a dashed line:

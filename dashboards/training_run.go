@@ -27,18 +27,18 @@ var summaryCards = []card{
 	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record).", "", ""},
 	{"Steps", "last_step", "none", 0, "Highest step recorded.", "Last step", ""},
 	{"Final loss", "final_loss", "none", 4, "Training loss at the last step; NaN when it was not finite.", "", ""},
-	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations.", "", "no evaluation with an accuracy"},
-	{"Final val F1", "final_val_f1", "percentunit", 1, "F1 score of the last evaluation.", "", "no evaluation with an F1"},
-	{"Mean throughput", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second over the run.", "", noStepTimes},
-	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation over the run: as the steps reported it, else from the NVML samples the collectors attributed to the run.", "", noGPUSamples},
-	{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it: the allocator's pool plus the CUDA context.", "", noGPUSamples},
-	{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak (torch.cuda.max_memory_allocated) on any rank, as the hook measured it: the tensors alone, below the NVML figure.", "", noHookMemory},
-	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step.", "", noStepTimes},
-	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time.", "Mean TFLOP/s per GPU", noFLOPs},
-	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision.", "", noFLOPs},
+	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations. Empty: no evaluation of the run had an accuracy.", "", "no accuracy"},
+	{"Final val F1", "final_val_f1", "percentunit", 1, "F1 score of the last evaluation. Empty: no evaluation of the run had an F1.", "", "no F1"},
+	{"Mean throughput per rank", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second of one rank over the run (rank 0's steps); the whole run's throughput is about world size × this, as Compare's Samples/s shows. Empty: " + noStepTimes + ".", "Mean throughput", cardNoSteps},
+	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation over the run: as the steps reported it, else from the NVML samples the collectors attributed to the run. Empty: " + noGPUSamples + ".", "", cardNoNVML},
+	{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it: the allocator's pool plus the CUDA context. Empty: " + noGPUSamples + ".", "", cardNoNVML},
+	{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak (torch.cuda.max_memory_allocated) on any rank, as the hook measured it: the tensors alone, below the NVML figure. Empty: " + noHookMemory + ".", "", cardNoAlloc},
+	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step. Empty: " + noStepTimes + ".", "", cardNoSteps},
+	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time. Empty: " + noFLOPs + ".", "Mean TFLOP/s per GPU", cardNoFLOPs},
+	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision. Empty: " + noFLOPs + ".", "", cardNoFLOPs},
 	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", "", ""},
 	{"World size", "world_size", "none", 0, "Number of ranks.", "", ""},
-	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Empty when the run has finished or its total steps are unknown.", "", "finished, or its total steps are unknown"},
+	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Empty when the run has finished, has sent nothing for a while, or its total steps are unknown.", "", "not running"},
 }
 
 // Why a panel of a run is empty, in one line each: what the run did not
@@ -48,6 +48,15 @@ const (
 	noHookMemory = "not measured by this run: needs watch() on a CUDA device"
 	noFLOPs      = "not measured by this run: needs watch() and the model's parameter count and tokens per step"
 	noStepTimes  = "not measured by this run: needs watch()"
+)
+
+// The same, cut to what a summary card holds on one line; its
+// description gives the whole reason.
+const (
+	cardNoNVML  = "no NVML samples"
+	cardNoAlloc = "not measured"
+	cardNoFLOPs = "no FLOPs counted"
+	cardNoSteps = "no step times"
 )
 
 func trainingRun() (dashboard.Dashboard, []Annotation, error) {
@@ -68,6 +77,20 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		b = b.WithPanel(statCard(c, gridPos(x, y+dy, 4, 3), runQuery(api.QueryRunSummary)))
 	}
 	y += uint32((len(summaryCards)+5)/6) * 3
+
+	// The invariants the run's numbers break (GET /runs/{id}'s
+	// consistency), a sentence each: a number that cannot be true is
+	// said so beside the cards that show it.
+	b = b.WithPanel(dataTable("Consistency",
+		"The server checks every run against invariants: MFU within (0, 1]; forward, backward and optimizer each within the step and together within it plus a tolerance; steps are optimizer steps under gradient accumulation; the precision recorded is the one the run declares. Each row is one the run breaks, with what was seen and on how many steps.",
+		gridPos(0, y, 24, 4), runQuery(api.QueryConsistency)).
+		NoValue(plugin.ConsistentText).
+		Filterable(false).
+		OverrideByName("What it means", []dashboard.DynamicConfigValue{prop("custom.cellOptions", map[string]any{"type": "auto", "wrapText": true})}).
+		OverrideByName("Check", []dashboard.DynamicConfigValue{prop("custom.width", 200)}).
+		OverrideByName("Seen", []dashboard.DynamicConfigValue{prop("custom.width", 300)}).
+		OverrideByName("Steps", []dashboard.DynamicConfigValue{prop("custom.width", 70)}))
+	y += 4
 
 	// Hang forensics: each rank's newest report when its steps stopped
 	// (or it was told to stop), the rank that stopped first on top.
@@ -188,10 +211,10 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		FillOpacity(80).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))
 	// The two measured peaks, each named by its source, as on the bars.
-	nvml := card{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it (the allocator's pool and the CUDA context); compare with the predicted bars.", "", noGPUSamples}
+	nvml := card{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it (the allocator's pool and the CUDA context); compare with the predicted bars. Empty: " + noGPUSamples + ".", "", cardNoNVML}
 	b = b.WithPanel(statCard(nvml, gridPos(18, y, 6, 4), runQuery(api.QueryRunSummary)).
 		ColorMode(common.BigValueColorModeValue))
-	alloc := card{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak on any rank (tensors alone), as the hook measured it.", "", noHookMemory}
+	alloc := card{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak on any rank (tensors alone), as the hook measured it. Empty: " + noHookMemory + ".", "", cardNoAlloc}
 	b = b.WithPanel(statCard(alloc, gridPos(18, y+4, 6, 3), runQuery(api.QueryRunSummary)).
 		ColorMode(common.BigValueColorModeValue))
 	skipped := card{"Overflow-skipped steps", "skipped_steps", "none", 0, "Steps the fp16 loss scaler skipped; each is an annotation on the charts.", "Skipped steps", ""}
@@ -277,7 +300,10 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		Datasource(DatasourceRef()).
 		GridPos(pos).
 		WithTarget(target("A", q)).
-		NoValue("no per-layer " + pass + " times in this run: needs watch(model) (an export carries forward times only when it has them)").
+		// Grafana's no-data text is the same for every run; the run's own
+		// reason (its hook's layer_times, "the model is compiled whole …")
+		// is the frame's notice, in the panel header.
+		NoValue("no per-layer " + pass + " times in this run: a model compiled whole (torch.compile) has none, the header's notice says so; else it needs watch(model)").
 		Calculate(false).
 		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("Mean time").Layout(common.HeatmapCellLayoutAuto)).
 		Color(heatmap.NewHeatmapColorOptionsBuilder().

@@ -190,6 +190,9 @@ func (h *Handler) heatmap(ctx context.Context, c echo.Context) (any, error) {
 	}
 	if !ok || len(r.LayerNames) == 0 {
 		out.Notice = fmt.Sprintf("no layer timings for rank %d of this run", rank)
+		if why := layerTimesNote(r.Meta); why != "" {
+			out.Notice = "no per-layer times in this run: " + why
+		}
 		return out, nil
 	}
 	from, to, _ := stepRange(c, first, last)
@@ -269,4 +272,17 @@ func (h *Handler) evals(ctx context.Context, c echo.Context) (any, error) {
 		out.Evals = append(out.Evals, p)
 	}
 	return out, nil
+}
+
+// layerTimesNote is why a run has no layer times when its hook said so:
+// the layer_times sentence of its meta ("unavailable: the model is
+// compiled whole (torch.compile) …"), without the "unavailable: ".
+func layerTimesNote(meta json.RawMessage) string {
+	var m struct {
+		LayerTimes string `json:"layer_times"`
+	}
+	if json.Unmarshal(meta, &m) != nil {
+		return ""
+	}
+	return strings.TrimPrefix(strings.TrimSpace(m.LayerTimes), "unavailable: ")
 }

@@ -1,7 +1,9 @@
 package query_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -53,5 +55,20 @@ func TestHeatmapWithoutBackwardTimingsSaysSo(t *testing.T) {
 	e.get("/runs/no-layers/heatmap", 200, &none)
 	if !strings.HasPrefix(none.Notice, "no layer timings") {
 		t.Errorf("run without layers: notice %q", none.Notice)
+	}
+}
+
+// A run whose hook could not time its layers (a model compiled whole)
+// says so in its meta's layer_times; its heatmap gives that sentence as
+// the reason, not a bare "no layer timings".
+func TestHeatmapSaysWhyLayersWereNotTimed(t *testing.T) {
+	e := newEnv(t)
+	why := "unavailable: the model is compiled whole (torch.compile), so its layers run inside one graph; compile each block instead (block.compile()) to time them"
+	meta := &api.RunMeta{Model: "gpt", Extra: map[string]json.RawMessage{"layer_times": json.RawMessage(strconv.Quote(why))}}
+	e.write(runRec("compiled", meta), stepRec("compiled", 0, 1, nil))
+	var h api.Heatmap
+	e.get("/runs/compiled/heatmap?pass=forward", 200, &h)
+	if h.Notice != "no per-layer times in this run: the model is compiled whole (torch.compile), so its layers run inside one graph; compile each block instead (block.compile()) to time them" {
+		t.Errorf("notice %q", h.Notice)
 	}
 }

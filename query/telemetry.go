@@ -186,6 +186,9 @@ func (h *Handler) annotations(ctx context.Context, c echo.Context) (any, error) 
 		}
 		out.Annotations = append(out.Annotations, a)
 	}
+	if err := h.summarizeHangs(ctx, out.Annotations, evs); err != nil {
+		return nil, err
+	}
 	// Alerts and evaluations live in their own tables.
 	if len(types) == 0 || slices.Contains(types, alertType) {
 		als, err := h.store.AlertAnnotations(ctx, runID, from, to, maxAnnotations)

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,28 +39,52 @@ type HangReport struct {
 // hang fires one hang alert for the run when hang events came after its
 // newest step.
 func hang(_ Config, in Rows) []Firing {
-	hangs, byRank := in.Hangs, in.Steps
+	hangs := in.Hangs
 	if len(hangs) == 0 {
 		return nil
 	}
+	newestStep := map[int]int64{}
+	for r, rows := range in.Steps {
+		if len(rows) > 0 {
+			newestStep[r] = rows[0].Step
+		}
+	}
+	var newest time.Time
+	for _, h := range hangs {
+		if h.Time.After(newest) {
+			newest = h.Time
+		}
+	}
+	s := SummarizeHang(hangs, newestStep)
+	rank, step := s.First[0], s.Step
+	return []Firing{{Kind: api.AlertHang, Subject: "", Rank: &rank, Step: &step, Value: float64(len(hangs)),
+		At: newest, Text: s.Text + "; every thread's stack is in the run's hang events"}}
+}
+
+// HangSummary is who stopped first in a hang and the sentence saying so.
+type HangSummary struct {
+	First []int  // the ranks that stopped first, ascending
+	Step  int64  // the step they are on
+	Text  string // "rank 1 stopped first: rank 0 on step 25, waiting in …; rank 1 on step 25, outside …"
+}
+
+// SummarizeHang says which ranks stopped first, given each rank's newest
+// hang report (at least one) and the newest step of ranks that may have
+// sent none (a rank without a report is on the step after its newest).
+// The hang alert and the run's hang annotations both say it this way.
+func SummarizeHang(hangs []HangReport, newestStep map[int]int64) HangSummary {
 	type where struct {
 		step    int64
 		waiting bool // inside a collective the device has not completed
 		report  *HangReport
 	}
 	at := map[int]where{}
-	for r, rows := range byRank {
-		if len(rows) > 0 {
-			at[r] = where{step: rows[0].Step + 1}
-		}
+	for r, s := range newestStep {
+		at[r] = where{step: s + 1}
 	}
-	var newest time.Time
 	for i := range hangs {
 		h := &hangs[i]
 		at[h.Rank] = where{step: h.Step, waiting: h.InCollective, report: h}
-		if h.Time.After(newest) {
-			newest = h.Time
-		}
 	}
 	ranks := make([]int, 0, len(at))
 	for r := range at {
@@ -113,8 +138,33 @@ func hang(_ Config, in Rows) []Firing {
 	if len(names) > 1 {
 		who = "ranks " + strings.Join(names, ", ")
 	}
-	rank, step := first[0], low
-	return []Firing{{Kind: api.AlertHang, Subject: "", Rank: &rank, Step: &step, Value: float64(len(hangs)),
-		At: newest, Text: fmt.Sprintf("%s stopped first: %s; every thread's stack is in the run's hang events",
-			who, strings.Join(parts, "; "))}}
+	return HangSummary{First: first, Step: low, Text: fmt.Sprintf("%s stopped first: %s", who, strings.Join(parts, "; "))}
+}
+
+// ParseHangReport reads what the hang summary needs of a hang event of
+// rank at t on step: the hook's JSON text (hook/deepseed/hang.py), whose
+// step, when present, is the one the rank is on.
+func ParseHangReport(rank int, t time.Time, step int64, text string) HangReport {
+	h := HangReport{Rank: rank, Time: t, Step: step}
+	var r struct {
+		Reason         string `json:"reason"`
+		Step           *int64 `json:"step"`
+		LastCollective *struct {
+			Name      string `json:"name"`
+			Seq       int64  `json:"seq"`
+			Completed *bool  `json:"completed"`
+		} `json:"last_collective"`
+	}
+	if json.Unmarshal([]byte(text), &r) != nil {
+		return h
+	}
+	h.Reason = r.Reason
+	if r.Step != nil {
+		h.Step = *r.Step
+	}
+	if c := r.LastCollective; c != nil {
+		h.HasCollectives, h.Collective, h.Seq = true, c.Name, c.Seq
+		h.InCollective = c.Completed != nil && !*c.Completed
+	}
+	return h
 }

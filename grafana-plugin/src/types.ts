@@ -21,7 +21,8 @@ export type QueryType =
   | 'job_counts'
   | 'quotas'
   | 'sweep_trials'
-  | 'hang_reports';
+  | 'hang_reports'
+  | 'consistency';
 
 /** One panel query. Field names match api.PluginQuery in the Go backend. */
 export interface DeepSeedQuery extends DataQuery {
@@ -95,6 +96,12 @@ export const QUERY_TYPES: QueryTypeInfo[] = [
     value: 'hang_reports',
     label: 'Hang reports',
     description: "Each rank's newest hang report: step, last collective, stack, its GPUs (table)",
+    needsRun: true,
+  },
+  {
+    value: 'consistency',
+    label: 'Consistency',
+    description: "The invariants a run's numbers break, a sentence each (table)",
     needsRun: true,
   },
   { value: 'alerts', label: 'Alerts', description: "Open alerts of the server's detectors (table; numeric format for alert rules)", needsRun: false },

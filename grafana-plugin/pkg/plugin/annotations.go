@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -42,7 +44,7 @@ func annotationsFrame(r api.AnnotationsResponse) *data.Frame {
 	return data.NewFrame("annotations",
 		data.NewField("time", nil, t),
 		strCol(rows, "title", "", func(a api.Annotation) string { return a.Title }),
-		strCol(rows, "text", "", func(a api.Annotation) string { return a.Text }),
+		strCol(rows, "text", "", annotationText),
 		strCol(rows, "tags", "", func(a api.Annotation) string {
 			tags := a.Tags
 			if len(tags) == 0 && a.Type != "" {
@@ -54,4 +56,27 @@ func annotationsFrame(r api.AnnotationsResponse) *data.Frame {
 		strCol(rows, "run_id", "", func(a api.Annotation) string { return a.RunID }),
 		intCol(rows, "step", "", func(a api.Annotation) *int64 { return a.Step }),
 	)
+}
+
+// annotationText is what an annotation's tooltip says: for a hang report
+// the server's sentence (who stopped first, where, the last collective)
+// rather than the report's JSON, whose stacks the Hang reports table
+// shows; for the collector's GPU snapshot beside it, a line per GPU.
+func annotationText(a api.Annotation) string {
+	switch a.Type {
+	case api.EventHang:
+		if a.Summary != "" {
+			return a.Summary
+		}
+		var h hangReport
+		if json.Unmarshal([]byte(a.Text), &h) == nil && h.Rank != nil {
+			return fmt.Sprintf("rank %d reported a hang (%s); its stacks are in the Hang reports table", *h.Rank, lastCollective(h))
+		}
+	case api.EventHangGPUs:
+		var g hangGPUs
+		if json.Unmarshal([]byte(a.Text), &g) == nil && g.Host != "" {
+			return "GPUs of " + g.Host + " at the hang: " + gpuSummary(g)
+		}
+	}
+	return a.Text
 }

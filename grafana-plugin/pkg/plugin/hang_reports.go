@@ -111,6 +111,13 @@ func hangFrame(r api.AnnotationsResponse) *data.Frame {
 		return *h.r.Step
 	}
 	slices.SortFunc(rows, func(a, b *hangRow) int { return cmp.Or(cmp.Compare(step(a), step(b)), cmp.Compare(a.rank, b.rank)) })
+	if len(rows) == 0 {
+		// No fields: Grafana then shows the panel's no-value sentence,
+		// where a frame of empty columns draws headers only.
+		f := data.NewFrame("hang_reports")
+		f.AppendNotices(data.Notice{Severity: data.NoticeSeverityInfo, Text: noHangReport})
+		return f
+	}
 	f := data.NewFrame("hang_reports",
 		timeCol(rows, "time", "Reported", func(h *hangRow) *time.Time { return &h.at }),
 		intCol(rows, "rank", "Rank", func(h *hangRow) *int64 { v := int64(h.rank); return &v }),
@@ -132,9 +139,6 @@ func hangFrame(r api.AnnotationsResponse) *data.Frame {
 		strCol(rows, "gpus", "GPUs", func(h *hangRow) string { return h.gpus }),
 		strCol(rows, "report", "Full report", func(h *hangRow) string { return h.report }),
 	)
-	if len(rows) == 0 {
-		f.AppendNotices(data.Notice{Severity: data.NoticeSeverityInfo, Text: noHangReport})
-	}
 	return f
 }
 

@@ -90,8 +90,39 @@ func TestHangReportsTable(t *testing.T) {
 	if healthy.Error != nil || len(healthy.Frames) != 1 {
 		t.Fatalf("healthy: %v", healthy.Error)
 	}
-	if n, _ := healthy.Frames[0].RowLen(); n != 0 || !hasNotice(healthy.Frames[0], "no hang reported") {
-		t.Errorf("healthy run: %d rows, notices %v; want none and a reason", n, healthy.Frames[0].Meta)
+	// No columns either: Grafana shows the panel's no-hang sentence, not
+	// a table of headers.
+	if hf := healthy.Frames[0]; len(hf.Fields) != 0 || !hasNotice(hf, "no hang reported") {
+		t.Errorf("healthy run: %d fields, notices %v; want none and a reason", len(hf.Fields), hf.Meta)
+	}
+
+	// On the time charts the reports read as sentences: the server's
+	// summary of who stopped first for a hang, a line per GPU for the
+	// snapshot; never the report's JSON.
+	areq := &backend.QueryDataRequest{PluginContext: req.PluginContext, Queries: []backend.DataQuery{{RefID: "A",
+		JSON:      json.RawMessage(`{"queryType":"annotations","runId":"hung","eventTypes":["hang","hang_gpus"]}`),
+		TimeRange: backend.TimeRange{From: time.Now().Add(-time.Hour), To: time.Now()}}}}
+	aresp, err := tp.Client.QueryData(context.Background(), areq)
+	if err != nil || aresp.Responses["A"].Error != nil {
+		t.Fatalf("annotations: %v %v", err, aresp.Responses["A"].Error)
+	}
+	af := aresp.Responses["A"].Frames[0]
+	texts, _ := af.FieldByName("text")
+	if texts == nil || texts.Len() != 3 {
+		t.Fatalf("annotation texts %v, want three", texts)
+	}
+	for i := range texts.Len() {
+		text := texts.At(i).(string)
+		if strings.HasPrefix(text, "{") {
+			t.Errorf("annotation %d shows JSON: %s", i, text)
+		}
+	}
+	if got := texts.At(1).(string); !strings.HasPrefix(got, "rank 1 stopped first: rank 0 on step 8, waiting in all_reduce") ||
+		!strings.Contains(got, "Hang reports table") {
+		t.Errorf("rank 1's hang annotation says %q", got)
+	}
+	if got := texts.At(2).(string); got != "GPUs of node-a at the hang: GPU 0 100 %; GPU 1 0 %, 2 XID" {
+		t.Errorf("GPU snapshot annotation says %q", got)
 	}
 }
 

@@ -282,3 +282,27 @@ func TestStepGridEvenlySpaced(t *testing.T) {
 		}
 	}
 }
+
+// A run whose hook said its layers cannot be timed (a model compiled
+// whole) gets no cells and the hook's sentence as the frame's notice,
+// which Grafana shows in the panel's header.
+func TestHeatmapOfCompiledRunSaysWhy(t *testing.T) {
+	base := startServer(t)
+	ingest(t, base, []map[string]any{
+		{"kind": "run", "run_id": "compiled", "project": "p", "started_at": ts(0),
+			"meta": map[string]any{"layer_times": "unavailable: the model is compiled whole (torch.compile), so its layers run inside one graph"}},
+		{"kind": "step", "run_id": "compiled", "rank": 0, "step": 1, "time": ts(time.Second), "step_ms": 30},
+	})
+	tp := startPlugin(t)
+	req := &backend.QueryDataRequest{PluginContext: pluginContext("compiled", base, readToken), Queries: []backend.DataQuery{{RefID: "A",
+		JSON:      json.RawMessage(`{"queryType":"heatmap","runId":"compiled","pass":"forward","maxSteps":60}`),
+		TimeRange: backend.TimeRange{From: time.Now().Add(-time.Hour), To: time.Now()}}}}
+	resp, err := tp.Client.QueryData(context.Background(), req)
+	if err != nil || resp.Responses["A"].Error != nil {
+		t.Fatalf("%v %v", err, resp.Responses["A"].Error)
+	}
+	f := resp.Responses["A"].Frames[0]
+	if n, _ := f.RowLen(); n != 0 || !hasNotice(f, "no per-layer times in this run: the model is compiled whole (torch.compile)") {
+		t.Errorf("%d columns, meta %+v; want none and the hook's sentence", n, f.Meta)
+	}
+}

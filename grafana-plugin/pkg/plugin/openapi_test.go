@@ -82,6 +82,7 @@ func TestRequestsFollowOpenAPI(t *testing.T) {
 		"annotations_time": `{"queryType":"annotations"}`,
 		"alerts":           `{"queryType":"alerts","project":"nlp","runId":"bert-z2","alertKind":"straggler"}`,
 		"hang_reports":     `{"queryType":"hang_reports","runId":"bert-z2"}`,
+		"consistency":      `{"queryType":"consistency","runId":"bert-z2"}`,
 		"jobs":             fmt.Sprintf(`{"queryType":"jobs","project":%q,"sweep":%q,"state":"finished"}`, seed.Project, sweep),
 		"job_counts":       fmt.Sprintf(`{"queryType":"job_counts","project":%q,"state":"failed"}`, seed.Project),
 		"quotas":           `{"queryType":"quotas"}`,

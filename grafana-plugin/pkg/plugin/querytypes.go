@@ -30,6 +30,7 @@ var queryTypes = map[string]queryType{
 	api.QueryGPUs:        {needsRun: false, answer: gpusQuery},
 	api.QueryAnnotations: {needsRun: false, answer: annotationsQuery},
 	api.QueryHangReports: {needsRun: true, answer: hangReportsQuery},
+	api.QueryConsistency: {needsRun: true, answer: consistencyQuery},
 	api.QueryAlerts:      {needsRun: false, answer: alertsQuery},
 	api.QueryJobs:        {needsRun: false, answer: jobsQuery},
 	api.QueryJobCounts:   {needsRun: false, answer: jobCountsQuery},

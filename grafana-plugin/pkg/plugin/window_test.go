@@ -39,6 +39,12 @@ func TestRunWindow(t *testing.T) {
 		{"running", api.RunSummary{RunID: "b", Status: "running", StartedAt: &running}, time.Time{},
 			// margin 12 s on the left; the window ends now.
 			map[string]string{"span": "612s", "shift": "0s", "to": itoa(now.UnixMilli())}},
+		// Said to be running, silent for 50 minutes, no end record: the
+		// window ends at its last record.
+		{"silent without end", api.RunSummary{RunID: "e", Status: "running", StartedAt: &start, LastSeenAt: &end}, time.Time{},
+			map[string]string{"span": "3744s", "shift": "7128s", "to": itoa(end.Add(72 * time.Second).UnixMilli())}},
+		{"running, a record a minute ago", api.RunSummary{RunID: "f", Status: "running", StartedAt: &running, LastSeenAt: ptrTime(now.Add(-time.Minute))}, time.Time{},
+			map[string]string{"span": "612s", "shift": "0s", "to": itoa(now.UnixMilli())}},
 		{"killed without end", api.RunSummary{RunID: "c", Status: "killed", StartedAt: &start, LastSeenAt: &end}, time.Time{},
 			map[string]string{"span": "3744s", "shift": "7128s"}},
 	}
@@ -95,3 +101,5 @@ func TestWindowOfAllIsTheNewestRun(t *testing.T) {
 		t.Errorf("window of All starts at %s, want the newest run's %s", all, newer)
 	}
 }
+
+func ptrTime(t time.Time) *time.Time { return &t }
