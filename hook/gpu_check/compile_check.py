@@ -52,10 +52,20 @@ class Recompiles(logging.Handler):
             self.msgs.append(msg[:400])
 
 
+# The models: the small GPT-NeoX (6 x 512, batch 8 x 256) and a
+# real-sized one (24 x 1024, about 400M parameters, batch 8 x 512).
+SIZES = {"small": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
+                       vocab_size=8192, seq=256),
+         "400m": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                      vocab_size=50304, seq=512)}
+SIZE = dict(SIZES["small"])
+
+
 def model_cfg():
     from transformers import GPTNeoXConfig
-    return GPTNeoXConfig(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
-                         vocab_size=8192, max_position_embeddings=256, use_cache=False)
+    kw = dict(SIZE)
+    seq = kw.pop("seq")
+    return GPTNeoXConfig(max_position_embeddings=seq, use_cache=False, **kw)
 
 
 def build(seed=0):
@@ -82,7 +92,7 @@ def compile_model(m, variant):
 
 
 def make_step(variant):
-    ids = torch.randint(0, 8192, (8, 256), device="cuda")
+    ids = torch.randint(0, SIZE["vocab_size"], (8, SIZE["seq"]), device="cuda")
 
     def step(call, opt):
         if variant in ("reduce_overhead", "max_autotune"):
@@ -190,18 +200,26 @@ def main():
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--pairs", type=int, default=150)
     ap.add_argument("--out", default="compile.json")
+    ap.add_argument("--size", default="small", choices=sorted(SIZES))
+    ap.add_argument("--no-counts", action="store_true", help="timing only")
     a = ap.parse_args()
+    SIZE.clear()
+    SIZE.update(SIZES[a.size])
     rec = Recompiles()
     torch._logging.set_logs(recompiles=True, graph_breaks=True)
     for name in ("torch._dynamo", "torch._dynamo.guards", "torch._dynamo.convert_frame"):
         logging.getLogger(name).addHandler(rec)
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 8)
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "variants": {}}
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "size": a.size, "variants": {}}
     tmp = tempfile.mkdtemp(prefix="compile-check-")
     for v in a.variants.split(","):
         t0 = time.time()
         r = {}
         try:
+            if a.no_counts:
+                r["timing"] = timing(v, a.pairs, os.path.join(tmp, v + "-timed.ndjson"))
+                r["records"] = expand(os.path.join(tmp, v + "-timed.ndjson"), a.pairs + 8)
+                raise StopIteration
             r["unwatched"], _ = dynamo_run(v, False, a.steps, None, rec)
             path = os.path.join(tmp, v + ".ndjson")
             r["watched"], _ = dynamo_run(v, True, a.steps, path, rec)
@@ -209,6 +227,8 @@ def main():
             r["hook_graph_breaks"] = r["watched"]["graph_breaks"] - r["unwatched"]["graph_breaks"]
             r["hook_recompiles"] = r["watched"]["recompiles"] - r["unwatched"]["recompiles"]
             r["timing"] = timing(v, a.pairs, os.path.join(tmp, v + "-timed.ndjson"))
+        except StopIteration:
+            pass
         except Exception as e:
             r["error"] = "%s: %s" % (type(e).__name__, str(e)[:800])
         r["seconds"] = round(time.time() - t0, 1)
