@@ -39,7 +39,7 @@ func TestAgentRunsRealCommands(t *testing.T) {
 	if err := storetest.Pool(t, e.st).QueryRow(context.Background(), `SELECT meta->>'job_id', params::text FROM runs WHERE run_id = $1`, j.RunID).Scan(&meta, &params); err != nil {
 		t.Fatal(err)
 	}
-	if meta != strconv.FormatInt(j.ID, 10) || !strings.Contains(params, `"lr": "2e-5"`) {
+	if meta != strconv.FormatInt(j.ID, 10) || !strings.Contains(params, `"lr": 0.00002`) {
 		t.Errorf("the run names job %q with params %s", meta, params)
 	}
 	j = e.waitJob(t, fail.ID, "failed", state("failed"))
