@@ -163,7 +163,7 @@ func (e *env) job(t *testing.T, id int64) api.Job {
 // waitJob waits until the job satisfies ok.
 func (e *env) waitJob(t *testing.T, id int64, what string, ok func(api.Job) bool) api.Job {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(agent.WaitDeadline)
 	for {
 		j := e.job(t, id)
 		if ok(j) {

@@ -104,7 +104,7 @@ func TestJobRunsAsRunAsUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st agent.Status
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(agent.WaitDeadline); ; time.Sleep(20 * time.Millisecond) {
 		if st, err = ex.Poll(context.Background(), h); err != nil || st.Ended() {
 			break
 		}

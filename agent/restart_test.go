@@ -65,7 +65,7 @@ func TestAgentKilledAroundJobEnd(t *testing.T) {
 			case "before": // the job ends while no agent runs
 				kill9(t, a)
 				end()
-				for deadline := time.Now().Add(30 * time.Second); !gone(pid); time.Sleep(20 * time.Millisecond) {
+				for deadline := time.Now().Add(agent.WaitDeadline); !gone(pid); time.Sleep(20 * time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Fatal("the job never ended")
 					}
@@ -73,7 +73,7 @@ func TestAgentKilledAroundJobEnd(t *testing.T) {
 			case "during": // the agent saw it end but could not report it
 				down.Store(true)
 				end()
-				for deadline := time.Now().Add(30 * time.Second); refused.Load() == 0; time.Sleep(20 * time.Millisecond) {
+				for deadline := time.Now().Add(agent.WaitDeadline); refused.Load() == 0; time.Sleep(20 * time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Fatal("the agent never tried to report the job's end")
 					}

@@ -68,7 +68,7 @@ func TestAgentRunsRealCommands(t *testing.T) {
 
 func waitAgent(t *testing.T, e *env, name string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(agent.WaitDeadline); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var l api.AgentList
 		e.call(t, "GET", "/api/v1/agents", readTok, nil, &l)
 		for _, a := range l.Agents {
@@ -94,7 +94,7 @@ func TestSweepOnTwoFakeGPUs(t *testing.T) {
 		t.Fatalf("create sweep: %d, %d trials", code, len(sw.Trials))
 	}
 	most := 0
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(agent.WaitDeadline)
 	for {
 		var l api.JobList
 		e.call(t, "GET", "/api/v1/jobs?sweep="+sw.ID, readTok, nil, &l)
@@ -120,7 +120,7 @@ func TestSweepOnTwoFakeGPUs(t *testing.T) {
 		t.Errorf("at most %d jobs ran at once, want 2", most)
 	}
 	// The runs may still be sending their last records.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(agent.WaitDeadline); ; time.Sleep(200 * time.Millisecond) {
 		e.call(t, "GET", "/api/v1/sweeps/"+sw.ID, readTok, nil, &sw)
 		if sw.Trials[len(sw.Trials)-1].Rank == 6 || time.Now().After(deadline) {
 			break
@@ -184,7 +184,7 @@ func TestAgentKilledJobLostAndRetried(t *testing.T) {
 	j := e.submit(t, api.JobSubmit{Project: "imdb", Argv: []string{"python3", script(t), "retry", marker}, Retries: 1})
 	j = e.waitJob(t, j.ID, "running", func(j api.Job) bool { return j.State == "running" && j.ExternalID != "" })
 	t.Cleanup(func() { killGroup(j.ExternalID) })
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(agent.WaitDeadline); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := os.Stat(marker); err == nil {
 			break
 		} else if time.Now().After(deadline) {
@@ -226,7 +226,7 @@ func TestAgentRestartReadopts(t *testing.T) {
 	keep = e.waitJob(t, keep.ID, "running", running)
 	die = e.waitJob(t, die.ID, "running", running)
 	t.Cleanup(func() { killGroup(keep.ExternalID); killGroup(die.ExternalID) })
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(agent.WaitDeadline); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := os.Stat(marker); err == nil {
 			break
 		} else if time.Now().After(deadline) {
@@ -294,7 +294,7 @@ func TestAgentInstantExit(t *testing.T) {
 			t.Errorf("job exiting %s: %+v", code, j)
 		}
 		line := "job=" + strconv.FormatInt(j.ID, 10) + " state=" + want + " exit_code=" + code + "\n"
-		for deadline := time.Now().Add(time.Minute); !strings.Contains(logs.String(), line); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(agent.WaitDeadline); !strings.Contains(logs.String(), line); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the agent's log has no %q:\n%s", line, logs.String())
 			}

@@ -130,7 +130,7 @@ func TestSlurmExecutor(t *testing.T) {
 	t.Run("gres_comment_and_pending", func(t *testing.T) {
 		h := start(t, Spec{JobID: "job-9", Name: "imdb/job-9", GPUs: 2, Argv: []string{"sleep", "300"}})
 		waitState(t, ex, h, StateRunning)
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, WaitDeadline)
 		defer cancel()
 		out, err := c.Command(sctx, c.Bin.Scontrol, "show", "job", "--oneliner", h.ExternalID)
 		if err != nil {
@@ -302,7 +302,7 @@ func waitOutput(t *testing.T, ex Executor, h Handle, s string) Status {
 
 func waitFor(t *testing.T, ex Executor, h Handle, ok func(Status) bool) Status {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(WaitDeadline)
 	var st Status
 	for time.Now().Before(deadline) {
 		var err error
@@ -315,6 +315,6 @@ func waitFor(t *testing.T, ex Executor, h Handle, ok func(Status) bool) Status {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("job %s: last status %+v after 30s", h.ExternalID, st)
+	t.Fatalf("job %s: last status %+v after %s", h.ExternalID, st, WaitDeadline)
 	return st
 }

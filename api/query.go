@@ -446,8 +446,11 @@ type CompareRow struct {
 
 // Where a compare figure came from ([CompareRow.Sources]).
 const (
-	// SourceSteps: the step records of the steady state.
+	// SourceSteps: the step records of the steady state (final_loss: the
+	// run's last step).
 	SourceSteps = "steps"
+	// SourceEvals: the run's evaluation records (best_eval_accuracy).
+	SourceEvals = "evals"
 	// SourceGPUSamples: the collector's GPU samples attributed to the run
 	// within the steady state.
 	SourceGPUSamples = "gpu_samples"

@@ -67,7 +67,7 @@ func BenchmarkCollectorLoad(b *testing.B) {
 	srv := newIngestServer(b, st).addr
 	hookAddr := freeAddr(b)
 	for i := 0; i < b.N; i++ {
-		args := []string{"collect", "--fake-nvml", capture, "--fake-gpus", gpus,
+		args := []string{"collect", "--fake-nvml", capture, "--fake-nvml-gpus", gpus,
 			"--server", "http://" + srv, "--hook-listen", hookAddr, "--metrics-listen", "",
 			"--spool-dir", filepath.Join(dir, "spool"), "--interval", interval, "--host-name", "bench", "--log-level", "warn"}
 		args = append(args, strings.Fields(os.Getenv("DEEPSEED_BENCH_FLAGS"))...)

@@ -200,6 +200,9 @@ func (h *Handler) compareRow(ctx context.Context, r *store.RunRow) (*api.Compare
 		return nil, err
 	}
 	row.BestEvalAcc = fp(ev.BestAcc)
+	if row.BestEvalAcc != nil {
+		row.Sources["best_eval_accuracy"] = api.SourceEvals
+	}
 	for _, name := range compareFigures {
 		if v := figureOf(row, name); v != nil && row.Sources[name] == "" {
 			row.Sources[name] = api.SourceSteps

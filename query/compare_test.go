@@ -142,3 +142,41 @@ func TestCompareWithoutGPUSamples(t *testing.T) {
 		t.Errorf("metahost cpu %v, want its meta host's 90", c)
 	}
 }
+
+// best_eval_accuracy names the evaluations as its source, not the steps
+// every other training figure comes from; a run without evaluations names
+// no source for it.
+func TestCompareBestEvalAccuracyComesFromEvals(t *testing.T) {
+	e := newEnv(t)
+	recs := []api.Record{runRec("with-evals", nil), runRec("no-evals", nil)}
+	for _, id := range []string{"with-evals", "no-evals"} {
+		for i := int64(0); i < 40; i++ {
+			recs = append(recs, stepRec(id, 0, i, func(s *api.Step) { s.StepMS = api.F(100); s.Loss = api.F(2) }))
+		}
+	}
+	recs = append(recs,
+		api.Record{Eval: &api.Eval{Kind: "eval", RunID: "with-evals", Step: api.Ptr(int64(20)), Time: api.T(t0), Accuracy: api.F(0.6)}},
+		api.Record{Eval: &api.Eval{Kind: "eval", RunID: "with-evals", Step: api.Ptr(int64(39)), Time: api.T(t0), Accuracy: api.F(0.9)}})
+	e.write(recs...)
+
+	var res api.CompareResponse
+	e.get("/compare?run=with-evals&run=no-evals", 200, &res)
+	if len(res.Rows) != 2 {
+		t.Fatalf("rows: %+v", res.Rows)
+	}
+	for _, r := range res.Rows {
+		switch r.RunID {
+		case "with-evals":
+			if r.BestEvalAcc == nil || float64(*r.BestEvalAcc) != 0.9 || r.Sources["best_eval_accuracy"] != api.SourceEvals {
+				t.Errorf("with-evals: best_eval_accuracy %v from %q, want 0.9 from %q", r.BestEvalAcc, r.Sources["best_eval_accuracy"], api.SourceEvals)
+			}
+		case "no-evals":
+			if src, ok := r.Sources["best_eval_accuracy"]; ok || r.BestEvalAcc != nil {
+				t.Errorf("no-evals: best_eval_accuracy %v from %q, want none", r.BestEvalAcc, src)
+			}
+		}
+		if r.Sources["final_loss"] != api.SourceSteps {
+			t.Errorf("%s: final_loss from %q, want %q", r.RunID, r.Sources["final_loss"], api.SourceSteps)
+		}
+	}
+}

@@ -271,7 +271,7 @@ func (c *Cluster) startMunge() error {
 		"--log-file="+filepath.Join(m, "munged.log")); err != nil {
 		return err
 	}
-	return c.waitFor(10*time.Second, "munged socket", func() (bool, error) {
+	return c.waitFor(2*time.Minute, "munged socket", func() (bool, error) {
 		_, err := os.Stat(sock)
 		return err == nil, nil
 	})
@@ -285,8 +285,8 @@ func (c *Cluster) startSlurm() error {
 		return err
 	}
 	var last string
-	return c.waitFor(45*time.Second, "node idle in sinfo", func() (bool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return c.waitFor(3*time.Minute, "node idle in sinfo", func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		out, err := c.Command(ctx, c.Bin.Sinfo, "--noheader", "--nodes="+c.Node, "--format=%T %G")
 		last = strings.TrimSpace(out)

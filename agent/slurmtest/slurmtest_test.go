@@ -13,7 +13,7 @@ import (
 // the tests rely on.
 func TestStart(t *testing.T) {
 	c := slurmtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := c.Command(ctx, c.Bin.Scontrol, "show", "node", c.Node)
 	if err != nil {

@@ -54,10 +54,10 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	}
 	if len(args) == 0 || args[0] != "ingest" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintln(os.Stderr, "Usage: deepseed bench ingest [flags]   (deepseed bench ingest -h for the flags)")
-			fmt.Fprintln(os.Stderr, "       deepseed bench chaos [flags]    (deepseed bench chaos -h for the flags)")
-			fmt.Fprintln(os.Stderr, "       deepseed bench query [flags]    (deepseed bench query -h for the flags)")
-			fmt.Fprintln(os.Stderr, "       deepseed bench collector [flags] (deepseed bench collector -h for the flags)")
+			fmt.Fprintln(os.Stdout, "Usage: deepseed bench ingest [flags]   (deepseed bench ingest -h for the flags)")
+			fmt.Fprintln(os.Stdout, "       deepseed bench chaos [flags]    (deepseed bench chaos -h for the flags)")
+			fmt.Fprintln(os.Stdout, "       deepseed bench query [flags]    (deepseed bench query -h for the flags)")
+			fmt.Fprintln(os.Stdout, "       deepseed bench collector [flags] (deepseed bench collector -h for the flags)")
 			return nil
 		}
 		return errors.New(`bench: want "deepseed bench ingest [flags]", "deepseed bench chaos [flags]", "deepseed bench query [flags]" or "deepseed bench collector [flags]"`)

@@ -49,7 +49,7 @@ func (c *CollectCommand) Run(ctx context.Context, args []string) error {
 		capture       = f.String("capture", "DEEPSEED_CAPTURE", "", "write every NVML reading to this file in the test-fixture format")
 		noGPU         = f.Bool("no-gpu", "DEEPSEED_NO_GPU", false, "do not sample GPUs")
 		fakeGPU       = f.String("fake-nvml", "DEEPSEED_FAKE_NVML", "", "replay this NVML capture instead of reading GPUs, for load tests")
-		fakeGPUs      = f.String("fake-gpus", "DEEPSEED_FAKE_GPUS", "0", "with --fake-nvml, show this many GPUs")
+		fakeGPUs      = f.String("fake-nvml-gpus", "DEEPSEED_FAKE_NVML_GPUS", "0", "with --fake-nvml, show this many GPUs")
 		logLevel      = f.String("log-level", "DEEPSEED_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 		httpf         = addHTTPFlags(f, "hook")
 	)
@@ -105,7 +105,7 @@ the server (see docs/durability.md).
 	}
 	maxBytes, maxRecords := num("spool-max-bytes", *spoolMax, 1), num("batch-max-records", *batchMax, 1)
 	sendBytes := num("batch-max-bytes", *batchBytes, 1024)
-	nFake := num("fake-gpus", *fakeGPUs, 0)
+	nFake := num("fake-nvml-gpus", *fakeGPUs, 0)
 	limits := httpf.parse(&errs)
 	httplimit.SetMemoryLimit(limits.MaxInflightBytes)
 	var limitErrs []error

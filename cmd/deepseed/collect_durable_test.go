@@ -180,7 +180,19 @@ func TestCollectKill9KeepsAcknowledged(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(700 * time.Millisecond)
+	// Killed mid-stream: once live posts are being acknowledged, however
+	// slowly the restarted collector came up.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no live post was acknowledged in 2 minutes")
+		}
+	}
 	c.kill()
 	close(stop)
 	wg.Wait()

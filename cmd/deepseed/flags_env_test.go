@@ -12,47 +12,15 @@ import (
 // environment variable or says it has none: -h is the one place a user
 // learns how to set it.
 func TestEveryFlagSaysItsEnvironmentVariable(t *testing.T) {
-	// Subcommands as the commands' own help names them:
-	// "deepseed job <submit|list|…>" and "deepseed bench ingest [flags]".
-	group := regexp.MustCompile(`deepseed (\w+) <([a-z]+(?:\|[a-z]+)+)>`)
-	single := regexp.MustCompile(`(?m)^(?:Usage:)?\s+deepseed (\w+) ([a-z]+) \[flags\]`)
-	var todo [][]string
-	for _, c := range commands {
-		code, out, stderr := runBinary(t, nil, c.name, "-h")
-		if code != 0 {
-			t.Fatalf("deepseed %s -h: exit %d: %s", c.name, code, stderr)
-		}
-		todo = append(todo, []string{c.name})
-		seen := map[string]bool{}
-		for _, m := range group.FindAllStringSubmatch(out, -1) {
-			for _, sub := range strings.Split(m[2], "|") {
-				seen[sub] = true
-			}
-		}
-		for _, m := range single.FindAllStringSubmatch(out, -1) {
-			seen[m[2]] = true
-		}
-		for sub := range seen {
-			todo = append(todo, []string{c.name, sub})
-		}
-	}
+	pages := helpPages(t)
 	flags := 0
-	for _, args := range todo {
-		code, out, stderr := runBinary(t, nil, append(args, "-h")...)
-		if code != 0 {
-			t.Errorf("deepseed %s -h: exit %d: %s", strings.Join(args, " "), code, stderr)
-			continue
-		}
-		for _, block := range flagBlocks(out) {
-			flags++
-			if !strings.Contains(block, "(env DEEPSEED_") && !strings.Contains(block, "(no environment variable") {
-				t.Errorf("deepseed %s -h: a flag names no environment variable and does not say it has none:\n%s",
-					strings.Join(args, " "), block)
-			}
-		}
+	for _, p := range pages {
+		// helpFlags reports a flag whose last line neither names its
+		// variable nor says it has none.
+		flags += len(helpFlags(t, p))
 	}
-	if len(todo) < 15 || flags < 100 {
-		t.Fatalf("walked %d commands and %d flags; the help's shape changed under this test", len(todo), flags)
+	if len(pages) < 15 || flags < 100 {
+		t.Fatalf("walked %d commands and %d flags; the help's shape changed under this test", len(pages), flags)
 	}
 }
 
@@ -109,14 +77,8 @@ var variablesOutsideHelp = map[string]string{
 // some command's -h names, or one of variablesOutsideHelp.
 func TestDocumentedVariablesAreInHelp(t *testing.T) {
 	var help strings.Builder
-	for _, args := range [][]string{
-		{"serve"}, {"collect"}, {"migrate"}, {"import"}, {"demo"}, {"agent"}, {"runs"}, {"run", "show"},
-		{"bench", "ingest"}, {"bench", "query"}, {"bench", "chaos"}, {"bench", "collector"},
-		{"job", "submit"}, {"job", "list"}, {"job", "show"}, {"job", "cancel"},
-		{"sweep", "create"}, {"sweep", "show"}, {"quota", "set"}, {"quota", "show"}, {"help"},
-	} {
-		_, out, _ := runBinary(t, nil, append(args, "-h")...)
-		help.WriteString(out)
+	for _, p := range helpPages(t) {
+		help.WriteString(p.text)
 	}
 	inHelp := map[string]bool{}
 	variable := regexp.MustCompile(`DEEPSEED_[A-Z0-9_]*`)

@@ -70,7 +70,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"address of the HTTP API, host:port or :port; unset: :8080 (every interface) when a token is configured, 127.0.0.1:8080 (this machine only) when none is")
 	insecure := f.Bool("insecure-open", "DEEPSEED_INSECURE_OPEN", false,
 		"serve the API with no token on a non-loopback --listen: anyone who reaches it reads and writes every run (logged as an error at start); without it serve refuses to start that way")
-	role := f.String("role", "DEEPSEED_ROLE", def.Role, "routes to serve: all, ingest (POST /ingest, /import) or query (the GET routes)")
+	role := f.String("role", "DEEPSEED_ROLE", def.Role, "routes to serve: all, ingest (POST /ingest and /import only) or query (the GET routes and the job routes: jobs, sweeps, quotas, agents)")
 	httpf := addHTTPFlags(f, "ingest")
 	straggler := f.String("straggler-pct", "DEEPSEED_STRAGGLER_PCT", strconv.FormatFloat(def.StragglerPct, 'g', -1, 64), "default margin past which GET /runs/{id}/ranks flags a straggler, in percent of the median busy time (its median lateness) or over the median step time when no lateness is recorded")
 	shutdown := f.String("shutdown-timeout", "DEEPSEED_SHUTDOWN_TIMEOUT", def.ShutdownTimeout.String(), "how long in-flight requests may run after SIGTERM")

@@ -55,7 +55,12 @@ func TestServeWaitsForUnreachableDatabase(t *testing.T) {
 	if res.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("ingest with the database away: %d, want 503", res.StatusCode)
 	}
-	time.Sleep(2 * time.Second) // a few retries
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(logs.String(), "database not reachable yet"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			break // reported below, with the output
+		}
+	}
+	time.Sleep(2 * time.Second) // a few more retries, which must not each be logged
 	stopServe(t, cmd, exited)
 	out := logs.String()
 	if !strings.Contains(out, "database not reachable yet") {

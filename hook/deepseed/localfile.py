@@ -131,7 +131,9 @@ class FileSender(NullSender):
     """Appends NDJSON to a local file, for offline runs; the file can be
     sent later with ``deepseed import FILE``, which says so at close.
     Records are written in batches (every BUFFER records or FLUSH_S
-    seconds, and at flush and close), not one write per record."""
+    seconds, and at flush and close), not one write per record. Written
+    records count in :attr:`saved` (records_saved_locally): nothing here
+    is sent, so :attr:`sent` stays 0."""
 
     BUFFER = 256
     FLUSH_S = 1.0
@@ -163,7 +165,7 @@ class FileSender(NullSender):
         if not buf:
             return
         n = self._file.write(buf)
-        self.sent += n
+        self.saved += n
         self.dropped += len(buf) - n
 
     def flush(self, timeout=5.0):

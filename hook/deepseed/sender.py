@@ -115,6 +115,9 @@ class Sender:
         # retry mends (a wrong token, a wrong address): every record from
         # then on goes to the local file, to be sent with deepseed import.
         self._refused = None
+        # Set by drain() once nothing answered while the run finished: what
+        # is queued, in flight or put later goes to the local file at once.
+        self._spill = False
 
         # Counters, readable by tests and by Run.summary().
         self.dropped = 0  # evicted from a full queue
@@ -134,7 +137,8 @@ class Sender:
         try:
             evicted = None
             with self._lock:
-                if self._closing and self._deadline is not None and time.monotonic() > self._deadline:
+                if self._spill or (self._closing and self._deadline is not None
+                                   and time.monotonic() > self._deadline):
                     evicted = record
                 else:
                     if len(self._q) >= self.max_queue:
@@ -164,19 +168,46 @@ class Sender:
 
     def drain(self, timeout=5.0) -> bool:
         """flush, but gives up as soon as an attempt gets no answer at all:
-        what the end record counts before close, which then keeps the rest
-        locally at once instead of waiting out its timeout."""
+        what finish() waits on before the end record. Once it gave up so,
+        what is queued or in flight goes to the local file at once, and so
+        does every record put later (the end record): the end record's
+        counts then say where the records are (records_saved_locally), not
+        that they are still pending."""
         end = time.monotonic() + timeout
         self._wake.set()
         with self._lock:
             self._unreachable = False
             while self._q or self._inflight:
                 left = end - time.monotonic()
-                if left <= 0 or self._unreachable:
+                if left <= 0:
                     return False
+                if self._unreachable:
+                    break
                 self._idle.wait(min(left, 0.05))
                 self._wake.set()
-        return True
+            else:
+                return True
+        if self._local is not None and self._local.failed is None:
+            self._spill_locally(end)
+        return False
+
+    def _spill_locally(self, end):
+        """Sends what is queued to the local file and has the sender
+        thread do the same with its batch in flight, waiting for that
+        until end (monotonic) at most."""
+        with self._lock:
+            self._spill = True
+            left = list(self._q)
+            self._q.clear()
+        self._wake.set()
+        self._keep_locally(left)
+        with self._lock:
+            while self._inflight:
+                wait = end - time.monotonic()
+                if wait <= 0:
+                    break
+                self._idle.wait(min(wait, 0.05))
+                self._wake.set()
 
     def close(self, timeout=5.0) -> bool:
         """Sends what is queued, waiting at most timeout seconds, then stops.
@@ -246,7 +277,7 @@ class Sender:
             if not batch:
                 continue
             ok = False
-            if self._refused:
+            if self._refused or self._spill:
                 self._keep_locally(batch)
                 batch = []
             while batch:
@@ -269,6 +300,10 @@ class Sender:
                     # Wait before retrying, but never past close()'s deadline.
                     self._sleep(backoff)
                     backoff = min(backoff * 2, self.max_backoff)
+                if self._spill:
+                    self._keep_locally(batch)
+                    batch = None
+                    break
                 if self._closing and (self._past_deadline() or self._unreachable):
                     # Give up: put the batch back so close() counts it.
                     with self._lock:
@@ -297,7 +332,7 @@ class Sender:
         end = time.monotonic() + seconds
         while True:
             left = end - time.monotonic()
-            if left <= 0 or (self._closing and self._past_deadline()):
+            if left <= 0 or self._spill or (self._closing and self._past_deadline()):
                 return
             if self._closing:
                 time.sleep(min(left, 0.1))

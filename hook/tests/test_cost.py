@@ -83,10 +83,10 @@ class FileSenderTest(unittest.TestCase):
         fs.BUFFER = 5
         for r in records(4):
             fs.put(r)
-        self.assertEqual(fs.sent, 0)
+        self.assertEqual(fs.saved, 0)
         self.assertEqual(fs.pending, 4)
         fs.put(records(5)[4])
-        self.assertEqual(fs.sent, 5)
+        self.assertEqual(fs.saved, 5)
         self.assertEqual(fs.pending, 0)
         for r in records(2):
             fs.put(r)
@@ -98,10 +98,10 @@ class FileSenderTest(unittest.TestCase):
         fs = FileSender(self.path)
         fs.FLUSH_S = 0.05
         fs.put(records(1)[0])
-        self.assertEqual(fs.sent, 0)
+        self.assertEqual(fs.saved, 0)
         time.sleep(0.06)
         fs.put(records(2)[1])
-        self.assertEqual(fs.sent, 2)
+        self.assertEqual(fs.saved, 2)
         fs.close()
 
     def test_close_writes_what_is_buffered(self):
@@ -110,9 +110,9 @@ class FileSenderTest(unittest.TestCase):
             fs.put(r)
         self.assertTrue(fs.close())
         self.assertEqual(len(self.lines()), 7)
-        self.assertEqual(fs.sent, 7)
+        self.assertEqual(fs.saved, 7)
 
-    def test_run_summary_counts_buffered_records_as_sent(self):
+    def test_run_summary_counts_buffered_records_as_saved_locally(self):
         import deepseed
         run = deepseed.init(project="p", mode="offline", file=self.path, handle_signals=False)
         for i in range(1, 4):
@@ -120,7 +120,8 @@ class FileSenderTest(unittest.TestCase):
         run.finish()
         recs = self.lines()
         end = [r for r in recs if r["kind"] == "end"][0]
-        self.assertEqual(end["summary"]["records_sent"], len(recs) - 1)
+        self.assertEqual(end["summary"]["records_saved_locally"], len(recs) - 1)
+        self.assertEqual((end["summary"]["records_sent"], end["summary"]["records_pending"]), (0, 0))
         self.assertEqual(end["summary"]["steps"], 3)
 
 

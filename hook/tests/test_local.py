@@ -105,6 +105,27 @@ class LocalFileTest(unittest.TestCase):
         self.assertIn("end", [r["kind"] for r in recs])
         self.assertEqual(len([r for r in recs if r["kind"] == "step"]), 20)
 
+    def assert_summary_says_all_saved_locally(self, p):
+        # The end record is the last line of the file: its counts are of
+        # every record before it, all of which are in the file.
+        self.assertEqual(p.returncode, 0, p.stderr)
+        run_id = dict(kv.split("=", 1) for kv in p.stdout.split())["run_id"]
+        with open(os.path.join(self.dir, run_id + ".ndjson"), encoding="utf-8") as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+        self.assertEqual(lines[-1]["kind"], "end")
+        summ = lines[-1]["summary"]
+        self.assertEqual({k: summ[k] for k in ("records_saved_locally", "records_pending", "records_sent",
+                                                 "records_dropped")},
+                         {"records_saved_locally": len(lines) - 1, "records_pending": 0, "records_sent": 0,
+                          "records_dropped": 0})
+
+    def test_summary_counts_records_kept_locally_with_nothing_listening(self):
+        self.assert_summary_says_all_saved_locally(self.run_script(closed_port_url())[0])
+
+    def test_summary_counts_records_kept_locally_offline(self):
+        p, _ = self.run_script(closed_port_url(), extra_env={"DEEPSEED_MODE": "offline"})
+        self.assert_summary_says_all_saved_locally(p)
+
     def test_ranks_write_their_own_files(self):
         p, _ = self.run_script(closed_port_url(), extra_env={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
                                                              "DEEPSEED_RUN_ID": "two-ranks"})

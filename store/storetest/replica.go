@@ -62,8 +62,9 @@ func NewReplicated(t testing.TB) *Replicated {
 		PrimaryURL: WithDatabase(admin, "deepseed"), StandbyURL: WithDatabase(sadmin, "deepseed"),
 		standbyAdmin: sadmin, primary: primary,
 	}
-	// The standby answers once it has reached a consistent state.
-	deadline := time.Now().Add(time.Minute)
+	// The standby answers once it has reached a consistent state, which
+	// on a loaded machine takes a while.
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		err := execSQL(ctx, r.StandbyURL, `SELECT 1`)
 		if err == nil {
