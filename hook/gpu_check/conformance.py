@@ -14,7 +14,7 @@ what one device call runs:
             Lightning (integrations_check.py's runs)
     gloo    two ranks sharing one GPU over gloo (host-blocking collectives):
             DDP x {control, data, host}, FSDP2 x {control, data}, Accelerate
-            DDP x {control, data}, DDP with compiled blocks (control)
+            {DDP, FSDP2} x {control, data}, DDP with compiled blocks (control)
     nccl    two GPUs or more, a rank a GPU: the same and the gpu straggler,
             compiled DDP and FSDP2, DeepSpeed ZeRO-2/3 (DeepSpeed on
             PYTHONPATH); refused, saying why, where fewer GPUs are lent
@@ -64,8 +64,9 @@ def cells(slice_name):
             out.append(dict(fw="plain", comp="eager", par="ddp", prec="bf16", acc=1, plant=plant))
         for plant in ("control", "data"):
             out.append(dict(fw="plain", comp="eager", par="fsdp2", prec="bf16", acc=1, plant=plant))
-        for plant in ("control", "data"):
-            out.append(dict(fw="accelerate", comp="eager", par="ddp", prec="bf16", acc=1, plant=plant))
+        for par in ("ddp", "fsdp2"):
+            for plant in ("control", "data"):
+                out.append(dict(fw="accelerate", comp="eager", par=par, prec="bf16", acc=1, plant=plant))
         out.append(dict(fw="plain", comp="blocks", par="ddp", prec="bf16", acc=1, plant="control"))
     elif slice_name == "nccl":
         for par in ("ddp", "fsdp2"):
@@ -143,8 +144,12 @@ def run_accelerate(cell, deepseed, torch, path, rank, world):
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     handlers = [InitProcessGroupKwargs(backend="gloo")] if world > 1 and os.environ.get("CONF_GLOO") else []
+    kw = {}
+    if cell["par"] == "fsdp2":
+        from accelerate.utils import FullyShardedDataParallelPlugin
+        kw["fsdp_plugin"] = FullyShardedDataParallelPlugin(fsdp_version=2)
     acc = Accelerator(mixed_precision=cell["prec"] if cell["prec"] != "fp32" else "no",
-                      gradient_accumulation_steps=cell["acc"], kwargs_handlers=handlers)
+                      gradient_accumulation_steps=cell["acc"], kwargs_handlers=handlers, **kw)
     model = gpt(torch)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, VOCAB, (STEPS * cell["acc"] * BATCH * world, SEQ))

@@ -40,6 +40,11 @@ def describe(model, optimizer=None):
             pg = st._fsdp_param_group
             if pg is not None and pg.post_forward_mesh_info is None:
                 meta["zero_stage"] = 2  # reshard_after_forward=False keeps parameters
+            # MixedPrecisionPolicy(param_dtype=...): the forward and backward
+            # run in it (Accelerate's FSDP2 plugin sets it, with no autocast).
+            pd = getattr(getattr(st, "_mp_policy", None), "param_dtype", None)
+            if pd is not None:
+                meta["precision"] = _PRECISION.get(str(pd), str(pd))
         except Exception:
             pass
     elif cls in ("DistributedDataParallel", "DataParallel"):
