@@ -138,7 +138,7 @@ func (h *Handler) ledgerOf(ctx context.Context, r *store.RunRow, pc profileCache
 	thr := 0.0
 	g := prof.p.GPU
 	if g.Samples > 0 && g.ThrottledClockMHz != nil && g.FreeClockMHz != nil && *g.FreeClockMHz > 0 {
-		loss := math.Max(0, 1-*g.ThrottledClockMHz / *g.FreeClockMHz)
+		loss := math.Max(0, 1 - *g.ThrottledClockMHz / *g.FreeClockMHz)
 		thr = float64(out.GPUHours) * g.ThrottlePct / 100 * loss
 	}
 	// Stragglers: the waits in collectives beyond the last rank's, split
