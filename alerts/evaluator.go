@@ -47,6 +47,9 @@ type Evaluator struct {
 	Log    *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Trends, when set, feeds the regression and drift detectors.
+	Trends     Trends
+	trendCache map[string]trendEntry
 }
 
 // Run evaluates every interval until ctx is done. Several servers may run
@@ -124,6 +127,10 @@ func (e *Evaluator) evalRun(ctx context.Context, runID string, running bool, cfg
 		if err != nil {
 			return err
 		}
+	}
+	in.Regression, in.Drift, err = e.trends(ctx, runID, running, cfg)
+	if err != nil {
+		return err
 	}
 	return reconcile(ctx, e.Store, runID, detect.Run(cfg, in))
 }

@@ -14,6 +14,8 @@ const (
 	AlertDataStall     = "data_stall"
 	AlertStraggler     = "straggler"
 	AlertHang          = "hang"
+	AlertRegression    = "regression"
+	AlertDrift         = "drift"
 )
 
 // EventHang is the type of the hook's hang report (hook/deepseed/hang.py:
@@ -27,7 +29,7 @@ const (
 
 // AlertKinds lists every alert kind.
 var AlertKinds = []string{AlertNonFinite, AlertOverflowStorm, AlertLossSpike, AlertIdleGPU,
-	AlertStalled, AlertRankStopped, AlertDataStall, AlertStraggler, AlertHang}
+	AlertStalled, AlertRankStopped, AlertDataStall, AlertStraggler, AlertHang, AlertRegression, AlertDrift}
 
 // Alert is one firing of a detector on a run: open while its condition
 // holds (ResolvedAt null), resolved when it clears.

@@ -21,18 +21,21 @@ import (
 // a parameter it leaves out is one no client learns of, and one it
 // invents is one clients send in vain.
 var handlerParams = map[string][]string{
-	"/runs":               {"project", "status", "tag", "sweep", "limit", "offset"},
-	"/runs/:id":           {},
-	"/runs/:id/series":    {"metric", "rank", "from_step", "to_step", "from", "to", "max_points", "top"},
-	"/runs/:id/heatmap":   {"pass", "max_steps", "rank", "from_step", "to_step"},
-	"/runs/:id/evals":     {},
-	"/runs/:id/breakdown": {"from_step", "rank"},
-	"/runs/:id/memory":    {},
-	"/runs/:id/ranks":     {"straggler_pct", "from_step"},
-	"/compare":            {"run", "sweep", "project", "baseline"},
-	"/gpus":               {"host", "gpu", "run_id", "rank", "metric", "from", "to", "max_points"},
-	"/annotations":        {"run_id", "type", "from", "to"},
-	"/alerts":             {"project", "run_id", "state", "kind", "limit"},
+	"/runs":                {"project", "status", "tag", "sweep", "limit", "offset"},
+	"/runs/:id":            {},
+	"/runs/:id/series":     {"metric", "rank", "from_step", "to_step", "from", "to", "max_points", "top"},
+	"/runs/:id/heatmap":    {"pass", "max_steps", "rank", "from_step", "to_step"},
+	"/runs/:id/evals":      {},
+	"/runs/:id/breakdown":  {"from_step", "rank"},
+	"/runs/:id/memory":     {},
+	"/runs/:id/ranks":      {"straggler_pct", "from_step"},
+	"/compare":             {"run", "sweep", "project", "baseline"},
+	"/gpus":                {"host", "gpu", "run_id", "rank", "metric", "from", "to", "max_points"},
+	"/annotations":         {"run_id", "type", "from", "to"},
+	"/alerts":              {"project", "run_id", "state", "kind", "limit"},
+	"/runs/:id/regression": {"baseline", "baseline_tag"},
+	"/runs/:id/ledger":     {},
+	"/ledger":              {"project", "limit"},
 }
 
 func TestOpenAPIDescribesQueryParameters(t *testing.T) {

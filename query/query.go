@@ -95,6 +95,9 @@ func (h *Handler) Register(g *echo.Group) {
 	g.GET("/runs/:id/memory", h.wrap(h.memory))
 	g.GET("/runs/:id/ranks", h.wrap(h.ranks))
 	g.GET("/runs/:id/code", h.wrap(h.code))
+	g.GET("/runs/:id/regression", h.wrap(h.regression))
+	g.GET("/runs/:id/ledger", h.wrap(h.runLedger))
+	g.GET("/ledger", h.wrap(h.projectLedger))
 	g.GET("/compare", h.wrap(h.compare))
 	g.GET("/gpus", h.wrap(h.gpus))
 	g.GET("/annotations", h.wrap(h.annotations))
@@ -105,7 +108,7 @@ func (h *Handler) Register(g *echo.Group) {
 var Routes = []string{
 	"/runs", "/runs/:id", "/runs/:id/series", "/runs/:id/heatmap", "/runs/:id/evals",
 	"/runs/:id/breakdown", "/runs/:id/memory", "/runs/:id/ranks", "/compare", "/gpus", "/annotations",
-	"/alerts",
+	"/alerts", "/runs/:id/regression", "/runs/:id/ledger", "/ledger",
 }
 
 // badParam is a 400 naming the query parameter at fault.

@@ -44,14 +44,21 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return h.rankReport(ctx, r, ranks, pct, from)
+}
+
+// rankReport is the /ranks answer of a run with ranks, from step from
+// on, stragglers past pct.
+func (h *Handler) rankReport(ctx context.Context, r *store.RunRow, ranks []int, pct float64, from int64) (api.RanksResponse, error) {
+	out := api.RanksResponse{RunID: r.RunID, StragglerPct: api.Float(pct), Ranks: []api.RankStat{}, Hosts: []api.HostStat{}, Basis: "steps"}
 	out.FromStep = from
 	agg, syncs, src, err := h.rankFigures(ctx, r.RunID, from, &out)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	hosts, err := h.store.RankHosts(ctx, r.RunID)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	out.LatenessFrom = src
 	byRank := map[int]store.RankSync{}
@@ -101,10 +108,10 @@ func (h *Handler) ranks(ctx context.Context, c echo.Context) (any, error) {
 		out.Ranks = append(out.Ranks, st)
 	}
 	if err := h.finalScores(ctx, r, ranks, &out); err != nil {
-		return nil, err
+		return out, err
 	}
 	if err := h.ownWork(ctx, r, ranks, from, agg, byRank, pct, src, &out); err != nil {
-		return nil, err
+		return out, err
 	}
 	out.Hosts = hostStats(out.Ranks)
 	return out, nil

@@ -96,7 +96,10 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"GPUResponse": api.GPUResponse{}, "GPUSeries": api.GPUSeries{}, "TimePoint": api.TimePoint{},
 		"AnnotationsResponse": api.AnnotationsResponse{}, "Annotation": api.Annotation{},
 		"AlertList": api.AlertList{}, "Alert": api.Alert{}, "WastedGPUHours": api.WastedGPUHours{},
-		"Sweep": api.Sweep{}, "SweepSummary": api.SweepSummary{}, "SweepList": api.SweepList{}, "Quota": api.Quota{},
+		"Regression": api.Regression{}, "Fingerprint": api.Fingerprint{}, "Figure": api.Figure{}, "PlaceDelta": api.PlaceDelta{},
+		"Difference": api.Difference{}, "Ledger": api.Ledger{}, "LedgerItem": api.LedgerItem{}, "ProjectLedger": api.ProjectLedger{},
+		"LedgerDay": api.LedgerDay{},
+		"Sweep":     api.Sweep{}, "SweepSummary": api.SweepSummary{}, "SweepList": api.SweepList{}, "Quota": api.Quota{},
 		"Readiness": Readiness{}, "ReadDatabase": ReadDatabase{},
 	}
 	for name, v := range types {

@@ -306,7 +306,8 @@ func (s *Server) Prepare(ctx context.Context) error {
 		bg.Add(1)
 		go func() {
 			defer bg.Done()
-			ev := &alerts.Evaluator{Store: s.store, Config: s.cfg.Alerts, Log: s.log}
+			trends := query.New(s.store, query.Options{Logger: s.log.With("component", "alerts"), StragglerPct: s.cfg.StragglerPct, Alerts: &s.cfg.Alerts})
+			ev := &alerts.Evaluator{Store: s.store, Config: s.cfg.Alerts, Log: s.log, Trends: trends}
 			ev.Run(ctx, s.cfg.AlertsEvery)
 		}()
 	}

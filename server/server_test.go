@@ -40,7 +40,7 @@ type running struct {
 }
 
 // start serves srv on a free 127.0.0.1 port until the test ends.
-func start(t *testing.T, srv *Server) *running {
+func start(t testing.TB, srv *Server) *running {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -75,7 +75,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 }
 
 // do sends a request and returns the status and body.
-func do(t *testing.T, method, url, token, body string) (int, []byte, http.Header) {
+func do(t testing.TB, method, url, token, body string) (int, []byte, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {

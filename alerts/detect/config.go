@@ -43,7 +43,25 @@ type Config struct {
 	// time (docs/ranks.md) — is above StragglerPct %.
 	StragglerPct   float64 `json:"straggler_pct"`
 	StragglerAlpha float64 `json:"straggler_alpha"`
+	// RegressionPct, RegressionZ: a figure of a run (step time,
+	// throughput, MFU, peak memory) regressed when it is worse than its
+	// baseline's mean by more than max(RegressionZ × the baseline's
+	// spread, RegressionPct %) (docs/regression.md); LayerPct is the
+	// floor for a layer or a phase to be named.
+	RegressionPct float64 `json:"regression_pct"`
+	RegressionZ   float64 `json:"regression_z"`
+	LayerPct      float64 `json:"layer_pct"`
+	// DriftPct, DriftFor: a run drifts when its throughput stays
+	// DriftPct % or more below its own steady window for DriftFor.
+	DriftPct float64  `json:"drift_pct"`
+	DriftFor Duration `json:"drift_for"`
 }
+
+// The defaults a regression's sentence quotes.
+const (
+	RegressionZDefault = 3.0
+	LayerPctDefault    = 5.0
+)
 
 // Defaults returns the documented defaults.
 func Defaults() Config {
@@ -61,6 +79,11 @@ func Defaults() Config {
 		DataSharePct:   30,
 		StragglerPct:   10,
 		StragglerAlpha: 0.1,
+		RegressionPct:  3,
+		RegressionZ:    RegressionZDefault,
+		LayerPct:       LayerPctDefault,
+		DriftPct:       5,
+		DriftFor:       Duration(3 * time.Minute),
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // StepRow is one step of one rank as the detectors read it (the store's
@@ -88,6 +90,11 @@ type Rows struct {
 	Hangs []HangReport
 	// GPUs holds the run's GPUs' recent samples (read while it runs).
 	GPUs []GPUState
+	// Regression is the run's comparison with its baseline runs, nil
+	// when it has none (or it was not computed on this pass); Drift the
+	// run's step blocks and GPU windows, nil when not read.
+	Regression *api.Regression
+	Drift      *DriftInput
 }
 
 // ranks returns the ranks with steps, lowest first.

@@ -57,6 +57,12 @@ var Table = []Detector{
 			"the run's hang events (GET /api/v1/annotations) hold the stacks."},
 	{Kind: api.AlertIdleGPU, Title: "idle GPU", Severity: Warning,
 		Thresholds: []string{"idle_util_pct", "idle_for"}, Detect: idleGPU},
+	{Kind: api.AlertRegression, Title: "regression against the baseline", Severity: Warning,
+		Thresholds: []string{"regression_pct", "regression_z", "layer_pct"}, Detect: regression,
+		Description: "The DeepSeed server compared the run with the comparable runs of its project and found it worse beyond their spread. " +
+			"GET /api/v1/runs/{{ $labels.run_id }}/regression says where and what differs."},
+	{Kind: api.AlertDrift, Title: "throughput drift", Severity: Warning,
+		Thresholds: []string{"drift_pct", "drift_for"}, Detect: drift},
 }
 
 // Run runs every detector of Table over one run's rows and returns what
