@@ -109,6 +109,14 @@ class TotalStepsTest(unittest.TestCase):
                 DeepSeedCallback(run=run, watch=False).on_train_begin(args, state, None)
                 run.finish()
                 self.assertEqual(self.meta(path).get("total_steps"), want)
+            # A fit resumed from checkpoint-300 says so, once, at that step.
+            run, path = self.init()
+            state = types.SimpleNamespace(is_world_process_zero=True, max_steps=2400, global_step=300)
+            DeepSeedCallback(run=run, watch=False).on_train_begin(args, state, None)
+            run.finish()
+            with open(path) as f:
+                events = [r for r in map(json.loads, f) if r["kind"] == "event"]
+            self.assertEqual([(e["type"], e["step"]) for e in events], [("resume", 300)])
             sys.modules.pop("deepseed.integrations.hf", None)
 
     def test_lightning_callback_reads_max_steps_or_estimate(self):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from transformers import TrainerCallback
 
 from .. import run as _run
+from . import resumed_from
 
 _STEP_KEYS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm", "epoch": "epoch"}
 
@@ -55,6 +56,7 @@ class DeepSeedCallback(TrainerCallback):
         if not isinstance(total, int) or total <= 0:
             total = getattr(args, "max_steps", None)
         run.set_total_steps(total)
+        resumed_from(run, getattr(state, "global_step", 0))
         if self.watch and model is not None:
             kw = {}
             if self.layer_every is not None:
@@ -118,3 +120,4 @@ def _params(args):
         if isinstance(v, (int, float, str, bool)):
             out[k] = v if not hasattr(v, "value") else str(v)
     return out
+

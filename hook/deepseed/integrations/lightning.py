@@ -33,6 +33,7 @@ except ImportError:  # the older package name
 
 from .. import run as _run
 from ..env import lightning_precision as precision_name, strategy_parallelism
+from . import resumed_from
 
 
 class DeepSeedCallback(Callback):
@@ -93,6 +94,7 @@ class DeepSeedCallback(Callback):
         # fit loop has set up by now.
         if self.run is not None:
             _set_total_steps(self.run, trainer)
+            resumed_from(self.run, getattr(trainer, "global_step", 0))
 
     # ---- one batch ------------------------------------------------------------
 
