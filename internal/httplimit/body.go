@@ -72,13 +72,15 @@ func readBody(r *http.Request, limit int64, lease *Lease) (body []byte, release 
 	if r.ContentLength > limit {
 		return nil, noRelease, tooLarge
 	}
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	rawBuf := getBuffer()
-	raw, rerr := readLimited(ctx, rawBuf, r.Body, limit, r.ContentLength, lease)
+	// What a plain body decodes to is leased with it; a compressed one's
+	// output is leased as it is decompressed.
+	raw, rerr := readLimited(ctx, rawBuf, r.Body, limit, r.ContentLength, enc == "" || enc == "identity", lease)
 	if rerr != nil {
 		putBuffer(rawBuf)
 		return nil, noRelease, readError(rerr, tooLarge, "reading request body: ")
 	}
-	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	switch {
 	case enc == "gzip" || enc == "x-gzip" || bytes.HasPrefix(raw, []byte{0x1f, 0x8b}):
 		defer putBuffer(rawBuf)
@@ -175,11 +177,12 @@ func getGzipReader(z []byte) (*gzip.Reader, error) {
 // time: a client that announces a large body and sends nothing holds next
 // to nothing. A large body whose length was announced (announced, -1 when
 // not) and whose first chunk has arrived leases all it will need at once,
-// its bytes and what decoding them takes: of many large bodies at once,
+// its bytes and, for a plain one, what decoding them takes: of many large
+// bodies at once,
 // those that got their lease finish and the others are answered 503 before
 // they are read, instead of each holding part of the budget while none can
 // finish.
-func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, announced int64, lease *Lease) ([]byte, error) {
+func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, announced int64, plain bool, lease *Lease) ([]byte, error) {
 	lr := io.LimitReader(r, limit+1)
 	var leased int64
 	reserve := announced > smallBody && announced <= limit
@@ -187,10 +190,14 @@ func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, ann
 		if reserve && buf.Len() >= leaseChunk {
 			reserve = false
 			size := announced + 2*leaseChunk
-			if err := lease.Grow(ctx, max(0, size-leased)+decodeFactor*announced); err != nil {
+			var decode int64
+			if plain {
+				decode = decodeFactor * announced
+			}
+			if err := lease.Grow(ctx, max(0, size-leased)+decode); err != nil {
 				return nil, err
 			}
-			lease.prepaid = decodeFactor * announced
+			lease.prepaid = decode
 			leased = max(leased, size)
 			buf.Grow(int(size) - buf.Len())
 		}
