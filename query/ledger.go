@@ -144,18 +144,23 @@ func (h *Handler) ledgerOf(ctx context.Context, r *store.RunRow, pc profileCache
 	// Stragglers: the waits in collectives beyond the last rank's, split
 	// by the own-work cause of the ranks named (weighted by their delay);
 	// what no named rank explains is the collectives' own.
-	split, err := h.stragglerSplit(ctx, r, ranks)
+	split, hidden, err := h.stragglerSplit(ctx, r, ranks)
 	if err != nil {
 		return nil, err
 	}
-	gpuStrag := w.StragglerGPUH * split["gpu"]
+	// Collectives that block the host (gloo) hide the waiting ranks' wait
+	// inside their own phases, where the collective's wait does not show
+	// it: the own-work signal's hidden waits count it instead.
+	strag := math.Max(w.StragglerGPUH, hidden)
+	gpuStrag := strag * split["gpu"]
 	// A throttled GPU's straggling is the throttling's.
 	thrInStrag := math.Min(thr, gpuStrag)
-	howStrag := "Σ over steps of Σ_r (wait_r − min wait) in the collective, × the share of the named stragglers' delay whose own-work cause is "
-	add(api.LostStragglerData, w.StragglerGPUH*split["data"], howStrag+"data")
-	add(api.LostStragglerHost, w.StragglerGPUH*split["host"], howStrag+"host")
+	howStrag := "the larger of Σ over steps of Σ_r (wait_r − min wait) in the collective and Σ_r the rank's wait hidden in its own phases " +
+		"(hidden_wait_ms × steps, collectives that block the host) with the own excess of the ranks named by their own work, × the share of the named stragglers' delay whose own-work cause is "
+	add(api.LostStragglerData, strag*split["data"], howStrag+"data")
+	add(api.LostStragglerHost, strag*split["host"], howStrag+"host")
 	add(api.LostStragglerGPU, gpuStrag-thrInStrag, howStrag+"gpu, less what throttling explains")
-	add(api.LostStragglerComm, w.StragglerGPUH*split["comm"], "the collective waits no named straggler explains")
+	add(api.LostStragglerComm, strag*split["comm"], "the collective waits no named straggler explains")
 	add(api.LostThrottling, thr, "GPU-hours × the share of GPU samples with a thermal, power or slowdown reason × (1 − mean SM clock throttled / unthrottled)")
 	reg := 0.0
 	if prof.ok {
@@ -166,7 +171,7 @@ func (h *Handler) ledgerOf(ctx context.Context, r *store.RunRow, pc profileCache
 		for _, f := range rg.Figures {
 			if f.Name == "step_time_ms" && f.Worse && f.Value != nil && f.BaselineMean != nil && *f.Value > 0 {
 				steady := n * prof.to.Sub(prof.from).Hours()
-				reg = steady*(1-float64(*f.BaselineMean)/float64(*f.Value)) - thr - w.StragglerGPUH
+				reg = steady*(1-float64(*f.BaselineMean)/float64(*f.Value)) - thr - strag
 			}
 		}
 	}
@@ -208,22 +213,34 @@ func (h *Handler) restarts(ctx context.Context, runID string, rank int, n, stepM
 
 // stragglerSplit returns the shares (summing to 1) of the straggler
 // waits by cause: data, host and gpu for the /ranks stragglers by their
-// own-work cause, weighted by delay_ms; comm for the rest.
-func (h *Handler) stragglerSplit(ctx context.Context, r *store.RunRow, ranks []int) (map[string]float64, error) {
+// own-work cause, weighted by delay_ms; comm for the rest. hidden is the
+// GPU-hours the ranks spent waiting inside their own phases for the
+// named stragglers (Σ hidden_wait_ms × steps) and the stragglers' own
+// excess (Σ own_excess_ms × steps of the ranks named by their own work).
+func (h *Handler) stragglerSplit(ctx context.Context, r *store.RunRow, ranks []int) (split map[string]float64, hidden float64, err error) {
 	out := map[string]float64{"comm": 1}
 	if len(ranks) < 2 {
-		return out, nil
+		return out, 0, nil
 	}
 	from, err := h.steadyFrom(ctx, r.RunID, ranks[0])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	rep, err := h.rankReport(ctx, r, ranks, h.opt.StragglerPct, from)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	by := map[string]float64{}
 	total := 0.0
+	for _, st := range rep.Ranks {
+		if st.HiddenWaitMS != nil && float64(*st.HiddenWaitMS) > 0 {
+			hidden += float64(*st.HiddenWaitMS) * float64(st.Steps) / msPerHour
+		}
+		// A straggler's own excess leaves its GPU idle as long.
+		if st.Straggler && st.StragglerBy == "own_work" && st.OwnExcessMS != nil && float64(*st.OwnExcessMS) > 0 {
+			hidden += float64(*st.OwnExcessMS) * float64(st.Steps) / msPerHour
+		}
+	}
 	for _, st := range rep.Ranks {
 		if !st.Straggler || st.OwnCause == "" || st.DelayMS == nil || !(float64(*st.DelayMS) > 0) {
 			continue
@@ -232,11 +249,11 @@ func (h *Handler) stragglerSplit(ctx context.Context, r *store.RunRow, ranks []i
 		total += float64(*st.DelayMS)
 	}
 	if total == 0 {
-		return out, nil
+		return out, hidden, nil
 	}
 	out["comm"] = 0
 	for k, v := range by {
 		out[k] = v / total
 	}
-	return out, nil
+	return out, hidden, nil
 }

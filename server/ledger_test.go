@@ -1,8 +1,14 @@
 package server
 
 import (
+	"compress/gzip"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +108,78 @@ func TestLedgerCorpus(t *testing.T) {
 	}
 	if code, _, _ := do(t, "GET", r.url+"/api/v1/runs/missing/ledger", "", ""); code != 404 {
 		t.Errorf("unknown run: %d", code)
+	}
+}
+
+// The ledger and /ranks of two real runs recorded on an H200 by the
+// conformance matrix (hook/gpu_check/conformance.py): DDP over gloo, two
+// ranks on one GPU, whose collectives block the host; in one of them rank
+// 1's input came 40 ms late every step. Rank 0's wait then hides inside its
+// forward, where no collective wait shows it: the straggler must still be
+// named with its cause, its cost booked as a data straggler (not as a
+// regression against the control), and the control must lose next to
+// nothing.
+func TestLedgerOfRealHostBlockingRuns(t *testing.T) {
+	r := alertServer(t)
+	f, err := os.Open(filepath.Join("testdata", "gloo_ddp_h200.ndjson.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingestLines(t, r, strings.Split(strings.TrimSpace(string(raw)), "\n"))
+
+	var ranks api.RanksResponse
+	code, b, _ := do(t, "GET", r.url+"/api/v1/runs/gloo-data/ranks", "", "")
+	if code != 200 || json.Unmarshal(b, &ranks) != nil {
+		t.Fatalf("GET /runs/gloo-data/ranks = %d %s", code, b)
+	}
+	var named []string
+	for _, st := range ranks.Ranks {
+		if st.Straggler {
+			named = append(named, fmt.Sprintf("rank %d (%s, %s)", st.Rank, st.OwnCause, st.StragglerBy))
+		}
+	}
+	if len(named) != 1 || named[0] != "rank 1 (data, own_work)" {
+		t.Fatalf("stragglers named: %v, want rank 1 by its data time", named)
+	}
+
+	lost := func(run string) (api.Ledger, map[string]float64) {
+		var l api.Ledger
+		if err := json.Unmarshal(getLedger(t, r, "/runs/"+run+"/ledger"), &l); err != nil {
+			t.Fatal(err)
+		}
+		by := map[string]float64{}
+		sum := 0.0
+		for _, it := range l.Items {
+			by[it.Cause] += float64(it.GPUH)
+			sum += float64(it.GPUH)
+		}
+		if sum > float64(l.GPUHours)*(1+1e-9) {
+			t.Fatalf("%s: lost %.6g GPU-h of %.6g", run, sum, float64(l.GPUHours))
+		}
+		return l, by
+	}
+	l, by := lost("gloo-data")
+	if share := by[api.LostStragglerData] / float64(l.GPUHours); share < 0.3 {
+		t.Errorf("data straggler booked %.0f %% of the run's GPU-hours (%v), want the wait of half a step", share*100, by)
+	}
+	if by[api.LostRegression] > by[api.LostStragglerData]/4 {
+		t.Errorf("the straggler's cost booked as a regression: %v", by)
+	}
+	l, by = lost("gloo-control")
+	total := 0.0
+	for _, v := range by {
+		total += v
+	}
+	if total > 0.05*float64(l.GPUHours) {
+		t.Errorf("the control lost %.0f %% of its GPU-hours: %v", total/float64(l.GPUHours)*100, by)
 	}
 }
