@@ -17,6 +17,9 @@ const (
 	refresherBlocks = 2000
 )
 
+// refresherStatement bounds each statement of a background refresh.
+const refresherStatement = 2 * time.Minute
+
 // RunRefresher keeps rollups up to date in the background, so that reads
 // rarely pay for a cold refresh: every interval it refreshes the runs with
 // rollup markers, the longest waiting first, and while work remains it goes
@@ -34,6 +37,14 @@ func RunRefresher(ctx context.Context, st *store.Store, every time.Duration, log
 // refreshPass refreshes a bounded amount of every dirty run and reports
 // whether work was left.
 func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger) (more bool) {
+	// Statistics first: a refresh planned on the statistics of before a
+	// bulk load can run for minutes (store/analyze.go).
+	actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	_, err := st.AnalyzeStale(actx)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		log.Warn("analyze tables changed in bulk", "err", err)
+	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	runs, err := st.DirtyRuns(lctx, refresherRuns)
 	cancel()
@@ -48,10 +59,12 @@ func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger) (more b
 			return false
 		}
 		start := time.Now()
-		// A chunk is one transaction of well under a second; the deadline
-		// only guards against a stuck database.
+		// A chunk is one transaction of a few seconds at most; a statement
+		// that runs past refresherStatement (a plan gone wrong) is
+		// cancelled, its chunk rolled back and left for the next pass,
+		// after the statistics were looked at again.
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		n, left, err := st.RefreshRollupsUpTo(rctx, r.RunID, refresherBlocks)
+		n, left, err := st.RefreshRollupsWithin(rctx, r.RunID, store.RefreshLimits{MaxBlocks: refresherBlocks, Timeout: refresherStatement})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -60,6 +73,10 @@ func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger) (more b
 			continue
 		}
 		took := time.Since(start)
+		if left && n == 0 {
+			log.Warn("rollup refresh cancelled after its statement timeout; left for the next pass", "run_id", r.RunID,
+				"timeout", refresherStatement.String(), "took", took)
+		}
 		if left {
 			more = true
 			log.Info("refreshing rollups", "run_id", r.RunID, "blocks", n,
