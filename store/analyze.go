@@ -17,14 +17,19 @@ import (
 // changed much since their last analyze.
 
 // analyzedTables are the tables whose statistics the refresh's plans
-// depend on. Where they are hypertables, their chunks are analyzed.
-var analyzedTables = []string{"steps", "layer_times", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups"}
+// depend on: the raw rows it reads by rank and block ranges and the
+// markers it reads them from. Where they are hypertables, their chunks
+// are analyzed.
+var analyzedTables = []string{"steps", "layer_times", "rollup_dirty"}
 
 // Staleness: a table is analyzed once this many rows changed since its
-// last analyze and they are this fraction of its rows, whichever is more.
+// last analyze and they are this fraction of its rows, whichever is more,
+// and at most once every analyzeEvery (an ANALYZE of layer_times takes
+// seconds on two cores; while a run is loaded it grows by a tenth a pass).
 const (
 	staleRows     = 20000
 	staleFraction = 0.1
+	analyzeEvery  = time.Minute
 )
 
 // AnalyzeStale runs ANALYZE on each of the tables the rollup refresh
@@ -36,7 +41,8 @@ func (s *Store) AnalyzeStale(ctx context.Context) ([]string, error) {
 		WHERE ((schemaname = current_schema() AND relname = ANY($1))
 		       OR (schemaname = '_timescaledb_internal' AND relname LIKE '%chunk'))
 		  AND n_mod_since_analyze >= greatest($2::float8, $3::float8 * n_live_tup)
-		ORDER BY n_mod_since_analyze DESC`, analyzedTables, float64(staleRows), staleFraction)
+		  AND coalesce(greatest(last_analyze, last_autoanalyze), '-infinity') < now() - $4::interval
+		ORDER BY n_mod_since_analyze DESC`, analyzedTables, float64(staleRows), staleFraction, analyzeEvery)
 	if err != nil {
 		return nil, fmt.Errorf("store: find stale statistics: %w", err)
 	}
