@@ -91,6 +91,21 @@ type RunSummary struct {
 	// that time after the run's last record.
 	ETASeconds *Float     `json:"eta_s"`
 	ETAAt      *time.Time `json:"eta_at"`
+
+	// RollupLag is present while the run's rollups are behind its raw
+	// rows (a bulk load, ingest outrunning the refresher): the figures
+	// above count what was rolled up when the answer was made.
+	RollupLag *RollupLag `json:"rollup_lag,omitempty"`
+}
+
+// RollupLag says how far a run's rollups are behind its raw rows
+// (docs/scale.md): the rank-blocks of 100 steps written since their last
+// refresh, and how long the oldest of them has waited. The same figures
+// go, for every answer that reads rollups, in the headers
+// X-DeepSeed-Rollup-Lag (seconds) and X-DeepSeed-Rollup-Lag-Blocks.
+type RollupLag struct {
+	Blocks  int64 `json:"blocks"`
+	BehindS Float `json:"behind_s"`
 }
 
 // RunDetail answers GET /api/v1/runs/{id}: the summary plus the seed's

@@ -49,6 +49,9 @@ type Options struct {
 	// ReplayWait bounds how long a read waits for the standby to replay a
 	// refresh made on the primary; 0 means 2s.
 	ReplayWait time.Duration
+	// RefreshBudget bounds the rollup refresh a read makes itself before
+	// it answers from the rollups as they are; 0 means 10s.
+	RefreshBudget time.Duration
 	// Alerts is the detectors' configuration, whose straggler score the
 	// ranks of a run the evaluator never scored are given; nil means
 	// detect.Defaults().
@@ -80,6 +83,9 @@ func New(s *store.Store, opt Options) *Handler {
 	}
 	if opt.ReplayWait <= 0 {
 		opt.ReplayWait = defaultReplayWait
+	}
+	if opt.RefreshBudget <= 0 {
+		opt.RefreshBudget = defaultRefreshBudget
 	}
 	return &Handler{store: s, opt: opt, log: opt.Logger}
 }
@@ -134,8 +140,10 @@ func (h *Handler) wrap(f handlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), h.opt.Timeout)
 		defer cancel()
+		ctx, lag := withLagNote(ctx)
 		v, err := f(ctx, c)
 		if err == nil {
+			lag.setHeaders(c)
 			return c.JSON(http.StatusOK, v)
 		}
 		var bp *badParam

@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -17,6 +18,15 @@ const (
 	refresherBlocks = 2000
 )
 
+// refresherStatement bounds each statement of a background refresh at
+// first; each time a run's chunk is cancelled for it the run's bound
+// doubles, up to refresherStatementMax, so that a chunk that truly needs
+// longer (a slow disk, compressed chunks) still gets through.
+const (
+	refresherStatement    = 2 * time.Minute
+	refresherStatementMax = 16 * time.Minute
+)
+
 // RunRefresher keeps rollups up to date in the background, so that reads
 // rarely pay for a cold refresh: every interval it refreshes the runs with
 // rollup markers, the longest waiting first, and while work remains it goes
@@ -28,12 +38,22 @@ func RunRefresher(ctx context.Context, st *store.Store, every time.Duration, log
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "rollup-refresher")
-	tick.Loop(ctx, every, true, func(ctx context.Context) bool { return refreshPass(ctx, st, log) })
+	bounds := map[string]time.Duration{}
+	tick.Loop(ctx, every, true, func(ctx context.Context) bool { return refreshPass(ctx, st, log, bounds) })
 }
 
 // refreshPass refreshes a bounded amount of every dirty run and reports
-// whether work was left.
-func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger) (more bool) {
+// whether work was left. bounds holds the statement bound of the runs
+// whose chunks were cancelled for it.
+func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger, bounds map[string]time.Duration) (more bool) {
+	// Statistics first: a refresh planned on the statistics of before a
+	// bulk load can run for minutes (store/analyze.go).
+	actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	_, err := st.AnalyzeStale(actx)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		log.Warn("analyze tables changed in bulk", "err", err)
+	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	runs, err := st.DirtyRuns(lctx, refresherRuns)
 	cancel()
@@ -48,10 +68,13 @@ func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger) (more b
 			return false
 		}
 		start := time.Now()
-		// A chunk is one transaction of well under a second; the deadline
-		// only guards against a stuck database.
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		n, left, err := st.RefreshRollupsUpTo(rctx, r.RunID, refresherBlocks)
+		// A chunk is one transaction of a few seconds at most; a statement
+		// that runs past the run's bound (a plan gone wrong) is cancelled,
+		// its chunk rolled back and left for the next pass, after the
+		// statistics were looked at again, with twice the bound.
+		bound := cmp.Or(bounds[r.RunID], refresherStatement)
+		rctx, cancel := context.WithTimeout(ctx, 4*bound)
+		n, left, err := st.RefreshRollupsWithin(rctx, r.RunID, store.RefreshLimits{MaxBlocks: refresherBlocks, Timeout: bound})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -60,6 +83,13 @@ func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger) (more b
 			continue
 		}
 		took := time.Since(start)
+		if left && n == 0 {
+			bounds[r.RunID] = min(2*bound, refresherStatementMax)
+			log.Warn("rollup refresh cancelled after its statement timeout; left for the next pass, with a longer one", "run_id", r.RunID,
+				"timeout", bound.String(), "next_timeout", bounds[r.RunID].String(), "took", took)
+		} else if n > 0 {
+			delete(bounds, r.RunID)
+		}
 		if left {
 			more = true
 			log.Info("refreshing rollups", "run_id", r.RunID, "blocks", n,

@@ -24,9 +24,6 @@ const defaultReplayWait = 2 * time.Second
 // unavailable.
 const backOff = 10 * time.Second
 
-// readRefreshBlocks bounds the rollup markers one read refreshes itself.
-const readRefreshBlocks = 1000
-
 // reading reports whether the handler reads from a database other than
 // the one it writes to: a hot standby of it (docs/scale-out.md).
 func (h *Handler) reading() bool { return h.opt.Primary != nil && h.opt.Primary != h.store }
@@ -40,21 +37,41 @@ func (h *Handler) reading() bool { return h.opt.Primary != nil && h.opt.Primary 
 // standby has them, and for backOff reads do not try it: reads go on
 // while the primary is away.
 //
-// A read refreshes at most readRefreshBlocks markers (whole chunks): a
-// backlog larger than that (a bulk import, ingest outrunning the
-// background refresher) is left to the background refresher, and the
-// read answers from the rollups as they are rather than wait for all of
-// it.
+// A read refreshes only a backlog of at most readRefreshBlocks markers,
+// within readRefreshLimits: a larger one (a bulk import, ingest
+// outrunning the background refresher, a block of a thousand ranks), or
+// a refresh of the run already under way, is left to the background
+// refresher, and the read answers from the rollups as they are rather
+// than wait for it. Either way it notes, for the answer, how far behind
+// the rollups are (rollup_lag.go).
 func (h *Handler) refreshRollups(ctx context.Context, runID string) error {
+	b, err := h.store.RunRollupBacklog(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if b.Blocks > 0 && b.Blocks <= readRefreshBlocks {
+		if err := h.refreshWithin(ctx, runID); err != nil {
+			return err
+		}
+		if b, err = h.store.RunRollupBacklog(ctx, runID); err != nil {
+			return err
+		}
+	}
+	noteBacklog(ctx, runID, b)
+	return nil
+}
+
+// refreshWithin is the refresh of refreshRollups.
+func (h *Handler) refreshWithin(ctx context.Context, runID string) error {
 	if !h.reading() {
-		_, _, err := h.store.RefreshRollupsUpTo(ctx, runID, readRefreshBlocks)
+		_, err := h.refreshBudgeted(ctx, h.store, runID)
 		return err
 	}
 	now := time.Now().UnixNano()
 	if now < h.primaryAwayUntil.Load() {
 		return nil
 	}
-	n, _, err := h.opt.Primary.RefreshRollupsUpTo(ctx, runID, readRefreshBlocks)
+	n, err := h.refreshBudgeted(ctx, h.opt.Primary, runID)
 	switch {
 	case err != nil && store.IsUnavailable(err) && ctx.Err() == nil:
 		h.primaryAwayUntil.Store(time.Now().Add(backOff).UnixNano())
@@ -102,4 +119,22 @@ func (h *Handler) replicaLag(ctx context.Context, c echo.Context, r *store.RunRo
 	s := rep.Lag.Seconds()
 	c.Response().Header().Set(ReplicaLagHeader, strconv.FormatFloat(s, 'f', 3, 64))
 	return fv(s), nil
+}
+
+// refreshBudgeted refreshes runID's rollups on st, at most
+// readRefreshBlocks markers, without waiting for another refresh of the
+// run and within Options.RefreshBudget in all: a refresh cut short by the
+// budget is rolled back, left to the background refresher, and is no
+// error.
+func (h *Handler) refreshBudgeted(ctx context.Context, st *store.Store, runID string) (int, error) {
+	budget := h.opt.RefreshBudget
+	rctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	n, _, err := st.RefreshRollupsWithin(rctx, runID, store.RefreshLimits{MaxBlocks: readRefreshBlocks, Timeout: budget, NoWait: true})
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		h.log.Debug("rollup refresh of a read cut short by its budget; left to the background refresher",
+			"run_id", runID, "budget", budget.String())
+		return n, nil
+	}
+	return n, err
 }

@@ -159,6 +159,7 @@ func (h *Handler) summary(ctx context.Context, r *store.RunRow) (*api.RunSummary
 		s.DurationS = fv(end.Sub(*r.StartedAt).Seconds())
 	}
 	s.TotalSteps = m.TotalSteps
+	s.RollupLag = rollupLag(ctx, r.RunID)
 	if err := h.fillFromGPUSamples(ctx, r.RunID, s); err != nil {
 		return nil, nil, err
 	}

@@ -86,7 +86,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"GPU": api.GPU{}, "GPUProcess": api.GPUProcess{}, "Host": api.Host{}, "HostProcess": api.HostProcess{},
 		"Memory": api.Memory{}, "Event": api.Event{}, "End": api.End{}, "Process": api.Process{},
 		"Error": api.Error{}, "RecordError": api.RecordError{}, "IngestResult": api.IngestResult{},
-		"RunList": api.RunList{}, "RunSummary": api.RunSummary{}, "RunDetail": api.RunDetail{},
+		"RunList": api.RunList{}, "RunSummary": api.RunSummary{}, "RunDetail": api.RunDetail{}, "RollupLag": api.RollupLag{},
 		"SeriesResponse": api.SeriesResponse{}, "Series": api.Series{}, "Point": api.Point{},
 		"Heatmap": api.Heatmap{}, "EvalsResponse": api.EvalsResponse{}, "EvalPoint": api.EvalPoint{},
 		"Breakdown": api.Breakdown{}, "BreakdownPart": api.BreakdownPart{},
@@ -100,7 +100,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"Difference": api.Difference{}, "Ledger": api.Ledger{}, "LedgerItem": api.LedgerItem{}, "ProjectLedger": api.ProjectLedger{},
 		"LedgerDay": api.LedgerDay{},
 		"Sweep":     api.Sweep{}, "SweepSummary": api.SweepSummary{}, "SweepList": api.SweepList{}, "Quota": api.Quota{},
-		"Readiness": Readiness{}, "ReadDatabase": ReadDatabase{},
+		"Readiness": Readiness{}, "ReadDatabase": ReadDatabase{}, "RollupState": RollupState{},
 	}
 	for name, v := range types {
 		s, ok := doc.Components.Schemas[name]

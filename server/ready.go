@@ -25,6 +25,22 @@ type Readiness struct {
 	// reads go on, with rollups as the standby has them; the alert
 	// detectors and the job routes wait for the primary.
 	PrimaryError string `json:"primary_error,omitempty"`
+	// Rollups, on a server that refreshes them (roles all and query),
+	// says how far the rollups of every run are behind the raw rows. A
+	// backlog never makes the server unready: reads answer from the
+	// rollups as they are and say so (api.RollupLag). A database that
+	// does not answer is a 503 with error instead.
+	Rollups *RollupState `json:"rollups,omitempty"`
+}
+
+// RollupState is the rollup refresher's backlog over every run.
+type RollupState struct {
+	// Behind is true while rank-blocks wait for a refresh.
+	Behind bool `json:"behind"`
+	// Blocks counts the rank-blocks of 100 steps waiting.
+	Blocks int64 `json:"blocks"`
+	// BehindS is how long the oldest of them has waited, in seconds.
+	BehindS api.Float `json:"behind_s"`
 }
 
 // ReadDatabase is the state of the database the query routes read from.
@@ -90,6 +106,9 @@ func (s *Server) readyz(c echo.Context) error {
 	s.noteNotReady("", nil)
 	out.Ready, out.Mode, out.PrimaryError = true, s.Mode(), primaryWhy
 	s.notePrimary(primaryWhy, primaryErr)
+	if s.cfg.Role != RoleIngest && primaryWhy == "" {
+		out.Rollups = s.rollupState(ctx)
+	}
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -166,4 +185,16 @@ func (s *Server) notePrimary(why string, err error) {
 		s.log.Warn("primary database: serving reads from the standby meanwhile; rollups are not refreshed and the detectors wait",
 			"reason", why, "err", err)
 	}
+}
+
+// rollupState reads the refresher's backlog on the primary, where the
+// markers are written; nil when it cannot be read within the readiness
+// deadline (the answer stays about the databases).
+func (s *Server) rollupState(ctx context.Context) *RollupState {
+	b, err := s.store.TotalRollupBacklog(ctx)
+	if err != nil {
+		s.log.Debug("readiness: rollup backlog not read", "err", err)
+		return nil
+	}
+	return &RollupState{Behind: b.Blocks > 0, Blocks: b.Blocks, BehindS: api.Float(b.Behind(time.Now()).Seconds())}
 }

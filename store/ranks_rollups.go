@@ -253,13 +253,17 @@ func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error
 }
 
 // StepRows estimates the raw step rows of a run (of one rank when rank >=
-// 0) from step >= from on, from its whole-run rollups (0 before they
-// exist): how much a raw read would cost.
+// 0) from step >= from on: how much a raw read would cost. It counts its
+// whole-run rollups and, for the blocks waiting for a refresh, 100 rows a
+// rank-block, so that a run loaded faster than it is rolled up is not
+// taken for a small one (an upper bound: a block rewritten since its
+// refresh counts twice).
 func (s *Store) StepRows(ctx context.Context, runID string, from int64, rank int) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `
-		SELECT coalesce(sum(count * greatest(0, least(1, (max - $2 + 1) / greatest(max - min + 1, 1)))), 0)::bigint
-		FROM metric_rollups WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = 'step' AND ($3 < 0 OR rank = $3)`,
+		SELECT (SELECT coalesce(sum(count * greatest(0, least(1, (max - $2 + 1) / greatest(max - min + 1, 1)))), 0)::bigint
+		        FROM metric_rollups WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = 'step' AND ($3 < 0 OR rank = $3))
+		     + (SELECT 100 * count(*) FROM rollup_dirty WHERE run_id = $1 AND block >= $2 / 100 AND ($3 < 0 OR rank = $3))`,
 		runID, from, rank).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: step rows of %s: %w", runID, err)

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -63,6 +64,15 @@ func (s *Store) RefreshRollups(ctx context.Context, runID string) (int, error) {
 // refresher can share its time between runs. more reports that markers
 // were left.
 func (s *Store) RefreshRollupsUpTo(ctx context.Context, runID string, maxBlocks int) (n int, more bool, err error) {
+	return s.RefreshRollupsWithin(ctx, runID, RefreshLimits{MaxBlocks: maxBlocks})
+}
+
+// RefreshRollupsWithin is [Store.RefreshRollups] within lim. A chunk
+// that another refresh of the run holds the lock of (lim.NoWait), or
+// whose statements pass lim.Timeout, is left for later: more is true and
+// err nil, and the rollups stay as they were.
+func (s *Store) RefreshRollupsWithin(ctx context.Context, runID string, lim RefreshLimits) (n int, more bool, err error) {
+	maxBlocks := lim.MaxBlocks
 	var dirty bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollup_dirty WHERE run_id = $1)`, runID).Scan(&dirty); err != nil {
 		return 0, false, fmt.Errorf("store: check rollup markers: %w", err)
@@ -71,7 +81,10 @@ func (s *Store) RefreshRollupsUpTo(ctx context.Context, runID string, maxBlocks 
 		return 0, false, nil
 	}
 	for {
-		c, err := s.refreshChunk(ctx, runID)
+		c, err := s.refreshChunk(ctx, runID, lim)
+		if errors.Is(err, errRefreshSkipped) {
+			return n, true, nil
+		}
 		if err != nil {
 			return n, true, err
 		}
@@ -122,12 +135,12 @@ func (s *Store) DirtyBlocks(ctx context.Context, runIDs []string) (int64, error)
 	return n, nil
 }
 
-func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
+func (s *Store) refreshChunk(ctx context.Context, runID string, lim RefreshLimits) (int, error) {
 	start := time.Now()
 	n := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, runID); err != nil {
-			return fmt.Errorf("lock: %w", err)
+		if err := lockRefresh(ctx, tx, runID, lim); err != nil {
+			return err
 		}
 		// The markers are read without locking them, so ingest never waits
 		// for a refresh. Every write into a block bumps its marker's seq
@@ -197,6 +210,10 @@ func (s *Store) refreshChunk(ctx context.Context, runID string) (int, error) {
 		return nil
 	})
 	if err != nil {
+		if ctx.Err() == nil && skipped(err) {
+			s.log.Debug("rollup refresh left for later", "run_id", runID, "took", time.Since(start), "err", err)
+			return 0, errRefreshSkipped
+		}
 		return 0, fmt.Errorf("store: refresh rollups of %s: %w", runID, err)
 	}
 	s.log.Debug("refreshed rollups", "run_id", runID, "blocks", n, "took", time.Since(start))

@@ -29,9 +29,16 @@ var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_
 // syncRollupSQL computes the width-100 rollups of SyncMetrics of the ranks
 // $3 (every rank of the run) of run $1 in the blocks $2, reading each
 // rank's block with an index range of its own; a step counts when every
-// rank reported it. Lateness, busy time and excess waits are those of
-// GET /runs/{id}/ranks (ranks_series.go), with clock offsets
-// estimated block by block.
+// rank reported it. Its plan must not depend on the statistics of steps,
+// which a bulk load leaves stale (they promise a few rows of a run that
+// has a hundred thousand a block): OFFSET 0 keeps the per-rank index
+// ranges from being flattened into a scan of the whole run, and the
+// statement runs with enable_nestloop off, so that nested loops are left
+// only where nothing else can join (the lateral reads): elsewhere, on
+// such estimates, they recomputed the clock offsets once a row, for
+// minutes a block. Lateness, busy time and excess waits are those of GET
+// /runs/{id}/ranks (ranks_series.go), with clock offsets estimated block
+// by block.
 var syncRollupSQL = `
 WITH ranks AS (
 	SELECT unnest($3::int[]) AS rank
@@ -40,6 +47,7 @@ WITH ranks AS (
 	FROM ranks r CROSS JOIN unnest($2::bigint[]) AS b(block) CROSS JOIN LATERAL (
 		SELECT r.rank, step, time, sync_ns, sync_wait_ms, step_ms, input_wait_ms FROM steps
 		WHERE run_id = $1 AND rank = r.rank AND step >= b.block * 100 AND step < (b.block + 1) * 100
+		OFFSET 0
 	) s
 	ORDER BY s.rank, s.step, s.time DESC
 ), c AS (
@@ -107,8 +115,14 @@ func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 	for i, r := range all {
 		ranks32[i] = int32(r)
 	}
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_nestloop = off`); err != nil {
+		return fmt.Errorf("plan synchronisation rollups: %w", err)
+	}
 	if _, err := tx.Exec(ctx, syncRollupSQL, runID, blocks, ranks32); err != nil {
 		return fmt.Errorf("compute synchronisation rollups: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_nestloop TO DEFAULT`); err != nil {
+		return fmt.Errorf("plan synchronisation rollups: %w", err)
 	}
 	child := blocks
 	for i, w := range RollupWidths {
