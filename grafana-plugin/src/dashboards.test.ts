@@ -65,8 +65,9 @@ const picked: Record<string, Array<Record<string, string[]>>> = process.env.DEEP
 
 /**
  * valuesOf is a variable's value on first load: the pick given for it, its
- * saved current value, or a placeholder; "All" where the variable offers it
- * with an all value of its own.
+ * saved current value (a saved "All" as the all value, as Grafana renders
+ * it), or a placeholder; "All" where the variable offers it with an all
+ * value of its own.
  */
 function valuesOf(given: Record<string, string[]>, v: Variable): string[] {
   const pick = given[v.name];
@@ -74,7 +75,12 @@ function valuesOf(given: Record<string, string[]>, v: Variable): string[] {
     return pick;
   }
   const cur = v.current?.value;
-  if (cur !== undefined && cur !== '') {
+  const all = (Array.isArray(cur) ? cur : [cur]).includes('$__all');
+  if (all && v.includeAll && v.allValue) {
+    // A saved "All" is Grafana's $__all, which it renders as the all value.
+    return [v.allValue];
+  }
+  if (cur !== undefined && cur !== '' && !all) {
     return Array.isArray(cur) ? cur : [cur];
   }
   if (v.includeAll && v.allValue) {
