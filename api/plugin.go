@@ -16,7 +16,7 @@ type PluginQuery struct {
 	Sweep    string   `json:"sweep,omitempty"`    // runs, compare
 	Tag      string   `json:"tag,omitempty"`      // runs
 	Status   string   `json:"status,omitempty"`   // runs
-	Baseline string   `json:"baseline,omitempty"` // compare
+	Baseline string   `json:"baseline,omitempty"` // compare; regression: pinned baseline runs, comma-separated
 
 	Metrics  []string `json:"metrics,omitempty"`  // series: loss, lr, metrics.NAME, …; gpus: util_pct, …
 	Rank     string   `json:"rank,omitempty"`     // "0", "3", "all"; default "0"
@@ -73,6 +73,8 @@ const (
 	QueryAlerts      = "alerts"       // the server detectors' open alerts
 	QueryHangReports = "hang_reports" // table: each rank's newest hang report of a run
 	QueryConsistency = "consistency"  // table: the invariants a run's records break, a sentence each
+	QueryRegression  = "regression"   // tables: what changed against the run's baseline runs, the sentence first
+	QueryLedger      = "ledger"       // table: lost GPU-hours by cause, a column per run (runs) or per day (project)
 	QueryJobs        = "jobs"         // table of jobs
 	QueryJobCounts   = "job_counts"   // numeric-wide: total, active, done, failed, …
 	QueryQuotas      = "quotas"       // numeric-wide: GPU-hours used per project, its limit as max
@@ -116,4 +118,5 @@ const AllValue = "*"
 // PluginQueryTypes lists every query type.
 var PluginQueryTypes = []string{QueryRuns, QueryRunSummary, QueryRunDetails, QueryRunCode, QuerySeries, QueryHeatmap, QueryEvals,
 	QueryBreakdown, QueryMemory, QueryCompare, QueryRanks, QueryGPUs, QueryAnnotations, QueryAlerts,
-	QueryJobs, QueryJobCounts, QueryQuotas, QuerySweepTrials, QueryHangReports, QueryConsistency}
+	QueryJobs, QueryJobCounts, QueryQuotas, QuerySweepTrials, QueryHangReports, QueryConsistency,
+	QueryRegression, QueryLedger}

@@ -193,6 +193,7 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithRow(row("Selected runs", y))
 	y++
 	b, y = compareSection(b, y, compareQuery([]string{"$" + varRun}, ""))
+	b, y = compareLedger(b, y, []string{"$" + varRun})
 
 	// One section per sweep: the experiment report's questions (ZeRO
 	// stages, precision, parallelism, offload, larger model) are sweeps.

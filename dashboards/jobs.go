@@ -147,6 +147,9 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		gridPos(8, 15, 16, 9), tq)).
 		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}))
 
+	// Below the quota and the trials (rows 15 to 24).
+	b, _ = jobsLedger(b, 24)
+
 	d, err := b.Build()
 	return d, nil, err
 }

@@ -78,6 +78,8 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	}
 	y += uint32((len(summaryCards)+5)/6) * 3
 
+	b, y = whatChanged(b, y)
+
 	// The invariants the run's numbers break (GET /runs/{id}'s
 	// consistency), a sentence each: a number that cannot be true is
 	// said so beside the cards that show it.

@@ -22,7 +22,9 @@ export type QueryType =
   | 'quotas'
   | 'sweep_trials'
   | 'hang_reports'
-  | 'consistency';
+  | 'consistency'
+  | 'regression'
+  | 'ledger';
 
 /** One panel query. Field names match api.PluginQuery in the Go backend. */
 export interface DeepSeedQuery extends DataQuery {
@@ -33,6 +35,7 @@ export interface DeepSeedQuery extends DataQuery {
   sweep?: string;
   tag?: string;
   status?: string;
+  /** compare: the run the others are compared against; regression: pinned baseline runs (comma-separated). */
   baseline?: string;
   metrics?: string[];
   rank?: string;
@@ -103,6 +106,18 @@ export const QUERY_TYPES: QueryTypeInfo[] = [
     label: 'Consistency',
     description: "The invariants a run's numbers break, a sentence each (table)",
     needsRun: true,
+  },
+  {
+    value: 'regression',
+    label: 'What changed',
+    description: 'The run against its comparable runs: a sentence, then figures, places and what differs (tables)',
+    needsRun: true,
+  },
+  {
+    value: 'ledger',
+    label: 'Lost GPU-hours',
+    description: "Lost GPU-hours by cause, each with how it was computed: a column per run, or per day of a project's runs (table)",
+    needsRun: false,
   },
   { value: 'alerts', label: 'Alerts', description: "Open alerts of the server's detectors (table; numeric format for alert rules)", needsRun: false },
   { value: 'jobs', label: 'Jobs', description: 'Jobs of a project, sweep or state, newest first (table)', needsRun: false },

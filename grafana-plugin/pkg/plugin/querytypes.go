@@ -31,6 +31,8 @@ var queryTypes = map[string]queryType{
 	api.QueryAnnotations: {needsRun: false, answer: annotationsQuery},
 	api.QueryHangReports: {needsRun: true, answer: hangReportsQuery},
 	api.QueryConsistency: {needsRun: true, answer: consistencyQuery},
+	api.QueryRegression:  {needsRun: true, answer: regressionQuery},
+	api.QueryLedger:      {needsRun: false, answer: ledgerQuery},
 	api.QueryAlerts:      {needsRun: false, answer: alertsQuery},
 	api.QueryJobs:        {needsRun: false, answer: jobsQuery},
 	api.QueryJobCounts:   {needsRun: false, answer: jobCountsQuery},

@@ -90,6 +90,16 @@ describe('QueryEditor', () => {
     expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ baseline: 'bert-z2', runIds: ['$run'] }));
   });
 
+  it('takes runs or a project for the ledger, and pinned baseline runs for a regression', () => {
+    const { onChange } = setup({ queryType: 'ledger', runIds: ['$run'] });
+    expect(screen.getByText('$run')).toBeInTheDocument();
+    fireEvent.change(screen.getByLabelText('Project'), { target: { value: 'nlp' } });
+    expect(onChange).toHaveBeenLastCalledWith(expect.objectContaining({ queryType: 'ledger', project: 'nlp', runIds: ['$run'] }));
+    const r = setup({ queryType: 'regression', runId: '$run' });
+    fireEvent.change(screen.getByLabelText('Baseline'), { target: { value: 'base-1,base-2' } });
+    expect(r.onChange).toHaveBeenLastCalledWith(expect.objectContaining({ queryType: 'regression', baseline: 'base-1,base-2' }));
+  });
+
   it('picks the event types of an annotation', async () => {
     const { onChange } = setup({ queryType: 'annotations', runId: '$run', eventTypes: ['checkpoint'] });
     expect(screen.getByText('Checkpoints')).toBeInTheDocument();

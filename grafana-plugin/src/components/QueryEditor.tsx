@@ -91,7 +91,7 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource }: Props) 
   const type = query.queryType || 'series';
   const info = QUERY_TYPES.find((t) => t.value === type);
   const usesRun = Boolean(info?.needsRun) || type === 'gpus' || type === 'annotations';
-  const runs = useOptions(datasource, 'runs', { project: query.project }, usesRun || type === 'compare');
+  const runs = useOptions(datasource, 'runs', { project: query.project }, usesRun || type === 'compare' || type === 'ledger');
   const userMetrics = useOptions(datasource, 'metrics', { run: query.runId }, type === 'series');
 
   const metricOptions = useMemo(() => {
@@ -249,6 +249,36 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource }: Props) 
             </InlineField>
           </InlineFieldRow>
         </>
+      )}
+
+      {type === 'ledger' && (
+        <InlineFieldRow>
+          <InlineField label="Runs" labelWidth={LABEL} grow tooltip="A column per run; or leave empty for a project's runs, a column per day">
+            <MultiSelect
+              inputId="deepseed-ledger-runs"
+              aria-label="Runs"
+              allowCustomValue
+              options={withCurrent(runs, query.runIds || [])}
+              value={query.runIds || []}
+              onChange={(vs) => update({ runIds: vs.length ? vs.map((v) => v.value as string) : undefined })}
+            />
+          </InlineField>
+          <InlineField label="Project" labelWidth={10} tooltip="Without runs: a project, or * or empty for all">
+            <Input aria-label="Project" width={20} {...text('project')} />
+          </InlineField>
+        </InlineFieldRow>
+      )}
+
+      {type === 'regression' && (
+        <InlineFieldRow>
+          <InlineField
+            label="Baseline"
+            labelWidth={LABEL}
+            tooltip="Run ids to compare with, comma-separated; empty: the newest comparable runs of the project"
+          >
+            <Input aria-label="Baseline" width={40} {...text('baseline')} />
+          </InlineField>
+        </InlineFieldRow>
       )}
 
       {type === 'runs' && (
