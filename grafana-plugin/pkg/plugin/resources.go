@@ -163,7 +163,9 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		return opts, nil
 
 	case api.VariableHosts:
-		p := url.Values{"max_points": {"1"}}
+		// per_gpu: every GPU's host, also of a run of more than
+		// api.MaxRankSeries GPUs, whose charts get a distribution.
+		p := url.Values{"max_points": {"1"}, "per_gpu": {"true"}}
 		for k, to := range map[string]string{"run": "run_id", "run_id": "run_id", "from": "from", "to": "to"} {
 			if v := q.Get(k); v != "" && v != AllRuns {
 				p.Set(to, v)
