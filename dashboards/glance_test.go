@@ -1,6 +1,7 @@
 package dashboards_test
 
 import (
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -95,4 +96,29 @@ func TestCompareBaselineDefault(t *testing.T) {
 		return
 	}
 	t.Fatal("no baseline variable")
+}
+
+// TestBandLegendsInWords: the legends of a distribution over ranks or
+// GPUs are words ("GPU utilisation, p95 of ranks"), not a metric's column
+// name ("gpu_util_pct p95 of ranks"); the band's overrides match them.
+func TestBandLegendsInWords(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+				m, _ := o.(map[string]any)
+				name, _ := m["matcher"].(map[string]any)["options"].(string)
+				if !strings.HasSuffix(name, " of ranks") && !strings.HasSuffix(name, " of GPUs") {
+					continue
+				}
+				n++
+				if strings.Contains(name, "_") || !strings.Contains(name, ", ") {
+					t.Errorf("%s: %q: legend %q is not in words", d.UID, p["title"], name)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no band overrides found")
+	}
 }

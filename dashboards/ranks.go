@@ -205,7 +205,7 @@ const (
 )
 
 // rankBand draws the distribution the plugin answers for rank=all past
-// api.MaxRankSeries ranks (fields api.SpreadField): the median as a line,
+// api.MaxRankSeries ranks (fields named by plugin.SpreadLabel): the median as a line,
 // a band from p5 to p95 inside a fainter one from min to max, each filled
 // with Grafana's fill-below-to between its edges. A run of fewer ranks has
 // no such fields, and keeps its line per rank. The line of a rank the
@@ -230,7 +230,7 @@ var StragglerSeries = "/" + regexp.QuoteMeta(plugin.StragglerSuffix) + "$/"
 func rankBandOf[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
 }](p P, metric string) P {
-	name := func(q string) string { return api.SpreadField(metric, q) }
+	name := func(q string) string { return plugin.SpreadLabel(metric, q) }
 	color := func(c string) dashboard.DynamicConfigValue {
 		return prop("color", map[string]any{"mode": "fixed", "fixedColor": c})
 	}
