@@ -1,6 +1,7 @@
 package dashboards_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -121,4 +122,66 @@ func TestBandLegendsInWords(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no band overrides found")
 	}
+}
+
+// schemeEnds are the colours at 0 and 1 of Grafana's heatmap schemes
+// (d3-scale-chromatic's interpolators), as sRGB.
+var schemeEnds = map[string][2][3]float64{
+	"Turbo":    {{35, 23, 27}, {144, 12, 0}},
+	"Spectral": {{158, 1, 66}, {94, 79, 162}},
+	"RdYlBu":   {{165, 0, 38}, {49, 54, 149}},
+	"Viridis":  {{68, 1, 84}, {253, 231, 37}},
+}
+
+// darkBackground is the panel background of Grafana's dark theme.
+var darkBackground = [3]float64{17, 18, 23}
+
+// TestHeatmapEndsVisible: both ends of every heatmap's colour scale stand
+// out from the dark theme's background (contrast at least 2:1), so a cell
+// at the bottom of the range, or clipped to it, does not read as missing.
+func TestHeatmapEndsVisible(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			if p["type"] != "heatmap" {
+				continue
+			}
+			n++
+			scheme := p.str("options", "color", "scheme")
+			ends, ok := schemeEnds[scheme]
+			if p.str("options", "color", "mode") != "scheme" || !ok {
+				t.Errorf("%s: %q: colour %v: want a known scheme", d.UID, p["title"], p.get("options", "color"))
+				continue
+			}
+			for i, c := range ends {
+				if r := contrast(c, darkBackground); r < 2 {
+					t.Errorf("%s: %q: %s's end %d %v has contrast %.2f on the dark background", d.UID, p["title"], scheme, i, c, r)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no heatmaps")
+	}
+}
+
+// contrast is the WCAG contrast ratio of two sRGB colours.
+func contrast(a, b [3]float64) float64 {
+	la, lb := luminance(a), luminance(b)
+	return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+}
+
+func luminance(c [3]float64) float64 {
+	w := [3]float64{0.2126, 0.7152, 0.0722}
+	l := 0.0
+	for i, v := range c {
+		v /= 255
+		if v <= 0.04045 {
+			v /= 12.92
+		} else {
+			v = math.Pow((v+0.055)/1.055, 2.4)
+		}
+		l += w[i] * v
+	}
+	return l
 }

@@ -308,12 +308,16 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("Mean time").Layout(common.HeatmapCellLayoutAuto)).
 		Color(heatmap.NewHeatmapColorOptionsBuilder().
 			Mode(heatmap.HeatmapColorModeScheme).
-			Scheme("Turbo").
+			// Spectral, reversed: fast cells blue, slow ones red. Both
+			// ends stand out on the dark theme, where Turbo's low end is
+			// near-black and the cells at the bottom of the range (those
+			// clipped there too) read as missing.
+			Scheme(layerScheme).
 			Scale(heatmap.HeatmapColorScaleLinear).
 			Exponent(1).
 			Steps(128).
 			Fill("dark-orange").
-			Reverse(false)).
+			Reverse(true)).
 		CellGap(1).
 		YAxis(heatmap.NewYAxisConfigBuilder().
 			Unit("").
@@ -336,6 +340,9 @@ var nonFinitePoints = "/" + regexp.QuoteMeta(plugin.NonFiniteSuffix) + "$/"
 // "<split> accuracy", "<split> F1". The join on the step leaves one frame,
 // so they are found by display name, not by query.
 const evalPoints = "/^\\S+ (loss|accuracy|f1)$/i"
+
+// layerScheme is the layer heatmaps' colour scheme.
+const layerScheme = "Spectral"
 
 // layerColumns is the most step columns a heatmap asks for.
 // Nine columns of the plot (a half-width panel at 1280 px, less the
