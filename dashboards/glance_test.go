@@ -185,3 +185,19 @@ func luminance(c [3]float64) float64 {
 	}
 	return l
 }
+
+// TestETACardSaysUnknown: the time-to-finish card is empty also for a
+// running run (silent past the stall limit, or of unknown total steps),
+// so its empty text must not say "not running".
+func TestETACardSaysUnknown(t *testing.T) {
+	for _, p := range rawPanels(t, dashboards.UIDTrainingRun) {
+		if p["title"] != "Est. time to finish" {
+			continue
+		}
+		if nv := p.str("fieldConfig", "defaults", "noValue"); nv != "unknown" {
+			t.Errorf("noValue %q, want \"unknown\"", nv)
+		}
+		return
+	}
+	t.Fatal("no Est. time to finish card")
+}

@@ -38,7 +38,7 @@ var summaryCards = []card{
 	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision. Empty: " + noFLOPs + ".", "", cardNoFLOPs},
 	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", "", ""},
 	{"World size", "world_size", "none", 0, "Number of ranks.", "", ""},
-	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Empty when the run has finished, has sent nothing for a while, or its total steps are unknown.", "", "not running"},
+	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Unknown when the run has finished, has sent nothing for longer than the stall alert's limit, or its total steps are unknown.", "", "unknown"},
 }
 
 // Why a panel of a run is empty, in one line each: what the run did not
