@@ -201,3 +201,52 @@ func TestETACardSaysUnknown(t *testing.T) {
 	}
 	t.Fatal("no Est. time to finish card")
 }
+
+// Grafana's grid and table geometry, in pixels: a grid row and the
+// margin between rows, a panel's title bar, and a small table row (the
+// header and the pagination footer are one row each).
+const (
+	gridRowPx   = 30
+	gridGapPx   = 8
+	titlePx     = 32
+	tableRowPx  = 36
+	barAxisPx   = 16
+	fullCompare = 21
+)
+
+func panelPx(h float64) float64 { return h*gridRowPx + (h-1)*gridGapPx }
+
+// TestCompareFitsTwentyOneRuns: 21 runs compared page in whole pages of
+// at least seven rows in every table (nine grid rows showed six of 12),
+// and each gets a bar at least 20 px tall, room for its name, in every
+// bar chart.
+func TestCompareFitsTwentyOneRuns(t *testing.T) {
+	for _, p := range rawPanels(t, dashboards.UIDCompare) {
+		h, _ := p.get("gridPos", "h").(float64)
+		switch p["type"] {
+		case "table":
+			rows := int((panelPx(h) - titlePx - 2*tableRowPx) / tableRowPx)
+			if rows < 7 || fullCompare%rows != 0 && rows < fullCompare {
+				t.Errorf("%q: %d rows a page; 21 runs want pages of 7", p["title"], rows)
+			}
+		case "barchart":
+			if bar := (panelPx(h) - titlePx - barAxisPx) / fullCompare; bar < 20 {
+				t.Errorf("%q: %.1f px a bar at 21 runs, want 20", p["title"], bar)
+			}
+		}
+	}
+}
+
+// TestCompareNoSweepAll: the sweep picker offers no "All", which in a
+// project without sweeps made a section "Sweep All" repeating every table.
+func TestCompareNoSweepAll(t *testing.T) {
+	for _, v := range loadDashboards(t)[dashboards.UIDCompare].Templating.List {
+		if v.Name == "sweep" {
+			if v.IncludeAll {
+				t.Error("sweep offers All")
+			}
+			return
+		}
+	}
+	t.Fatal("no sweep variable")
+}
