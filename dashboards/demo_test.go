@@ -104,6 +104,11 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 				t.Fatal(err)
 			}
 			vars, offered := pickVariables(ctx, t, ds, doc, timeRange)
+			raws := map[int]rawPanel{}
+			for _, r := range rawPanels(t, d.UID) {
+				id, _ := r["id"].(float64)
+				raws[int(id)] = r
+			}
 			// A panel of one host's GPUs is drawn for the host picked;
 			// it is blank only when blank for every host the picker
 			// offers (an NVLink chart of a T4 host has nothing to draw,
@@ -136,6 +141,9 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 					}
 					checkPanelFields(t, p, frames)
 					checkStepFrames(t, p, frames)
+					if p.Type == "table" && tablesThatFit[d.UID+"/"+p.Title] {
+						checkTableFits(t, raws[p.ID], frames)
+					}
 				})
 			}
 			for _, a := range doc.Annotations.List {

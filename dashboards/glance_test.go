@@ -1,10 +1,13 @@
 package dashboards_test
 
 import (
+	"cmp"
 	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/dashboards"
 )
@@ -249,4 +252,66 @@ func TestCompareNoSweepAll(t *testing.T) {
 		}
 	}
 	t.Fatal("no sweep variable")
+}
+
+// tablesThatFit are the tables checked to show every column at 1,600 px,
+// by dashboard UID and title.
+var tablesThatFit = map[string]bool{
+	dashboards.UIDJobs + "/Jobs":        true,
+	dashboards.UIDTrainingRun + "/Code": true,
+}
+
+// gridDefaultMinWidthPx is a table column's width in Grafana when it sets
+// none: its default minimum.
+const gridDefaultMinWidthPx = 150
+
+// checkTableFits fails when the columns a table shows of frames, each at
+// its width, its minimum width or Grafana's default minimum, are wider
+// than the panel at 1,600 px: the rightmost are then off-screen.
+func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
+	t.Helper()
+	width, hidden := map[string]float64{}, map[string]bool{}
+	for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+		m, _ := o.(map[string]any)
+		name, _ := m["matcher"].(map[string]any)["options"].(string)
+		for _, pr := range anyList(m["properties"]) {
+			pm := pr.(map[string]any)
+			switch pm["id"] {
+			case "custom.width":
+				width[name], _ = pm["value"].(float64)
+			case "custom.minWidth":
+				if width[name] == 0 {
+					width[name], _ = pm["value"].(float64)
+				}
+			case "custom.hidden":
+				hidden[name], _ = pm["value"].(bool)
+			}
+		}
+	}
+	for _, tr := range anyList(p["transformations"]) {
+		m, _ := tr.(map[string]any)
+		if m["id"] != "organize" {
+			continue
+		}
+		ex, _ := m["options"].(map[string]any)["excludeByName"].(map[string]any)
+		for n, v := range ex {
+			if v == true {
+				hidden[n] = true
+			}
+		}
+	}
+	w, _ := p.get("gridPos", "w").(float64)
+	room := w*1600/24 - 16
+	total := 0.0
+	var cols []string
+	for _, n := range displayNames(frames[:1]) {
+		if hidden[n] {
+			continue
+		}
+		cols = append(cols, n)
+		total += cmp.Or(width[n], gridDefaultMinWidthPx)
+	}
+	if total > room {
+		t.Errorf("%q: columns %v take %.0f px, the panel has %.0f", p["title"], cols, total, room)
+	}
 }
