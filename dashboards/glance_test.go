@@ -315,3 +315,46 @@ func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 		t.Errorf("%q: columns %v take %.0f px, the panel has %.0f", p["title"], cols, total, room)
 	}
 }
+
+// titleTextPx is about how wide Grafana draws a panel title (Inter, 14 px):
+// narrow letters, wide ones, capitals and the rest.
+func titleTextPx(s string) float64 {
+	px := 0.0
+	for _, r := range s {
+		switch {
+		case strings.ContainsRune("iljIftr!|.,:;'()[] ", r):
+			px += 4
+		case strings.ContainsRune("mwMW", r):
+			px += 10
+		case r >= 'A' && r <= 'Z':
+			px += 9
+		default:
+			px += 7.5
+		}
+	}
+	return px
+}
+
+// titleRoomPx is the room a title has in a panel w grid columns wide on
+// a 1,600-px screen (the docked menu takes about 300 px; the header's
+// padding, information and menu icons about 106), calibrated on the two
+// titles Grafana 12.3 cut there: "Peak GPU memo…" and "Peak allocated (…"
+// in panels four columns wide.
+func titleRoomPx(w float64) float64 { return w*(1600-300)/24 - 106 }
+
+// TestTitlesFit: no panel title is cut at 1,600 px.
+func TestTitlesFit(t *testing.T) {
+	for _, cut := range []string{"Peak GPU memory (NVML)", "Peak allocated (PyTorch)"} {
+		if titleTextPx(cut) <= titleRoomPx(4) {
+			t.Fatalf("the model fits %q, which Grafana cut", cut)
+		}
+	}
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			w, _ := p.get("gridPos", "w").(float64)
+			if title := p.str("title"); p["type"] != "row" && titleTextPx(title) > titleRoomPx(w) {
+				t.Errorf("%s: %q is cut: %.0f px in %.0f", d.UID, title, titleTextPx(title), titleRoomPx(w))
+			}
+		}
+	}
+}
