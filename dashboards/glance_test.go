@@ -358,3 +358,37 @@ func TestTitlesFit(t *testing.T) {
 		}
 	}
 }
+
+// TestStepAxisLinear: a step chart whose values are on a logarithmic
+// axis keeps its step axis linear (the defaults' scale applies to the x
+// field too: Step time's x axis was logarithmic).
+func TestStepAxisLinear(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			if p["type"] != "trend" {
+				continue
+			}
+			n++
+			linear := false
+			for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+				m, _ := o.(map[string]any)
+				if m["matcher"].(map[string]any)["options"] != dashboards.StepField {
+					continue
+				}
+				for _, pr := range anyList(m["properties"]) {
+					pm := pr.(map[string]any)
+					if sd, ok := pm["value"].(map[string]any); ok && pm["id"] == "custom.scaleDistribution" && sd["type"] == "linear" {
+						linear = true
+					}
+				}
+			}
+			if !linear {
+				t.Errorf("%s: %q: the step axis takes the values' scale %v", d.UID, p["title"], p.get("fieldConfig", "defaults", "custom", "scaleDistribution"))
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no step charts")
+	}
+}
