@@ -392,3 +392,31 @@ func TestStepAxisLinear(t *testing.T) {
 		t.Fatal("no step charts")
 	}
 }
+
+// TestStragglerRedIsItsOwn: a chart that draws a flagged rank red draws
+// its other lines in shades of blue, not Grafana's classic palette, whose
+// red gave "vm GPU 0" the straggler's colour.
+func TestStragglerRedIsItsOwn(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			red := false
+			for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+				m, _ := o.(map[string]any)
+				if m["matcher"].(map[string]any)["options"] == dashboards.StragglerSeries {
+					red = true
+				}
+			}
+			if !red || p["type"] == "table" {
+				continue
+			}
+			n++
+			if mode, c := p.str("fieldConfig", "defaults", "color", "mode"), p.str("fieldConfig", "defaults", "color", "fixedColor"); mode != "shades" || c != "blue" {
+				t.Errorf("%s: %q: colours %q %q beside the straggler's red", d.UID, p["title"], mode, c)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no chart draws a straggler")
+	}
+}

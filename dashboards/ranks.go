@@ -1,11 +1,11 @@
 package dashboards
 
 import (
+	"fmt"
 	"regexp"
 
-	"fmt"
-
 	"github.com/grafana/grafana-foundation-sdk/go/barchart"
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/table"
@@ -210,14 +210,18 @@ const (
 // with Grafana's fill-below-to between its edges. A run of fewer ranks has
 // no such fields, and keeps its line per rank. The line of a rank the
 // server flags as a straggler (named with plugin.StragglerSuffix) is
-// drawn thick and red.
+// drawn thick and red; every other line is a shade of the band's blue,
+// as Grafana's classic palette has a red of its own ("vm GPU 0" and the
+// straggler were drawn alike).
 func rankBand[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
 	OverrideByRegexp(string, []dashboard.DynamicConfigValue) P
+	ColorScheme(cog.Builder[dashboard.FieldColor]) P
 }](p P, metrics ...string) P {
 	for _, m := range metrics {
 		p = rankBandOf(p, m)
 	}
+	p = p.ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdShades).FixedColor(bandColor))
 	return p.OverrideByRegexp(StragglerSeries, []dashboard.DynamicConfigValue{
 		prop("color", map[string]any{"mode": "fixed", "fixedColor": "red"}),
 		prop("custom.lineWidth", 3),
