@@ -89,8 +89,8 @@ const (
 
 // The quantiles of a series query's distribution frame: with rank=all on
 // a run of more than MaxRankSeries ranks, each metric comes back as one
-// frame whose fields are the metric's distribution over the ranks, named
-// SpreadField(metric, q) for each q of SpreadQuantiles.
+// frame whose fields are the metric's distribution over the ranks, one for
+// each q of SpreadQuantiles (the plugin's SpreadLabel names them in words).
 const (
 	SpreadMin    = "min"
 	SpreadP5     = "p5"
@@ -101,11 +101,6 @@ const (
 
 // SpreadQuantiles lists the distribution's fields, lowest first.
 var SpreadQuantiles = []string{SpreadMin, SpreadP5, SpreadMedian, SpreadP95, SpreadMax}
-
-// SpreadField is the display name of one quantile of a metric's
-// distribution over the ranks ("lateness_ms p95 of ranks"), which panels
-// name in their overrides (a band filled from p5 to p95).
-func SpreadField(metric, quantile string) string { return metric + " " + quantile + " of ranks" }
 
 // BaselineFirst as the baseline of /compare is the first of the runs
 // compared: within a sweep, its first trial.

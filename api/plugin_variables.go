@@ -24,7 +24,7 @@ type VariableQuery struct {
 const (
 	VariableProjects = "projects" // distinct projects of all runs
 	VariableRuns     = "runs"     // runs filtered by project, sweep, tag, status; value: run id
-	VariableSweeps   = "sweeps"   // distinct non-empty sweep ids, filtered by project
+	VariableSweeps   = "sweeps"   // distinct non-empty sweep ids of two runs or more, filtered by project
 	VariableMetrics  = "metrics"  // series metrics, a run's own metrics.NAME included
 	VariableRanks    = "ranks"    // ranks of a run
 	VariableHosts    = "hosts"    // hosts with GPU samples, of a run or the time range

@@ -492,8 +492,8 @@ const CompareNearWindow = 10 * time.Second
 type GPUResponse struct {
 	Series []GPUSeries `json:"series"`
 	// Spread is each metric's distribution over the GPUs, for a run's
-	// GPUs when they are more than MaxRankSeries (no host, GPU or rank
-	// named); Series is then empty and Notice says so. Points carry the
+	// GPUs when they are more than MaxRankSeries (no host, GPU, rank or
+	// per_gpu named); Series is then empty and Notice says so. Points carry the
 	// bucket's time; Ranks is how many GPUs reported in it.
 	Spread []SeriesSpread `json:"spread,omitempty"`
 	Notice string         `json:"notice,omitempty"`

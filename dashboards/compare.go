@@ -158,18 +158,25 @@ func deltaThresholds(field string) map[string]any {
 	}}
 }
 
+// Heights of the compare panels, in grid rows: a table pages seven runs
+// at a time (21 runs in three whole pages; nine rows showed six), and a
+// bar chart gives each of 21 runs a bar tall enough for its name.
+const (
+	compareTableH = 10
+	compareBarsH  = 14
+)
+
 // compareSection is the focused tables and the bar charts of one set of
 // runs. Every table fits 1600 px: at most eleven columns.
 func compareSection(b *dashboard.DashboardBuilder, y uint32, q api.PluginQuery) (*dashboard.DashboardBuilder, uint32) {
-	// Nine grid rows: a header and eight runs a page.
 	for _, t := range compareTables {
-		b = b.WithPanel(focusedTable(t, gridPos(0, y, 24, 9), q))
-		y += 9
+		b = b.WithPanel(focusedTable(t, gridPos(0, y, 24, compareTableH), q))
+		y += compareTableH
 	}
 	for i, f := range compareFigures {
-		b = b.WithPanel(compareBars(f, gridPos(uint32(i%3)*8, y+uint32(i/3)*10, 8, 10), q))
+		b = b.WithPanel(compareBars(f, gridPos(uint32(i%3)*8, y+uint32(i/3)*compareBarsH, 8, compareBarsH), q))
 	}
-	return b, y + uint32((len(compareFigures)+2)/3)*10
+	return b, y + uint32((len(compareFigures)+2)/3)*compareBarsH
 }
 
 func compare() (dashboard.Dashboard, []Annotation, error) {
@@ -177,8 +184,11 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 		"Runs side by side: ZeRO stages, precision, pipeline vs data parallel, offload, larger models. Pick runs (or a sweep) and a baseline; each sweep gets its own section.",
 		"compare").
 		WithVariable(projectVar()).
+		// No All: in a project without sweeps it made one section
+		// "Sweep All" repeating every table; a sweep of one run is not
+		// offered (nothing to compare its run with).
 		WithVariable(queryVar(varSweep, "Sweep", api.VariableQuery{Resource: api.VariableSweeps, Project: "$" + varProject}).
-			Multi(true).IncludeAll(true)).
+			Multi(true)).
 		WithVariable(runVar(true)).
 		// The baseline opens on "All", which here is the first run
 		// selected (api.BaselineFirst), not whichever run the list

@@ -104,24 +104,25 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 				t.Fatal(err)
 			}
 			vars, offered := pickVariables(ctx, t, ds, doc, timeRange)
-			// A panel under a row repeated over a variable is drawn once
-			// per value; it is blank only when blank for every value (an
-			// NVLink chart of a T4 host has nothing to draw, that of an
-			// H100 host has).
-			repeat := ""
+			raws := map[int]rawPanel{}
+			for _, r := range rawPanels(t, d.UID) {
+				id, _ := r["id"].(float64)
+				raws[int(id)] = r
+			}
+			// A panel of one host's GPUs is drawn for the host picked;
+			// it is blank only when blank for every host the picker
+			// offers (an NVLink chart of a T4 host has nothing to draw,
+			// that of an H100 host has).
 			for _, p := range doc.Panels {
 				if p.Type == "row" {
-					if p.Repeat != "" {
-						repeat = p.Repeat
-					}
 					continue
 				}
 				t.Run(fmt.Sprintf("%d %s", p.ID, p.Title), func(t *testing.T) {
 					frames, err := runPanel(ctx, ds, p, vars, timeRange)
-					if repeat != "" && errors.Is(err, errBlank) {
-						for _, v := range offered[repeat] {
+					if errors.Is(err, errBlank) && panelUses(p, "$"+"host") {
+						for _, v := range offered["host"] {
 							each := maps.Clone(vars)
-							each[repeat] = v
+							each["host"] = v
 							if frames, err = runPanel(ctx, ds, p, each, timeRange); !errors.Is(err, errBlank) {
 								break
 							}
@@ -140,6 +141,9 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 					}
 					checkPanelFields(t, p, frames)
 					checkStepFrames(t, p, frames)
+					if p.Type == "table" && tablesThatFit[d.UID+"/"+p.Title] {
+						checkTableFits(t, raws[p.ID], frames)
+					}
 				})
 			}
 			for _, a := range doc.Annotations.List {
@@ -182,6 +186,8 @@ type templateVariable struct {
 	Name  string            `json:"name"`
 	Query api.VariableQuery `json:"query"`
 	Multi bool              `json:"multi"`
+	// IncludeAll offers "All" in the picker.
+	IncludeAll bool `json:"includeAll"`
 	// AllValue is the value of "All" where a single-value picker offers
 	// it; Grafana selects it on first load.
 	AllValue string `json:"allValue"`
@@ -292,6 +298,16 @@ func interpolate(s string, vars map[string]string) string {
 		}
 		return m
 	})
+}
+
+// panelUses reports whether a target of p names ref ("$host").
+func panelUses(p fullPanel, ref string) bool {
+	for _, raw := range p.Targets {
+		if strings.Contains(string(raw), ref) {
+			return true
+		}
+	}
+	return false
 }
 
 // errBlank is a panel whose queries succeed with no rows.

@@ -1,8 +1,13 @@
 package dashboards_test
 
 import (
+	"cmp"
+	"math"
+	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/dashboards"
 )
@@ -95,4 +100,323 @@ func TestCompareBaselineDefault(t *testing.T) {
 		return
 	}
 	t.Fatal("no baseline variable")
+}
+
+// TestBandLegendsInWords: the legends of a distribution over ranks or
+// GPUs are words ("GPU utilisation, p95 of ranks"), not a metric's column
+// name ("gpu_util_pct p95 of ranks"); the band's overrides match them.
+func TestBandLegendsInWords(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+				m, _ := o.(map[string]any)
+				name, _ := m["matcher"].(map[string]any)["options"].(string)
+				if !strings.HasSuffix(name, " of ranks") && !strings.HasSuffix(name, " of GPUs") {
+					continue
+				}
+				n++
+				if strings.Contains(name, "_") || !strings.Contains(name, ", ") {
+					t.Errorf("%s: %q: legend %q is not in words", d.UID, p["title"], name)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no band overrides found")
+	}
+}
+
+// schemeEnds are the colours at 0 and 1 of Grafana's heatmap schemes
+// (d3-scale-chromatic's interpolators), as sRGB.
+var schemeEnds = map[string][2][3]float64{
+	"Turbo":    {{35, 23, 27}, {144, 12, 0}},
+	"Spectral": {{158, 1, 66}, {94, 79, 162}},
+	"RdYlBu":   {{165, 0, 38}, {49, 54, 149}},
+	"Viridis":  {{68, 1, 84}, {253, 231, 37}},
+}
+
+// darkBackground is the panel background of Grafana's dark theme.
+var darkBackground = [3]float64{17, 18, 23}
+
+// TestHeatmapEndsVisible: both ends of every heatmap's colour scale stand
+// out from the dark theme's background (contrast at least 2:1), so a cell
+// at the bottom of the range, or clipped to it, does not read as missing.
+func TestHeatmapEndsVisible(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			if p["type"] != "heatmap" {
+				continue
+			}
+			n++
+			scheme := p.str("options", "color", "scheme")
+			ends, ok := schemeEnds[scheme]
+			if p.str("options", "color", "mode") != "scheme" || !ok {
+				t.Errorf("%s: %q: colour %v: want a known scheme", d.UID, p["title"], p.get("options", "color"))
+				continue
+			}
+			for i, c := range ends {
+				if r := contrast(c, darkBackground); r < 2 {
+					t.Errorf("%s: %q: %s's end %d %v has contrast %.2f on the dark background", d.UID, p["title"], scheme, i, c, r)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no heatmaps")
+	}
+}
+
+// contrast is the WCAG contrast ratio of two sRGB colours.
+func contrast(a, b [3]float64) float64 {
+	la, lb := luminance(a), luminance(b)
+	return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+}
+
+func luminance(c [3]float64) float64 {
+	w := [3]float64{0.2126, 0.7152, 0.0722}
+	l := 0.0
+	for i, v := range c {
+		v /= 255
+		if v <= 0.04045 {
+			v /= 12.92
+		} else {
+			v = math.Pow((v+0.055)/1.055, 2.4)
+		}
+		l += w[i] * v
+	}
+	return l
+}
+
+// TestETACardSaysUnknown: the time-to-finish card is empty also for a
+// running run (silent past the stall limit, or of unknown total steps),
+// so its empty text must not say "not running".
+func TestETACardSaysUnknown(t *testing.T) {
+	for _, p := range rawPanels(t, dashboards.UIDTrainingRun) {
+		if p["title"] != "Est. time to finish" {
+			continue
+		}
+		if nv := p.str("fieldConfig", "defaults", "noValue"); nv != "unknown" {
+			t.Errorf("noValue %q, want \"unknown\"", nv)
+		}
+		return
+	}
+	t.Fatal("no Est. time to finish card")
+}
+
+// Grafana's grid and table geometry, in pixels: a grid row and the
+// margin between rows, a panel's title bar, and a small table row (the
+// header and the pagination footer are one row each).
+const (
+	gridRowPx   = 30
+	gridGapPx   = 8
+	titlePx     = 32
+	tableRowPx  = 36
+	barAxisPx   = 16
+	fullCompare = 21
+)
+
+func panelPx(h float64) float64 { return h*gridRowPx + (h-1)*gridGapPx }
+
+// TestCompareFitsTwentyOneRuns: 21 runs compared page in whole pages of
+// at least seven rows in every table (nine grid rows showed six of 12),
+// and each gets a bar at least 20 px tall, room for its name, in every
+// bar chart.
+func TestCompareFitsTwentyOneRuns(t *testing.T) {
+	for _, p := range rawPanels(t, dashboards.UIDCompare) {
+		h, _ := p.get("gridPos", "h").(float64)
+		switch p["type"] {
+		case "table":
+			rows := int((panelPx(h) - titlePx - 2*tableRowPx) / tableRowPx)
+			if rows < 7 || fullCompare%rows != 0 && rows < fullCompare {
+				t.Errorf("%q: %d rows a page; 21 runs want pages of 7", p["title"], rows)
+			}
+		case "barchart":
+			if bar := (panelPx(h) - titlePx - barAxisPx) / fullCompare; bar < 20 {
+				t.Errorf("%q: %.1f px a bar at 21 runs, want 20", p["title"], bar)
+			}
+		}
+	}
+}
+
+// TestCompareNoSweepAll: the sweep picker offers no "All", which in a
+// project without sweeps made a section "Sweep All" repeating every table.
+func TestCompareNoSweepAll(t *testing.T) {
+	for _, v := range loadDashboards(t)[dashboards.UIDCompare].Templating.List {
+		if v.Name == "sweep" {
+			if v.IncludeAll {
+				t.Error("sweep offers All")
+			}
+			return
+		}
+	}
+	t.Fatal("no sweep variable")
+}
+
+// tablesThatFit are the tables checked to show every column at 1,600 px,
+// by dashboard UID and title.
+var tablesThatFit = map[string]bool{
+	dashboards.UIDJobs + "/Jobs":        true,
+	dashboards.UIDTrainingRun + "/Code": true,
+}
+
+// gridDefaultMinWidthPx is a table column's width in Grafana when it sets
+// none: its default minimum.
+const gridDefaultMinWidthPx = 150
+
+// checkTableFits fails when the columns a table shows of frames, each at
+// its width, its minimum width or Grafana's default minimum, are wider
+// than the panel at 1,600 px: the rightmost are then off-screen.
+func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
+	t.Helper()
+	width, hidden := map[string]float64{}, map[string]bool{}
+	for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+		m, _ := o.(map[string]any)
+		name, _ := m["matcher"].(map[string]any)["options"].(string)
+		for _, pr := range anyList(m["properties"]) {
+			pm := pr.(map[string]any)
+			switch pm["id"] {
+			case "custom.width":
+				width[name], _ = pm["value"].(float64)
+			case "custom.minWidth":
+				if width[name] == 0 {
+					width[name], _ = pm["value"].(float64)
+				}
+			case "custom.hidden":
+				hidden[name], _ = pm["value"].(bool)
+			}
+		}
+	}
+	for _, tr := range anyList(p["transformations"]) {
+		m, _ := tr.(map[string]any)
+		if m["id"] != "organize" {
+			continue
+		}
+		ex, _ := m["options"].(map[string]any)["excludeByName"].(map[string]any)
+		for n, v := range ex {
+			if v == true {
+				hidden[n] = true
+			}
+		}
+	}
+	w, _ := p.get("gridPos", "w").(float64)
+	room := w*1600/24 - 16
+	total := 0.0
+	var cols []string
+	for _, n := range displayNames(frames[:1]) {
+		if hidden[n] {
+			continue
+		}
+		cols = append(cols, n)
+		total += cmp.Or(width[n], gridDefaultMinWidthPx)
+	}
+	if total > room {
+		t.Errorf("%q: columns %v take %.0f px, the panel has %.0f", p["title"], cols, total, room)
+	}
+}
+
+// titleTextPx is about how wide Grafana draws a panel title (Inter, 14 px):
+// narrow letters, wide ones, capitals and the rest.
+func titleTextPx(s string) float64 {
+	px := 0.0
+	for _, r := range s {
+		switch {
+		case strings.ContainsRune("iljIftr!|.,:;'()[] ", r):
+			px += 4
+		case strings.ContainsRune("mwMW", r):
+			px += 10
+		case r >= 'A' && r <= 'Z':
+			px += 9
+		default:
+			px += 7.5
+		}
+	}
+	return px
+}
+
+// titleRoomPx is the room a title has in a panel w grid columns wide on
+// a 1,600-px screen (the docked menu takes about 300 px; the header's
+// padding, information and menu icons about 106), calibrated on the two
+// titles Grafana 12.3 cut there: "Peak GPU memo…" and "Peak allocated (…"
+// in panels four columns wide.
+func titleRoomPx(w float64) float64 { return w*(1600-300)/24 - 106 }
+
+// TestTitlesFit: no panel title is cut at 1,600 px.
+func TestTitlesFit(t *testing.T) {
+	for _, cut := range []string{"Peak GPU memory (NVML)", "Peak allocated (PyTorch)"} {
+		if titleTextPx(cut) <= titleRoomPx(4) {
+			t.Fatalf("the model fits %q, which Grafana cut", cut)
+		}
+	}
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			w, _ := p.get("gridPos", "w").(float64)
+			if title := p.str("title"); p["type"] != "row" && titleTextPx(title) > titleRoomPx(w) {
+				t.Errorf("%s: %q is cut: %.0f px in %.0f", d.UID, title, titleTextPx(title), titleRoomPx(w))
+			}
+		}
+	}
+}
+
+// TestStepAxisLinear: a step chart whose values are on a logarithmic
+// axis keeps its step axis linear (the defaults' scale applies to the x
+// field too: Step time's x axis was logarithmic).
+func TestStepAxisLinear(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			if p["type"] != "trend" {
+				continue
+			}
+			n++
+			linear := false
+			for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+				m, _ := o.(map[string]any)
+				if m["matcher"].(map[string]any)["options"] != dashboards.StepField {
+					continue
+				}
+				for _, pr := range anyList(m["properties"]) {
+					pm := pr.(map[string]any)
+					if sd, ok := pm["value"].(map[string]any); ok && pm["id"] == "custom.scaleDistribution" && sd["type"] == "linear" {
+						linear = true
+					}
+				}
+			}
+			if !linear {
+				t.Errorf("%s: %q: the step axis takes the values' scale %v", d.UID, p["title"], p.get("fieldConfig", "defaults", "custom", "scaleDistribution"))
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no step charts")
+	}
+}
+
+// TestStragglerRedIsItsOwn: a chart that draws a flagged rank red draws
+// its other lines in shades of blue, not Grafana's classic palette, whose
+// red gave "vm GPU 0" the straggler's colour.
+func TestStragglerRedIsItsOwn(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			red := false
+			for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+				m, _ := o.(map[string]any)
+				if m["matcher"].(map[string]any)["options"] == dashboards.StragglerSeries {
+					red = true
+				}
+			}
+			if !red || p["type"] == "table" {
+				continue
+			}
+			n++
+			if mode, c := p.str("fieldConfig", "defaults", "color", "mode"), p.str("fieldConfig", "defaults", "color", "fixedColor"); mode != "shades" || c != "blue" {
+				t.Errorf("%s: %q: colours %q %q beside the straggler's red", d.UID, p["title"], mode, c)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no chart draws a straggler")
+	}
 }

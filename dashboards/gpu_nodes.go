@@ -11,18 +11,24 @@ import (
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
-// gpuTableQuery asks for one table row per GPU of $host.
+// gpuTableQuery asks for one table row per GPU of $run (every GPU of the
+// time range with All), whatever the host.
 func gpuTableQuery() api.PluginQuery {
 	q := gpuQuery(plugin.GPUTableMetrics...)
+	q.Host = ""
 	q.Format = plugin.FormatTable
 	return q
 }
 
-// gpuQuery asks for GPU telemetry of the host in $host (one value inside a
-// row repeated per host), every GPU.
+// gpuQuery asks for GPU telemetry of the host picked in $host, every GPU.
 func gpuQuery(metrics ...string) api.PluginQuery {
 	return api.PluginQuery{QueryType: api.QueryGPUs, Host: "$" + varHost, RunID: "$" + varRun, Metrics: metrics}
 }
+
+// fleetTablePoints is as many points per GPU as the fleet table asks for:
+// it shows each GPU's last and mean values, and a thousand GPUs at a
+// panel's width of points each would be millions of rows.
+const fleetTablePoints = 60
 
 // gpuNoValue says why a GPU chart can be empty where NVML cannot measure
 // it; a chart not listed says no sample came in the time range.
@@ -73,8 +79,11 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		// $run filters to the GPUs the collectors attributed to the run;
 		// All (the default) shows every GPU.
 		WithVariable(runVar(false).IncludeAll(true).AllValue(plugin.AllRuns)).
+		// One host at a time, the first by name when the dashboard
+		// opens: a section per host of 128 hosts is a page nobody reads
+		// and a thousand queries; the fleet table above lists them all.
 		WithVariable(queryVar(varHost, "Host", api.VariableQuery{Resource: api.VariableHosts, Run: "$" + varRun}).
-			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
 	// Opened directly it shows the last 6 hours; one click fits the range
 	// to the chosen run, or with All to the project's newest run, as the
 	// links from the Training run and Ranks dashboards do.
@@ -82,11 +91,17 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		Link(runLink("Fit the time range to the run (All: the newest run)", UIDGPUNodes))
 
 	y := uint32(0)
-	b = b.WithRow(row("Host $host", y).Repeat(varHost))
+	b = b.WithRow(row("Fleet", y))
 	y++
-	b = b.WithPanel(dataTable("GPUs of $host",
-		"One row per GPU: model, the run holding it at the last sample, utilisation (last and mean over the range), memory used and total, temperature and power.",
-		gridPos(0, y, 24, 7), gpuTableQuery()).
+	b = b.WithPanel(dataTable("GPUs, the least busy first",
+		"One row per GPU of the run (with All, of every host in the time range): host, GPU, model, the run holding it at the last sample, utilisation (last and mean over the range), memory used and total, temperature and power. The GPUs of lowest mean utilisation come first: an idle or stalled GPU tops the list. Pick a host above for its charts below.",
+		gridPos(0, y, 24, 9), gpuTableQuery()).
+		MaxDataPoints(fleetTablePoints).
+		NoValue("no GPU sample in the time range").
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "sortBy",
+			Options: map[string]any{"fields": map[string]any{}, "sort": []any{map[string]any{"field": "Util (mean)", "desc": false}}},
+		}).
 		// Grafana shares a table's width equally among its columns: the
 		// GPU index needs little, a model name ("NVIDIA H100 80GB HBM3")
 		// and a run id more, or they are cut.
@@ -94,7 +109,9 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByName("Model", []dashboard.DynamicConfigValue{prop("custom.minWidth", 210)}).
 		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.minWidth", 170)}).
 		OverrideByName("Host", []dashboard.DynamicConfigValue{prop("custom.minWidth", 130)}))
-	y += 7
+	y += 9
+	b = b.WithRow(row("Host $host", y))
+	y++
 	type chart struct {
 		title, unit, desc string
 		metrics           []string
@@ -128,6 +145,7 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		Mappings(throttleMappings()).
 		ShowValue(common.VisibilityModeAuto).
 		MergeValues(true).
+		NoValue("no throttle reading of this host in the time range").
 		RowHeight(0.8).
 		FillOpacity(80).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))

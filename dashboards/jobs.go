@@ -59,7 +59,13 @@ func jobTableOverrides(p *table.PanelBuilder) *table.PanelBuilder {
 			prop("custom.width", 100),
 		}).
 		OverrideByName("Runtime", []dashboard.DynamicConfigValue{prop("unit", "dtdurations"), prop("custom.width", 150)}).
-		OverrideByName("GPU-hours", []dashboard.DynamicConfigValue{prop("unit", plugin.GPUHoursUnit), prop("decimals", 2)}).
+		// Narrow numbers get widths of their own: at Grafana's 150 px a
+		// column, pid, exit code and run were pushed off a 1,600-px screen.
+		OverrideByName("GPU-hours", []dashboard.DynamicConfigValue{prop("unit", plugin.GPUHoursUnit), prop("decimals", 2), prop("custom.width", 90)}).
+		OverrideByName("GPUs", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		OverrideByName("Exit code", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
+		OverrideByName("Slurm job / pid", []dashboard.DynamicConfigValue{prop("custom.width", 120)}).
+		OverrideByName("Agent", []dashboard.DynamicConfigValue{prop("custom.minWidth", 100)}).
 		OverrideByName("Run", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Training run of ${__value.raw}", "url": trainingRunURL}}),
 			prop("custom.minWidth", 120),
@@ -112,8 +118,18 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByName("Sweep", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Jobs of sweep ${__value.raw}",
 				"url": "/d/" + UIDJobs + "?var-" + varProject + "=${__data.fields.project}&var-" + varSweep + "=${__value.raw}&var-" + varState + "=" + api.AllValue}}),
+			prop("custom.minWidth", 100),
 		}).
-		OverrideByName("Params", []dashboard.DynamicConfigValue{prop("custom.minWidth", 200)}))
+		OverrideByName("Params", []dashboard.DynamicConfigValue{prop("custom.minWidth", 180)}).
+		// Every column on a 1,600-px screen: Submitted, Ended (Started +
+		// Runtime) and Attempt stay in the panel's data, out of the table.
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id:      "organize",
+			Options: map[string]any{"excludeByName": map[string]any{"Submitted": true, "Ended": true, "Attempt": true}, "indexByName": map[string]any{}, "renameByName": map[string]any{}},
+		}).
+		OverrideByName("Job", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.minWidth", 100)}).
+		OverrideByName("Detail", []dashboard.DynamicConfigValue{prop("custom.minWidth", 140)}))
 
 	b = b.WithPanel(bargauge.NewPanelBuilder().
 		Title("GPU quota").

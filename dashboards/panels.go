@@ -79,7 +79,10 @@ func stepChart(title, description, unit string, pos dashboard.GridPos, queries .
 		Tooltip(common.NewVizTooltipOptionsBuilder().
 			Mode(common.TooltipDisplayModeMulti).
 			Sort(common.SortOrderNone)).
-		OverrideByName(StepField, []dashboard.DynamicConfigValue{prop("custom.axisLabel", StepField), prop("unit", "none")})
+		// The step axis stays linear where the values' axis is not (a
+		// log scale in the defaults applies to the x field too).
+		OverrideByName(StepField, []dashboard.DynamicConfigValue{prop("custom.axisLabel", StepField), prop("unit", "none"),
+			prop("custom.scaleDistribution", map[string]any{"type": "linear"})})
 	for i, q := range queries {
 		p = p.WithTarget(target(refID(i), q))
 	}

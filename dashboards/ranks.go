@@ -1,11 +1,11 @@
 package dashboards
 
 import (
+	"fmt"
 	"regexp"
 
-	"fmt"
-
 	"github.com/grafana/grafana-foundation-sdk/go/barchart"
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/table"
@@ -205,19 +205,23 @@ const (
 )
 
 // rankBand draws the distribution the plugin answers for rank=all past
-// api.MaxRankSeries ranks (fields api.SpreadField): the median as a line,
+// api.MaxRankSeries ranks (fields named by plugin.SpreadLabel): the median as a line,
 // a band from p5 to p95 inside a fainter one from min to max, each filled
 // with Grafana's fill-below-to between its edges. A run of fewer ranks has
 // no such fields, and keeps its line per rank. The line of a rank the
 // server flags as a straggler (named with plugin.StragglerSuffix) is
-// drawn thick and red.
+// drawn thick and red; every other line is a shade of the band's blue,
+// as Grafana's classic palette has a red of its own ("vm GPU 0" and the
+// straggler were drawn alike).
 func rankBand[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
 	OverrideByRegexp(string, []dashboard.DynamicConfigValue) P
+	ColorScheme(cog.Builder[dashboard.FieldColor]) P
 }](p P, metrics ...string) P {
 	for _, m := range metrics {
 		p = rankBandOf(p, m)
 	}
+	p = p.ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdShades).FixedColor(bandColor))
 	return p.OverrideByRegexp(StragglerSeries, []dashboard.DynamicConfigValue{
 		prop("color", map[string]any{"mode": "fixed", "fixedColor": "red"}),
 		prop("custom.lineWidth", 3),
@@ -230,7 +234,7 @@ var StragglerSeries = "/" + regexp.QuoteMeta(plugin.StragglerSuffix) + "$/"
 func rankBandOf[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
 }](p P, metric string) P {
-	name := func(q string) string { return api.SpreadField(metric, q) }
+	name := func(q string) string { return plugin.SpreadLabel(metric, q) }
 	color := func(c string) dashboard.DynamicConfigValue {
 		return prop("color", map[string]any{"mode": "fixed", "fixedColor": c})
 	}

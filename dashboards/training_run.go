@@ -27,18 +27,18 @@ var summaryCards = []card{
 	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record).", "", ""},
 	{"Steps", "last_step", "none", 0, "Highest step recorded.", "Last step", ""},
 	{"Final loss", "final_loss", "none", 4, "Training loss at the last step; NaN when it was not finite.", "", ""},
-	{"Best val accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations. Empty: no evaluation of the run had an accuracy.", "", "no accuracy"},
+	{"Best accuracy", "best_val_accuracy", "percentunit", 1, "Best validation accuracy over all evaluations. Empty: no evaluation of the run had an accuracy.", "Best val accuracy", "no accuracy"},
 	{"Final val F1", "final_val_f1", "percentunit", 1, "F1 score of the last evaluation. Empty: no evaluation of the run had an F1.", "", "no F1"},
-	{"Mean throughput per rank", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second of one rank over the run (rank 0's steps); the whole run's throughput is about world size × this, as Compare's Samples/s shows. Empty: " + noStepTimes + ".", "Mean throughput", cardNoSteps},
+	{"Throughput/rank", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second of one rank over the run (rank 0's steps); the whole run's throughput is about world size × this, as Compare's Samples/s shows. Empty: " + noStepTimes + ".", "Mean throughput", cardNoSteps},
 	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation over the run: as the steps reported it, else from the NVML samples the collectors attributed to the run. Empty: " + noGPUSamples + ".", "", cardNoNVML},
-	{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it: the allocator's pool plus the CUDA context. Empty: " + noGPUSamples + ".", "", cardNoNVML},
-	{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak (torch.cuda.max_memory_allocated) on any rank, as the hook measured it: the tensors alone, below the NVML figure. Empty: " + noHookMemory + ".", "", cardNoAlloc},
+	{"GPU mem peak", "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it: the allocator's pool plus the CUDA context. Empty: " + noGPUSamples + ".", plugin.PeakNVMLDisplay, cardNoNVML},
+	{"Allocated peak", "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak (torch.cuda.max_memory_allocated) on any rank, as the hook measured it: the tensors alone, below the NVML figure. Empty: " + noHookMemory + ".", plugin.PeakAllocDisplay, cardNoAlloc},
 	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step. Empty: " + noStepTimes + ".", "", cardNoSteps},
 	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time. Empty: " + noFLOPs + ".", "Mean TFLOP/s per GPU", cardNoFLOPs},
 	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision. Empty: " + noFLOPs + ".", "", cardNoFLOPs},
 	{"Skipped steps", "skipped_steps", "none", 0, "Optimizer steps skipped on fp16 overflow.", "", ""},
 	{"World size", "world_size", "none", 0, "Number of ranks.", "", ""},
-	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Empty when the run has finished, has sent nothing for a while, or its total steps are unknown.", "", "not running"},
+	{"Est. time to finish", "eta_s", "s", 0, "A running run's time left: steps left (total steps from the run's meta − last step) × its steady-state mean step time. Unknown when the run has finished, has sent nothing for longer than the stall alert's limit, or its total steps are unknown.", "", "unknown"},
 }
 
 // Why a panel of a run is empty, in one line each: what the run did not
@@ -310,12 +310,16 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Value("Mean time").Layout(common.HeatmapCellLayoutAuto)).
 		Color(heatmap.NewHeatmapColorOptionsBuilder().
 			Mode(heatmap.HeatmapColorModeScheme).
-			Scheme("Turbo").
+			// Spectral, reversed: fast cells blue, slow ones red. Both
+			// ends stand out on the dark theme, where Turbo's low end is
+			// near-black and the cells at the bottom of the range (those
+			// clipped there too) read as missing.
+			Scheme(layerScheme).
 			Scale(heatmap.HeatmapColorScaleLinear).
 			Exponent(1).
 			Steps(128).
 			Fill("dark-orange").
-			Reverse(false)).
+			Reverse(true)).
 		CellGap(1).
 		YAxis(heatmap.NewYAxisConfigBuilder().
 			Unit("").
@@ -338,6 +342,9 @@ var nonFinitePoints = "/" + regexp.QuoteMeta(plugin.NonFiniteSuffix) + "$/"
 // "<split> accuracy", "<split> F1". The join on the step leaves one frame,
 // so they are found by display name, not by query.
 const evalPoints = "/^\\S+ (loss|accuracy|f1)$/i"
+
+// layerScheme is the layer heatmaps' colour scheme.
+const layerScheme = "Spectral"
 
 // layerColumns is the most step columns a heatmap asks for.
 // Nine columns of the plot (a half-width panel at 1280 px, less the

@@ -30,7 +30,7 @@ var handlerParams = map[string][]string{
 	"/runs/:id/memory":     {},
 	"/runs/:id/ranks":      {"straggler_pct", "from_step"},
 	"/compare":             {"run", "sweep", "project", "baseline"},
-	"/gpus":                {"host", "gpu", "run_id", "rank", "metric", "from", "to", "max_points"},
+	"/gpus":                {"host", "gpu", "run_id", "rank", "metric", "from", "to", "max_points", "per_gpu"},
 	"/annotations":         {"run_id", "type", "from", "to"},
 	"/alerts":              {"project", "run_id", "state", "kind", "limit"},
 	"/runs/:id/regression": {"baseline", "baseline_tag"},

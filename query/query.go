@@ -202,6 +202,18 @@ func optIntParam(c echo.Context, name string, lo, hi int64) (*int64, error) {
 	return &v, nil
 }
 
+func boolParam(c echo.Context, name string) (bool, error) {
+	s := c.QueryParam(name)
+	if s == "" {
+		return false, nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, bad(name, "want true or false, got %q", s)
+	}
+	return v, nil
+}
+
 func timeParam(c echo.Context, name string, def time.Time) (time.Time, error) {
 	s := c.QueryParam(name)
 	if s == "" {

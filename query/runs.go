@@ -190,7 +190,8 @@ func (h *Handler) fillFromGPUSamples(ctx context.Context, runID string, s *api.R
 // estimateFinish sets the time a running run with known total steps has
 // left: the steps left times the steady-state mean step time of its first
 // rank (the wall-clock time per step over the steady steps when they
-// carry no step time), counted from the run's last record.
+// carry no step time), counted from the run's last record; none for a run
+// silent past the stall alert's limit.
 func (h *Handler) estimateFinish(ctx context.Context, r *store.RunRow, s *api.RunSummary) error {
 	if r.Status != api.StatusRunning || s.TotalSteps == nil || s.LastStep == nil {
 		return nil
@@ -226,6 +227,15 @@ func (h *Handler) estimateFinish(ctx context.Context, r *store.RunRow, s *api.Ru
 		}
 	} else {
 		stepS = new(float64)
+	}
+	// A run silent for longer than the stall alert's limit may never
+	// finish: its time left is unknown, not the steps left at its old pace.
+	if at := r.LastSeenAt; at != nil && left > 0 {
+		cfg := h.alertsConfig().WithMeta(r.Meta)
+		limit := max(time.Duration(cfg.StallMin), time.Duration(cfg.StallSteps**stepS*float64(time.Second)))
+		if time.Since(*at) > limit {
+			return nil
+		}
 	}
 	eta := float64(left) * *stepS
 	s.ETASeconds = fv(eta)

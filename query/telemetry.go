@@ -50,6 +50,12 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// per_gpu keeps a series per GPU however many: a table of GPUs or a
+	// list of hosts needs each GPU's name and host, not their distribution.
+	perGPU, err := boolParam(c, "per_gpu")
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now().UTC()
 	// With a run named, the default window is the whole run; otherwise
 	// the last hour.
@@ -80,7 +86,7 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	// wide as the span split into max_points.
 	span := last.Sub(*first)
 	bucket := time.Duration((int64(span)/maxPoints)/int64(time.Second)+1) * time.Second
-	if runID != "" && host == "" && rank == nil && gpu == nil {
+	if runID != "" && host == "" && rank == nil && gpu == nil && !perGPU {
 		spread, err := h.gpuSpread(ctx, metrics, sel, *first, *last, bucket, &out)
 		if err != nil || spread {
 			return out, err

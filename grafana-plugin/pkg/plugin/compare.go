@@ -44,13 +44,22 @@ var compareFigures = []struct {
 	{"wasted_gpu_h", "suffix: GPU·h", "Wasted GPU-hours", func(r api.CompareRow) *api.Float { return r.WastedGPUH }},
 }
 
+// compareRunLabels names the compared runs, equal names told apart.
+func compareRunLabels(rows []api.CompareRow) []string {
+	ids, names := make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		ids[i], names[i] = r.RunID, r.Name
+	}
+	return runLabels(ids, names)
+}
+
 // compareFrame is the comparison table: configuration columns, then the
 // figures, then (with a baseline) each figure's change in percent.
 func compareFrame(c api.CompareResponse) *data.Frame {
 	rows := c.Rows
 	fields := []*data.Field{
 		strCol(rows, "run_id", "Run ID", func(r api.CompareRow) string { return r.RunID }),
-		strCol(rows, "name", "Run", func(r api.CompareRow) string { return r.Name }),
+		withConfig(data.NewField("name", nil, compareRunLabels(rows)), "", "Run"),
 		strCol(rows, "project", "Project", func(r api.CompareRow) string { return r.Project }),
 		strCol(rows, "status", "Status", func(r api.CompareRow) string { return r.Status }),
 		strCol(rows, "model", "Model", func(r api.CompareRow) string { return r.Model }),

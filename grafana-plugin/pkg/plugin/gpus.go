@@ -30,6 +30,10 @@ var gpusQuery = get[api.GPUResponse]{
 			}
 		}
 		p.add("metric", r.Metrics)
+		if r.Format == FormatTable {
+			// A row per GPU, however many the run has.
+			p.set("per_gpu", "true")
+		}
 		p.timeRange(r.timeRange)
 		p.maxPoints(r.maxDataPoints)
 		return p

@@ -79,11 +79,17 @@ func (s *sink) Send(r *backend.CallResourceResponse) error { s.resp = r; return 
 func TestCallResource(t *testing.T) {
 	base := startServer(t)
 	// Beside the fixture's sweep: a run of no sweep, which the sweeps list
-	// leaves out, and a sweep of another project.
+	// leaves out, a sweep of another project, its two runs of one name
+	// (told apart by their ids), and a sweep of one run, left out too:
+	// there is nothing to compare its run with.
 	ingest(t, base, append(fixtureRecords(),
 		map[string]any{"kind": "run", "run_id": "bert-solo", "project": "nlp", "name": "BERT alone", "started_at": ts(0)},
 		map[string]any{"kind": "run", "run_id": "vit-lr1", "project": "vision", "name": "ViT lr 1", "started_at": ts(0),
 			"sweep_id": "lr-sweep"},
+		map[string]any{"kind": "run", "run_id": "vit-lr1-again", "project": "vision", "name": "ViT lr 1", "started_at": ts(0),
+			"sweep_id": "lr-sweep"},
+		map[string]any{"kind": "run", "run_id": "vit-alone", "project": "vision", "name": "ViT alone", "started_at": ts(0),
+			"sweep_id": "one-run-sweep"},
 	))
 	tp := startPlugin(t)
 	pc := pluginContext("resources", base, readToken)
@@ -98,6 +104,8 @@ func TestCallResource(t *testing.T) {
 		{"sweeps?project=vision", 200, `[{"text":"lr-sweep","value":"lr-sweep"}]`},
 		{"sweeps", 200, `[{"text":"lr-sweep","value":"lr-sweep"},{"text":"zero-sweep","value":"zero-sweep"}]`},
 		{"sweeps?project=other", 200, `[]`},
+		{"runs?sweep=lr-sweep", 200, `{"text":"ViT lr 1 · …r1-again","value":"vit-lr1-again"}`},
+		{"runs?sweep=lr-sweep", 200, `{"text":"ViT lr 1 · vit-lr1","value":"vit-lr1"}`},
 		{"runs?project=nlp", 200, `{"text":"BERT ZeRO-3","value":"bert-z3"}`},
 		{"runs?project=other", 200, `[]`},
 		{"runs?sweep=zero-sweep&tag=bert", 200, `"value":"bert-z2"`},

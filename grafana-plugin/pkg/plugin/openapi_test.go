@@ -190,6 +190,10 @@ func (s schema) check(v string) error {
 		if s.Pattern != "" && !regexp.MustCompile(s.Pattern).MatchString(v) {
 			return fmt.Errorf("%q does not match %s", v, s.Pattern)
 		}
+	case "boolean":
+		if _, err := strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("%q is not of type boolean", v)
+		}
 	default:
 		return fmt.Errorf("the document's type %q is not one this test knows", s.Type)
 	}

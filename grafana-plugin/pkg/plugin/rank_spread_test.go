@@ -61,7 +61,7 @@ func TestQueryDataRankSpread(t *testing.T) {
 		band := fr[0]
 		want := []string{"Step"}
 		for _, q := range api.SpreadQuantiles {
-			want = append(want, api.SpreadField("lateness_ms", q))
+			want = append(want, SpreadLabel("lateness_ms", q))
 		}
 		var got []string
 		for _, f := range band.Fields {
@@ -101,7 +101,7 @@ func TestQueryDataRankSpread(t *testing.T) {
 	t.Run("band on time", func(t *testing.T) {
 		band := frames(t, "spread_time")[0]
 		if len(band.Fields) != 7 || band.Fields[0].Name != "time" || band.Fields[1].Name != "step" ||
-			band.Fields[4].Config.DisplayNameFromDS != "sync_wait_ms median of ranks" {
+			band.Fields[4].Config.DisplayNameFromDS != "Wait in collective, median of ranks" {
 			t.Fatalf("band frame %s: want time, step and the five quantiles", frameSummary(band))
 		}
 	})

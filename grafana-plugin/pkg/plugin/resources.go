@@ -99,13 +99,13 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		if err != nil {
 			return nil, err
 		}
+		ids, names := make([]string, len(runs)), make([]string, len(runs))
+		for i, r := range runs {
+			ids[i], names[i] = r.RunID, r.Name
+		}
 		opts := make([]Option, 0, len(runs))
-		for _, r := range runs {
-			text := r.Name
-			if text == "" {
-				text = r.RunID
-			}
-			opts = append(opts, Option{Text: text, Value: r.RunID})
+		for i, text := range runLabels(ids, names) {
+			opts = append(opts, Option{Text: text, Value: ids[i]})
 		}
 		return opts, nil
 
@@ -118,10 +118,17 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		if err != nil {
 			return nil, err
 		}
-		var sweeps []string
+		// A sweep of one run has nothing to compare its run with.
+		trials := map[string]int{}
 		for _, r := range runs {
-			if r.SweepID != "" && !slices.Contains(sweeps, r.SweepID) {
-				sweeps = append(sweeps, r.SweepID)
+			if r.SweepID != "" {
+				trials[r.SweepID]++
+			}
+		}
+		var sweeps []string
+		for s, n := range trials {
+			if n > 1 {
+				sweeps = append(sweeps, s)
 			}
 		}
 		slices.Sort(sweeps)
@@ -163,7 +170,9 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		return opts, nil
 
 	case api.VariableHosts:
-		p := url.Values{"max_points": {"1"}}
+		// per_gpu: every GPU's host, also of a run of more than
+		// api.MaxRankSeries GPUs, whose charts get a distribution.
+		p := url.Values{"max_points": {"1"}, "per_gpu": {"true"}}
 		for k, to := range map[string]string{"run": "run_id", "run_id": "run_id", "from": "from", "to": "to"} {
 			if v := q.Get(k); v != "" && v != AllRuns {
 				p.Set(to, v)

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"strings"
+
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/api"
@@ -9,7 +11,7 @@ import (
 // spreadFrames gives one frame per metric of a distribution over the
 // ranks (rank=all past api.MaxRankSeries ranks): x, then the lowest, 5th
 // percentile, median, 95th percentile and highest of the ranks' means in
-// each bucket, named api.SpreadField(metric, quantile). A time series
+// each bucket, shown as SpreadLabel(metric, quantile). A time series
 // panel draws them as a band with fill-below-to overrides.
 func spreadFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 	frames := make(data.Frames, 0, len(r.Spread))
@@ -31,13 +33,28 @@ func spreadFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 				v[i] = float64(spreadValue(p, quantile))
 			}
 			fields = append(fields, data.NewField(sp.Metric+"_"+quantile, data.Labels{"quantile": quantile}, v).
-				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: api.SpreadField(sp.Metric, quantile)}))
+				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: SpreadLabel(sp.Metric, quantile)}))
 		}
 		f := data.NewFrame(sp.Metric+" over ranks", fields...)
 		f.Meta = &data.FrameMeta{Custom: map[string]any{"bucket_steps": sp.BucketSteps, "ranks": r.Ranks}}
 		frames = append(frames, f)
 	}
 	return frames
+}
+
+// SpreadLabel is the legend, in words, of one quantile of a metric's
+// distribution ("Lateness, p95 of ranks"; of an NVML metric, "GPU
+// utilisation, p95 of GPUs"), which dashboards name in their overrides (a
+// band filled from p5 to p95).
+func SpreadLabel(metric, quantile string) string {
+	label, of := metricLabel(metric), "ranks"
+	if _, step := metricLabels[metric]; !step && api.GPUMetricNamed(metric) != nil {
+		label, of = "GPU "+label, "GPUs"
+	}
+	if label != "" {
+		label = strings.ToUpper(label[:1]) + label[1:]
+	}
+	return label + ", " + quantile + " of " + of
 }
 
 // spreadValue is one quantile of a bucket.
