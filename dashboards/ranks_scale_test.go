@@ -36,6 +36,7 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 	// band two buckets.
 	run := fleettest.Run{ID: "fleet-1024", Ranks: 1024, Steps: 200, Late: straggler, Start: start}
 	servertest.Ingest(t, base, ingestToken, run.Records())
+	servertest.WaitRollups(t, base, readToken, run.ID)
 
 	ctx := context.Background()
 	inst, err := plugin.NewDatasource(ctx, backend.DataSourceInstanceSettings{

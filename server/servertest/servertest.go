@@ -80,3 +80,34 @@ func Ingest(t testing.TB, base, token string, records []map[string]any) {
 		}
 	}
 }
+
+// WaitRollups waits, with a generous deadline, until the run's rollups
+// have caught up with its raw rows (its summary carries no rollup_lag):
+// reads no longer wait for the refresher, so a test that reads a large
+// run's rolled-up views right after loading it waits here first.
+func WaitRollups(t testing.TB, base, token, runID string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		req, err := http.NewRequest(http.MethodGet, base+"/api/v1/runs/"+runID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		var lag struct {
+			RollupLag *json.RawMessage `json:"rollup_lag"`
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK && json.Unmarshal(body, &lag) == nil && lag.RollupLag == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rollups of run %s never caught up (last error %v)", runID, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
