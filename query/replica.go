@@ -122,15 +122,21 @@ func (h *Handler) replicaLag(ctx context.Context, c echo.Context, r *store.RunRo
 }
 
 // refreshBudgeted refreshes runID's rollups on st, at most
-// readRefreshBlocks markers, without waiting for another refresh of the
-// run and within Options.RefreshBudget in all: a refresh cut short by the
-// budget is rolled back, left to the background refresher, and is no
+// readRefreshBlocks markers, waiting at most readLockWait for another
+// refresh of the run (the background refresher's, which a small backlog
+// takes moments; a read right after an import then shows it) and within
+// Options.RefreshBudget in all: a refresh cut short by the budget or the
+// lock wait is rolled back, left to the background refresher, and is no
 // error.
 func (h *Handler) refreshBudgeted(ctx context.Context, st *store.Store, runID string) (int, error) {
 	budget := h.opt.RefreshBudget
 	rctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	n, _, err := st.RefreshRollupsWithin(rctx, runID, store.RefreshLimits{MaxBlocks: readRefreshBlocks, Timeout: budget, NoWait: true})
+	lim := store.RefreshLimits{MaxBlocks: readRefreshBlocks, Timeout: budget, LockWait: readLockWait}
+	if !firstLockWait(ctx) {
+		lim.NoWait = true // one wait a request: a view over many runs answers at once
+	}
+	n, _, err := st.RefreshRollupsWithin(rctx, runID, lim)
 	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
 		h.log.Debug("rollup refresh of a read cut short by its budget; left to the background refresher",
 			"run_id", runID, "budget", budget.String())

@@ -22,19 +22,35 @@ const (
 
 // Bounds of a read's own refresh: a read refreshes a backlog of at most
 // readRefreshBlocks markers, within Options.RefreshBudget
-// (defaultRefreshBudget), and does not wait for a refresh of the run under
-// way elsewhere (the background refresher's, another read's). Whatever it
-// leaves, it answers from the rollups as they are and says how far behind
-// they are.
+// (defaultRefreshBudget), and waits at most readLockWait, once a request,
+// for a refresh of the run under way elsewhere (the background
+// refresher's, another read's). Whatever it leaves, it answers from the rollups as they are
+// and says how far behind they are.
 const (
 	readRefreshBlocks    = 1000
 	defaultRefreshBudget = 10 * time.Second
+	readLockWait         = time.Second
 )
 
 // lagNote collects the rollup backlogs of the runs one request read.
 type lagNote struct {
-	mu   sync.Mutex
-	runs map[string]store.RollupBacklog
+	mu     sync.Mutex
+	runs   map[string]store.RollupBacklog
+	waited bool // the request has had its wait for a refresh lock
+}
+
+// firstLockWait reports whether the request of ctx may still wait for a
+// run's refresh lock (once a request), and uses its wait up.
+func firstLockWait(ctx context.Context) bool {
+	n, _ := ctx.Value(lagNoteKey{}).(*lagNote)
+	if n == nil {
+		return true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	first := !n.waited
+	n.waited = true
+	return first
 }
 
 type lagNoteKey struct{}

@@ -23,6 +23,11 @@ type RefreshLimits struct {
 	// refresh of it holds its lock: a read then answers from the rollups
 	// as they are instead of waiting out a long refresh.
 	NoWait bool
+	// LockWait, without NoWait, bounds the wait for that lock (0: as
+	// long as the statement timeout allows): a read waits briefly for a
+	// refresh of the run under way, which a small run's takes moments,
+	// and answers what its rollups hold when it takes longer.
+	LockWait time.Duration
 }
 
 // errRefreshSkipped is a chunk left for later within its RefreshLimits.
@@ -41,8 +46,22 @@ func lockRefresh(ctx context.Context, tx pgx.Tx, runID string, lim RefreshLimits
 		}
 	}
 	if !lim.NoWait {
+		if lim.LockWait > 0 {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(lim.LockWait.Milliseconds(), 1))); err != nil {
+				return fmt.Errorf("set lock timeout: %w", err)
+			}
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, runID); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available: lock_timeout passed
+				return errRefreshBusy
+			}
 			return fmt.Errorf("lock: %w", err)
+		}
+		if lim.LockWait > 0 {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
+				return fmt.Errorf("reset lock timeout: %w", err)
+			}
 		}
 		return nil
 	}
