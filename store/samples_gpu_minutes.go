@@ -92,17 +92,30 @@ var mergeGPUMinutes = func() string {
 // minutes at its edges, so that a bucket cut by the window holds exactly
 // the samples inside it. Its parameters are $1..$5 (host, run, rank and
 // the whole minutes) and $6..$9 (the edges), in args' order.
-func gpuMinuteUnion(sel GPUSelect, from, to time.Time) (cte string, args []any) {
-	cols, _, _ := minuteCols()
+func gpuMinuteUnion(sel GPUSelect, metrics []string, from, to time.Time) (cte string, args []any) {
+	// Only the columns of the metrics read, of a row of a hundred.
+	var cols, aggs []string
+	all, allAggs, _ := minuteCols()
+	for i, c := range all {
+		keep := c == "last_time" || c == "uuid" || c == "name"
+		for _, m := range metrics {
+			suffix, ok := strings.CutPrefix(c, m+"_")
+			keep = keep || ok && slices.Contains([]string{"n", "sum", "min", "max", "last", "last_at", "or", "and"}, suffix)
+		}
+		if keep {
+			cols, aggs = append(cols, c), append(aggs, allAggs[i])
+		}
+	}
 	w := minuteSplit(from, to)
 	cte = `u AS (
 		SELECT host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + ` FROM gpu_device_minutes
 		WHERE $4::timestamptz IS NOT NULL AND minute >= $4 AND minute < $5
 		  AND ($1 = '' OR host = $1) AND ($2 = '' OR run_id = $2) AND ($3::int IS NULL OR rank = $3)
 		UNION ALL
-		` + minuteSelect(`gpu_samples WHERE (($6::timestamptz IS NOT NULL AND time >= $6 AND time < $7)
+		SELECT ` + minuteKey + `, ` + strings.Join(aggs, ", ") + ` FROM gpu_samples WHERE (($6::timestamptz IS NOT NULL AND time >= $6 AND time < $7)
 		     OR ($8::timestamptz IS NOT NULL AND time >= $8 AND time <= $9))
-		  AND ($1 = '' OR host = $1) AND ($2 = '' OR run_id = $2) AND ($3::int IS NULL OR rank = $3)`) + `
+		  AND ($1 = '' OR host = $1) AND ($2 = '' OR run_id = $2) AND ($3::int IS NULL OR rank = $3)
+		GROUP BY 1, 2, 3, 4, 5
 	)`
 	return cte, []any{sel.Host, sel.RunID, sel.Rank, w.minLo, w.minHi, w.rawLo1, w.rawHi1, w.rawLo2, w.rawHi2}
 }
@@ -148,7 +161,7 @@ func (s *Store) GPUMinuteSeries(ctx context.Context, metrics []string, sel GPUSe
 		}
 		cols.WriteString(", " + minuteAggs(m))
 	}
-	cte, args := gpuMinuteUnion(sel, from, to)
+	cte, args := gpuMinuteUnion(sel, metrics, from, to)
 	args = append(args, minuteSecs(bucket))
 	rows, err := s.pool.Query(ctx, `WITH `+cte+`
 		SELECT host, gpu, date_bin(make_interval(secs => $10::float8), minute, 'epoch'::timestamptz) AS t,
@@ -203,7 +216,7 @@ func (s *Store) GPUMinuteSpread(ctx context.Context, metric string, sel GPUSelec
 	if m := api.GPUMetricNamed(metric); m == nil || m.Column == "" || m.Agg != api.AggMean {
 		return nil, fmt.Errorf("store: gpu spread: no distribution of %q", metric)
 	}
-	cte, args := gpuMinuteUnion(sel, from, to)
+	cte, args := gpuMinuteUnion(sel, []string{metric}, from, to)
 	args = append(args, minuteSecs(bucket))
 	rows, err := s.pool.Query(ctx, `WITH `+cte+`, g AS (
 			SELECT date_bin(make_interval(secs => $10::float8), minute, 'epoch'::timestamptz) AS t,
