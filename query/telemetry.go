@@ -75,6 +75,9 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 		return nil, bad("to", "must be after from")
 	}
 	out := api.GPUResponse{Series: []api.GPUSeries{}}
+	if done, err := h.gpuMinutes(ctx, metrics, sel, from, to, maxPoints, gpu, &out); err != nil || done {
+		return out, err
+	}
 	first, last, err := h.store.GPUTimeSpan(ctx, sel, from, to)
 	if err != nil {
 		return nil, err
@@ -96,6 +99,13 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	gpuSeries(&out, metrics, series, gpu)
+	return out, nil
+}
+
+// gpuSeries appends the rows of each metric to out as a series per GPU,
+// those of one GPU only where gpu is set.
+func gpuSeries(out *api.GPUResponse, metrics []string, series map[string][]store.GPUSeriesRow, gpu *int64) {
 	for _, m := range metrics {
 		rows := series[m]
 		var cur *api.GPUSeries
@@ -111,7 +121,6 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 			cur.Points = append(cur.Points, api.TimePoint{Time: r.Time, Value: api.Float(r.Mean), Min: api.Float(r.Min), Max: api.Float(r.Max)})
 		}
 	}
-	return out, nil
 }
 
 // gpuSpread answers a run's GPUs, when they are more than
@@ -120,8 +129,18 @@ func (h *Handler) gpus(ctx context.Context, c echo.Context) (any, error) {
 // whether it did.
 func (h *Handler) gpuSpread(ctx context.Context, metrics []string, sel store.GPUSelect, from, to time.Time, bucket time.Duration, out *api.GPUResponse) (bool, error) {
 	n, err := h.store.CountGPUs(ctx, sel, from, to)
-	if err != nil || n <= api.MaxRankSeries {
+	if err != nil {
 		return false, err
+	}
+	return h.gpuSpreadOf(ctx, n, metrics, sel, from, to, bucket, h.store.GPUSpread, out)
+}
+
+// gpuSpreadOf is gpuSpread for n GPUs, each metric's distribution read by
+// spread (from the samples or from the minute rollups).
+func (h *Handler) gpuSpreadOf(ctx context.Context, n int, metrics []string, sel store.GPUSelect, from, to time.Time, bucket time.Duration,
+	spread func(context.Context, string, store.GPUSelect, time.Time, time.Time, time.Duration) ([]store.GPUSpreadRow, error), out *api.GPUResponse) (bool, error) {
+	if n <= api.MaxRankSeries {
+		return false, nil
 	}
 	for _, m := range metrics {
 		if m == "xid_last" || m == "throttle_reasons" {
@@ -129,7 +148,7 @@ func (h *Handler) gpuSpread(ctx context.Context, metrics []string, sel store.GPU
 		}
 	}
 	for _, m := range metrics {
-		rows, err := h.store.GPUSpread(ctx, m, sel, from, to, bucket)
+		rows, err := spread(ctx, m, sel, from, to, bucket)
 		if err != nil {
 			return false, err
 		}

@@ -29,7 +29,7 @@ import (
 // runTables are the tables whose rows belong to one run, dropped with it;
 // runs comes last.
 var runTables = []string{"steps", "layer_times", "evals", "events", "memory_breakdowns",
-	"gpu_samples", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_scores", "runs"}
+	"gpu_samples", "gpu_minutes", "gpu_device_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_scores", "runs"}
 
 // retentionLock keeps replicas from running the job at the same time.
 const retentionLock = migrationLock + 2
@@ -244,7 +244,15 @@ func (s *Store) dropUnattributedGPUSamples(ctx context.Context, cutoff time.Time
 		}
 		whole := sampleFilter{`g.time < $1 AND (g.run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`, []any{cutoff}}
 		n, err = deleteGPUSamples(ctx, tx, gpuHypertable, cutoff, whole, filters...)
-		return err
+		if err != nil {
+			return err
+		}
+		// Their minute rollups go by the same rule, by whole minutes.
+		if _, err := tx.Exec(ctx, `DELETE FROM gpu_device_minutes g WHERE g.minute < date_trunc('minute', $1::timestamptz)
+			AND (g.run_id = '' OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = g.run_id))`, cutoff); err != nil {
+			return fmt.Errorf("delete GPU minutes of no run: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("retention: drop old GPU samples of no run: %w", err)

@@ -415,9 +415,12 @@ func gpuStoredColumns() []string {
 // The samples written (not those already stored) are added to their
 // minute's sums in the same statement; each collector adds to its own
 // host's rows, so concurrent batches of one run do not queue on them.
-const mergeGPU = `WITH ins AS (
+// The same goes for each GPU's minute rollups (samples_gpu_minutes.go).
+var mergeGPU = `WITH ins AS (
 	INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING
-	RETURNING run_id, rank, host, time, util_pct, mem_used_bytes, mem_total_bytes
+	RETURNING *
+), d AS (
+	` + mergeGPUMinutes + `
 ), m AS (
 	INSERT INTO gpu_minutes AS m (run_id, host, minute, samples, mem_n, mem_sum, mem_max, util_n, util_sum, util_min, total_max)
 	SELECT run_id, host, date_trunc('minute', time), count(*), count(mem_used_bytes), sum(mem_used_bytes), max(mem_used_bytes),
