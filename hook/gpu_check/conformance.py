@@ -7,7 +7,7 @@ Cells are {plain loop, Accelerate, HF Trainer, Lightning, DeepSpeed} x
 fp16} x gradient accumulation {1, 4}, with a straggler planted on rank 1
 (data: its input 40 ms late; host: 40 ms on the host after backward; gpu:
 40 ms of device work in its forward) or none (the control). A slice is
-what one device call runs:
+what one run of the script on a GPU machine covers (a few minutes):
 
     single  one process: plain x {eager, compile} x {fp32, bf16, fp16} x
             accum {1, 4}; Accelerate x {bf16, fp16} x {1, 4}; HF Trainer and
