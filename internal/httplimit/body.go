@@ -238,7 +238,7 @@ var gunzipSlots = make(chan struct{}, 4)
 // which the next one reuses, instead of a buffer doubled again and again.
 func readGzip(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, hint int64, lease *Lease) ([]byte, error) {
 	if hint > 0 && hint <= limit {
-		if err := lease.Grow(ctx, hint); err != nil {
+		if err := lease.GrowDecompressing(ctx, hint); err != nil {
 			return nil, err
 		}
 		buf.Grow(int(hint) + bytes.MinRead)
@@ -261,7 +261,15 @@ const gzipSlab = 1 << 20
 
 var slabs = sync.Pool{New: func() any { b := make([]byte, gzipSlab); return &b }}
 
+// readSlabs leases all a decompression of unknown size may take, the
+// limit, before it starts, rather than a slab at a time: decompressions
+// that each held part of the budget could otherwise all wait for the rest
+// at once (a few bombs together), none finishing. What it joins the slabs
+// into is within the same lease: the slabs go back to the pool once joined.
 func readSlabs(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit int64, lease *Lease) ([]byte, error) {
+	if err := lease.GrowDecompressing(ctx, limit); err != nil {
+		return nil, err
+	}
 	var held []*[]byte
 	defer func() {
 		for _, s := range held {
@@ -272,9 +280,6 @@ func readSlabs(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit int64,
 	last := 0 // bytes used in the last slab
 	for {
 		if len(held) == 0 || last == gzipSlab {
-			if err := lease.Grow(ctx, gzipSlab); err != nil {
-				return nil, err
-			}
 			held = append(held, slabs.Get().(*[]byte))
 			last = 0
 		}
@@ -291,9 +296,6 @@ func readSlabs(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit int64,
 		if err != nil {
 			return nil, err
 		}
-	}
-	if err := lease.Grow(ctx, total); err != nil {
-		return nil, err
 	}
 	buf.Grow(int(total))
 	for i, s := range held {

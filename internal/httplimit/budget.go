@@ -112,6 +112,22 @@ func (b *budget) limit() int64 {
 // answers 503 when there is none, and 499 when the client went away. A
 // lease is never grown past the whole budget, so one request alone fits.
 func (l *Lease) Grow(ctx context.Context, n int64) *Error {
+	return l.grow(ctx, n, budgetWait)
+}
+
+// GrowDecompressing is [Lease.Grow] for a body being decompressed, which
+// waits up to gunzipWait: the room it waits for is held by the other
+// decompressions (at most a few at once, gunzipSlots), each done within
+// its limit moments later, so a decompression that waits briefly finds
+// room and ends as it should (a bomb with its 413) instead of a 503.
+func (l *Lease) GrowDecompressing(ctx context.Context, n int64) *Error {
+	return l.grow(ctx, n, gunzipWait)
+}
+
+// gunzipWait is how long a decompressing body waits for room.
+const gunzipWait = 10 * time.Second
+
+func (l *Lease) grow(ctx context.Context, n int64, wait time.Duration) *Error {
 	if n <= 0 {
 		return nil
 	}
@@ -144,7 +160,7 @@ func (l *Lease) Grow(ctx context.Context, n int64) *Error {
 		free := inflight.free
 		inflight.mu.Unlock()
 		if timer == nil {
-			timer = time.NewTimer(budgetWait)
+			timer = time.NewTimer(wait)
 			defer timer.Stop()
 		}
 		select {
