@@ -216,19 +216,17 @@ def main():
         t0 = time.time()
         r = {}
         try:
+            if not a.no_counts:
+                r["unwatched"], _ = dynamo_run(v, False, a.steps, None, rec)
+                path = os.path.join(tmp, v + ".ndjson")
+                r["watched"], _ = dynamo_run(v, True, a.steps, path, rec)
+                r["records"] = expand(path, a.steps)
+                r["hook_graph_breaks"] = r["watched"]["graph_breaks"] - r["unwatched"]["graph_breaks"]
+                r["hook_recompiles"] = r["watched"]["recompiles"] - r["unwatched"]["recompiles"]
+            timed = os.path.join(tmp, v + "-timed.ndjson")
+            r["timing"] = timing(v, a.pairs, timed)
             if a.no_counts:
-                r["timing"] = timing(v, a.pairs, os.path.join(tmp, v + "-timed.ndjson"))
-                r["records"] = expand(os.path.join(tmp, v + "-timed.ndjson"), a.pairs + 8)
-                raise StopIteration
-            r["unwatched"], _ = dynamo_run(v, False, a.steps, None, rec)
-            path = os.path.join(tmp, v + ".ndjson")
-            r["watched"], _ = dynamo_run(v, True, a.steps, path, rec)
-            r["records"] = expand(path, a.steps)
-            r["hook_graph_breaks"] = r["watched"]["graph_breaks"] - r["unwatched"]["graph_breaks"]
-            r["hook_recompiles"] = r["watched"]["recompiles"] - r["unwatched"]["recompiles"]
-            r["timing"] = timing(v, a.pairs, os.path.join(tmp, v + "-timed.ndjson"))
-        except StopIteration:
-            pass
+                r["records"] = expand(timed, a.pairs + 8)
         except Exception as e:
             r["error"] = "%s: %s" % (type(e).__name__, str(e)[:800])
         r["seconds"] = round(time.time() - t0, 1)
