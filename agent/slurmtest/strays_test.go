@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestStrays checks that the leak sweep finds a process by the cluster's
@@ -22,7 +23,13 @@ func TestStrays(t *testing.T) {
 		return cmd
 	}
 	mine, other := start(c.Conf), start(c.Conf+".other")
+	// A process just started may not show its environment in /proc yet
+	// on a loaded machine: wait for the sweep to see it, generously.
 	got := c.strays()
+	for deadline := time.Now().Add(time.Minute); !slices.Contains(got, mine.Process.Pid) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		got = c.strays()
+	}
 	if !slices.Contains(got, mine.Process.Pid) || slices.Contains(got, other.Process.Pid) {
 		t.Fatalf("strays %v: want %d and not %d", got, mine.Process.Pid, other.Process.Pid)
 	}
