@@ -7,10 +7,14 @@ steps, the layers record.
 A StepReader, owned by the Watcher, reads the queue of closed steps it
 shares with the StepState (steps.py). On a GPU it runs on a reader thread
 of its own (the training thread only queues closed steps): the reader
-wakes every READ_EVERY_S and reads the steps whose events completed, in
-order, sleeping READ_YIELD_S after every READ_YIELD_EVERY of them so that
-the training thread, when it wants the interpreter back, waits for a few
-steps' read-back at most. Much of it then runs while the training thread
+wakes every READ_EVERY_S, or when READ_WAKE_PENDING steps wait, and reads
+the steps whose events completed, in order and in batches (one device
+query vouches for a batch: events of one stream complete in order),
+sleeping READ_YIELD_S after every READ_BATCH of them so that the training
+thread, when it wants the interpreter back, waits for a few steps'
+read-back at most. Each wake-up and each device query hands the
+interpreter between the threads, which costs the training thread more
+than the work itself: they are few. Much of it then runs while the training thread
 is inside backward() or waiting for the device, with the interpreter
 free. Elsewhere (the host clock's timers, tests) it runs on the training
 thread, at a step's open and at the run's end."""
@@ -29,12 +33,16 @@ from .records import MS_DECIMALS, STEPS_MAX_AGE_S, STEPS_PER_RECORD, StepColumns
 # What a run's layer_times metadata says when its layer hooks never ran.
 NO_LAYER_HOOK = ("unavailable: no layer hook ran in a profiled step; the layers run inside a compiled graph "
                  "(torch.compile of the whole model), so compile each block instead (block.compile()) to time them")
-MAX_PENDING = 64
+MAX_PENDING = 256
 ANCHOR_KEEP = 256
 ANCHOR_EVERY = 4
-READ_EVERY_S = 0.02
+READ_EVERY_S = 0.1
+# The training thread wakes the reader sooner when this many closed steps
+# wait (steps.py), so that short steps are read in batches of about this
+# size, not one by one as they come.
+READ_WAKE_PENDING = 32
 READ_YIELD_S = 2e-5
-READ_YIELD_EVERY = 4  # steps built between two yields of the interpreter
+READ_BATCH = 16  # steps built under the read lock between two yields of the interpreter
 
 
 def _ms_sum(pairs):
@@ -98,6 +106,7 @@ class StepReader:
         self.thread = None  # the reader thread, when read-back runs in the background
         self.lock = None  # held while the reader thread builds one step
         self.stop_event = None
+        self.wake = None  # set by the training thread when READ_WAKE_PENDING steps wait
         self.columns = None  # steps read back and not sent yet (records.StepColumns)
         self.closing = False  # the watcher is closing: a step built now is sent at once
         self.comm = None  # the comm.CommProbe of a distributed run
@@ -114,27 +123,30 @@ class StepReader:
         """Reads back on a thread of its own from now on."""
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
+        self.wake = threading.Event()
         self.thread = threading.Thread(target=self._read_loop, name="deepseed-reader", daemon=True)
         self.thread.start()
 
     def _read_loop(self):
-        stop = self.stop_event
-        while not stop.wait(READ_EVERY_S):
+        stop, wake = self.stop_event, self.wake
+        while True:
+            wake.wait(READ_EVERY_S)
+            wake.clear()
+            if stop.is_set():
+                return
             try:
-                n = 0
                 while not stop.is_set():
-                    # The step is built under the read lock (in order, with
-                    # the clock state it updates) and handed to the run
+                    # Steps are built under the read lock (in order, with
+                    # the clock state they update) and handed to the run
                     # outside it: the reader never waits for the run's lock
                     # while holding its own, which close() takes.
                     with self.lock:
-                        took, built = self._take_one(False)
-                    if not took:
+                        took, built = self._take_batch(READ_BATCH)
+                    if built:
+                        self._deliver_all(built)
+                    if took < READ_BATCH:
                         break
-                    self._deliver(built)
-                    n += 1
-                    if n % READ_YIELD_EVERY == 0:
-                        time.sleep(READ_YIELD_S)
+                    time.sleep(READ_YIELD_S)
                 cols = self.columns
                 if cols is not None and cols.steps and time.perf_counter() - cols.since >= STEPS_MAX_AGE_S:
                     with self.link.lock:
@@ -149,6 +161,7 @@ class StepReader:
         if r is None:
             return
         self.stop_event.set()
+        self.wake.set()
         if wait and r is not threading.current_thread():
             r.join(2.0)
 
@@ -159,6 +172,50 @@ class StepReader:
         end = slot.nxt_start
         if end is None or not end.query():
             return False
+        for _, box in slot.boxes:
+            if isinstance(box, list):
+                if not all(b.ready() for b in box):
+                    return False
+            elif not box.ready():
+                return False
+        return True
+
+    def _take_batch(self, n):
+        """Takes up to n finished steps off the queue, oldest first, and
+        builds them: (how many were taken, the records of those that could
+        be read). The newest step of the batch is asked whether its events
+        completed; the older ones, recorded on the same stream before it,
+        have too, and only their values' batches are asked about."""
+        pending = self.pending
+        m = min(n, len(pending))
+        while m and pending[m - 1].nxt_start is None:
+            m -= 1
+        while m and not self._ready(pending[m - 1]):
+            m -= 1
+        if not m:
+            # The oldest step's events never completed (a device fault, or
+            # events recorded on a stream nothing runs): it is dropped once
+            # too many steps wait behind it, as it would hold them forever.
+            if len(pending) > MAX_PENDING and pending[0].nxt_start is not None:
+                self.link.warn_once("stale", "deepseed: CUDA events of step %d never completed", pending[0].step)
+                pending.popleft()
+                return 1, []
+            return 0, []
+        sid = pending[m - 1].sid
+        out = []
+        took = 0
+        for _ in range(m):
+            slot = pending[0]
+            if took < m - 1 and not (slot.sid == sid and self._values_ready(slot) or self._ready(slot)):
+                break
+            pending.popleft()
+            took += 1
+            built = self._build(slot)
+            if built is not None:
+                out.append(built)
+        return took, out
+
+    def _values_ready(self, slot):
         for _, box in slot.boxes:
             if isinstance(box, list):
                 if not all(b.ready() for b in box):
@@ -246,26 +303,30 @@ class StepReader:
     def _deliver(self, built):
         """Adds a step made by _build to the steps that leave together, and
         sends its layers record."""
-        if built is None:
-            return
-        step, fields, t, measured, layers = built
+        if built is not None:
+            self._deliver_all((built,))
+
+    def _deliver_all(self, built):
+        """_deliver for steps made by _build, oldest first, under one
+        taking of the run's lock."""
         try:
             link = self.link
             with link.lock:
-                cols = self.columns
-                if cols is None:
-                    cols = self.columns = StepColumns(self.run.run_id, self.run.rank)
                 now = time.perf_counter()
-                cols.add(step, t, measured, fields, now)
-                link.steps_logged += 1
-                if layers is not None:
-                    link.send(layers)
+                for step, fields, t, measured, layers in built:
+                    cols = self.columns
+                    if cols is None:
+                        cols = self.columns = StepColumns(self.run.run_id, self.run.rank)
+                    cols.add(step, t, measured, fields, now)
+                    link.steps_logged += 1
+                    if layers is not None:
+                        link.send(layers)
+                    # Once the watcher is closed (a step the reader built
+                    # while close() ran), nothing would send it later.
+                    if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closing:
+                        self.send_steps()
                 if self.no_layer_hook and not self.run.meta.get("layer_times"):
                     self.run.update_meta(layer_times=NO_LAYER_HOOK)
-                # Once the watcher is closed (a step the reader built while
-                # close() ran), nothing would send it later.
-                if len(cols.steps) >= STEPS_PER_RECORD or now - cols.since >= STEPS_MAX_AGE_S or self.closing:
-                    self.send_steps()
         except Exception as e:
             self.link.warn_once("emit", "deepseed: sending step timings: %s", e)
 

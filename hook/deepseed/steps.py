@@ -23,6 +23,7 @@ import torch
 from .compiled import compiling, cudagraphs_in_use
 from .env import env_period, is_set
 from .phases import phase_offset
+from .readback import READ_WAKE_PENDING
 from .torch_utils import (fused_grad_norm, graph_task_id, in_backward, iter_tensors, output_loss, peak_memory_gb,
                           queue_callback)
 
@@ -52,6 +53,7 @@ SAMPLE_MIN_MS = 250
 # steps only: a module with a hook of each kind costs every call more.
 LOSS_PROBE_STEPS = 8
 MEM_EVERY_S = 1.0
+GRAPHS_CHECK_S = 0.5
 FLUSH_PENDING = 16
 _grad_enabled = torch.is_grad_enabled
 _now = time.perf_counter  # the host clock of data time and the sampling floor
@@ -65,7 +67,7 @@ class Step:
     __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
                  "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
                  "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open",
-                 "comm", "nfwd")
+                 "comm", "nfwd", "sid")
 
     def __init__(self, step):
         self.step = step
@@ -96,6 +98,7 @@ class Step:
         self.fwd_open = False  # a training forward began and has not returned
         self.comm = None  # comm.Spans: the step's timed collectives and waits
         self.nfwd = 0  # training forwards (micro-batches) in the step
+        self.sid = None  # the stream its events are recorded on (EventPool.sid)
 
 
 class StepState:
@@ -173,6 +176,8 @@ class StepState:
         self.post_handle = None
         self.loss_seen = False
         self.loss_probe = LOSS_PROBE_STEPS
+        self.compiled = False  # the watcher found the model, or a block of it, compiled
+        self.graphs_at = -1e9
 
     def plan_phases(self):
         """Settles which steps time their phases, once the hooks are in.
@@ -414,7 +419,9 @@ class StepState:
         link.next_step += 1
         if self.last_close_host is not None:
             cur.data_ms = (now - self.last_close_host) * 1000.0
-        self.pool.use_current_stream(self.dev_index)
+        pool = self.pool
+        pool.use_current_stream(self.dev_index)
+        cur.sid = pool.sid
         if self.cuda and self.reader.anchor is None:
             self.reader.take_anchor()
         cur.open_ns = time.time_ns()
@@ -470,7 +477,12 @@ class StepState:
         if self.batch_meta and cur.nfwd and self.optimizer is not None:
             self.batch_meta = False
             self.describe_batch(cur)
-        self.pending.append(cur)
+        pending = self.pending
+        pending.append(cur)
+        if len(pending) == READ_WAKE_PENDING:
+            wake = self.reader.wake
+            if wake is not None:
+                wake.set()
         self.cur = None
         if self.post_handle is not None and not self.loss_seen and self.phase_every > 1:
             if self.loss_probe > 0:
@@ -509,8 +521,19 @@ class StepState:
 
     def wrapped_graphs(self):
         """True when values must be copied as they come: CUDA graph trees
-        (compiled.cudagraphs_in_use) began replaying on this device."""
-        return self.cuda and not self.fetch.copy_now and cudagraphs_in_use(self.dev_index)
+        (compiled.cudagraphs_in_use) began replaying on this device. Asked
+        every step of a model the watcher knows is compiled, and at most
+        every GRAPHS_CHECK_S of one it does not (a module compiled out of
+        its sight): a value a replay overwrote before that is lost (NaN),
+        never wrong (Fetcher)."""
+        if not self.cuda or self.fetch.copy_now:
+            return False
+        if not self.compiled:
+            now = _now()
+            if now - self.graphs_at < GRAPHS_CHECK_S:
+                return False
+            self.graphs_at = now
+        return cudagraphs_in_use(self.dev_index)
 
     def describe_batch(self, cur):
         """The run's micro batch, gradient accumulation and effective batch,

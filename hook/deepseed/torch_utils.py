@@ -43,13 +43,13 @@ class EventPool:
     them on the stream the watcher looked up once for the step, not on a
     stream looked up per event."""
 
-    __slots__ = ("cuda", "_free", "stream", "_rec", "_sid")
+    __slots__ = ("cuda", "_free", "stream", "_rec", "sid")
 
     def __init__(self, cuda):
         self.cuda = cuda
         self._free = []
         self.stream = None
-        self._sid = None
+        self.sid = None  # the stream's id: steps whose events share it complete in order
         self._rec = _record_on if cuda and _record_on is not None else None
 
     def get(self):
@@ -69,10 +69,13 @@ class EventPool:
         if _stream_id is not None and device_index is not None:
             # One C call; a Stream object only when the stream changed.
             sid = _stream_id(device_index)
-            if sid == self._sid and self.stream is not None:
+            if sid == self.sid and self.stream is not None:
                 return
-            self._sid = sid
+            self.sid = sid
+            self.stream = torch.cuda.current_stream(device_index)
+            return
         self.stream = torch.cuda.current_stream(device_index)
+        self.sid = getattr(self.stream, "cuda_stream", None)
 
     def record(self):
         ev = self._free.pop() if self._free else self.get()

@@ -170,6 +170,7 @@ class Watcher:
         self.scaler = None
         if scaler is not None and not self.manual and self.adapter is None and callable(getattr(scaler, "update", None)):
             self._hook_scaler(scaler)
+        steps.compiled = self.whole_compiled or any(compiled.compiled_in_place(m) for _, m in rows)
         steps.plan_phases()
         self._describe(inner)
         # Collectives and the compute stream's waits on them (comm.py).
@@ -215,7 +216,7 @@ class Watcher:
             steps.attach_post()
         if not moved:
             return
-        self.whole_compiled = True
+        self.whole_compiled = self.steps.compiled = True
         prof, self.profiler = self.profiler, None
         if prof is not None:
             self.steps.profiler = None
