@@ -6,7 +6,11 @@ compute stream spent waiting on communication instead of computing.
 Collectives are timed by two events each: one recorded on the stream that
 issues the collective just before it, one after it completed (on the same
 stream for a blocking call, on a side stream made to wait on the returned
-work otherwise). DistributedDataParallel issues its all-reduces from C++, so
+work otherwise). A blocking call on the compute stream (``async_op=False``;
+on gloo the host itself waits there for the slowest peer, as DeepSpeed's
+ZeRO-1/2 gradient reductions do) is also a wait of that stream, from its
+issue to its end: its time is communication the step waited for, not
+compute of the phase it was called in. DistributedDataParallel issues its all-reduces from C++, so
 a DDP model gets a communication hook doing what DDP's default hook does
 (average the bucket with one all-reduce) with those two events around it.
 The functions of torch.distributed that FSDP (FSDP2's ``fully_shard`` and
@@ -320,14 +324,17 @@ class CommProbe:
             out = fn(*args, **kwargs)
         finally:
             _tls.depth = 0
+        blocking = out is None or not hasattr(out, "wait")
         if not self.cuda:
             e1 = self._record()
             s.coll.append((pre, e1, name))
+            if blocking:
+                self._blocked(s, pre, e1, stream)
             self.seq += 1
             self.last = (name, self.seq, self.steps.cur.step, e1)
             return out
         e0, side = self._start(pre, stream)
-        if out is not None and hasattr(out, "wait"):
+        if not blocking:
             # An asynchronous call: the side stream waits on the work,
             # which leaves the caller's streams as they were.
             with torch.cuda.stream(side):
@@ -336,10 +343,27 @@ class CommProbe:
         else:
             e1 = self._record(stream)
         s.coll.append((e0, e1, name))
-        self._free.append(pre)
+        if not (blocking and self._blocked(s, pre, e1, stream)):
+            self._free.append(pre)
         self.seq += 1
         self.last = (name, self.seq, self.steps.cur.step, e1)
         return out
+
+    def _blocked(self, s, pre, e1, stream):
+        """A collective that returned once it was done (async_op=False; on
+        gloo the host itself waits in it for the slowest peer) held the
+        compute stream from pre to e1: that span is a wait, counted as one
+        (out of the phase it fell in, into the exposed communication), so
+        that a rank's waits for a late peer never read as its own work.
+        False when it is not counted: another stream's collective, or one
+        inside the end-of-backward window the watcher times whole."""
+        cur = self.steps.cur
+        if len(s.waits) >= MAX_SPANS or not self._is_compute(stream):
+            return False
+        if cur.bwd and cur.bwd[-1][1] is not None and cur.sync_end is None and cur.opt is None:
+            return False
+        s.waits.append(("f" if cur.fwd_open else ("b" if cur.bwd_open else "o"), pre, e1))
+        return True
 
     def hook_ddp(self, root):
         """Registers the timed all-reduce as DDP's communication hook; a
