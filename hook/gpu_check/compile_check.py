@@ -13,7 +13,9 @@ mode="max-autotune" and mode="reduce-overhead" (CUDA graphs). For each:
    zero (fullgraph=True must not raise);
 2. the step time of an unwatched and a watched copy, their steps
    alternating (A B B A ...), each step timed with a synchronize at both
-   ends in this harness, medians;
+   ends in this harness, medians; with --block N, also blocks of N steps
+   synchronized only at their ends, as a training loop runs (the host
+   ahead of the device), blocks alternating, medians;
 3. the watched copy's records, read back from its file: one step per
    optimizer step, phases within their step, layer times where they can be
    taken and the run's layer_times saying why where they cannot.
@@ -159,7 +161,7 @@ def expand(path, steps_run):
     return out
 
 
-def timing(variant, pairs, path):
+def timing(variant, pairs, path, block=0):
     """Unwatched A and watched B, alternating steps, medians (ms)."""
     torch._dynamo.reset()
     ma, oa = build(1)
@@ -187,11 +189,35 @@ def timing(variant, pairs, path):
             step(call, opt)
             torch.cuda.synchronize()
             out.append((pc() - t0) * 1e3)
-    run.finish(timeout=10)
     a, b = statistics.median(ta), statistics.median(tb)
-    return {"pairs": pairs, "median_ms_unwatched": round(a, 4), "median_ms_watched": round(b, 4),
-            "overhead_pct": round((b - a) / a * 100, 3),
-            "median_pair_diff_ms": round(statistics.median([y - x for x, y in zip(ta, tb)]), 4)}
+    out = {"pairs": pairs, "median_ms_unwatched": round(a, 4), "median_ms_watched": round(b, 4),
+           "overhead_pct": round((b - a) / a * 100, 3),
+           "median_pair_diff_ms": round(statistics.median([y - x for x, y in zip(ta, tb)]), 4)}
+    if block:
+        out["pipelined"] = pipelined(step, (ca, oa), (cb, ob), block, max(10, pairs // block))
+    run.finish(timeout=10)
+    return out
+
+
+def pipelined(step, a, b, block, rounds):
+    """Blocks of `block` steps as a training loop runs them, the host ahead
+    of the device and a synchronize only at each block's ends, watched and
+    unwatched blocks alternating (A B, then B A): median ms a step."""
+    ta, tb = [], []
+    pc = time.perf_counter
+    for i in range(rounds):
+        order = ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta))
+        for (call, opt), out in order:
+            torch.cuda.synchronize()
+            t0 = pc()
+            for _ in range(block):
+                step(call, opt)
+            torch.cuda.synchronize()
+            out.append((pc() - t0) * 1e3 / block)
+    ma, mb = statistics.median(ta), statistics.median(tb)
+    return {"block_steps": block, "blocks": rounds, "median_ms_unwatched": round(ma, 4),
+            "median_ms_watched": round(mb, 4), "overhead_pct": round((mb - ma) / ma * 100, 3),
+            "median_block_diff_pct": round(statistics.median([(y - x) / x * 100 for x, y in zip(ta, tb)]), 3)}
 
 
 def main():
@@ -202,6 +228,8 @@ def main():
     ap.add_argument("--out", default="compile.json")
     ap.add_argument("--size", default="small", choices=sorted(SIZES))
     ap.add_argument("--no-counts", action="store_true", help="timing only")
+    ap.add_argument("--block", type=int, default=0,
+                    help="also time blocks of this many steps, synchronized only at their ends (as training runs)")
     a = ap.parse_args()
     SIZE.clear()
     SIZE.update(SIZES[a.size])
@@ -224,9 +252,10 @@ def main():
                 r["hook_graph_breaks"] = r["watched"]["graph_breaks"] - r["unwatched"]["graph_breaks"]
                 r["hook_recompiles"] = r["watched"]["recompiles"] - r["unwatched"]["recompiles"]
             timed = os.path.join(tmp, v + "-timed.ndjson")
-            r["timing"] = timing(v, a.pairs, timed)
+            r["timing"] = timing(v, a.pairs, timed, a.block)
             if a.no_counts:
-                r["records"] = expand(timed, a.pairs + 8)
+                extra = max(10, a.pairs // a.block) * a.block if a.block else 0
+                r["records"] = expand(timed, a.pairs + 8 + extra)
         except Exception as e:
             r["error"] = "%s: %s" % (type(e).__name__, str(e)[:800])
         r["seconds"] = round(time.time() - t0, 1)

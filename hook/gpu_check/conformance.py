@@ -14,7 +14,9 @@ what one run of the script on a GPU machine covers (a few minutes):
             Lightning (integrations_check.py's runs)
     gloo    two ranks sharing one GPU over gloo (host-blocking collectives):
             DDP x {control, data, host}, FSDP2 x {control, data}, Accelerate
-            {DDP, FSDP2} x {control, data}, DDP with compiled blocks (control)
+            {DDP, FSDP2} x {control, data}, DDP with compiled blocks (control),
+            Accelerate with its DeepSpeed plugin, ZeRO-2 (accum 4) and ZeRO-3
+            (DeepSpeed on PYTHONPATH)
     nccl    two GPUs or more, a rank a GPU: the same and the gpu straggler,
             compiled DDP and FSDP2, DeepSpeed ZeRO-2/3 (DeepSpeed on
             PYTHONPATH); refused, saying why, where fewer GPUs are lent
@@ -68,6 +70,10 @@ def cells(slice_name):
             for plant in ("control", "data"):
                 out.append(dict(fw="accelerate", comp="eager", par=par, prec="bf16", acc=1, plant=plant))
         out.append(dict(fw="plain", comp="blocks", par="ddp", prec="bf16", acc=1, plant="control"))
+        # Accelerate's DeepSpeed plugin (DeepSpeed on PYTHONPATH), ZeRO-2
+        # with accumulation and ZeRO-3, over gloo.
+        for par, acc, plant in (("zero2", 4, "control"), ("zero2", 4, "data"), ("zero3", 1, "control")):
+            out.append(dict(fw="accelerate", comp="eager", par=par, prec="bf16", acc=acc, plant=plant))
     elif slice_name == "nccl":
         for par in ("ddp", "fsdp2"):
             for plant in ("control", "data", "host", "gpu"):
@@ -148,6 +154,14 @@ def run_accelerate(cell, deepseed, torch, path, rank, world):
     if cell["par"] == "fsdp2":
         from accelerate.utils import FullyShardedDataParallelPlugin
         kw["fsdp_plugin"] = FullyShardedDataParallelPlugin(fsdp_version=2)
+    elif cell["par"] in ("zero2", "zero3"):
+        from accelerate.utils import DeepSpeedPlugin
+        # gloo has no reduce-scatter: ZeRO reduces with all-reduce.
+        ds = {"train_micro_batch_size_per_gpu": BATCH, "gradient_accumulation_steps": cell["acc"],
+              "gradient_clipping": 1.0,
+              "zero_optimization": {"stage": int(cell["par"][-1]), "reduce_scatter": False, "overlap_comm": False},
+              "bf16": {"enabled": cell["prec"] == "bf16"}, "fp16": {"enabled": cell["prec"] == "fp16"}}
+        kw["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=ds)
     acc = Accelerator(mixed_precision=cell["prec"] if cell["prec"] != "fp32" else "no",
                       gradient_accumulation_steps=cell["acc"], kwargs_handlers=handlers, **kw)
     model = gpt(torch)
