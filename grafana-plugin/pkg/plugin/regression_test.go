@@ -10,6 +10,8 @@ import (
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
 	"github.com/grafana/grafana-plugin-sdk-go/data"
+
+	"github.com/deepseed/deepseed/server/servertest"
 )
 
 const corpusRanks, corpusSteps = 4, 240
@@ -87,6 +89,11 @@ func corpusServer(t *testing.T) string {
 		noise     float64
 	}{{"base-1", "2.3.0", -1, 0}, {"base-2", "2.3.0", -1, 0.004}, {"base-3", "2.3.0", -1, -0.003}, {"slow", "2.4.0", 2, 0}} {
 		ingest(t, base, corpusRun(r.id, t0.Add(time.Duration(i)*10*time.Minute), r.torch, r.dataRank, r.noise, i))
+	}
+	// The ledger and the regression views read the runs' rollups, which
+	// the refresher fills beside ingest: wait until it has.
+	for _, id := range []string{"base-1", "base-2", "base-3", "slow"} {
+		servertest.WaitRollups(t, base, readToken, id)
 	}
 	return base
 }
