@@ -3,10 +3,11 @@
 // rank arrives at the gradient all-reduce at the end of backward after
 // 140 ms and a spread of up to 4 ms, one rank planted 30 ms later, and
 // every rank leaves when the last arrives (see [Arrivals]). It comes in
-// two shapes: [Run], the few figures the fleet tests read, as
-// NDJSON-ready maps for a test's POST /api/v1/ingest; and [Bench], the
+// three shapes: [Run], the few figures the fleet tests read, as
+// NDJSON-ready maps for a test's POST /api/v1/ingest; [Bench], the
 // training figures, layers, evaluations and GPU samples the query
-// benchmark loads.
+// benchmark loads; and [Load], the seed-shaped run without an all-reduce
+// that the ingest benchmark posts.
 package fleettest
 
 import (
@@ -70,7 +71,10 @@ func (r Run) Records() []map[string]any {
 
 // Spread is a deterministic spread of a rank's figures by step, 0 to
 // 3.96 (milliseconds, where it is a time).
-func Spread(step int64, rank int) float64 { return float64((int(step)*31+rank*17)%100) / 25 }
+func Spread(step int64, rank int) float64 { return float64(spread(step, rank)) / 25 }
+
+// spread is the pattern of [Spread]: 0 to 99 by step and rank.
+func spread(step int64, rank int) int { return (int(step)*31 + rank*17) % 100 }
 
 // Arrivals returns when each of ranks reaches the all-reduce of step, in
 // milliseconds after the step began: 140 ms of work plus [Spread], the

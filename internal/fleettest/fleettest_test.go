@@ -35,3 +35,34 @@ func TestShapesShareTheAllReduce(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadShape holds the ingest benchmark's shape: a step and a layers
+// record per rank and step, an evaluation every EvalEvery steps from step
+// 0, and the seed's layer names.
+func TestLoadShape(t *testing.T) {
+	l := Load{RunID: "load", Ranks: 3, Layers: 4, EvalEvery: 10, Start: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if got := l.LayerNames(); len(got) != 4 || got[0] != "embeddings" || got[1] != "encoder.0" || got[3] != "classifier" {
+		t.Fatalf("layer names %v", got)
+	}
+	recs := l.Records(5, 20) // steps 5..24: evaluations at 10 and 20
+	steps, layers, evals := 0, 0, 0
+	for _, r := range recs {
+		switch {
+		case r.Step != nil:
+			steps++
+		case r.Layers != nil:
+			layers++
+			if len(r.Layers.ForwardMS) != 4 || len(r.Layers.BackwardMS) != 4 {
+				t.Errorf("layers record of step %d: %d and %d timings", *r.Layers.Step, len(r.Layers.ForwardMS), len(r.Layers.BackwardMS))
+			}
+		case r.Eval != nil:
+			evals++
+			if *r.Eval.Step%10 != 0 {
+				t.Errorf("evaluation at step %d", *r.Eval.Step)
+			}
+		}
+	}
+	if steps != 60 || layers != 60 || evals != 2 {
+		t.Errorf("%d step, %d layers, %d eval records; want 60, 60, 2", steps, layers, evals)
+	}
+}
