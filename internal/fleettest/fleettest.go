@@ -3,11 +3,12 @@
 // rank arrives at the gradient all-reduce at the end of backward after
 // 140 ms and a spread of up to 4 ms, one rank planted 30 ms later, and
 // every rank leaves when the last arrives (see [Arrivals]). It comes in
-// three shapes: [Run], the few figures the fleet tests read, as
+// four shapes: [Run], the few figures the fleet tests read, as
 // NDJSON-ready maps for a test's POST /api/v1/ingest; [Bench], the
 // training figures, layers, evaluations and GPU samples the query
-// benchmark loads; and [Load], the seed-shaped run without an all-reduce
-// that the ingest benchmark posts.
+// benchmark loads; [Load], the seed-shaped run without an all-reduce
+// that the ingest benchmark posts; and [GenRun], the seeded noisy run of
+// the store's compression tests and reports, as NDJSON lines.
 package fleettest
 
 import (

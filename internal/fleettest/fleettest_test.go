@@ -2,6 +2,7 @@ package fleettest
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -64,5 +65,20 @@ func TestLoadShape(t *testing.T) {
 	}
 	if steps != 60 || layers != 60 || evals != 2 {
 		t.Errorf("%d step, %d layers, %d eval records; want 60, 60, 2", steps, layers, evals)
+	}
+}
+
+// TestGenRunIsSeeded holds the store's shape to its seed: the same run
+// gives the same lines, another seed others, and with a period the
+// layers come every Period steps only.
+func TestGenRunIsSeeded(t *testing.T) {
+	g := GenRun{ID: "g", Ranks: 2, Steps: 40, Start: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), Every: time.Second, Seed: 1, Layers: 2, Period: 10}
+	a, b := g.StepLines(1, 0, 40, 0), g.StepLines(1, 0, 40, 0)
+	if len(a) != 44 || !slices.Equal(a, b) {
+		t.Fatalf("%d and %d lines, equal %v; want 40 steps and 4 layers records, twice the same", len(a), len(b), slices.Equal(a, b))
+	}
+	g.Seed = 2
+	if slices.Equal(a, g.StepLines(1, 0, 40, 0)) {
+		t.Error("another seed gave the same lines")
 	}
 }
