@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -347,13 +346,9 @@ func (l *Local) Cancel(ctx context.Context, h Handle, grace time.Duration) error
 }
 
 // tail returns the last TailBytes of the output file, cutting the file
-// back to its tail when it has grown past MaxLogBytes (the job writes
-// with O_APPEND, so its next write lands after the kept tail).
+// back to its tail when it has grown past MaxLogBytes.
 func (l *Local) tail(path string) string {
-	if path == "" {
-		return ""
-	}
-	n := int64(l.TailBytes)
+	n := l.TailBytes
 	if n <= 0 {
 		n = 8 << 10
 	}
@@ -361,27 +356,7 @@ func (l *Local) tail(path string) string {
 	if limit <= 0 {
 		limit = 64 << 20
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	size := fi.Size()
-	off := max(size-n, 0)
-	b := make([]byte, size-off)
-	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-		return ""
-	}
-	if size > limit {
-		if err := f.Truncate(0); err == nil {
-			_, _ = f.WriteAt(b, 0)
-		}
-	}
-	return strings.ToValidUTF8(string(b), "?")
+	return readTail(path, n, limit)
 }
 
 // procStart returns when process pid started, from /proc/<pid>/stat

@@ -126,22 +126,3 @@ func TestParseParsable(t *testing.T) {
 		t.Error("parseParsable accepted a non-parsable answer")
 	}
 }
-
-func TestReadTail(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "out")
-	if got := readTail(path, 10); got != "" {
-		t.Errorf("missing file: %q", got)
-	}
-	if err := os.WriteFile(path, []byte("abc€def"), 0o644); err != nil { // € is 3 bytes
-		t.Fatal(err)
-	}
-	if got := readTail(path, 5); got != "def" { // cut inside €: starts at the next whole character
-		t.Errorf("tail 5: %q", got)
-	}
-	if got := readTail(path, 6); got != "€def" {
-		t.Errorf("tail 6: %q", got)
-	}
-	if got := readTail(path, 100); got != "abc€def" {
-		t.Errorf("tail 100: %q", got)
-	}
-}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // Poll asks squeue for the job (every state slurmctld still remembers,
@@ -29,7 +27,7 @@ func (s *Slurm) Poll(ctx context.Context, h Handle) (Status, error) {
 	if s.wasCancelled(id) {
 		st = asCancelled(st)
 	}
-	st.OutputTail = readTail(h.OutputPath, s.cfg.TailBytes)
+	st.OutputTail = readTail(h.OutputPath, s.cfg.TailBytes, 0)
 	return st, nil
 }
 
@@ -235,34 +233,4 @@ func readExitFile(path string) (int, bool) {
 		return 0, false
 	}
 	return code, true
-}
-
-// readTail returns the last n bytes of the file at path, starting at a
-// whole UTF-8 character; "" when there is no such file yet.
-func readTail(path string, n int) string {
-	if path == "" {
-		return ""
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(fi.Size()-int64(n), 0)
-	b := make([]byte, fi.Size()-off)
-	k, err := f.ReadAt(b, off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return ""
-	}
-	b = b[:k]
-	if off > 0 {
-		for k := 0; k < utf8.UTFMax && len(b) > 0 && !utf8.RuneStart(b[0]); k++ {
-			b = b[1:]
-		}
-	}
-	return string(b)
 }

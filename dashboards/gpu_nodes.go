@@ -2,6 +2,7 @@ package dashboards
 
 import (
 	"cmp"
+	"fmt"
 
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
@@ -112,23 +113,28 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 	y += 9
 	b = b.WithRow(row("Host $host", y))
 	y++
+	// A chart's unit is its first metric's, from the GPU metric table.
 	type chart struct {
-		title, unit, desc string
-		metrics           []string
+		title, desc string
+		metrics     []string
 	}
 	charts := []chart{
-		{"GPU utilisation", "percent", "Share of time a kernel ran.", []string{"util_pct"}},
-		{"GPU memory used", "decbytes", "Device memory in use.", []string{"mem_used_bytes", "mem_total_bytes"}},
-		{"Power", "watt", "Board power draw.", []string{"power_w"}},
-		{"Temperature", "celsius", "GPU and memory temperature.", []string{"temp_c", "mem_temp_c"}},
-		{"Clocks", "suffix: MHz", "SM and memory clocks.", []string{"sm_clock_mhz", "mem_clock_mhz"}},
-		{"SM activity", "percent", "SM active, occupancy and tensor-core activity (GPM, Hopper and newer).", []string{"sm_active_pct", "sm_occupancy_pct", "tensor_active_pct"}},
-		{"PCIe traffic", "Bps", "Bytes per second over PCIe, transmit and receive.", []string{"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"}},
-		{"NVLink traffic", "Bps", "Bytes per second over NVLink, transmit and receive.", []string{"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"}},
-		{"Errors", "none", "ECC errors, XID errors, PCIe replays and remapped rows: counters since boot; any rise deserves a look.", []string{"ecc_corrected_total", "ecc_uncorrected_total", "xid_total", "pcie_replay_total", "remapped_rows_total"}},
+		{"GPU utilisation", "Share of time a kernel ran.", []string{"util_pct"}},
+		{"GPU memory used", "Device memory in use.", []string{"mem_used_bytes", "mem_total_bytes"}},
+		{"Power", "Board power draw.", []string{"power_w"}},
+		{"Temperature", "GPU and memory temperature.", []string{"temp_c", "mem_temp_c"}},
+		{"Clocks", "SM and memory clocks.", []string{"sm_clock_mhz", "mem_clock_mhz"}},
+		{"SM activity", "SM active, occupancy and tensor-core activity (GPM, Hopper and newer).", []string{"sm_active_pct", "sm_occupancy_pct", "tensor_active_pct"}},
+		{"PCIe traffic", "Bytes per second over PCIe, transmit and receive.", []string{"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"}},
+		{"NVLink traffic", "Bytes per second over NVLink, transmit and receive.", []string{"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"}},
+		{"Errors", "ECC errors, XID errors, PCIe replays and remapped rows: counters since boot; any rise deserves a look.", []string{"ecc_corrected_total", "ecc_uncorrected_total", "xid_total", "pcie_replay_total", "remapped_rows_total"}},
 	}
 	for i, c := range charts {
-		p := timeSeries(c.title, c.desc, c.unit, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), gpuQuery(c.metrics...)).Min(0).
+		unit, err := chartUnit(c.metrics)
+		if err != nil {
+			return dashboard.Dashboard{}, nil, fmt.Errorf("gpu nodes: chart %s: %w", c.title, err)
+		}
+		p := timeSeries(c.title, c.desc, unit, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), gpuQuery(c.metrics...)).Min(0).
 			NoValue(cmp.Or(gpuNoValue[c.title], "no GPU sample of this host in the time range"))
 		if c.metrics[0] == "util_pct" {
 			p = p.Max(100)
@@ -152,4 +158,21 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 
 	d, err := b.Build()
 	return d, nil, err
+}
+
+// chartUnit is the Grafana unit of a chart of GPU metrics: their unit in
+// the metric table, which they must share.
+func chartUnit(metrics []string) (string, error) {
+	unit := ""
+	for i, name := range metrics {
+		m := api.GPUMetricNamed(name)
+		if m == nil {
+			return "", fmt.Errorf("%s is no GPU metric", name)
+		}
+		if i > 0 && m.Unit != unit {
+			return "", fmt.Errorf("%s is in %q, %s in %q: one chart, one unit", name, m.Unit, metrics[0], unit)
+		}
+		unit = m.Unit
+	}
+	return api.GrafanaUnit(unit), nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -29,8 +30,8 @@ const benchSteps = 25
 // does.
 var benchConns = []int{1, 4}
 
-func benchLoad(runID string) ingest.Load {
-	return ingest.Load{RunID: runID, Ranks: 16, Layers: 26, EvalEvery: 200, Start: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+func benchLoad(runID string) fleettest.Load {
+	return fleettest.Load{RunID: runID, Ranks: 16, Layers: 26, EvalEvery: 200, Start: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 }
 
 // benchBatches returns the records of b.N batches spread over conns runs

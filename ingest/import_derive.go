@@ -99,3 +99,7 @@ func phaseSum(s *api.Step) (float64, bool) {
 	}
 	return sum, any && sum > 0
 }
+
+// roundMS rounds a duration in milliseconds to four decimals, as the
+// Python hook does before sending it.
+func roundMS(ms float64) float64 { return math.Round(ms*1e4) / 1e4 }

@@ -298,26 +298,10 @@ func (h *Handler) submit(ctx context.Context, c echo.Context) (int, any, error) 
 	if err := decode(c, &in); err != nil {
 		return 0, nil, err
 	}
-	if in.GPUs == 0 {
-		in.GPUs = 1
-	}
-	if err := checkProject(in.Project); err != nil {
+	if err := checkQueued(in.Project, in.Argv, &in.GPUs, in.Retries); err != nil {
 		return 0, nil, err
 	}
-	if err := checkArgv(in.Argv); err != nil {
-		return 0, nil, err
-	}
-	if in.Retries < 0 || in.Retries > 10 {
-		return 0, nil, bad("retries", "%d: want 0 to 10", in.Retries)
-	}
-	names := map[string]bool{}
-	for n, v := range in.Params {
-		names[n] = true
-		if err := checkValue(n, v); err != nil {
-			return 0, nil, err
-		}
-	}
-	if err := checkParamNames(in.Argv, names); err != nil {
+	if err := checkParams(in.Argv, in.Params, checkValue); err != nil {
 		return 0, nil, err
 	}
 	if err := h.checkGPUs(ctx, in.Project, in.GPUs); err != nil {

@@ -44,17 +44,46 @@ func checkArgv(argv []string) error {
 	return nil
 }
 
-// checkParamNames checks each parameter's name and that every {name} in
-// argv is a parameter.
-func checkParamNames(argv []string, names map[string]bool) error {
-	for n := range names {
+// checkQueued checks the fields a job submission and a sweep share, in
+// the order their errors are reported: the project, the argv, then the
+// retries. A missing GPU count (0) becomes 1; the count itself is checked
+// last, against the agents, by Handler.checkGPUs.
+func checkQueued(project string, argv []string, gpus *int, retries int) error {
+	if *gpus == 0 {
+		*gpus = 1
+	}
+	if err := checkProject(project); err != nil {
+		return err
+	}
+	if err := checkArgv(argv); err != nil {
+		return err
+	}
+	if retries < 0 || retries > 10 {
+		return bad("retries", "%d: want 0 to 10", retries)
+	}
+	return nil
+}
+
+// checkParams checks each parameter's name and that every {name} in
+// argv is a parameter. A job's parameters are values, each checked by
+// checkValue; a sweep's are specs that Expand checks, so it passes
+// value nil.
+func checkParams(argv []string, params map[string]string, value func(name, v string) error) error {
+	for n, v := range params {
+		if value != nil {
+			if err := value(n, v); err != nil {
+				return err
+			}
+		}
+	}
+	for n := range params {
 		if !paramName.MatchString(n) {
 			return bad("params", "%q is not a parameter name: letters, digits and _, not starting with a digit", n)
 		}
 	}
 	for i, a := range argv {
 		for _, m := range placeholder.FindAllStringSubmatch(a, -1) {
-			if !names[m[1]] {
+			if _, ok := params[m[1]]; !ok {
 				return bad("argv", "item %d names {%s}, which is no parameter", i, m[1])
 			}
 		}

@@ -35,20 +35,11 @@ func (h *Handler) createSweep(ctx context.Context, c echo.Context) (int, any, er
 	if err := decode(c, &in); err != nil {
 		return 0, nil, err
 	}
-	if in.GPUs == 0 {
-		in.GPUs = 1
-	}
-	if err := checkProject(in.Project); err != nil {
-		return 0, nil, err
-	}
-	if err := checkArgv(in.Argv); err != nil {
+	if err := checkQueued(in.Project, in.Argv, &in.GPUs, in.Retries); err != nil {
 		return 0, nil, err
 	}
 	if len(in.Params) == 0 {
 		return 0, nil, bad("params", "a sweep needs at least one parameter, e.g. lr=1e-5,2e-5")
-	}
-	if in.Retries < 0 || in.Retries > 10 {
-		return 0, nil, bad("retries", "%d: want 0 to 10", in.Retries)
 	}
 	if in.Trials < 0 || in.Trials > MaxTrials {
 		return 0, nil, bad("trials", "%d: want 1 to %d trials", in.Trials, MaxTrials)
@@ -59,11 +50,7 @@ func (h *Handler) createSweep(ctx context.Context, c echo.Context) (int, any, er
 	if err := checkMetric(in.Metric); err != nil {
 		return 0, nil, err
 	}
-	names := map[string]bool{}
-	for n := range in.Params {
-		names[n] = true
-	}
-	if err := checkParamNames(in.Argv, names); err != nil {
+	if err := checkParams(in.Argv, in.Params, nil); err != nil {
 		return 0, nil, err
 	}
 	var seed uint64

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
@@ -36,8 +37,8 @@ func TestCompressedCostReport(t *testing.T) {
 	ctx := context.Background()
 	rounds := 5
 	start := time.Now().Add(-30 * 24 * time.Hour).Truncate(24 * time.Hour)
-	g := storetest.GenRun{ID: "bigrun", Ranks: 1, Steps: 20000, Start: start, Every: 15 * time.Second, Seed: 7, Layers: 24, EvalEvery: 20}
-	other := storetest.GenRun{ID: "other", Ranks: 2, Steps: 5000, Start: start, Every: 60 * time.Second, Seed: 8, Layers: 24, EvalEvery: 100}
+	g := fleettest.GenRun{ID: "bigrun", Ranks: 1, Steps: 20000, Start: start, Every: 15 * time.Second, Seed: 7, Layers: 24, EvalEvery: 20}
+	other := fleettest.GenRun{ID: "other", Ranks: 2, Steps: 5000, Start: start, Every: 60 * time.Second, Seed: 8, Layers: 24, EvalEvery: 100}
 
 	ts := storetest.NewStore(t)
 	plainDB := "deepseed_plain_" + fmt.Sprint(time.Now().UnixNano()%1e9)
@@ -59,7 +60,7 @@ func TestCompressedCostReport(t *testing.T) {
 		name string
 		s    *store.Store
 	}{{"timescale", ts}, {"plain", plain}} {
-		for _, r := range []storetest.GenRun{g, other} {
+		for _, r := range []fleettest.GenRun{g, other} {
 			for rank := range r.Ranks {
 				writeAll(t, x.s, r.StepLines(rank, 0, r.Steps, 0))
 			}

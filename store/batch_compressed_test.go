@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -117,9 +118,9 @@ func TestCompressedChunks(t *testing.T) {
 	s := storetest.NewStore(t)
 	start := time.Now().Add(-30 * 24 * time.Hour).Truncate(24 * time.Hour)
 	// 1,200 steps three minutes apart span two and a half days: three chunks.
-	a := storetest.GenRun{ID: "a", Ranks: 2, Steps: 1200, Start: start, Every: 3 * time.Minute, Seed: 1, Layers: 4, EvalEvery: 20}
-	b := storetest.GenRun{ID: "b", Ranks: 1, Steps: 1200, Start: start.Add(time.Minute), Every: 3 * time.Minute, Seed: 2, Layers: 4, EvalEvery: 20}
-	for _, g := range []storetest.GenRun{a, b} {
+	a := fleettest.GenRun{ID: "a", Ranks: 2, Steps: 1200, Start: start, Every: 3 * time.Minute, Seed: 1, Layers: 4, EvalEvery: 20}
+	b := fleettest.GenRun{ID: "b", Ranks: 1, Steps: 1200, Start: start.Add(time.Minute), Every: 3 * time.Minute, Seed: 2, Layers: 4, EvalEvery: 20}
+	for _, g := range []fleettest.GenRun{a, b} {
 		for rank := range g.Ranks {
 			writeLines(t, s, 2000, g.StepLines(rank, 0, g.Steps, 0))
 		}
@@ -320,7 +321,7 @@ func TestCompressedResumeOfSeveralRanks(t *testing.T) {
 	ctx := context.Background()
 	s := storetest.NewStore(t)
 	start := time.Now().Add(-30 * 24 * time.Hour).Truncate(24 * time.Hour)
-	g := storetest.GenRun{ID: "multi", Ranks: 4, Steps: 600, Start: start, Every: 3 * time.Minute, Seed: 3, Layers: 4}
+	g := fleettest.GenRun{ID: "multi", Ranks: 4, Steps: 600, Start: start, Every: 3 * time.Minute, Seed: 3, Layers: 4}
 	for rank := range g.Ranks {
 		writeLines(t, s, 2000, g.StepLines(rank, 0, g.Steps, 0))
 	}

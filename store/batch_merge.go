@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -133,4 +134,36 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 		return nil, fmt.Errorf("store: write batch: commit: %w", err)
 	}
 	return written, nil
+}
+
+// mergeNewest is the merge of a table keyed by run, by the column group
+// and by step (steps, layer_times, evals) from its tmp_ twin: the newest
+// version of each key in the batch deletes stored versions with an older
+// time and is inserted unless a version with the same or a newer time is
+// stored. The deleted rows are all older than the inserted one, so both
+// parts can share one statement snapshot. With dirty, every rollup block
+// (step / 100) it writes into gets its marker set or bumped in the same
+// statement. The statement answers the rows inserted.
+func mergeNewest(table, group string, dirty bool) string {
+	mark := ""
+	if dirty {
+		mark = `
+	), dirty AS (
+		INSERT INTO rollup_dirty (run_id, rank, block)
+		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
+		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')`
+	}
+	return strings.NewReplacer("TABLE", table, "GROUP", group, "MARK", mark).Replace(`WITH src AS (
+		SELECT DISTINCT ON (run_id, GROUP, step) * FROM tmp_TABLE ORDER BY run_id, GROUP, step, time DESC
+	), del AS (
+		DELETE FROM TABLE AS t USING src
+		WHERE t.run_id = src.run_id AND t.GROUP = src.GROUP AND t.step = src.step AND t.time < src.time
+	), ins AS (
+		INSERT INTO TABLE SELECT src.* FROM src
+		WHERE NOT EXISTS (SELECT 1 FROM TABLE AS t
+			WHERE t.run_id = src.run_id AND t.GROUP = src.GROUP AND t.step = src.step AND t.time >= src.time)
+		ON CONFLICT DO NOTHING
+		RETURNING run_id, GROUP, stepMARK
+	)
+	SELECT count(*) FROM ins`)
 }

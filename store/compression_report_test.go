@@ -12,6 +12,7 @@ import (
 
 	"github.com/deepseed/deepseed/demo"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -129,7 +130,7 @@ func loadRealistic(t *testing.T, s *store.Store, anchor time.Time) {
 	// single process (norm, layers and phases every 10th step); unset, all
 	// of them on every step, as the figures of decision 0009 were taken.
 	period, _ := strconv.Atoi(os.Getenv("DEEPSEED_GEN_PERIOD"))
-	g := storetest.GenRun{ID: "gen", Ranks: 1, Steps: 20000, Start: anchor.Add(-30 * time.Hour), Every: 5400 * time.Millisecond,
+	g := fleettest.GenRun{ID: "gen", Ranks: 1, Steps: 20000, Start: anchor.Add(-30 * time.Hour), Every: 5400 * time.Millisecond,
 		Seed: 11, Layers: 24, EvalEvery: 20, Period: period}
 	writeLines(t, s, 4000, g.StepLines(0, 0, g.Steps, 0))
 	writeLines(t, s, 4000, g.EvalLines())

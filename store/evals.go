@@ -160,19 +160,9 @@ func (b *batchPlan) evalRow(i int, r []any) []any {
 		jsonValue(e.Metrics, len(e.Metrics) == 0))
 }
 
-const mergeEvals = `WITH src AS (
-	SELECT DISTINCT ON (run_id, split, step) * FROM tmp_evals ORDER BY run_id, split, step, time DESC
-), del AS (
-	DELETE FROM evals AS t USING src
-	WHERE t.run_id = src.run_id AND t.split = src.split AND t.step = src.step AND t.time < src.time
-), ins AS (
-	INSERT INTO evals SELECT src.* FROM src
-	WHERE NOT EXISTS (SELECT 1 FROM evals AS t
-		WHERE t.run_id = src.run_id AND t.split = src.split AND t.step = src.step AND t.time >= src.time)
-	ON CONFLICT DO NOTHING
-	RETURNING 1
-)
-SELECT count(*) FROM ins`
+// mergeEvals is the merge of evals (mergeNewest), keyed by run, split and
+// step; evaluations have no rollups to mark.
+var mergeEvals = mergeNewest("evals", "split", false)
 
 // EvalStats are the best and final evaluation figures of a run's split.
 type EvalStats struct {

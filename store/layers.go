@@ -226,8 +226,8 @@ func (b *batchPlan) layerRow(i int, r []any) []any {
 	return append(r, l.RunID, int32(l.Rank), *l.Step, l.Time.Time, fwd, bw)
 }
 
-// mergeLayers is the merge of layer_times, as steps.go's of steps.
-var mergeLayers = mergeStepRows("layer_times")
+// mergeLayers is the merge of layer_times, keyed and marked as steps'.
+var mergeLayers = mergeNewest("layer_times", "rank", true)
 
 // LayerRow is one step's per-layer timings, or a rollup bucket's per-layer
 // sums and counts (Counts nil for a raw row: each value counts once).

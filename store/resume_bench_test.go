@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -66,7 +67,7 @@ func benchResume(b *testing.B, oneBatch bool) {
 			if _, err := storetest.Pool(b, s).Exec(ctx, `TRUNCATE runs, steps, layer_times, evals, rollup_dirty`); err != nil {
 				b.Fatal(err)
 			}
-			g := storetest.GenRun{ID: "resumed", Ranks: ranks, Steps: steps, Start: start, Every: 3 * time.Minute,
+			g := fleettest.GenRun{ID: "resumed", Ranks: ranks, Steps: steps, Start: start, Every: 3 * time.Minute,
 				Seed: uint64(round) + 1, Layers: 8}
 			for rank := range ranks {
 				writeLines(b, s, 5000, g.StepLines(rank, 0, steps, 0))

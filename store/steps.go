@@ -163,35 +163,9 @@ func (b *batchPlan) stepRow(i int, r []any) []any {
 		optInt(s.SyncNS), f(s.SyncWaitMS), f(s.InputWaitMS), f(s.CommExposedMS), jsonValue(s.Metrics, len(s.Metrics) == 0))
 }
 
-// Merge statements. Steps, layers and evals: the newest version of each key
-// in the batch deletes stored versions with an older time and is inserted
-// unless a version with the same or a newer time is stored. The deleted
-// rows are all older than the inserted one, so both parts can share one
-// statement snapshot.
-var mergeSteps = mergeStepRows("steps")
-
-// mergeStepRows is the merge of table, keyed by run, rank and step, from
-// its tmp_ twin; every block it writes into gets its rollup marker set or
-// bumped in the same statement.
-func mergeStepRows(table string) string {
-	return strings.NewReplacer("TABLE", table).Replace(`WITH src AS (
-		SELECT DISTINCT ON (run_id, rank, step) * FROM tmp_TABLE ORDER BY run_id, rank, step, time DESC
-	), del AS (
-		DELETE FROM TABLE AS t USING src
-		WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time < src.time
-	), ins AS (
-		INSERT INTO TABLE SELECT src.* FROM src
-		WHERE NOT EXISTS (SELECT 1 FROM TABLE AS t
-			WHERE t.run_id = src.run_id AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
-		ON CONFLICT DO NOTHING
-		RETURNING run_id, rank, step
-	), dirty AS (
-		INSERT INTO rollup_dirty (run_id, rank, block)
-		SELECT DISTINCT run_id, rank, step / 100 FROM ins ORDER BY 1, 2, 3
-		ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
-	)
-	SELECT count(*) FROM ins`)
-}
+// mergeSteps is the merge of steps (mergeNewest), keyed by run, rank and
+// step; every block it writes into gets its rollup marker.
+var mergeSteps = mergeNewest("steps", "rank", true)
 
 // RawPoint is one step's value of one metric.
 type RawPoint struct {

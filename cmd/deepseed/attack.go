@@ -206,53 +206,14 @@ func gzipBomb(size int) []byte {
 	return b.Bytes()
 }
 
-// gzipBombs posts n bombs at once to t, rounds times.
-func gzipBombs(t attackTarget, n, rounds int, bomb []byte) func(ctx context.Context) (int, int, map[int]int) {
-	return func(ctx context.Context) (int, int, map[int]int) {
-		var mu sync.Mutex
-		answered := 0
-		statuses := map[int]int{}
-		client := &http.Client{Timeout: 2 * time.Minute}
-		for range rounds {
-			var wg sync.WaitGroup
-			for range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.addr+"/api/v1/ingest", bytes.NewReader(bomb))
-					req.Header.Set("Content-Encoding", "gzip")
-					req.Header.Set("Content-Type", "application/x-ndjson")
-					if t.token != "" {
-						req.Header.Set("Authorization", "Bearer "+t.token)
-					}
-					resp, err := client.Do(req)
-					status := 0
-					if err == nil {
-						io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						status = resp.StatusCode
-					}
-					mu.Lock()
-					statuses[status]++
-					if err == nil {
-						answered++
-					}
-					mu.Unlock()
-				}()
-			}
-			wg.Wait()
-		}
-		return n * rounds, answered, statuses
-	}
-}
-
 // attackAll runs the three attacks on t in turn.
 func attackAll(ctx context.Context, t attackTarget, bodyTimeout time.Duration, bomb []byte) []*attackResult {
 	wait := 3*bodyTimeout + 30*time.Second
 	return []*attackResult{
 		runAttack(ctx, t, fmt.Sprintf("%d silent 32 MiB bodies", silentClients), slowBodies(t, silentClients, silentAnnounced, false, wait)),
 		runAttack(ctx, t, fmt.Sprintf("%d trickling bodies", trickleClients), slowBodies(t, trickleClients, 1<<20, true, wait)),
-		runAttack(ctx, t, fmt.Sprintf("%d×2 gzip bombs of 1 MB", bombClients), gzipBombs(t, bombClients, 2, bomb)),
+		runAttack(ctx, t, fmt.Sprintf("%d×2 gzip bombs of 1 MB", bombClients), postBodies(t, posting{
+			clients: bombClients, rounds: 2, body: bomb, gzip: true, timeout: 2 * time.Minute})),
 	}
 }
 

@@ -81,44 +81,64 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// postBodies posts body from n clients at once, each at rate bytes a
-// second (0: as fast as the connection takes it), and counts the answers.
-func postBodies(t attackTarget, n int, body []byte, rate int) func(ctx context.Context) (int, int, map[int]int) {
+// posting is an attack of whole ingest bodies: clients posting body at
+// once, rounds times over.
+type posting struct {
+	clients, rounds int
+	body            []byte
+	rate            int  // bytes a second, each client; 0: as fast as the connection takes it
+	gzip            bool // body is gzip-encoded
+	timeout         time.Duration
+	// closedLetGo counts a client whose connection the target closed
+	// without an answer as let go, as well as one answered.
+	closedLetGo bool
+}
+
+// postBodies runs p against t and counts the answers by status (0: no
+// answer).
+func postBodies(t attackTarget, p posting) func(ctx context.Context) (int, int, map[int]int) {
 	return func(ctx context.Context) (int, int, map[int]int) {
-		var wg sync.WaitGroup
 		var mu sync.Mutex
-		answered := 0
+		letGo := 0
 		statuses := map[int]int{}
-		client := &http.Client{Timeout: fullBodyWindow}
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var r io.Reader = bytes.NewReader(body)
-				if rate > 0 {
-					r = &pacedReader{r: r, rate: rate}
-				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.addr+"/api/v1/ingest", r)
-				req.ContentLength = int64(len(body))
-				req.Header.Set("Content-Type", "application/x-ndjson")
-				if t.token != "" {
-					req.Header.Set("Authorization", "Bearer "+t.token)
-				}
-				resp, err := client.Do(req)
-				status := 0
-				if err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					status = resp.StatusCode
-				}
-				mu.Lock()
-				statuses[status]++
-				answered++ // an answer, or the target closed the connection
-				mu.Unlock()
-			}()
+		client := &http.Client{Timeout: p.timeout}
+		for range p.rounds {
+			var wg sync.WaitGroup
+			for range p.clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var r io.Reader = bytes.NewReader(p.body)
+					if p.rate > 0 {
+						r = &pacedReader{r: r, rate: p.rate}
+					}
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.addr+"/api/v1/ingest", r)
+					req.ContentLength = int64(len(p.body))
+					if p.gzip {
+						req.Header.Set("Content-Encoding", "gzip")
+					}
+					req.Header.Set("Content-Type", "application/x-ndjson")
+					if t.token != "" {
+						req.Header.Set("Authorization", "Bearer "+t.token)
+					}
+					resp, err := client.Do(req)
+					status := 0
+					if err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						status = resp.StatusCode
+					}
+					mu.Lock()
+					statuses[status]++
+					if err == nil || p.closedLetGo {
+						letGo++
+					}
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
 		}
-		wg.Wait()
-		return n, answered, statuses
+		return p.clients * p.rounds, letGo, statuses
 	}
 }
 
@@ -127,7 +147,9 @@ func attackBodies(ctx context.Context, t attackTarget, run string) []*attackResu
 	full := fullBody(run+"-full", fullBodyBytes)
 	rows := rowsBody(run+"-rows", rowsRecords, rowsStepsEach)
 	return []*attackResult{
-		runAttack(ctx, t, fmt.Sprintf("%d full 32 MiB bodies, 1 MiB/s", fullClients), postBodies(t, fullClients, full, fullBodyRate)),
-		runAttack(ctx, t, fmt.Sprintf("%d×%d steps records of 10⁵", rowsClients, rowsRecords), postBodies(t, rowsClients, rows, 0)),
+		runAttack(ctx, t, fmt.Sprintf("%d full 32 MiB bodies, 1 MiB/s", fullClients), postBodies(t, posting{
+			clients: fullClients, rounds: 1, body: full, rate: fullBodyRate, timeout: fullBodyWindow, closedLetGo: true})),
+		runAttack(ctx, t, fmt.Sprintf("%d×%d steps records of 10⁵", rowsClients, rowsRecords), postBodies(t, posting{
+			clients: rowsClients, rounds: 1, body: rows, timeout: fullBodyWindow, closedLetGo: true})),
 	}
 }

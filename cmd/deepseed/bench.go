@@ -16,6 +16,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/internal/stats"
 	"github.com/deepseed/deepseed/store"
 )
@@ -198,8 +199,8 @@ type benchConfig struct {
 	start                                          time.Time
 }
 
-func (c benchConfig) load(runID string) ingest.Load {
-	return ingest.Load{RunID: runID, Ranks: c.ranks, Layers: c.layers, EvalEvery: c.evalEvery, Start: c.start}
+func (c benchConfig) load(runID string) fleettest.Load {
+	return fleettest.Load{RunID: runID, Ranks: c.ranks, Layers: c.layers, EvalEvery: c.evalEvery, Start: c.start}
 }
 
 // runIDs names the scratch runs of one phase of one round, a run per

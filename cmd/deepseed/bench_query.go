@@ -17,6 +17,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/fleettest"
 )
 
 const benchQueryNotes = `
@@ -64,9 +65,9 @@ func benchQuery(ctx context.Context, args []string) error {
 	}
 	var errs []error
 	num := func(name, v string, min int) int { return wholeAtLeast(&errs, name, v, min) }
-	run := fleetRun{ranks: num("ranks", *ranks, 1), steps: num("steps", *steps, 1), layers: num("layers", *layers, 1),
-		layerEvery: num("layer-every", *layerEvery, 0), evalEvery: 500, gpusPerNode: num("gpus-per-node", *gpusPerNode, 1),
-		start: time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)}
+	run := fleettest.Bench{Ranks: num("ranks", *ranks, 1), Steps: num("steps", *steps, 1), Layers: num("layers", *layers, 1),
+		LayerEvery: num("layer-every", *layerEvery, 0), EvalEvery: 500, GPUsPerNode: num("gpus-per-node", *gpusPerNode, 1),
+		Start: time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)}
 	nCompare, nCompareSteps := num("compare-runs", *compareRuns, 0), num("compare-steps", *compareSteps, 1)
 	nConns, nRounds, nWarm := num("connections", *conns, 1), num("rounds", *rounds, 1), num("warmup", *warmup, 0)
 	if len(errs) > 0 {
@@ -93,12 +94,12 @@ func benchQuery(ctx context.Context, args []string) error {
 	if readToken == "" {
 		readToken = token
 	}
-	run.runID = fmt.Sprintf("%s-%dx%d", *prefix, run.ranks, run.steps)
-	run.straggler = run.ranks / 3
-	runs := []fleetRun{run}
+	run.ID = fmt.Sprintf("%s-%dx%d", *prefix, run.Ranks, run.Steps)
+	run.Late = run.Ranks / 3
+	runs := []fleettest.Bench{run}
 	for i := 1; i <= nCompare; i++ {
 		c := run
-		c.runID, c.steps, c.straggler = fmt.Sprintf("%s-c%d", run.runID, i), nCompareSteps, -1
+		c.ID, c.Steps, c.Late = fmt.Sprintf("%s-c%d", run.ID, i), nCompareSteps, -1
 		runs = append(runs, c)
 	}
 	ingestURL := base.String() + "/api/v1/ingest"
@@ -109,7 +110,7 @@ func benchQuery(ctx context.Context, args []string) error {
 	}
 	ids := make([]string, len(runs))
 	for i, r := range runs {
-		ids[i] = r.runID
+		ids[i] = r.ID
 		if err := waitRolledUp(ctx, qbase.String(), readToken, r); err != nil {
 			return err
 		}
@@ -118,10 +119,10 @@ func benchQuery(ctx context.Context, args []string) error {
 }
 
 // loadFleetRun writes r unless the server already has its steps.
-func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken string, r fleetRun, conns int, end bool) error {
-	body, _, err := benchGet(ctx, queryBase+"/api/v1/runs/"+url.PathEscape(r.runID), readToken)
+func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken string, r fleettest.Bench, conns int, end bool) error {
+	body, _, err := benchGet(ctx, queryBase+"/api/v1/runs/"+url.PathEscape(r.ID), readToken)
 	if err == nil && strings.Contains(string(body), `"steps":`) && !strings.Contains(string(body), `"steps":0,`) {
-		fmt.Fprintf(os.Stderr, "%s: already loaded\n", r.runID)
+		fmt.Fprintf(os.Stderr, "%s: already loaded\n", r.ID)
 		return nil
 	}
 	post := func(recs []api.Record) (int, error) {
@@ -131,18 +132,18 @@ func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken st
 		}
 		res, err := postWithRetry(ctx, ingestURL, token, gz)
 		if err != nil {
-			return 0, fmt.Errorf("load %s: %w", r.runID, err)
+			return 0, fmt.Errorf("load %s: %w", r.ID, err)
 		}
 		if res.Accepted+res.Duplicates != len(recs) {
-			return 0, fmt.Errorf("load %s: server took %d + %d duplicates of %d records", r.runID, res.Accepted, res.Duplicates, len(recs))
+			return 0, fmt.Errorf("load %s: server took %d + %d duplicates of %d records", r.ID, res.Accepted, res.Duplicates, len(recs))
 		}
 		return len(recs), nil
 	}
-	if _, err := post([]api.Record{r.runRecord()}); err != nil {
+	if _, err := post([]api.Record{r.RunRecord()}); err != nil {
 		return err
 	}
 	// A batch is about 5,000 step records, as a busy collector sends.
-	per := int64(max(1, 5000/r.ranks))
+	per := int64(max(1, 5000/r.Ranks))
 	var next, sent atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -153,17 +154,17 @@ func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken st
 			defer wg.Done()
 			for {
 				from := next.Add(per) - per
-				if from >= int64(r.steps) || ctx.Err() != nil {
+				if from >= int64(r.Steps) || ctx.Err() != nil {
 					return
 				}
-				recs := append(r.stepRecords(from, per), r.gpuRecords(from, per)...)
+				recs := append(r.StepRecords(from, per), r.GPURecords(from, per)...)
 				n, err := post(recs)
 				if err != nil {
 					errc <- err
 					return
 				}
 				if total := sent.Add(int64(n)); from/per%50 == 0 {
-					fmt.Fprintf(os.Stderr, "%s: step %d of %d, %d records, %.0f records/s\n", r.runID, from, r.steps, total,
+					fmt.Fprintf(os.Stderr, "%s: step %d of %d, %d records, %.0f records/s\n", r.ID, from, r.Steps, total,
 						float64(total)/time.Since(start).Seconds())
 				}
 			}
@@ -175,11 +176,11 @@ func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken st
 		return err
 	}
 	if end {
-		if _, err := post([]api.Record{r.endRecord()}); err != nil {
+		if _, err := post([]api.Record{r.EndRecord()}); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d records in %s (%.0f records/s)\n", r.runID, sent.Load(), time.Since(start).Round(time.Second),
+	fmt.Fprintf(os.Stderr, "%s: %d records in %s (%.0f records/s)\n", r.ID, sent.Load(), time.Since(start).Round(time.Second),
 		float64(sent.Load())/time.Since(start).Seconds())
 	return nil
 }
@@ -189,9 +190,9 @@ type benchQueryCase struct{ name, path string }
 
 // benchQueries are the queries the provisioned dashboards make for run r
 // (ids: r first, then the runs it is compared with).
-func benchQueries(r fleetRun, ids []string) []benchQueryCase {
-	id := url.PathEscape(r.runID)
-	q := url.QueryEscape(r.runID)
+func benchQueries(r fleettest.Bench, ids []string) []benchQueryCase {
+	id := url.PathEscape(r.ID)
+	q := url.QueryEscape(r.ID)
 	cmp := make([]string, len(ids))
 	for i, s := range ids {
 		cmp[i] = "run=" + url.QueryEscape(s)
@@ -208,7 +209,7 @@ func benchQueries(r fleetRun, ids []string) []benchQueryCase {
 		{"evals", "/runs/" + id + "/evals"},
 		{"memory", "/runs/" + id + "/memory"},
 		{"compare 5 runs", "/compare?" + strings.Join(cmp, "&")},
-		{"gpus of a node", "/gpus?run_id=" + q + "&host=" + url.QueryEscape(r.host(0)) + "&max_points=1000"},
+		{"gpus of a node", "/gpus?run_id=" + q + "&host=" + url.QueryEscape(r.Host(0)) + "&max_points=1000"},
 		{"annotations", "/annotations?run_id=" + q},
 		{"alerts", "/alerts?run_id=" + q},
 	}
@@ -272,24 +273,24 @@ func benchGet(ctx context.Context, u, token string) ([]byte, int, error) {
 // waitRolledUp waits, at most ten minutes, until the server's summary of r
 // counts every step of its lowest rank: its rollups have caught up with
 // the load, so the timed queries do not pay for the refresh.
-func waitRolledUp(ctx context.Context, queryBase, token string, r fleetRun) error {
+func waitRolledUp(ctx context.Context, queryBase, token string, r fleettest.Bench) error {
 	start := time.Now()
 	for {
-		body, code, err := benchGet(ctx, queryBase+"/api/v1/runs/"+url.PathEscape(r.runID), token)
+		body, code, err := benchGet(ctx, queryBase+"/api/v1/runs/"+url.PathEscape(r.ID), token)
 		if err != nil {
-			return fmt.Errorf("summary of %s: %w", r.runID, err)
+			return fmt.Errorf("summary of %s: %w", r.ID, err)
 		}
 		var sum struct {
 			Steps int64 `json:"steps"`
 		}
-		if code == http.StatusOK && json.Unmarshal(body, &sum) == nil && sum.Steps >= int64(r.steps) {
+		if code == http.StatusOK && json.Unmarshal(body, &sum) == nil && sum.Steps >= int64(r.Steps) {
 			if waited := time.Since(start); waited > time.Second {
-				fmt.Fprintf(os.Stderr, "%s: rollups caught up after %s\n", r.runID, waited.Round(time.Second))
+				fmt.Fprintf(os.Stderr, "%s: rollups caught up after %s\n", r.ID, waited.Round(time.Second))
 			}
 			return nil
 		}
 		if time.Since(start) > 10*time.Minute {
-			fmt.Fprintf(os.Stderr, "%s: rollups still behind after 10 minutes (%d of %d steps); timing anyway\n", r.runID, sum.Steps, r.steps)
+			fmt.Fprintf(os.Stderr, "%s: rollups still behind after 10 minutes (%d of %d steps); timing anyway\n", r.ID, sum.Steps, r.Steps)
 			return nil
 		}
 		select {

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/deepseed/deepseed/api"
@@ -146,13 +145,12 @@ func jobList(ctx context.Context, args []string) error {
 }
 
 func printJobs(jobs []api.Job) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tPROJECT\tSWEEP\tSTATE\tRUNTIME\tGPU-H\tAGENT\tRUN\tPARAMS")
+	t := newTable("ID", "PROJECT", "SWEEP", "STATE", "RUNTIME", "GPU-H", "AGENT", "RUN", "PARAMS")
 	for _, j := range jobs {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\n", j.ID, j.Project, dash(j.SweepID), j.State,
-			(time.Duration(j.RuntimeSeconds) * time.Second).String(), j.GPUHours, dash(agentOf(j)), dash(j.RunID), formatParams(j.Params))
+		t.row(j.ID, j.Project, dash(j.SweepID), j.State, time.Duration(j.RuntimeSeconds)*time.Second,
+			fmt.Sprintf("%.2f", j.GPUHours), dash(agentOf(j)), dash(j.RunID), formatParams(j.Params))
 	}
-	w.Flush()
+	t.flush()
 }
 
 func agentOf(j api.Job) string {
@@ -160,13 +158,6 @@ func agentOf(j api.Job) string {
 		return j.Agent + " (slurm " + j.ExternalID + ")"
 	}
 	return j.Agent
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func formatParams(p map[string]string) string {
@@ -222,12 +213,11 @@ func jobShowCancel(ctx context.Context, sub string, args []string) error {
 	if j.State == "queued" && detail == "" {
 		detail = noAgentWarning(ctx, a, j.Project)
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	exit := "-"
 	if j.ExitCode != nil {
 		exit = strconv.Itoa(*j.ExitCode)
 	}
-	for _, kv := range [][2]string{
+	printFields([][2]string{
 		{"id", strconv.FormatInt(j.ID, 10)}, {"project", j.Project}, {"sweep", dash(j.SweepID)}, {"state", j.State},
 		{"command", strings.Join(quoteArgs(j.Argv), " ")}, {"params", formatParams(j.Params)},
 		{"gpus", fmt.Sprintf("%d asked, held %v", j.GPUs, j.GPUIDs)}, {"agent", dash(agentOf(j))},
@@ -235,10 +225,7 @@ func jobShowCancel(ctx context.Context, sub string, args []string) error {
 		{"attempt", fmt.Sprintf("%d (%d retries left)", j.Attempt, j.Retries)},
 		{"runtime", (time.Duration(j.RuntimeSeconds) * time.Second).String()}, {"gpu-hours", fmt.Sprintf("%.3f", j.GPUHours)},
 		{"detail", dash(detail)},
-	} {
-		fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
-	}
-	w.Flush()
+	})
 	if j.OutputTail != "" {
 		fmt.Printf("\noutput (tail):\n%s\n", strings.TrimRight(j.OutputTail, "\n"))
 	}

@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/deepseed/deepseed/api"
 )
@@ -49,13 +46,12 @@ func (c *RunsCommand) Run(ctx context.Context, args []string) error {
 		return nil
 	}
 	fmt.Printf("%d runs (%d shown)\n", l.Total, len(l.Runs))
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RUN\tPROJECT\tNAME\tSTATUS\tSTEPS\tLOSS\tSTEP MS\tMFU\tSTARTED")
+	t := newTable("RUN", "PROJECT", "NAME", "STATUS", "STEPS", "LOSS", "STEP MS", "MFU", "STARTED")
 	for _, r := range l.Runs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.RunID, r.Project, dash(r.Name), r.Status, r.Steps,
+		t.row(r.RunID, r.Project, dash(r.Name), r.Status, r.Steps,
 			fnum(r.FinalLoss), fnum(r.MeanStepMS), pct(r.MeanMFU), when(r.StartedAt))
 	}
-	return w.Flush()
+	return t.flush()
 }
 
 // RunCommand shows one run (GET /api/v1/runs/{id} and /ranks).
@@ -117,37 +113,12 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	if r.TotalSteps != nil {
 		steps += " of " + strconv.FormatInt(*r.TotalSteps, 10)
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	for _, kv := range [][2]string{
+	return printFields([][2]string{
 		{"run", r.RunID}, {"project", r.Project}, {"name", dash(r.Name)}, {"status", r.Status},
 		{"model", dash(r.Model)}, {"started", when(r.StartedAt)}, {"ended", when(r.EndedAt)},
 		{"steps", steps}, {"final loss", fnum(r.FinalLoss)}, {"mean step ms", fnum(r.MeanStepMS)},
 		{"mean MFU", pct(r.MeanMFU)}, {"best val accuracy", fnum(r.BestValAccuracy)},
 		{"stragglers", stragglers}, {"open alerts", strconv.FormatInt(r.OpenAlerts, 10)},
 		{"wasted gpu-hours", gpuHours(float64(r.Wasted.Total))},
-	} {
-		fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
-	}
-	return w.Flush()
-}
-
-func fnum(v *api.Float) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(float64(*v), 'g', 5, 64)
-}
-
-func pct(v *api.Float) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(float64(*v)*100, 'f', 1, 64) + "%"
-}
-
-func when(t *time.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
+	})
 }

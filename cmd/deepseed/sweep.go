@@ -7,9 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/deepseed/deepseed/api"
 )
@@ -135,16 +133,15 @@ func sweepShow(ctx context.Context, args []string) error {
 	if sw.Metric != "" {
 		fmt.Printf("ranked by %s, %s is best\n", sw.Metric, sw.Goal)
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RANK\tJOB\tSTATE\tRUN\tFINAL\tBEST\tPARAMS")
+	tb := newTable("RANK", "JOB", "STATE", "RUN", "FINAL", "BEST", "PARAMS")
 	for _, t := range sw.Trials {
 		rank := "-"
 		if t.Rank > 0 {
 			rank = strconv.Itoa(t.Rank)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", rank, t.Job.ID, t.Job.State, dash(t.Job.RunID), num(t.Final), num(t.Best), formatParams(t.Job.Params))
+		tb.row(rank, t.Job.ID, t.Job.State, dash(t.Job.RunID), num(t.Final), num(t.Best), formatParams(t.Job.Params))
 	}
-	return w.Flush()
+	return tb.flush()
 }
 
 // gpuHours shows GPU-hours with two decimals, and an amount below 0.01
@@ -247,8 +244,7 @@ func (c *QuotaCommand) Run(ctx context.Context, args []string) error {
 }
 
 func printQuotas(qs []api.Quota) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PROJECT\tUSED GPU-H\tLIMIT\tJOBS\tOTHER RUNS (NOT COUNTED)\tSTATE")
+	t := newTable("PROJECT", "USED GPU-H", "LIMIT", "JOBS", "OTHER RUNS (NOT COUNTED)", "STATE")
 	for _, q := range qs {
 		limit, state := "none", "ok"
 		if q.GPUHours != nil {
@@ -257,7 +253,7 @@ func printQuotas(qs []api.Quota) {
 		if q.Exceeded {
 			state = "exceeded"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", q.Project, gpuHours(q.UsedGPUHours), limit, gpuHours(q.JobGPUHours), gpuHours(q.RunGPUHours), state)
+		t.row(q.Project, gpuHours(q.UsedGPUHours), limit, gpuHours(q.JobGPUHours), gpuHours(q.RunGPUHours), state)
 	}
-	w.Flush()
+	t.flush()
 }

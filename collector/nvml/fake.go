@@ -81,31 +81,27 @@ func (f *Fake) Calls(i int) map[string]int {
 // replay spends what the calls Real makes for want on device i cost.
 func (f *Fake) replay(i int, want Fields) {
 	d := f.devices[i]
-	for _, g := range fieldCalls {
-		if want&g.f == 0 {
+	for k := range nvmlCalls {
+		c, nc := call(k), &nvmlCalls[k]
+		if want&nc.group == 0 || (d.MIG != nil && nc.phys) {
 			continue
 		}
-		if d.MIG != nil && g.f&(FieldsUtil|FieldsMemory|FieldsProcs) == 0 {
+		cc := f.costs[c]
+		if cc == nil || f.tried[i].has(c) {
 			continue
 		}
-		for _, c := range g.calls {
-			cc := f.costs[c]
-			if cc == nil || f.tried[i].has(c) {
-				continue
-			}
-			if cc.Unsupported {
-				f.tried[i].add(c)
-			}
-			f.reads[i][c]++
-			if f.NoCosts {
-				continue
-			}
-			k := f.cursor[c] % len(cc.CPUNs)
-			f.cursor[c]++
-			f.mu.Unlock()
-			spendCPU(time.Duration(cc.CPUNs[k]), time.Duration(cc.WallNs[k]))
-			f.mu.Lock()
+		if cc.Unsupported {
+			f.tried[i].add(c)
 		}
+		f.reads[i][c]++
+		if f.NoCosts {
+			continue
+		}
+		n := f.cursor[c] % len(cc.CPUNs)
+		f.cursor[c]++
+		f.mu.Unlock()
+		spendCPU(time.Duration(cc.CPUNs[n]), time.Duration(cc.WallNs[n]))
+		f.mu.Lock()
 	}
 }
 

@@ -34,8 +34,10 @@ type realDev struct {
 	gpmPrev  gonvml.GpmSample
 	gpmCur   gonvml.GpmSample
 	gpmValid bool
-	xidLast  uint64
-	xidCount uint64
+	// gpmSampled: this read's GPM sample was taken.
+	gpmSampled bool
+	xidLast    uint64
+	xidCount   uint64
 	// unsupported holds the calls the device refused as not supported.
 	unsupported callSet
 	// fv is room for field-value requests, so reads do not allocate it.
@@ -235,7 +237,8 @@ func (r *Real) do(d *realDev, c call, f func() gonvml.Return) bool {
 	return false
 }
 
-// Read implements Iface.
+// Read implements Iface: it makes the calls of the call table that serve
+// want, in the table's order, each through do.
 func (r *Real) Read(i int, want Fields) (Reading, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -248,141 +251,206 @@ func (r *Real) Read(i int, want Fields) (Reading, error) {
 		defer runtime.UnlockOSThread()
 	}
 	d := r.devs[i]
-	h := d.h
 	rd := Reading{TimeUnixMilli: time.Now().UnixMilli()}
-	var ret gonvml.Return
 	phys := d.info.MIG == nil
-
-	if want&FieldsUtil != 0 {
-		var u gonvml.Utilization
-		if r.do(d, callUtil, func() gonvml.Return { u, ret = h.GetUtilizationRates(); return ret }) {
-			rd.UtilGPUPct, rd.UtilMemPct = ptr(u.Gpu), ptr(u.Memory)
+	answered := false // the call before this one
+	for c := range nvmlCalls {
+		nc := &nvmlCalls[c]
+		if want&nc.group == 0 || (nc.phys && !phys) {
+			continue
 		}
-	}
-	if want&FieldsMemory != 0 {
-		var m2 gonvml.Memory_v2
-		var m gonvml.Memory
-		if r.do(d, callMemoryV2, func() gonvml.Return { m2, ret = h.GetMemoryInfo_v2(); return ret }) {
-			rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes, rd.MemReservedBytes = ptr(m2.Total), ptr(m2.Used), ptr(m2.Free), ptr(m2.Reserved)
-		} else if r.do(d, callMemory, func() gonvml.Return { m, ret = h.GetMemoryInfo(); return ret }) {
-			rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes = ptr(m.Total), ptr(m.Used), ptr(m.Free)
+		ok := false
+		switch {
+		case nc.fallback && answered:
+		case nc.need != nil && !nc.need(r, d):
+		case nc.direct:
+			nc.read(r, d, &rd)
+			ok = true
+		default:
+			ok = r.do(d, call(c), func() gonvml.Return { return nc.read(r, d, &rd) })
 		}
-	}
-	if phys && want&FieldsEnergy != 0 {
-		var v64 uint64
-		if r.do(d, callEnergy, func() gonvml.Return { v64, ret = h.GetTotalEnergyConsumption(); return ret }) {
-			rd.EnergyMilliJ = ptr(v64)
+		if nc.after != nil {
+			nc.after(d, ok)
 		}
-	}
-	if phys && want&FieldsPower != 0 {
-		var v32 uint32
-		if r.do(d, callPower, func() gonvml.Return { v32, ret = h.GetPowerUsage(); return ret }) {
-			rd.PowerMilliW = ptr(v32)
-		}
-	}
-	if phys && want&FieldsTemp != 0 {
-		var v32 uint32
-		if r.do(d, callTemp, func() gonvml.Return { v32, ret = h.GetTemperature(gonvml.TEMPERATURE_GPU); return ret }) {
-			rd.TempC = ptr(v32)
-		}
-		fv := &d.fv[0]
-		*fv = gonvml.FieldValue{FieldId: gonvml.FI_DEV_MEMORY_TEMP}
-		if r.do(d, callMemTemp, func() gonvml.Return { return fieldRet(h.GetFieldValues(d.fv[:1]), fv) }) {
-			if v := fieldUint(*fv); v > 0 {
-				rd.MemTempC = ptr(uint32(v))
-			}
-		}
-	}
-	if phys && want&FieldsClocks != 0 {
-		var v32 uint32
-		var v64 uint64
-		if r.do(d, callClockSM, func() gonvml.Return { v32, ret = h.GetClockInfo(gonvml.CLOCK_SM); return ret }) {
-			rd.SMClockMHz = ptr(v32)
-		}
-		if r.do(d, callClockMem, func() gonvml.Return { v32, ret = h.GetClockInfo(gonvml.CLOCK_MEM); return ret }) {
-			rd.MemClockMHz = ptr(v32)
-		}
-		if r.do(d, callClocksEvent, func() gonvml.Return { v64, ret = h.GetCurrentClocksEventReasons(); return ret }) {
-			rd.ClocksEventMask = ptr(v64)
-		}
-	}
-	if phys && want&FieldsGPM != 0 {
-		r.readGPM(d, &rd)
-	}
-	if phys && want&FieldsPCIe != 0 {
-		var v32 uint32
-		if r.do(d, callPCIeTx, func() gonvml.Return { v32, ret = h.GetPcieThroughput(gonvml.PCIE_UTIL_TX_BYTES); return ret }) {
-			rd.PCIeTxKBps = ptr(v32)
-		}
-		if r.do(d, callPCIeRx, func() gonvml.Return { v32, ret = h.GetPcieThroughput(gonvml.PCIE_UTIL_RX_BYTES); return ret }) {
-			rd.PCIeRxKBps = ptr(v32)
-		}
-	}
-	if phys && want&FieldsNVLink != 0 && len(d.links) > 0 {
-		fv := d.fv[:2*len(d.links)]
-		for k, l := range d.links {
-			fv[2*k] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: uint32(l)}
-			fv[2*k+1] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: uint32(l)}
-		}
-		if r.do(d, callNVLink, func() gonvml.Return { return h.GetFieldValues(fv) }) {
-			var tx, rx uint64
-			for k, f := range fv {
-				if f.NvmlReturn != uint32(gonvml.SUCCESS) {
-					continue
-				}
-				if k%2 == 0 {
-					tx += fieldUint(f)
-				} else {
-					rx += fieldUint(f)
-				}
-			}
-			rd.NVLinkTxKiB, rd.NVLinkRxKiB = ptr(tx), ptr(rx)
-		}
-	}
-	if phys && want&FieldsHealth != 0 {
-		var n int
-		var v64 uint64
-		if r.do(d, callPCIeReplay, func() gonvml.Return { n, ret = h.GetPcieReplayCounter(); return ret }) {
-			rd.PCIeReplays = ptr(uint64(n))
-		}
-		if r.do(d, callECCCorrected, func() gonvml.Return {
-			v64, ret = h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_CORRECTED, gonvml.AGGREGATE_ECC)
-			return ret
-		}) {
-			rd.ECCCorrected = ptr(v64)
-		}
-		if r.do(d, callECCUncorrected, func() gonvml.Return {
-			v64, ret = h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_UNCORRECTED, gonvml.AGGREGATE_ECC)
-			return ret
-		}) {
-			rd.ECCUncorrected = ptr(v64)
-		}
-		var c, u int
-		var pending bool
-		if r.do(d, callRemapped, func() gonvml.Return { c, u, pending, _, ret = h.GetRemappedRows(); return ret }) {
-			rd.RemappedCorr, rd.RemappedUncorr, rd.RemapPending = ptr(uint64(c)), ptr(uint64(u)), ptr(pending)
-		}
-	}
-	if phys && want&FieldsXID != 0 && r.events != nil {
-		r.drainEvents()
-		rd.XIDCount, rd.XIDLast = ptr(d.xidCount), ptr(d.xidLast)
-	}
-	if want&FieldsProcs != 0 {
-		var ps []gonvml.ProcessInfo
-		if r.do(d, callProcs, func() gonvml.Return { ps, ret = h.GetComputeRunningProcesses(); return ret }) {
-			rd.Processes = make([]Process, 0, len(ps))
-			for _, p := range ps {
-				pr := Process{PID: p.Pid}
-				// NVML reports an unknown amount (no permission, Windows
-				// WDDM) as all ones.
-				if p.UsedGpuMemory != ^uint64(0) {
-					pr.UsedMemBytes = ptr(p.UsedGpuMemory)
-				}
-				rd.Processes = append(rd.Processes, pr)
-			}
-		}
+		answered = ok || (nc.fallback && answered)
 	}
 	return rd, nil
+}
+
+// nvmlCall is one NVML call of the call table: a GPU value read from a
+// call of its own gets a row of its own, and with it its own call id, its
+// own cost line and its own memory of a refusal.
+type nvmlCall struct {
+	// name names the call in cost records and captures; the metric
+	// table's NVMLCall names it for each value it gives.
+	name string
+	// group is the Fields it serves.
+	group Fields
+	// phys: made on a physical GPU only, not on a MIG instance.
+	phys bool
+	// fallback: made only when the call before it gave nothing (the
+	// older memory call where the v2 one is missing).
+	fallback bool
+	// need, when set, says whether the device can answer the call at all
+	// (GPM, NVLink links, the event set).
+	need func(r *Real, d *realDev) bool
+	// read makes the call and, when it succeeds, fills rd.
+	read func(r *Real, d *realDev, rd *Reading) gonvml.Return
+	// direct: read makes and times its calls itself, and has no answer a
+	// device refuses (the XID event drain).
+	direct bool
+	// after, when set, runs once the call was made or passed over, with
+	// whether it succeeded.
+	after func(d *realDev, ok bool)
+}
+
+// nvmlCalls is the call table, in the order Read makes the calls.
+var nvmlCalls = [...]nvmlCall{
+	{name: "utilization", group: FieldsUtil, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		u, ret := d.h.GetUtilizationRates()
+		if ret == gonvml.SUCCESS {
+			rd.UtilGPUPct, rd.UtilMemPct = ptr(u.Gpu), ptr(u.Memory)
+		}
+		return ret
+	}},
+	{name: "memory_info_v2", group: FieldsMemory, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		m, ret := d.h.GetMemoryInfo_v2()
+		if ret == gonvml.SUCCESS {
+			rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes, rd.MemReservedBytes = ptr(m.Total), ptr(m.Used), ptr(m.Free), ptr(m.Reserved)
+		}
+		return ret
+	}},
+	{name: "memory_info", group: FieldsMemory, fallback: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		m, ret := d.h.GetMemoryInfo()
+		if ret == gonvml.SUCCESS {
+			rd.MemTotalBytes, rd.MemUsedBytes, rd.MemFreeBytes = ptr(m.Total), ptr(m.Used), ptr(m.Free)
+		}
+		return ret
+	}},
+	{name: "total_energy", group: FieldsEnergy, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetTotalEnergyConsumption()
+		if ret == gonvml.SUCCESS {
+			rd.EnergyMilliJ = ptr(v)
+		}
+		return ret
+	}},
+	{name: "power_usage", group: FieldsPower, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetPowerUsage()
+		if ret == gonvml.SUCCESS {
+			rd.PowerMilliW = ptr(v)
+		}
+		return ret
+	}},
+	{name: "temperature", group: FieldsTemp, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetTemperature(gonvml.TEMPERATURE_GPU)
+		if ret == gonvml.SUCCESS {
+			rd.TempC = ptr(v)
+		}
+		return ret
+	}},
+	{name: "field_memory_temp", group: FieldsTemp, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		fv := &d.fv[0]
+		*fv = gonvml.FieldValue{FieldId: gonvml.FI_DEV_MEMORY_TEMP}
+		ret := fieldRet(d.h.GetFieldValues(d.fv[:1]), fv)
+		if v := fieldUint(*fv); ret == gonvml.SUCCESS && v > 0 {
+			rd.MemTempC = ptr(uint32(v))
+		}
+		return ret
+	}},
+	{name: "clock_sm", group: FieldsClocks, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetClockInfo(gonvml.CLOCK_SM)
+		if ret == gonvml.SUCCESS {
+			rd.SMClockMHz = ptr(v)
+		}
+		return ret
+	}},
+	{name: "clock_mem", group: FieldsClocks, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetClockInfo(gonvml.CLOCK_MEM)
+		if ret == gonvml.SUCCESS {
+			rd.MemClockMHz = ptr(v)
+		}
+		return ret
+	}},
+	{name: "clocks_event_reasons", group: FieldsClocks, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetCurrentClocksEventReasons()
+		if ret == gonvml.SUCCESS {
+			rd.ClocksEventMask = ptr(v)
+		}
+		return ret
+	}},
+	// GPM: a sample every read; from the second one on, the metrics over
+	// the interval between the last two.
+	{name: "gpm_sample", group: FieldsGPM, phys: true,
+		need: func(_ *Real, d *realDev) bool { return d.info.GPM },
+		read: func(_ *Real, d *realDev, _ *Reading) gonvml.Return { return d.h.GpmSampleGet(d.gpmCur) },
+		after: func(d *realDev, ok bool) {
+			d.gpmSampled = ok
+			if !ok {
+				d.gpmValid = false
+			}
+		}},
+	{name: "gpm_metrics", group: FieldsGPM, phys: true,
+		need: func(_ *Real, d *realDev) bool { return d.gpmSampled && d.gpmValid },
+		read: readGPMMetrics,
+		after: func(d *realDev, _ bool) {
+			if d.gpmSampled {
+				d.gpmPrev, d.gpmCur = d.gpmCur, d.gpmPrev
+				d.gpmValid = true
+			}
+		}},
+	{name: "pcie_throughput_tx", group: FieldsPCIe, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetPcieThroughput(gonvml.PCIE_UTIL_TX_BYTES)
+		if ret == gonvml.SUCCESS {
+			rd.PCIeTxKBps = ptr(v)
+		}
+		return ret
+	}},
+	{name: "pcie_throughput_rx", group: FieldsPCIe, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetPcieThroughput(gonvml.PCIE_UTIL_RX_BYTES)
+		if ret == gonvml.SUCCESS {
+			rd.PCIeRxKBps = ptr(v)
+		}
+		return ret
+	}},
+	{name: "field_nvlink_throughput", group: FieldsNVLink, phys: true,
+		need: func(_ *Real, d *realDev) bool { return len(d.links) > 0 },
+		read: readNVLink},
+	{name: "pcie_replay_counter", group: FieldsHealth, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		n, ret := d.h.GetPcieReplayCounter()
+		if ret == gonvml.SUCCESS {
+			rd.PCIeReplays = ptr(uint64(n))
+		}
+		return ret
+	}},
+	{name: "ecc_corrected", group: FieldsHealth, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_CORRECTED, gonvml.AGGREGATE_ECC)
+		if ret == gonvml.SUCCESS {
+			rd.ECCCorrected = ptr(v)
+		}
+		return ret
+	}},
+	{name: "ecc_uncorrected", group: FieldsHealth, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		v, ret := d.h.GetTotalEccErrors(gonvml.MEMORY_ERROR_TYPE_UNCORRECTED, gonvml.AGGREGATE_ECC)
+		if ret == gonvml.SUCCESS {
+			rd.ECCUncorrected = ptr(v)
+		}
+		return ret
+	}},
+	{name: "remapped_rows", group: FieldsHealth, phys: true, read: func(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+		c, u, pending, _, ret := d.h.GetRemappedRows()
+		if ret == gonvml.SUCCESS {
+			rd.RemappedCorr, rd.RemappedUncorr, rd.RemapPending = ptr(uint64(c)), ptr(uint64(u)), ptr(pending)
+		}
+		return ret
+	}},
+	{name: "event_set_wait", group: FieldsXID, phys: true, direct: true,
+		need: func(r *Real, _ *realDev) bool { return r.events != nil },
+		read: func(r *Real, d *realDev, rd *Reading) gonvml.Return {
+			r.drainEvents("event_set_wait")
+			rd.XIDCount, rd.XIDLast = ptr(d.xidCount), ptr(d.xidLast)
+			return gonvml.SUCCESS
+		}},
+	{name: "compute_processes", group: FieldsProcs, read: readProcs},
 }
 
 // fieldRet folds the per-field answer of a one-field GetFieldValues into
@@ -394,38 +462,76 @@ func fieldRet(ret gonvml.Return, fv *gonvml.FieldValue) gonvml.Return {
 	return gonvml.Return(fv.NvmlReturn)
 }
 
-// readGPM takes a GPM sample and, from the second one on, computes the
-// metrics over the interval between the last two.
-func (r *Real) readGPM(d *realDev, rd *Reading) {
-	if !d.info.GPM {
-		return
+// readGPMMetrics computes the GPM metrics over the interval between the
+// device's last two samples.
+func readGPMMetrics(r *Real, d *realDev, rd *Reading) gonvml.Return {
+	ids := []gonvml.GpmMetricId{gonvml.GPM_METRIC_SM_UTIL, gonvml.GPM_METRIC_SM_OCCUPANCY, gonvml.GPM_METRIC_ANY_TENSOR_UTIL, gonvml.GPM_METRIC_GRAPHICS_UTIL, gonvml.GPM_METRIC_DRAM_BW_UTIL}
+	mg := &gonvml.GpmMetricsGetType{NumMetrics: uint32(len(ids)), Sample1: d.gpmPrev, Sample2: d.gpmCur}
+	for k, id := range ids {
+		mg.Metrics[k].MetricId = uint32(id)
 	}
-	if !r.do(d, callGPMSample, func() gonvml.Return { return d.h.GpmSampleGet(d.gpmCur) }) {
-		d.gpmValid = false
-		return
+	ret := r.lib.GpmMetricsGet(mg)
+	if ret != gonvml.SUCCESS {
+		return ret
 	}
-	if d.gpmValid {
-		ids := []gonvml.GpmMetricId{gonvml.GPM_METRIC_SM_UTIL, gonvml.GPM_METRIC_SM_OCCUPANCY, gonvml.GPM_METRIC_ANY_TENSOR_UTIL, gonvml.GPM_METRIC_GRAPHICS_UTIL, gonvml.GPM_METRIC_DRAM_BW_UTIL}
-		mg := &gonvml.GpmMetricsGetType{NumMetrics: uint32(len(ids)), Sample1: d.gpmPrev, Sample2: d.gpmCur}
-		for k, id := range ids {
-			mg.Metrics[k].MetricId = uint32(id)
-		}
-		if r.do(d, callGPMMetrics, func() gonvml.Return { return r.lib.GpmMetricsGet(mg) }) {
-			out := []**float64{&rd.GPMSMActivePct, &rd.GPMSMOccupancy, &rd.GPMTensorPct, &rd.GPMGraphicsPct, &rd.GPMDRAMBWPct}
-			for k := range ids {
-				if mg.Metrics[k].NvmlReturn == uint32(gonvml.SUCCESS) {
-					*out[k] = ptr(mg.Metrics[k].Value)
-				}
-			}
+	out := []**float64{&rd.GPMSMActivePct, &rd.GPMSMOccupancy, &rd.GPMTensorPct, &rd.GPMGraphicsPct, &rd.GPMDRAMBWPct}
+	for k := range ids {
+		if mg.Metrics[k].NvmlReturn == uint32(gonvml.SUCCESS) {
+			*out[k] = ptr(mg.Metrics[k].Value)
 		}
 	}
-	d.gpmPrev, d.gpmCur = d.gpmCur, d.gpmPrev
-	d.gpmValid = true
+	return ret
+}
+
+// readNVLink sums the data counters of the device's active links, in one
+// field-value request.
+func readNVLink(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+	fv := d.fv[:2*len(d.links)]
+	for k, l := range d.links {
+		fv[2*k] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: uint32(l)}
+		fv[2*k+1] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: uint32(l)}
+	}
+	ret := d.h.GetFieldValues(fv)
+	if ret != gonvml.SUCCESS {
+		return ret
+	}
+	var tx, rx uint64
+	for k, f := range fv {
+		if f.NvmlReturn != uint32(gonvml.SUCCESS) {
+			continue
+		}
+		if k%2 == 0 {
+			tx += fieldUint(f)
+		} else {
+			rx += fieldUint(f)
+		}
+	}
+	rd.NVLinkTxKiB, rd.NVLinkRxKiB = ptr(tx), ptr(rx)
+	return ret
+}
+
+// readProcs lists the compute processes and their device memory.
+func readProcs(_ *Real, d *realDev, rd *Reading) gonvml.Return {
+	ps, ret := d.h.GetComputeRunningProcesses()
+	if ret != gonvml.SUCCESS {
+		return ret
+	}
+	rd.Processes = make([]Process, 0, len(ps))
+	for _, p := range ps {
+		pr := Process{PID: p.Pid}
+		// NVML reports an unknown amount (no permission, Windows WDDM)
+		// as all ones.
+		if p.UsedGpuMemory != ^uint64(0) {
+			pr.UsedMemBytes = ptr(p.UsedGpuMemory)
+		}
+		rd.Processes = append(rd.Processes, pr)
+	}
+	return ret
 }
 
 // drainEvents collects the XID events of every device that arrived since
-// the last drain, without waiting.
-func (r *Real) drainEvents() {
+// the last drain, without waiting, timing each wait under name.
+func (r *Real) drainEvents(name string) {
 	if r.events == nil {
 		return
 	}
@@ -434,7 +540,7 @@ func (r *Real) drainEvents() {
 		var ret gonvml.Return
 		m := r.costs.mark()
 		ev, ret = r.events.Wait(0)
-		r.costs.note(callNames[callEvents], m)
+		r.costs.note(name, m)
 		if ret != gonvml.SUCCESS {
 			return
 		}

@@ -1,9 +1,14 @@
-// Package fleettest writes, for tests, the records of a synchronous
-// data-parallel run of many ranks as the hook and the collectors would send
-// them: every rank arrives at the gradient all-reduce at the end of
-// backward after 140 ms and a jitter of up to 4 ms, one rank planted 30 ms
-// later, and every rank leaves when the last arrives. The records are
-// NDJSON-ready maps, for a test's POST /api/v1/ingest.
+// Package fleettest writes the records of a synchronous data-parallel run
+// of many ranks as the hook and the collectors would send them: every
+// rank arrives at the gradient all-reduce at the end of backward after
+// 140 ms and a spread of up to 4 ms, one rank planted 30 ms later, and
+// every rank leaves when the last arrives (see [Arrivals]). It comes in
+// four shapes: [Run], the few figures the fleet tests read, as
+// NDJSON-ready maps for a test's POST /api/v1/ingest; [Bench], the
+// training figures, layers, evaluations and GPU samples the query
+// benchmark loads; [Load], the seed-shaped run without an all-reduce
+// that the ingest benchmark posts; and [GenRun], the seeded noisy run of
+// the store's compression tests and reports, as NDJSON lines.
 package fleettest
 
 import (
@@ -40,17 +45,9 @@ func (r Run) Records() []map[string]any {
 	at := func(d time.Duration) string { return r.Start.Add(d).UTC().Format(time.RFC3339Nano) }
 	recs := []map[string]any{{"kind": "run", "run_id": r.ID, "project": "fleet", "started_at": at(0),
 		"meta": map[string]any{"world_size": r.Ranks}}}
-	arrive := make([]float64, r.Ranks)
 	for step := range r.Steps {
 		start := time.Duration(step) * stepPeriod
-		last := 0.0
-		for k := range arrive {
-			arrive[k] = 140 + float64((step*31+k*17)%100)/25
-			if k == r.Late {
-				arrive[k] += LateMS
-			}
-			last = max(last, arrive[k])
-		}
+		arrive, last := Arrivals(int64(step), r.Ranks, r.Late)
 		for k := range r.Ranks {
 			util := 97.0
 			if k == r.Late {
@@ -71,4 +68,27 @@ func (r Run) Records() []map[string]any {
 		})
 	}
 	return recs
+}
+
+// Spread is a deterministic spread of a rank's figures by step, 0 to
+// 3.96 (milliseconds, where it is a time).
+func Spread(step int64, rank int) float64 { return float64(spread(step, rank)) / 25 }
+
+// spread is the pattern of [Spread]: 0 to 99 by step and rank.
+func spread(step int64, rank int) int { return (int(step)*31 + rank*17) % 100 }
+
+// Arrivals returns when each of ranks reaches the all-reduce of step, in
+// milliseconds after the step began: 140 ms of work plus [Spread], the
+// late rank (-1: none) LateMS later; and the last arrival, when every
+// rank leaves.
+func Arrivals(step int64, ranks, late int) (arrive []float64, last float64) {
+	arrive = make([]float64, ranks)
+	for k := range arrive {
+		arrive[k] = 140 + Spread(step, k)
+		if k == late {
+			arrive[k] += LateMS
+		}
+		last = max(last, arrive[k])
+	}
+	return arrive, last
 }

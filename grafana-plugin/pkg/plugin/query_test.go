@@ -81,14 +81,11 @@ func TestStepMetricsMatchStore(t *testing.T) {
 }
 
 func TestGrafanaUnit(t *testing.T) {
-	for in, want := range map[string]string{"": "none", "ms": "ms", "percent": "percent", "GB": "decgbytes",
-		"bytes": "decbytes", "W": "watt", "celsius": "celsius", "MHz": "suffix: MHz", "bytes/s": "Bps", "furlongs": "suffix: furlongs"} {
-		if got := grafanaUnit(in); got != want {
-			t.Errorf("grafanaUnit(%q) = %q, want %q", in, got, want)
-		}
-	}
 	if got := metricUnit("gpu_mem_used_gb", ""); got != "decgbytes" {
 		t.Errorf("metricUnit by name: %q", got)
+	}
+	if got := metricUnit("power_w", ""); got != "watt" {
+		t.Errorf("metricUnit of a GPU metric, from the table: %q", got)
 	}
 	if !strings.HasPrefix(api.QueryHeatmap, "heat") {
 		t.Fatal("query type constants changed")

@@ -1,4 +1,4 @@
-package storetest
+package fleettest
 
 import (
 	"fmt"
@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-// GenRun describes a generated training run with the noise of a real
-// one: timings jitter around a steady state, loss decays with noise,
-// every layer's time wanders on its own. Nothing repeats exactly, so
-// compression figures measured on it are not flattered.
+// GenRun is the shape of the store's tests and reports: a generated
+// training run with the noise of a real one, seeded: timings jitter
+// around a steady state, loss decays with noise, every layer's time
+// wanders on its own. Nothing repeats exactly, so compression figures
+// measured on it are not flattered.
 type GenRun struct {
 	ID     string
 	Ranks  int
@@ -58,12 +59,12 @@ func (g GenRun) StepLines(rank, from, to int, shift time.Duration) []string {
 		t := g.Start.Add(time.Duration(i)*g.Every + shift).UTC().Format(time.RFC3339Nano)
 		// As the hook sends them: durations rounded to 0.1 µs, losses and
 		// norms as the float32 tensors they were read from.
-		stepMS := ms(412 * (1 + 0.03*rng.NormFloat64()))
+		stepMS := ms4(412 * (1 + 0.03*rng.NormFloat64()))
 		loss := f32(2.1 + 8*math.Exp(-float64(i)/900) + 0.08*rng.NormFloat64())
 		lr := 3e-4 * math.Min(1, float64(i+1)/500) * (0.5 + 0.5*math.Cos(math.Pi*float64(i)/float64(g.Steps)))
 		norm := f32(0.4 + 1.5*math.Exp(-float64(i)/400) + 0.05*rng.ExpFloat64())
-		fwdMS, bwdMS, optMS := ms(stepMS*(0.31+0.01*rng.NormFloat64())), ms(stepMS*(0.46+0.01*rng.NormFloat64())), ms(stepMS*(0.12+0.005*rng.NormFloat64()))
-		commMS, dataMS := ms(stepMS*(0.07+0.01*rng.NormFloat64())), ms(math.Abs(stepMS*(0.02+0.01*rng.NormFloat64())))
+		fwdMS, bwdMS, optMS := ms4(stepMS*(0.31+0.01*rng.NormFloat64())), ms4(stepMS*(0.46+0.01*rng.NormFloat64())), ms4(stepMS*(0.12+0.005*rng.NormFloat64()))
+		commMS, dataMS := ms4(stepMS*(0.07+0.01*rng.NormFloat64())), ms4(math.Abs(stepMS*(0.02+0.01*rng.NormFloat64())))
 		gpuUtil, memUsed := math.Round(math.Min(100, 91+4*rng.NormFloat64())), float64(int64(61.2e9+3e8*rng.NormFloat64()))/1e9
 		memPeak, cpuUtil := float64(int64(63.9e9+1e8*rng.NormFloat64()))/1e9, math.Round(10*(101+9*rng.NormFloat64()))/10
 		var b strings.Builder
@@ -84,8 +85,8 @@ func (g GenRun) StepLines(rank, from, to int, shift time.Duration) []string {
 		for j := range names {
 			base[j] *= 1 + 0.002*rng.NormFloat64() // slow drift
 			v := base[j] * (1 + 0.04*rng.NormFloat64())
-			fwd[j] = fmt.Sprint(ms(v))
-			bwd[j] = fmt.Sprint(ms(v * (1.9 + 0.1*rng.Float64())))
+			fwd[j] = fmt.Sprint(ms4(v))
+			bwd[j] = fmt.Sprint(ms4(v * (1.9 + 0.1*rng.Float64())))
 		}
 		if g.Period > 0 && i%g.Period != 0 {
 			continue
@@ -130,9 +131,6 @@ func (g GenRun) GPULines(host string, gpus int) []string {
 	}
 	return out
 }
-
-// ms rounds a duration in milliseconds as the hook does (0.1 µs).
-func ms(v float64) float64 { return math.Round(v*1e4) / 1e4 }
 
 // f32 is v as read from a float32 tensor.
 func f32(v float64) float64 { return float64(float32(v)) }

@@ -1,9 +1,6 @@
-package ingest
+package fleettest
 
 import (
-	"bytes"
-	"compress/gzip"
-	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -11,9 +8,12 @@ import (
 	"github.com/deepseed/deepseed/api"
 )
 
-// Load is a synthetic training run shaped like the seed's: every step
-// brings one step and one layers record per rank, and an evaluation
-// follows every EvalEvery steps. Load tests and benchmarks post it.
+// Load is the run in the shape the ingest benchmark posts it (deepseed
+// bench ingest, and ingest's benchmarks): a run shaped like the seed's,
+// where every step brings one step and one layers record per rank and an
+// evaluation follows every EvalEvery steps. Its ranks do not wait on an
+// all-reduce; their figures spread by [Spread]'s pattern, a tenth of a
+// millisecond at most.
 type Load struct {
 	RunID     string
 	Ranks     int // 16 in the benchmarks
@@ -47,11 +47,11 @@ func (l Load) Records(from, n int64) []api.Record {
 		t := api.T(l.Start.Add(time.Duration(s) * 550 * time.Millisecond))
 		loss := 0.7*math.Exp(-float64(s)/1500) + 0.25
 		for r := 0; r < l.Ranks; r++ {
-			jitter := float64((int(s)*31+r*17)%100) / 1000
+			jitter := float64(spread(s, r)) / 1000
 			recs = append(recs, api.Record{Step: &api.Step{Kind: api.KindStep, RunID: l.RunID, Rank: r, Step: &step, Time: t,
 				Epoch: api.F(float64(s) / 1563), Loss: api.F(loss + jitter/10), LR: api.F(2e-5), GradNorm: api.F(0.6 + jitter),
-				LossScale: api.F(65536), Samples: api.Ptr(s * 16), ThroughputSPS: api.F(23.5 + jitter), StepMS: api.F(roundMS(172 + jitter)),
-				ForwardMS: api.F(roundMS(48 + jitter)), BackwardMS: api.F(roundMS(92 + jitter)), OptimizerMS: api.F(roundMS(28 + jitter)), CommMS: api.F(3.1),
+				LossScale: api.F(65536), Samples: api.Ptr(s * 16), ThroughputSPS: api.F(23.5 + jitter), StepMS: api.F(ms4(172 + jitter)),
+				ForwardMS: api.F(ms4(48 + jitter)), BackwardMS: api.F(ms4(92 + jitter)), OptimizerMS: api.F(ms4(28 + jitter)), CommMS: api.F(3.1),
 				DataMS: api.F(4.2), GPUUtilPct: api.F(96), GPUMemUsedGB: api.F(10.5 + jitter)}})
 			fwd := make([]api.Float, len(names))
 			bwd := make([]api.Float, len(names))
@@ -59,8 +59,8 @@ func (l Load) Records(from, n int64) []api.Record {
 				// Durations as the hook sends them: to 0.1 µs, what CUDA
 				// events resolve.
 				f := 1.8 + float64(i%7)/10 + jitter
-				fwd[i] = api.Float(roundMS(f))
-				bwd[i] = api.Float(roundMS(f * 1.9))
+				fwd[i] = api.Float(ms4(f))
+				bwd[i] = api.Float(ms4(f * 1.9))
 			}
 			recs = append(recs, api.Record{Layers: &api.Layers{Kind: api.KindLayers, RunID: l.RunID, Rank: r, Step: &step,
 				Time: t, Names: names, ForwardMS: fwd, BackwardMS: bwd}})
@@ -71,59 +71,4 @@ func (l Load) Records(from, n int64) []api.Record {
 		}
 	}
 	return recs
-}
-
-// roundMS rounds a duration in milliseconds to four decimals, as the
-// Python hook does before sending it.
-func roundMS(ms float64) float64 { return math.Round(ms*1e4) / 1e4 }
-
-// EncodeNDJSON writes records as NDJSON, gzipped when zip is set, as the
-// collector sends them.
-func EncodeNDJSON(recs []api.Record, zip bool) ([]byte, error) {
-	var buf bytes.Buffer
-	var enc *json.Encoder
-	var zw *gzip.Writer
-	if zip {
-		zw = gzip.NewWriter(&buf)
-		enc = json.NewEncoder(zw)
-	} else {
-		enc = json.NewEncoder(&buf)
-	}
-	for _, r := range recs {
-		if err := enc.Encode(recordValue(r)); err != nil {
-			return nil, fmt.Errorf("encode %s record: %w", r.Kind(), err)
-		}
-	}
-	if zw != nil {
-		if err := zw.Close(); err != nil {
-			return nil, err
-		}
-	}
-	return buf.Bytes(), nil
-}
-
-func recordValue(r api.Record) any {
-	switch {
-	case r.Run != nil:
-		return r.Run
-	case r.Step != nil:
-		return r.Step
-	case r.Layers != nil:
-		return r.Layers
-	case r.Eval != nil:
-		return r.Eval
-	case r.GPU != nil:
-		return r.GPU
-	case r.Host != nil:
-		return r.Host
-	case r.Memory != nil:
-		return r.Memory
-	case r.Event != nil:
-		return r.Event
-	case r.End != nil:
-		return r.End
-	case r.Process != nil:
-		return r.Process
-	}
-	return nil
 }
