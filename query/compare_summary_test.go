@@ -12,6 +12,7 @@ import (
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // summaryRun is a run of 8 ranks read from its rollups (more rows than
@@ -185,5 +186,33 @@ func TestCompareSummaryReadsNewGPUSamples(t *testing.T) {
 	late, _ := compareOf(t, e, "gpu")
 	if got, want := late.Rows[0].GPUUtilPct, (60*50+100)/61.0; got == nil || !near(float64(*got), want) {
 		t.Fatalf("after a late sample: gpu_util_pct %v, want %v", got, want)
+	}
+}
+
+// A summary behind the rollups by more than a read waits for (nothing
+// keeping it, here no refresher) gives way to the figures computed by
+// the read itself, which refreshes the small backlog first.
+func TestCompareComputesWhenTheSummaryIsLongBehind(t *testing.T) {
+	ctx := context.Background()
+	a, b := newEnv(t), newEnv(t)
+	a.write(summaryRun("big", 0, 700)...)
+	a.write(endRec("big"))
+	first, _ := compareOf(t, a, "big")
+	a.write(summaryRun("big", 700, 1000)...)
+	if _, err := storetest.Pool(t, a.s).Exec(ctx, `UPDATE rollup_dirty SET marked_at = now() - interval '1 minute' WHERE run_id = 'big'`); err != nil {
+		t.Fatal(err)
+	}
+	got, lag := compareOf(t, a, "big")
+	b.write(summaryRun("big", 0, 1000)...)
+	b.write(endRec("big"))
+	want, _ := compareOf(t, b, "big")
+	if gj, wj := jsonOf(t, got), jsonOf(t, want); gj != wj || lag != "0" {
+		t.Fatalf("a minute behind (lag %q):\n%s\nwant, computed from every step:\n%s", lag, gj, wj)
+	}
+	if jsonOf(t, got) == jsonOf(t, first) {
+		t.Fatal("300 more steps changed nothing")
+	}
+	if s, err := a.s.RunSummary(ctx, "big"); err != nil || s == nil || !s.Current {
+		t.Fatalf("summary after the read computed it: %+v, %v; want it stored, current", s, err)
 	}
 }
