@@ -153,7 +153,8 @@ func (s *Store) SummaryGen(ctx context.Context, runID string) (int64, error) {
 func (s *Store) PutRunSummary(ctx context.Context, runID string, gen int64, sum SteadySummary) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO run_summaries AS s (run_id, rollup_gen, summary_gen, summarized_at, `+summaryColumns+`)
-		VALUES ($1, $2, $2, now(), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
+		SELECT $1, $2, $2, now(), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24
+		WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = $1) -- not for a run just deleted
 		ON CONFLICT (run_id) DO UPDATE SET summary_gen = EXCLUDED.summary_gen, summarized_at = EXCLUDED.summarized_at,
 			stale_since = NULL, stale_blocks = 0,
 			ranks = EXCLUDED.ranks, lowest_rank = EXCLUDED.lowest_rank, rows = EXCLUDED.rows, steady_from = EXCLUDED.steady_from,
