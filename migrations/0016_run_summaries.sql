@@ -45,7 +45,10 @@ CREATE TABLE run_summaries (
     -- that counts more reads the samples again.
     gpu_stamp     bigint,
     gpu_window    jsonb,
-    gpu_run       jsonb
+    gpu_run       jsonb,
+    -- A finished run's wasted GPU-hours (store.Wasted), which hold with
+    -- its rollups and GPU samples as they were.
+    wasted        jsonb
 );
 
 -- The refresher's list of summaries to recompute.

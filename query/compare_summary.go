@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
 
@@ -74,6 +75,10 @@ func summarize(ranks []int, from, rows int64, agg []store.SteadyRank) store.Stea
 // by row for a small run and from the rollups for a large one (see
 // Handler.steadyRanks). It refreshes nothing.
 func computeSteady(ctx context.Context, st *store.Store, runID string) (store.SteadySummary, error) {
+	r, err := st.GetRun(ctx, runID)
+	if err != nil {
+		return store.SteadySummary{}, err
+	}
 	ranks, err := st.RunRanks(ctx, runID)
 	if err != nil || len(ranks) == 0 {
 		return store.SteadySummary{}, err
@@ -98,12 +103,21 @@ func computeSteady(ctx context.Context, st *store.Store, runID string) (store.St
 		return store.SteadySummary{}, err
 	}
 	sum := summarize(ranks, from, n, agg)
-	if sum.GPUMemGB == nil || sum.GPUUtil == nil {
-		// What fillMeasured reads of the GPU samples. The stamp first:
-		// a sample that lands meanwhile leaves the figures behind it.
-		if sum.GPUStamp, err = st.GPUStamp(ctx, runID); err != nil {
+	// The stamp first: a GPU sample that lands meanwhile leaves the
+	// figures behind it.
+	if sum.GPUStamp, err = st.GPUStamp(ctx, runID); err != nil {
+		return store.SteadySummary{}, err
+	}
+	if r.Status != api.StatusRunning {
+		// A running run's stalls grow with the clock.
+		w, err := st.WastedGPUHoursOf(ctx, runID, sum.Ranks, sum.LowestRank, false, time.Now(), store.DefaultWasteRules)
+		if err != nil {
 			return store.SteadySummary{}, err
 		}
+		sum.Wasted = &w
+	}
+	if sum.GPUMemGB == nil || sum.GPUUtil == nil {
+		// What fillMeasured reads of the GPU samples.
 		if sum.GPU, err = st.GPUSampleStats(ctx, runID, sum.WindowFrom, sum.WindowTo); err != nil {
 			return store.SteadySummary{}, err
 		}
@@ -117,7 +131,8 @@ func computeSteady(ctx context.Context, st *store.Store, runID string) (store.St
 }
 
 // compareSteady returns a run's steady-state summary for compare (its GPU
-// figures only where they hold for the samples there are now): the
+// figures and wasted GPU-hours only where they hold for the samples there
+// are now): the
 // stored one when it was computed from the rollups as they are, or, for
 // a run read from its rollups (too large to read row by row), when it is
 // less than summaryMaxStale behind them (the answer then says how far,
@@ -140,14 +155,14 @@ func (h *Handler) compareSteady(ctx context.Context, runID string) (store.Steady
 		large := sum.Rows > store.ExactRankRows
 		if exact || (large && (h.reading() || lag.Behind(time.Now()) < summaryMaxStale)) {
 			noteBacklog(ctx, runID, lag)
-			if sum.GPU != nil {
+			if sum.GPU != nil || sum.Wasted != nil {
 				// Samples that arrived since are read afresh.
 				n, err := h.store.GPUStamp(ctx, runID)
 				if err != nil {
 					return store.SteadySummary{}, err
 				}
 				if n != sum.GPUStamp {
-					sum.GPU, sum.GPURun = nil, nil
+					sum.GPU, sum.GPURun, sum.Wasted = nil, nil, nil
 				}
 			}
 			return sum.SteadySummary, nil

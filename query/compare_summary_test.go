@@ -83,8 +83,8 @@ func TestCompareFromRunSummary(t *testing.T) {
 
 	first, _ := compareOf(t, a, "big")
 	sum, err := a.s.RunSummary(ctx, "big")
-	if err != nil || sum == nil || !sum.Current || !sum.Computed || sum.Rows <= store.ExactRankRows {
-		t.Fatalf("after the first read: summary %+v, %v; want a current one of a large run", sum, err)
+	if err != nil || sum == nil || !sum.Current || !sum.Computed || sum.Rows <= store.ExactRankRows || sum.Wasted == nil {
+		t.Fatalf("after the first read: summary %+v, %v; want a current one of a large finished run, with its wasted GPU-hours", sum, err)
 	}
 	again, lag := compareOf(t, a, "big")
 	if fj, aj := jsonOf(t, first), jsonOf(t, again); fj != aj || lag != "0" {

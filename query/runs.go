@@ -297,8 +297,12 @@ func (h *Handler) wasted(ctx context.Context, r *store.RunRow) (api.WastedGPUHou
 	return wastedAPI(w), err
 }
 
-// wastedOf is Handler.wasted of a run whose ranks its summary s counts.
+// wastedOf is Handler.wasted of a run whose ranks its summary s counts:
+// the summary's own figure for a run that has finished.
 func (h *Handler) wastedOf(ctx context.Context, r *store.RunRow, s *store.SteadySummary) (api.WastedGPUHours, error) {
+	if s.Wasted != nil && r.Status != api.StatusRunning {
+		return wastedAPI(*s.Wasted), nil
+	}
 	w, err := h.store.WastedGPUHoursOf(ctx, r.RunID, s.Ranks, s.LowestRank, r.Status == "running", time.Now(), store.DefaultWasteRules)
 	return wastedAPI(w), err
 }

@@ -33,6 +33,9 @@ type SteadySummary struct {
 	// GPUStamp of them ([Store.GPUStamp]); nil when not computed.
 	GPU, GPURun *GPUSampleStats
 	GPUStamp    int64
+	// Wasted is a finished run's wasted GPU-hours, which hold with the
+	// rollups and GPU samples as they were; nil when not computed.
+	Wasted *Wasted
 }
 
 // StoredSummary is a run's row of run_summaries.
@@ -68,7 +71,7 @@ func (s *StoredSummary) Lag(b RollupBacklog) RollupBacklog {
 
 const summaryColumns = `ranks, lowest_rank, rows, steady_from, window_from, window_to, step_ms, steps_per_s, throughput_sps, gpu_mem_gb,
 	gpu_mem_used_peak_gb, alloc_peak_gb, reserved_peak_gb, gpu_util_pct, cpu_util_pct, comm_ms, comm_exposed_ms, tflops, mfu,
-	gpu_stamp, gpu_window, gpu_run`
+	gpu_stamp, gpu_window, gpu_run, wasted`
 
 // bumpSummaryGen, in a rollup refresh's transaction, marks the run's
 // summary as behind the rollups it is about to commit, by blocks
@@ -96,7 +99,7 @@ func (s *Store) RunSummary(ctx context.Context, runID string) (*StoredSummary, e
 		FROM run_summaries WHERE run_id = $1`, runID).Scan(&out.Gen, &summaryGen, &staleSince, &out.StaleBlocks, &summarized,
 		&ranks, &lowest, &rows, &from, &wf, &wt, &x.StepMS, &x.StepsPerS, &x.ThroughputSPS, &x.GPUMemGB,
 		&x.MaxGPUMemUsedGB, &x.AllocPeakGB, &x.ReservedPeakGB, &x.GPUUtil, &x.CPUUtil, &x.CommMS, &x.CommExposedMS, &x.TFLOPS, &x.MFU,
-		&stamp, &x.GPU, &x.GPURun)
+		&stamp, &x.GPU, &x.GPURun, &x.Wasted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -153,7 +156,7 @@ func (s *Store) SummaryGen(ctx context.Context, runID string) (int64, error) {
 func (s *Store) PutRunSummary(ctx context.Context, runID string, gen int64, sum SteadySummary) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO run_summaries AS s (run_id, rollup_gen, summary_gen, summarized_at, `+summaryColumns+`)
-		SELECT $1, $2, $2, now(), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24
+		SELECT $1, $2, $2, now(), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25
 		WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = $1) -- not for a run just deleted
 		ON CONFLICT (run_id) DO UPDATE SET summary_gen = EXCLUDED.summary_gen, summarized_at = EXCLUDED.summarized_at,
 			stale_since = NULL, stale_blocks = 0,
@@ -163,11 +166,13 @@ func (s *Store) PutRunSummary(ctx context.Context, runID string, gen int64, sum 
 			gpu_mem_used_peak_gb = EXCLUDED.gpu_mem_used_peak_gb, alloc_peak_gb = EXCLUDED.alloc_peak_gb,
 			reserved_peak_gb = EXCLUDED.reserved_peak_gb, gpu_util_pct = EXCLUDED.gpu_util_pct, cpu_util_pct = EXCLUDED.cpu_util_pct,
 			comm_ms = EXCLUDED.comm_ms, comm_exposed_ms = EXCLUDED.comm_exposed_ms, tflops = EXCLUDED.tflops, mfu = EXCLUDED.mfu,
-			gpu_stamp = EXCLUDED.gpu_stamp, gpu_window = EXCLUDED.gpu_window, gpu_run = EXCLUDED.gpu_run
+			gpu_stamp = EXCLUDED.gpu_stamp, gpu_window = EXCLUDED.gpu_window, gpu_run = EXCLUDED.gpu_run,
+			wasted = EXCLUDED.wasted
 		WHERE s.rollup_gen = EXCLUDED.rollup_gen`,
 		runID, gen, sum.Ranks, sum.LowestRank, sum.Rows, sum.From, nullTime(sum.WindowFrom), nullTime(sum.WindowTo), sum.StepMS, sum.StepsPerS,
 		sum.ThroughputSPS, sum.GPUMemGB, sum.MaxGPUMemUsedGB, sum.AllocPeakGB, sum.ReservedPeakGB, sum.GPUUtil, sum.CPUUtil,
-		sum.CommMS, sum.CommExposedMS, sum.TFLOPS, sum.MFU, sum.GPUStamp, finiteGPU(sum.GPU), finiteGPU(sum.GPURun))
+		sum.CommMS, sum.CommExposedMS, sum.TFLOPS, sum.MFU, sum.GPUStamp, finiteGPU(sum.GPU), finiteGPU(sum.GPURun),
+		finiteWasted(sum.Wasted))
 	if err != nil {
 		return false, fmt.Errorf("store: store summary of %s: %w", runID, err)
 	}
@@ -205,6 +210,19 @@ func finiteGPU(g *GPUSampleStats) *GPUSampleStats {
 		}
 	}
 	return g
+}
+
+// finiteWasted is w when JSON holds it exactly, else nil.
+func finiteWasted(w *Wasted) *Wasted {
+	if w == nil {
+		return nil
+	}
+	for _, v := range []float64{w.IdleGPUH, w.StragglerGPUH, w.StalledGPUH, w.SkippedGPUH, w.TotalGPUH} {
+		if !finiteF(v) {
+			return nil
+		}
+	}
+	return w
 }
 
 // GPUStamp counts the GPU samples attributed to the run (gpu_minutes,
