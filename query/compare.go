@@ -172,21 +172,13 @@ func (h *Handler) compareRow(ctx context.Context, r *store.RunRow) (*api.Compare
 			row.Parallelism = "pipeline"
 		}
 	}
-	ranks, err := h.store.RunRanks(ctx, r.RunID)
+	sum, err := h.compareSteady(ctx, r.RunID)
 	if err != nil {
 		return nil, err
 	}
-	if len(ranks) > 0 {
-		from, err := h.steadyFrom(ctx, r.RunID, ranks[0])
-		if err != nil {
-			return nil, err
-		}
-		agg, err := h.steadyRanks(ctx, r.RunID, from, -1)
-		if err != nil {
-			return nil, err
-		}
-		fillSteady(row, agg, m)
-		if err := h.fillMeasured(ctx, r.RunID, m, row, agg); err != nil {
+	if sum.Ranks > 0 {
+		fillSteady(row, &sum, m)
+		if err := h.fillMeasured(ctx, r.RunID, m, row, &sum); err != nil {
 			return nil, err
 		}
 	}
@@ -210,7 +202,7 @@ func (h *Handler) compareRow(ctx context.Context, r *store.RunRow) (*api.Compare
 	}
 	// Wasted GPU-hours are computed from steps and GPU samples together
 	// (docs/ranks.md); they have no single source.
-	w, err := h.wasted(ctx, r)
+	w, err := h.wastedOf(ctx, r, &sum)
 	if err != nil {
 		return nil, err
 	}
@@ -249,33 +241,17 @@ func maxOf(agg []store.SteadyRank, get func(store.SteadyRank) *float64) *float64
 // fillSteady sets the figures of the steady steps: timing and throughput,
 // the allocator's peak, and GPU memory, GPU and CPU utilisation where the
 // sender measured them with each step.
-func fillSteady(row *api.CompareRow, agg []store.SteadyRank, m api.RunMeta) {
-	row.GPUMemMeanMB = fp(scale(meanOf(agg, func(a store.SteadyRank) *float64 { return a.GPUMemGB }), 1000))
-	row.GPUMemPeakMB = fp(scale(maxOf(agg, func(a store.SteadyRank) *float64 { return a.MaxGPUMemUsedGB }), 1000))
-	row.GPUMemAllocPeakMB = fp(scale(maxOf(agg, func(a store.SteadyRank) *float64 { return a.AllocPeakGB }), 1000))
-	row.GPUUtilPct = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.GPUUtil }))
-	stepMS := meanOf(agg, func(a store.SteadyRank) *float64 { return a.StepMS })
-	row.StepTimeS = fp(scale(stepMS, 1e-3))
-	row.StepsPerS = fp(meanOf(agg, func(a store.SteadyRank) *float64 {
-		d := a.LastTime.Sub(a.FirstTime).Seconds()
-		if a.LastStep <= a.FirstStep || d <= 0 {
-			return nil
-		}
-		v := float64(a.LastStep-a.FirstStep) / d
-		return &v
-	}))
-	if row.StepsPerS == nil && stepMS != nil && *stepMS > 0 {
-		row.StepsPerS = fv(1000 / *stepMS)
+func fillSteady(row *api.CompareRow, s *store.SteadySummary, m api.RunMeta) {
+	row.GPUMemMeanMB = fp(scale(s.GPUMemGB, 1000))
+	row.GPUMemPeakMB = fp(scale(s.MaxGPUMemUsedGB, 1000))
+	row.GPUMemAllocPeakMB = fp(scale(s.AllocPeakGB, 1000))
+	row.GPUUtilPct = fp(s.GPUUtil)
+	row.StepTimeS = fp(scale(s.StepMS, 1e-3))
+	row.StepsPerS = fp(s.StepsPerS)
+	if row.StepsPerS == nil && s.StepMS != nil && *s.StepMS > 0 {
+		row.StepsPerS = fv(1000 / *s.StepMS)
 	}
-	var sps *float64
-	for _, a := range agg {
-		if a.ThroughputSPS != nil {
-			if sps == nil {
-				sps = new(float64)
-			}
-			*sps += *a.ThroughputSPS
-		}
-	}
+	sps := s.ThroughputSPS
 	if sps == nil && row.StepsPerS != nil && m.MicroBatch != nil {
 		v := float64(*row.StepsPerS) * float64(*m.MicroBatch)
 		if m.GradAccum != nil {
@@ -287,11 +263,11 @@ func fillSteady(row *api.CompareRow, agg []store.SteadyRank, m api.RunMeta) {
 		sps = &v
 	}
 	row.SamplesPerS = fp(sps)
-	row.CommMS = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.CommMS }))
-	row.CommExposedMS = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.CommExposedMS }))
+	row.CommMS = fp(s.CommMS)
+	row.CommExposedMS = fp(s.CommExposedMS)
 	// Per GPU: the mean over ranks, each rank's own GPU.
-	row.TFLOPS = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.TFLOPS }))
-	row.MFU = fp(meanOf(agg, func(a store.SteadyRank) *float64 { return a.MFU }))
+	row.TFLOPS = fp(s.TFLOPS)
+	row.MFU = fp(s.MFU)
 }
 
 // steadyWindow is the time range of the steady steps over every rank.
@@ -312,17 +288,17 @@ func steadyWindow(agg []store.SteadyRank) (from, to time.Time) {
 // outside it, else (memory) from the hook's allocator peaks; and CPU
 // utilisation from the host samples of the run's nodes in the window,
 // else just outside it, else from the steps' own cpu_util_pct.
-func (h *Handler) fillMeasured(ctx context.Context, runID string, m api.RunMeta, row *api.CompareRow, agg []store.SteadyRank) error {
-	from, to := steadyWindow(agg)
+func (h *Handler) fillMeasured(ctx context.Context, runID string, m api.RunMeta, row *api.CompareRow, s *store.SteadySummary) error {
+	from, to := s.WindowFrom, s.WindowTo
 	var notes []string
 	if row.GPUMemMeanMB == nil || row.GPUUtilPct == nil {
-		g, err := h.store.GPUSampleStats(ctx, runID, from, to)
+		g, err := h.gpuSampleStats(ctx, runID, s.GPU, from, to)
 		if err != nil {
 			return err
 		}
 		src := api.SourceGPUSamples
 		if g.Samples == 0 && g.UtilSamples == 0 {
-			if g, err = h.store.GPUSampleStats(ctx, runID, zeroTime, zeroTime); err != nil {
+			if g, err = h.gpuSampleStats(ctx, runID, s.GPURun, zeroTime, zeroTime); err != nil {
 				return err
 			}
 			src = api.SourceGPUSamplesRun
@@ -342,9 +318,9 @@ func (h *Handler) fillMeasured(ctx context.Context, runID string, m api.RunMeta,
 		}
 	}
 	if row.GPUMemMeanMB == nil {
-		src, v := api.SourceHookReserved, maxOf(agg, func(a store.SteadyRank) *float64 { return a.ReservedPeakGB })
+		src, v := api.SourceHookReserved, s.ReservedPeakGB
 		if v == nil {
-			src, v = api.SourceHookAllocated, maxOf(agg, func(a store.SteadyRank) *float64 { return a.AllocPeakGB })
+			src, v = api.SourceHookAllocated, s.AllocPeakGB
 		}
 		if v != nil {
 			row.GPUMemMeanMB, row.GPUMemPeakMB = fp(scale(v, 1000)), fp(scale(v, 1000))
@@ -359,7 +335,7 @@ func (h *Handler) fillMeasured(ctx context.Context, runID string, m api.RunMeta,
 	if row.GPUUtilPct == nil {
 		notes = append(notes, "no GPU sample of the run: no GPU utilisation")
 	}
-	if err := h.fillHostCPU(ctx, runID, m, row, agg, from, to, &notes); err != nil {
+	if err := h.fillHostCPU(ctx, runID, m, row, s, from, to, &notes); err != nil {
 		return err
 	}
 	row.Note = strings.Join(notes, "; ")
@@ -368,7 +344,7 @@ func (h *Handler) fillMeasured(ctx context.Context, runID string, m api.RunMeta,
 
 // fillHostCPU sets the CPU column: the host's CPU utilisation on the
 // run's nodes (see fillMeasured).
-func (h *Handler) fillHostCPU(ctx context.Context, runID string, m api.RunMeta, row *api.CompareRow, agg []store.SteadyRank,
+func (h *Handler) fillHostCPU(ctx context.Context, runID string, m api.RunMeta, row *api.CompareRow, s *store.SteadySummary,
 	from, to time.Time, notes *[]string) error {
 	hosts, err := h.store.RunHosts(ctx, runID, from.Add(-api.CompareNearWindow), to.Add(api.CompareNearWindow))
 	if err != nil {
@@ -397,7 +373,7 @@ func (h *Handler) fillHostCPU(ctx context.Context, runID string, m api.RunMeta, 
 		row.Sources["cpu_util_pct"] = src
 		return nil
 	}
-	if v := meanOf(agg, func(a store.SteadyRank) *float64 { return a.CPUUtil }); v != nil {
+	if v := s.CPUUtil; v != nil {
 		row.CPUUtilPct = fp(v)
 		row.Sources["cpu_util_pct"] = api.SourceSteps
 		*notes = append(*notes, "no host sample of the run's nodes: CPU utilisation is the cpu_util_pct the steps carried")
@@ -405,6 +381,15 @@ func (h *Handler) fillHostCPU(ctx context.Context, runID string, m api.RunMeta, 
 	}
 	*notes = append(*notes, "no host sample of the run's nodes: no CPU utilisation")
 	return nil
+}
+
+// gpuSampleStats is known when its summary holds it, else the run's GPU
+// samples in [from, to].
+func (h *Handler) gpuSampleStats(ctx context.Context, runID string, known *store.GPUSampleStats, from, to time.Time) (*store.GPUSampleStats, error) {
+	if known != nil {
+		return known, nil
+	}
+	return h.store.GPUSampleStats(ctx, runID, from, to)
 }
 
 // fmtSpan prints a time range as its length.

@@ -101,5 +101,6 @@ func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger, bounds 
 			log.Debug("refreshed rollups", "run_id", r.RunID, "blocks", n, "took", took)
 		}
 	}
-	return more
+	// The summaries of the runs refreshed (compare_summary.go).
+	return summarizeRuns(ctx, st, log) || more
 }

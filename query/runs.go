@@ -294,9 +294,20 @@ func (h *Handler) code(ctx context.Context, c echo.Context) (any, error) {
 // thresholds.
 func (h *Handler) wasted(ctx context.Context, r *store.RunRow) (api.WastedGPUHours, error) {
 	w, err := h.store.WastedGPUHours(ctx, r.RunID, r.Status == "running", time.Now(), store.DefaultWasteRules)
-	if err != nil {
-		return api.WastedGPUHours{}, err
+	return wastedAPI(w), err
+}
+
+// wastedOf is Handler.wasted of a run whose ranks its summary s counts:
+// the summary's own figure for a run that has finished.
+func (h *Handler) wastedOf(ctx context.Context, r *store.RunRow, s *store.SteadySummary) (api.WastedGPUHours, error) {
+	if s.Wasted != nil && r.Status != api.StatusRunning {
+		return wastedAPI(*s.Wasted), nil
 	}
+	w, err := h.store.WastedGPUHoursOf(ctx, r.RunID, s.Ranks, s.LowestRank, r.Status == "running", time.Now(), store.DefaultWasteRules)
+	return wastedAPI(w), err
+}
+
+func wastedAPI(w store.Wasted) api.WastedGPUHours {
 	return api.WastedGPUHours{Idle: api.Float(w.IdleGPUH), Straggler: api.Float(w.StragglerGPUH),
-		Stalled: api.Float(w.StalledGPUH), Skipped: api.Float(w.SkippedGPUH), Total: api.Float(w.TotalGPUH)}, nil
+		Stalled: api.Float(w.StalledGPUH), Skipped: api.Float(w.SkippedGPUH), Total: api.Float(w.TotalGPUH)}
 }

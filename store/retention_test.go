@@ -37,7 +37,7 @@ func rowsOf(t *testing.T, s *store.Store, id string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, tbl := range []string{"runs", "steps", "layer_times", "evals", "events", "memory_breakdowns",
-		"gpu_samples", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups"} {
+		"gpu_samples", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "run_summaries"} {
 		out[tbl] = mustCount(t, s, "SELECT count(*) FROM "+tbl+" WHERE run_id = $1", id)
 	}
 	return out

@@ -207,7 +207,7 @@ func (s *Store) refreshChunk(ctx context.Context, runID string, lim RefreshLimit
 			runID, ranks, blocks, seqs); err != nil {
 			return fmt.Errorf("clear markers: %w", err)
 		}
-		return nil
+		return bumpSummaryGen(ctx, tx, runID, n)
 	})
 	if err != nil {
 		if ctx.Err() == nil && skipped(err) {

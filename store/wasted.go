@@ -49,14 +49,22 @@ const msPerHour = 3.6e6
 // raw rows only in the blocks that hold one, idle time from the idle
 // samples alone.
 func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, now time.Time, rules WasteRules) (Wasted, error) {
-	var w Wasted
 	ranks, err := s.RunRanks(ctx, runID)
 	if err != nil {
-		return w, err
+		return Wasted{}, err
 	}
+	if len(ranks) == 0 {
+		return s.WastedGPUHoursOf(ctx, runID, 0, 0, running, now, rules)
+	}
+	return s.WastedGPUHoursOf(ctx, runID, len(ranks), ranks[0], running, now, rules)
+}
+
+// WastedGPUHoursOf is [Store.WastedGPUHours] of a run whose ranks (how
+// many, and the lowest) the caller knows, from a run summary.
+func (s *Store) WastedGPUHoursOf(ctx context.Context, runID string, nRanks, lowest int, running bool, now time.Time, rules WasteRules) (Wasted, error) {
+	var w Wasted
 	var stallLo, stallHi []time.Time
-	if len(ranks) > 0 {
-		lowest := ranks[0]
+	if nRanks > 0 {
 		med, err := s.medianStepMS(ctx, runID, lowest)
 		if err != nil {
 			return w, err
@@ -68,7 +76,7 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 		}
 		for _, g := range gaps {
 			stallLo, stallHi = append(stallLo, g[0]), append(stallHi, g[1])
-			w.StalledGPUH += float64(len(ranks)) * (float64(g[1].Sub(g[0]).Milliseconds()) - med) / msPerHour
+			w.StalledGPUH += float64(nRanks) * (float64(g[1].Sub(g[0]).Milliseconds()) - med) / msPerHour
 		}
 		if running {
 			var last time.Time
@@ -81,7 +89,7 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 			}
 			if err == nil && now.Sub(last) > limit {
 				stallLo, stallHi = append(stallLo, last), append(stallHi, now)
-				w.StalledGPUH += float64(len(ranks)) * (float64(now.Sub(last).Milliseconds()) - med) / msPerHour
+				w.StalledGPUH += float64(nRanks) * (float64(now.Sub(last).Milliseconds()) - med) / msPerHour
 			}
 		}
 		var skipped *float64
@@ -93,7 +101,7 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 			return w, fmt.Errorf("store: skipped steps of %s: %w", runID, err)
 		}
 		if skipped != nil {
-			w.SkippedGPUH = float64(len(ranks)) * *skipped / msPerHour
+			w.SkippedGPUH = float64(nRanks) * *skipped / msPerHour
 		}
 		var strag *float64
 		if err := s.pool.QueryRow(ctx, `SELECT sum FROM metric_spread WHERE run_id = $1 AND metric = 'straggler_wait_ms' AND width = $2 AND bucket = 0`,
