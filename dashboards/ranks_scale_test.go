@@ -61,10 +61,11 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 	if vars["run"] != run.ID {
 		t.Fatalf("run picked: %q, want %q", vars["run"], run.ID)
 	}
-	// Scores and alerts come from the detectors' evaluator, which takes up
-	// a run received in the last hour on its next pass, whenever its steps
-	// ran: the panels may or may not have them yet.
-	maybeBlank := []string{"Straggler score per rank", "Open alerts"}
+	// Alerts come from the detectors' evaluator, which takes up a run
+	// received in the last hour on its next pass, whenever its steps ran:
+	// the panel may or may not have them yet. Straggler scores it has not
+	// stored are computed on read.
+	maybeBlank := []string{"Open alerts"}
 	bands := 0
 	for _, p := range doc.Panels {
 		if p.Type == "row" {
@@ -102,6 +103,18 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 				if n := frames[0].Meta; n == nil || len(n.Notices) == 0 || !strings.Contains(n.Notices[0].Text, "1024 ranks") {
 					t.Errorf("band frame meta %+v: want the notice naming the 1024 ranks", n)
 				}
+				// A run of 200 steps is drawn step by step, to its last
+				// step, not as the stored spread's two 100-step buckets
+				// (the score from the first step it has, past its warm-up).
+				if x := frames[0].Fields[0]; p.Type == "trend" {
+					last, _ := x.FloatAt(x.Len() - 1)
+					if int(last) != run.Steps-1 || x.Len() < run.Steps/2 || (p.Title != "Straggler score per rank" && x.Len() != run.Steps) {
+						t.Errorf("band of %d points to step %v: want one a step to step %d", x.Len(), last, run.Steps-1)
+					}
+				}
+				if p.Title == "Straggler score per rank" && !slices.Contains(ranks, fmt.Sprint(straggler)) {
+					t.Errorf("score lines of ranks %v: want the straggler %d's", ranks, straggler)
+				}
 			}
 			// The NVML samples of 1,024 GPUs come as their distribution,
 			// not as a line per GPU.
@@ -117,8 +130,8 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 			}
 		})
 	}
-	if bands != 7 {
-		t.Errorf("%d panels drew a band, want the 5 step charts with data and the 2 GPU charts", bands)
+	if bands != 8 {
+		t.Errorf("%d panels drew a band, want the 5 step charts with data, the straggler score and the 2 GPU charts", bands)
 	}
 }
 
