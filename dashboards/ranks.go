@@ -188,7 +188,7 @@ func hostTable(pos dashboard.GridPos) *table.PanelBuilder {
 }
 
 // bandNote says how a per-rank chart reads past api.MaxRankSeries ranks.
-var bandNote = fmt.Sprintf("Past %d ranks a line per rank would be unreadable: the chart shows the ranks' distribution by buckets of at least 100 steps instead, the median a line, a band from the 5th to the 95th percentile and a fainter one from the lowest to the highest rank, with the lines of the three ranks of the highest mean over the run (the panel's notice says so).",
+var bandNote = fmt.Sprintf("Past %d ranks a line per rank would be unreadable: the chart shows the ranks' distribution instead (step by step on a short run, in buckets of 100 steps or more on a long one), the median a line, a band from the 5th to the 95th percentile and a fainter one from the lowest to the highest rank, with the lines of the three ranks of the highest mean over the run (the panel's notice says so).",
 	api.MaxRankSeries)
 
 // rankStepChart is one step metric of every rank by step, a band past
