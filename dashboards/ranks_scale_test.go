@@ -123,6 +123,20 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 					t.Errorf("%d frames %v: want the distribution of the GPUs' %s beside the steps' band", len(frames), fieldNames(frames), nvml)
 				}
 			}
+			// A bar chart of 1,024 ranks draws api.MaxRankBars bars, the
+			// straggler's first.
+			if p.Type == "barchart" {
+				if n := frames[0].Rows(); n != api.MaxRankBars {
+					t.Errorf("%d bars, want %d", n, api.MaxRankBars)
+				}
+				if p.Title != "Wait on slower ranks" && p.Title != "Wait in the collective per rank" {
+					for _, f := range frames[0].Fields {
+						if f.Name == "rank_name" && f.At(0) != fmt.Sprintf("rank %d", straggler) {
+							t.Errorf("first bar %v, want the straggler's", f.At(0))
+						}
+					}
+				}
+			}
 			if p.Title == "Hosts" {
 				if host, _ := frames[0].Fields[0].ConcreteAt(0); host != run.Host(straggler) {
 					t.Errorf("first host %v, want the straggler's %s", host, run.Host(straggler))
