@@ -130,12 +130,9 @@ func (h *Handler) spreadSeries(ctx context.Context, c echo.Context, r *store.Run
 			out.Series = append(out.Series, seriesOf(m, rank, p, bs))
 		}
 	}
-	width := rs.stored.Width
-	if rs.rawFits {
-		width = rs.raw.Width
-	}
+	p0, _ := rs.computed(metrics[0])
 	out.Notice = fmt.Sprintf("%d ranks: their distribution %s, and the series of %d of them (the top %d by %s and any named)",
-		len(ranks), bucketWords(width), len(seen), top, metrics[0])
+		len(ranks), bucketWords(p0.Width), len(seen), top, metrics[0])
 	return out, nil
 }
 

@@ -22,6 +22,9 @@ var spreadRowBudget int64 = 500_000
 // read from every rank's buckets of the plan.
 type readSpread struct {
 	stored, raw plan
+	// scores is the plan of the straggler score: the stored plan, its
+	// buckets widened until the ranks' buckets fit spreadRowBudget.
+	scores plan
 	// rawFits is set when the run's ranks × steps fit spreadRowBudget and
 	// the raw plan is finer than the stored one.
 	rawFits bool
@@ -30,6 +33,10 @@ type readSpread struct {
 func newReadSpread(from, to int64, ranks, maxPoints int) readSpread {
 	rs := readSpread{stored: spreadPlan(from, to, maxPoints), raw: planBuckets(from, to, maxPoints)}
 	rs.rawFits = rs.raw.Rollup == 0 && rs.raw.Width < rs.stored.Width && int64(ranks)*(to-from+1) <= spreadRowBudget
+	rs.scores = rs.stored
+	for int64(ranks)*(to/rs.scores.Width-from/rs.scores.Width+1) > spreadRowBudget {
+		rs.scores.Width += rs.scores.Rollup
+	}
 	return rs
 }
 
@@ -41,7 +48,7 @@ func (rs readSpread) computed(metric string) (plan, bool) {
 		return rs.raw, true
 	}
 	if metric == "straggler_score" {
-		return rs.stored, true
+		return rs.scores, true
 	}
 	return rs.stored, false
 }
