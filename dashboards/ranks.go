@@ -272,7 +272,7 @@ func rankBarsQuery(field string) api.PluginQuery {
 func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barchart.PanelBuilder {
 	return barchart.NewPanelBuilder().
 		Title(title).
-		Description(fmt.Sprintf("%s of each rank, the largest first, a straggler's bar red. Past %d ranks the bars are the flagged ranks and %d others picked evenly from the largest to the smallest (the panel's notice says how many each stands for): the ranks' distribution, the stragglers named at its top. Every rank is in the Ranks table.", display, api.MaxRankBars, api.MaxRankBars)).
+		Description(fmt.Sprintf("%s of each rank, the largest first, a straggler's bar red. Past %d ranks the %d bars are the flagged ranks and others picked evenly from the largest to the smallest (the panel's notice says about how many ranks each stands for): the ranks' distribution, the stragglers named at its top. Every rank is in the Ranks table.", display, api.MaxRankBars, api.MaxRankBars)).
 		Datasource(DatasourceRef()).
 		GridPos(pos).
 		WithTarget(target("A", rankBarsQuery(field))).
