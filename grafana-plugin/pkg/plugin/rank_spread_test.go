@@ -16,6 +16,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/fleettest"
+	"github.com/deepseed/deepseed/server/servertest"
 )
 
 // A run of more than api.MaxRankSeries ranks reads on the Ranks dashboard
@@ -28,6 +29,10 @@ func TestQueryDataRankSpread(t *testing.T) {
 	base := startServer(t)
 	ingest(t, base, fleet.Records())
 	ingest(t, base, fleettest.Run{ID: "fleet-8", Ranks: 8, Steps: 300, Late: 5, Start: t0}.Records())
+	// Reads answer whatever the rollup backlog: the figures compared
+	// below are those of caught-up rollups.
+	servertest.WaitRollups(t, base, readToken, fleet.ID)
+	servertest.WaitRollups(t, base, readToken, "fleet-8")
 
 	tp := startPlugin(t)
 	req := &backend.QueryDataRequest{PluginContext: pluginContext("rank-spread", base, readToken)}
