@@ -34,7 +34,8 @@ type PluginQuery struct {
 
 	StragglerPct float64 `json:"stragglerPct,omitempty"` // ranks
 	// Part picks what a ranks query answers: "" the per-rank table,
-	// PartHosts the ranks rolled up by host, the slowest host first.
+	// PartHosts the ranks rolled up by host, the slowest host first,
+	// PartBars the rows of a bar chart of the figure Metrics[0].
 	Part string `json:"part,omitempty"`
 
 	// Format "numeric" answers run_summary, ranks and alerts as one
@@ -85,7 +86,15 @@ const (
 const (
 	PartRanks = ""      // one row per rank
 	PartHosts = "hosts" // one row per host, the slowest first
+	// PartBars is one row per rank up to MaxRankBars ranks, the largest
+	// figure first; past that, MaxRankBars rows: the flagged ranks and the
+	// others evenly in the order of the figure, from the largest to the
+	// smallest, so the bars read as the ranks' distribution.
+	PartBars = "bars"
 )
+
+// MaxRankBars is the most bars a per-rank bar chart draws.
+const MaxRankBars = 48
 
 // The quantiles of a series query's distribution frame: with rank=all on
 // a run of more than MaxRankSeries ranks, each metric comes back as one

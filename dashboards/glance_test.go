@@ -420,3 +420,31 @@ func TestStragglerRedIsItsOwn(t *testing.T) {
 		t.Fatal("no chart draws a straggler")
 	}
 }
+
+// TestGPUNodesLegendsFit: a host's charts list a line per GPU and metric
+// (eight GPUs of two metrics: sixteen), which a legend list below a chart
+// eight rows high cut at the fourth entry. Each keeps its legend as a
+// table beside the chart, tall enough for sixteen rows.
+func TestGPUNodesLegendsFit(t *testing.T) {
+	// Grafana's grid rows are 30 px with 8 px between them; a panel's
+	// header and padding take about 48 px, a legend table row 22.
+	const rowPx, gridRowPx, gapPx, headerPx = 22.0, 30.0, 8.0, 48.0
+	n := 0
+	for _, p := range rawPanels(t, dashboards.UIDGPUNodes) {
+		if p["type"] != "timeseries" {
+			continue
+		}
+		n++
+		h, _ := p.get("gridPos", "h").(float64)
+		mode, place := p.str("options", "legend", "displayMode"), p.str("options", "legend", "placement")
+		if mode != "table" || place != "right" {
+			t.Errorf("%q: legend %s at the %s, want a table on the right", p["title"], mode, place)
+		}
+		if room := h*gridRowPx + (h-1)*gapPx - headerPx; room < 17*rowPx {
+			t.Errorf("%q: %.0f rows high: room for %.0f legend rows, want a header and 16", p["title"], h, room/rowPx)
+		}
+	}
+	if n < 9 {
+		t.Fatalf("%d host charts, want 9", n)
+	}
+}

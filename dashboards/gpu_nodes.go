@@ -70,6 +70,10 @@ func throttleMappings() []dashboard.ValueMapping {
 	return []dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: opts}}}
 }
 
+// gpuChartHeight is the height of a host's charts: enough for a table
+// legend of sixteen rows (eight GPUs, two metrics).
+const gpuChartHeight = 12
+
 func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 	b := newDashboard(UIDGPUNodes, "DeepSeed · GPU nodes",
 		"Every GPU of every host, from the node collectors: utilisation, memory, power, temperature, clocks, PCIe and NVLink traffic, errors, throttle reasons, and the run holding each GPU.",
@@ -129,19 +133,28 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		{"NVLink traffic", "Bytes per second over NVLink, transmit and receive.", []string{"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"}},
 		{"Errors", "ECC errors, XID errors, PCIe replays and remapped rows: counters since boot; any rise deserves a look.", []string{"ecc_corrected_total", "ecc_uncorrected_total", "xid_total", "pcie_replay_total", "remapped_rows_total"}},
 	}
+	// Two charts a row, each legend a table on the right with every
+	// series' last and highest value: a host's eight GPUs, two metrics
+	// each, are sixteen entries, which a list below the chart cut at the
+	// fourth.
 	for i, c := range charts {
 		unit, err := chartUnit(c.metrics)
 		if err != nil {
 			return dashboard.Dashboard{}, nil, fmt.Errorf("gpu nodes: chart %s: %w", c.title, err)
 		}
-		p := timeSeries(c.title, c.desc, unit, gridPos(uint32(i%3)*8, y+uint32(i/3)*8, 8, 8), gpuQuery(c.metrics...)).Min(0).
-			NoValue(cmp.Or(gpuNoValue[c.title], "no GPU sample of this host in the time range"))
+		p := timeSeries(c.title, c.desc, unit, gridPos(uint32(i%2)*12, y+uint32(i/2)*gpuChartHeight, 12, gpuChartHeight), gpuQuery(c.metrics...)).Min(0).
+			NoValue(cmp.Or(gpuNoValue[c.title], "no GPU sample of this host in the time range")).
+			Legend(common.NewVizLegendOptionsBuilder().
+				ShowLegend(true).
+				DisplayMode(common.LegendDisplayModeTable).
+				Placement(common.LegendPlacementRight).
+				Calcs([]string{"lastNotNull", "max"}))
 		if c.metrics[0] == "util_pct" {
 			p = p.Max(100)
 		}
 		b = b.WithPanel(p)
 	}
-	y += uint32((len(charts)+2)/3) * 8
+	y += uint32((len(charts)+1)/2) * gpuChartHeight
 	b = b.WithPanel(statetimeline.NewPanelBuilder().
 		Title("Throttle reasons").
 		Description("Why the clocks were below maximum (NVML clocks-event reasons). Thermal, power-brake and hardware slowdowns slow training.").

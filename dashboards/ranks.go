@@ -188,7 +188,7 @@ func hostTable(pos dashboard.GridPos) *table.PanelBuilder {
 }
 
 // bandNote says how a per-rank chart reads past api.MaxRankSeries ranks.
-var bandNote = fmt.Sprintf("Past %d ranks a line per rank would be unreadable: the chart shows the ranks' distribution by buckets of at least 100 steps instead, the median a line, a band from the 5th to the 95th percentile and a fainter one from the lowest to the highest rank, with the lines of the three ranks of the highest mean over the run (the panel's notice says so).",
+var bandNote = fmt.Sprintf("Past %d ranks a line per rank would be unreadable: the chart shows the ranks' distribution instead (step by step on a short run, in buckets of 100 steps or more on a long one), the median a line, a band from the 5th to the 95th percentile and a fainter one from the lowest to the highest rank, with the lines of the three ranks of the highest mean over the run (the panel's notice says so).",
 	api.MaxRankSeries)
 
 // rankStepChart is one step metric of every rank by step, a band past
@@ -259,20 +259,30 @@ func rankBandOf[P interface {
 		})
 }
 
+// rankBarsQuery asks for the bars of one figure of the ranks of $run: a
+// bar a rank up to api.MaxRankBars ranks, past that the flagged ranks and
+// the others sampled evenly in the figure's order.
+func rankBarsQuery(field string) api.PluginQuery {
+	q := ranksQuery()
+	q.Part, q.Metrics = api.PartBars, []string{field}
+	return q
+}
+
 // rankBars is one figure of the ranks frame per rank.
 func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barchart.PanelBuilder {
 	return barchart.NewPanelBuilder().
 		Title(title).
+		Description(fmt.Sprintf("%s of each rank, the largest first, a straggler's bar red. Past %d ranks the %d bars are the flagged ranks and others picked evenly from the largest to the smallest (the panel's notice says about how many ranks each stands for): the ranks' distribution, the stragglers named at its top. Every rank is in the Ranks table.", display, api.MaxRankBars, api.MaxRankBars)).
 		Datasource(DatasourceRef()).
 		GridPos(pos).
-		WithTarget(target("A", ranksQuery())).
+		WithTarget(target("A", rankBarsQuery(field))).
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "filterFieldsByName",
 			Options: map[string]any{"include": map[string]any{"pattern": fieldRegexp("rank_name", "Rank name", field, display, "straggler")}},
 		}).
-		// Sorted by the figure, largest first: past a few dozen ranks the
-		// bars read as the ranks' distribution, the flagged ranks (red)
-		// at its top end, named in the Top stragglers table.
+		// Sorted by the figure, largest first (as the plugin answers):
+		// past a few dozen ranks the bars read as the ranks'
+		// distribution, the flagged ranks (red) at its top end.
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "sortBy",
 			Options: map[string]any{"fields": map[string]any{}, "sort": []any{map[string]any{"field": display, "desc": true}}},

@@ -61,10 +61,11 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 	if vars["run"] != run.ID {
 		t.Fatalf("run picked: %q, want %q", vars["run"], run.ID)
 	}
-	// Scores and alerts come from the detectors' evaluator, which takes up
-	// a run received in the last hour on its next pass, whenever its steps
-	// ran: the panels may or may not have them yet.
-	maybeBlank := []string{"Straggler score per rank", "Open alerts"}
+	// Alerts come from the detectors' evaluator, which takes up a run
+	// received in the last hour on its next pass, whenever its steps ran:
+	// the panel may or may not have them yet. Straggler scores it has not
+	// stored are computed on read.
+	maybeBlank := []string{"Open alerts"}
 	bands := 0
 	for _, p := range doc.Panels {
 		if p.Type == "row" {
@@ -102,12 +103,38 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 				if n := frames[0].Meta; n == nil || len(n.Notices) == 0 || !strings.Contains(n.Notices[0].Text, "1024 ranks") {
 					t.Errorf("band frame meta %+v: want the notice naming the 1024 ranks", n)
 				}
+				// A run of 200 steps is drawn step by step, to its last
+				// step, not as the stored spread's two 100-step buckets
+				// (the score from the first step it has, past its warm-up).
+				if x := frames[0].Fields[0]; p.Type == "trend" {
+					last, _ := x.FloatAt(x.Len() - 1)
+					if int(last) != run.Steps-1 || x.Len() < run.Steps/2 || (p.Title != "Straggler score per rank" && x.Len() != run.Steps) {
+						t.Errorf("band of %d points to step %v: want one a step to step %d", x.Len(), last, run.Steps-1)
+					}
+				}
+				if p.Title == "Straggler score per rank" && !slices.Contains(ranks, fmt.Sprint(straggler)) {
+					t.Errorf("score lines of ranks %v: want the straggler %d's", ranks, straggler)
+				}
 			}
 			// The NVML samples of 1,024 GPUs come as their distribution,
 			// not as a line per GPU.
 			if nvml := map[string]string{"GPU utilisation per rank": "util_pct", "GPU memory per rank": "mem_used_bytes"}[p.Title]; nvml != "" {
 				if !slices.Contains(fieldNames(frames), plugin.SpreadLabel(nvml, api.SpreadMedian)) || len(frames) > 8 {
 					t.Errorf("%d frames %v: want the distribution of the GPUs' %s beside the steps' band", len(frames), fieldNames(frames), nvml)
+				}
+			}
+			// A bar chart of 1,024 ranks draws api.MaxRankBars bars, the
+			// straggler's first.
+			if p.Type == "barchart" {
+				if n := frames[0].Rows(); n != api.MaxRankBars {
+					t.Errorf("%d bars, want %d", n, api.MaxRankBars)
+				}
+				if p.Title != "Wait on slower ranks" && p.Title != "Wait in the collective per rank" {
+					for _, f := range frames[0].Fields {
+						if f.Name == "rank_name" && f.At(0) != fmt.Sprintf("rank %d", straggler) {
+							t.Errorf("first bar %v, want the straggler's", f.At(0))
+						}
+					}
 				}
 			}
 			if p.Title == "Hosts" {
@@ -117,8 +144,8 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 			}
 		})
 	}
-	if bands != 7 {
-		t.Errorf("%d panels drew a band, want the 5 step charts with data and the 2 GPU charts", bands)
+	if bands != 8 {
+		t.Errorf("%d panels drew a band, want the 5 step charts with data, the straggler score and the 2 GPU charts", bands)
 	}
 }
 

@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/store"
@@ -202,7 +203,8 @@ func (rs *rankSeries) blockScores(ctx context.Context, p plan, ranks int64, cfg 
 	return detect.BlockScores(blocks, cfg), nil
 }
 
-// bucketScores sums scores into buckets of width steps, by rank.
+// bucketScores sums scores (or any per-rank value by step) into buckets
+// of width steps, by rank.
 func bucketScores(pts []detect.ScorePoint, width int64) []store.RankBucket {
 	type key struct {
 		rank   int
@@ -227,4 +229,30 @@ func bucketScores(pts []detect.ScorePoint, width int64) []store.RankBucket {
 		b.Count++
 	}
 	return out
+}
+
+// stepLateness is every rank's lateness over the plan computed from its
+// steps by the detectors' definition (detect.SyncSteps), the clock
+// offsets estimated over the plan's steps: the step-by-step read of a
+// distribution over many ranks, which the lateness SQL of a few ranks'
+// series is too slow for. The caller bounds ranks × steps.
+func (rs *rankSeries) stepLateness(ctx context.Context, p plan) ([]store.RankBucket, error) {
+	ranks, err := rs.runRanks(ctx)
+	if err != nil || len(ranks) < 2 || p.From > p.To {
+		return nil, err
+	}
+	rows, err := rs.h.store.SyncSteps(ctx, rs.runID, ranks, p.From, p.To)
+	if err != nil {
+		return nil, fmt.Errorf("query: lateness by rank: %w", err)
+	}
+	byRank := detect.ByRank(rows)
+	var pts []detect.ScorePoint
+	for _, st := range detect.SyncSteps(byRank, len(rows)) {
+		for r, late := range st.Late {
+			if !math.IsNaN(late) {
+				pts = append(pts, detect.ScorePoint{Rank: r, Step: st.Step, Time: st.Time, Score: late})
+			}
+		}
+	}
+	return bucketScores(pts, p.Width), nil
 }

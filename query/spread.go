@@ -76,21 +76,40 @@ func (h *Handler) spreadSeries(ctx context.Context, c echo.Context, r *store.Run
 		out.Notice = fmt.Sprintf("%d ranks: no steps in the range asked", len(ranks))
 		return out, nil
 	}
-	p := spreadPlan(from, to, maxPoints)
+	rs := newReadSpread(from, to, len(ranks), maxPoints)
+	across := newRankSeries(h, r)
+	across.ranks = ranks
+	// Each metric's distribution, and the ranks' buckets of those computed
+	// on read, which give their top ranks and series too.
+	computed := map[string]map[int]*buckets{}
 	for _, m := range metrics {
-		sp, err := h.spread(ctx, r.RunID, m, p)
+		p, onRead := rs.computed(m)
+		if !onRead {
+			sp, err := h.spread(ctx, r.RunID, m, p)
+			if err != nil {
+				return nil, err
+			}
+			out.Spread = append(out.Spread, sp)
+			continue
+		}
+		byRank, err := h.rankBuckets(ctx, across, r.RunID, m, p)
 		if err != nil {
 			return nil, err
 		}
-		out.Spread = append(out.Spread, sp)
+		computed[m] = byRank
+		out.Spread = append(out.Spread, spreadOf(m, p, byRank))
 	}
 	show := append([]int(nil), named...)
 	if top > 0 {
-		t, err := h.store.TopRanks(ctx, r.RunID, metrics[0], top)
-		if err != nil {
-			return nil, err
+		if byRank, ok := computed[metrics[0]]; ok {
+			show = append(show, topOf(byRank, top)...)
+		} else {
+			t, err := h.store.TopRanks(ctx, r.RunID, metrics[0], top)
+			if err != nil {
+				return nil, err
+			}
+			show = append(show, t...)
 		}
-		show = append(show, t...)
 	}
 	seen := map[int]bool{}
 	for _, rank := range show {
@@ -99,16 +118,30 @@ func (h *Handler) spreadSeries(ctx context.Context, c echo.Context, r *store.Run
 		}
 		seen[rank] = true
 		for _, m := range metrics {
-			bs, err := h.rollupBuckets(ctx, r.RunID, rank, m, p)
-			if err != nil {
-				return nil, err
+			p, _ := rs.computed(m)
+			bs := computed[m][rank]
+			if bs == nil {
+				if _, onRead := computed[m]; onRead {
+					bs = newBuckets(p)
+				} else if bs, err = h.rollupBuckets(ctx, r.RunID, rank, m, p); err != nil {
+					return nil, err
+				}
 			}
 			out.Series = append(out.Series, seriesOf(m, rank, p, bs))
 		}
 	}
-	out.Notice = fmt.Sprintf("%d ranks: their distribution in buckets of %d steps, and the series of %d of them (the top %d by %s and any named)",
-		len(ranks), p.Width, len(seen), top, metrics[0])
+	p0, _ := rs.computed(metrics[0])
+	out.Notice = fmt.Sprintf("%d ranks: their distribution %s, and the series of %d of them (the top %d by %s and any named)",
+		len(ranks), bucketWords(p0.Width), len(seen), top, metrics[0])
 	return out, nil
+}
+
+// bucketWords says how wide a distribution's buckets are.
+func bucketWords(width int64) string {
+	if width == 1 {
+		return "step by step"
+	}
+	return fmt.Sprintf("in buckets of %d steps", width)
 }
 
 // spread reads one metric's distribution over the plan.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,15 @@ func TestRanksAndSeriesOfManyRanks(t *testing.T) {
 		ingestLines(t, r, lines)
 	}
 
+	// Reads answer whatever the rollup backlog: wait for the run's rollups
+	// before reading them.
+	waitFor(t, "the run's rollups", func() bool {
+		code, b, _ := do(t, "GET", r.url+"/api/v1/runs/"+run, "", "")
+		var lag struct {
+			RollupLag *json.RawMessage `json:"rollup_lag"`
+		}
+		return code == 200 && json.Unmarshal(b, &lag) == nil && lag.RollupLag == nil
+	})
 	getRanks := func(query string) api.RanksResponse {
 		t.Helper()
 		code, b, _ := do(t, "GET", r.url+"/api/v1/runs/"+run+"/ranks?"+query, "", "")
@@ -92,8 +102,9 @@ func TestRanksAndSeriesOfManyRanks(t *testing.T) {
 		t.Errorf("slowest host %+v; want %s with rank %d, %v ms late", h, host(straggler), straggler, late)
 	}
 
-	// rank=all: the distribution, the top ranks by lateness, rank 5 named.
-	code, b, _ := do(t, "GET", r.url+"/api/v1/runs/"+run+"/series?metric=lateness_ms&rank=all&rank=5&top=2", "", "")
+	// rank=all: the distribution, the top ranks by lateness, rank 5 named;
+	// at 7 points the stored spread of 100-step buckets.
+	code, b, _ := do(t, "GET", r.url+"/api/v1/runs/"+run+"/series?metric=lateness_ms&rank=all&rank=5&top=2&max_points=7", "", "")
 	var sr api.SeriesResponse
 	if code != 200 || json.Unmarshal(b, &sr) != nil {
 		t.Fatalf("series rank=all = %d %s", code, b)
@@ -121,6 +132,7 @@ func TestRanksAndSeriesOfManyRanks(t *testing.T) {
 	if len(sr.Series) != 3 || !got[straggler] || !got[5] {
 		t.Errorf("series of ranks %v; want the straggler %d, one more top rank and rank 5", got, straggler)
 	}
+	checkFineSpread(t, r.url, run, ranks, straggler, late)
 	for _, q := range []string{"rank=all&rank=x", "rank=all&top=17", "rank=-1"} {
 		if code, b, _ := do(t, "GET", r.url+"/api/v1/runs/"+run+"/series?metric=step_ms&"+q, "", ""); code != 400 {
 			t.Errorf("series?%s = %d %s, want 400", q, code, b)
@@ -136,5 +148,58 @@ func TestRanksAndSeriesOfManyRanks(t *testing.T) {
 	want := float64(steps*(ranks-1)) * late / 3.6e6
 	if math.Abs(float64(d.Wasted.Straggler)-want) > 1e-9 || d.Steps != steps {
 		t.Errorf("straggler GPU-hours %v over %d steps, want %v over %d", d.Wasted.Straggler, d.Steps, want, steps)
+	}
+}
+
+// checkFineSpread checks rank=all of a range too short for the stored
+// spread's 100-step buckets: its distribution is computed step by step,
+// as the stored one is (the straggler highest at late ms, the median 0),
+// its x range the range asked; the straggler score, which has no
+// rollups, gets a distribution too, the straggler among its top ranks.
+func checkFineSpread(t *testing.T, base, run string, ranks, straggler int, late float64) {
+	t.Helper()
+	get := func(q string) api.SeriesResponse {
+		t.Helper()
+		code, b, _ := do(t, "GET", base+"/api/v1/runs/"+run+"/series?"+q, "", "")
+		var sr api.SeriesResponse
+		if code != 200 || json.Unmarshal(b, &sr) != nil {
+			t.Fatalf("series?%s = %d %s", q, code, b)
+		}
+		return sr
+	}
+	sr := get("metric=lateness_ms&metric=step_ms&rank=all&from_step=600&to_step=699&top=1")
+	if len(sr.Spread) != 2 || !strings.Contains(sr.Notice, "step by step") {
+		t.Fatalf("steps 600-699: %d spreads, notice %q; want two, step by step", len(sr.Spread), sr.Notice)
+	}
+	for _, sp := range sr.Spread {
+		if sp.BucketSteps != 1 || len(sp.Points) != 100 || sp.Points[0].Step != 600 || sp.Points[99].Step != 699 {
+			t.Fatalf("%s: %d points of %d steps: want 100 single steps from 600 to 699", sp.Metric, len(sp.Points), sp.BucketSteps)
+		}
+	}
+	for _, p := range sr.Spread[0].Points {
+		if p.Ranks != ranks || p.MaxRank != straggler || math.Abs(float64(p.Max)-late) > 1e-3 || math.Abs(float64(p.Median)) > 1e-3 ||
+			math.Abs(float64(p.P95)) > 1e-3 {
+			t.Errorf("lateness at step %d: %+v; want %d ranks, rank %d highest at %v, p95 and median 0", p.Step, p, ranks, straggler, late)
+		}
+	}
+	for _, p := range sr.Spread[1].Points {
+		if float64(p.Min) != 100 || float64(p.Max) != 100 || float64(p.Median) != 100 {
+			t.Errorf("step time at step %d: %+v; want every rank at 100 ms", p.Step, p)
+		}
+	}
+	if len(sr.Series) != 2 || sr.Series[0].Rank != straggler || len(sr.Series[0].Points) != 100 {
+		t.Errorf("series %+v; want the straggler's lateness and step time, 100 points each", sr.Series)
+	}
+
+	sc := get("metric=straggler_score&rank=all&top=2")
+	if len(sc.Spread) != 1 || len(sc.Spread[0].Points) == 0 {
+		t.Fatalf("straggler score: spreads %+v, notice %q; want its distribution", sc.Spread, sc.Notice)
+	}
+	last := sc.Spread[0].Points[len(sc.Spread[0].Points)-1]
+	if last.MaxRank != straggler || !(float64(last.Max) > 0.1) || float64(last.Median) > 0.01 {
+		t.Errorf("last score bucket %+v; want rank %d highest, the others near 0", last, straggler)
+	}
+	if len(sc.Series) != 2 || sc.Series[0].Rank != straggler {
+		t.Errorf("score series of ranks %+v; want the straggler's first", sc.Series)
 	}
 }

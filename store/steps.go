@@ -279,3 +279,28 @@ func (s *Store) span(ctx context.Context, table, runID string, rank int) (first,
 
 // MaxStepValue is past every step a run can record.
 const MaxStepValue = int64(1) << 53
+
+// StepBuckets returns every rank's values of a step metric over the steps
+// in [from, to], bucketed by width steps (one row a rank and bucket, in
+// rank and step order): the raw read behind a distribution over the ranks
+// of a run too short for the rollups' buckets of 100 steps. The caller
+// bounds ranks × steps.
+func (s *Store) StepBuckets(ctx context.Context, runID, metric string, from, to, width int64) ([]RankBucket, error) {
+	if width < 1 {
+		return nil, fmt.Errorf("store: %s of %s by rank: bucket width %d", metric, runID, width)
+	}
+	expr, err := metricExpr(metric)
+	if err != nil {
+		return nil, err
+	}
+	q := `SELECT rank, min(step), (array_agg(time ORDER BY step))[1], min(v), max(v), sum(v), count(*) FROM (
+			SELECT rank, step, time, ` + expr + ` AS v FROM steps WHERE run_id = $1 AND step >= $2 AND step <= $3
+		) x WHERE v IS NOT NULL GROUP BY rank, step / $4 ORDER BY rank, 2`
+	args := []any{runID, from, to, width}
+	if user, ok := strings.CutPrefix(metric, "metrics."); ok {
+		args = append(args, user)
+	} else {
+		q = strings.ReplaceAll(q, "$5", "''")
+	}
+	return s.rankBuckets(ctx, metric+" by rank", runID, q, args...)
+}

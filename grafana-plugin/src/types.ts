@@ -50,8 +50,8 @@ export interface DeepSeedQuery extends DataQuery {
   host?: string;
   gpu?: string;
   stragglerPct?: number;
-  /** ranks: hosts (the ranks rolled up by host, the slowest first); none: one row per rank. */
-  part?: 'hosts';
+  /** ranks: hosts (the ranks rolled up by host, the slowest first), bars (the rows of a bar chart of metrics[0]); none: one row per rank. */
+  part?: 'hosts' | 'bars';
   /** numeric (run_summary, ranks: one numeric-wide frame for alert rules) or table (gpus: a row per GPU). */
   format?: 'numeric' | 'table';
   /** annotations: only these event types (checkpoint, overflow, restart, eval, …); none: all. */

@@ -93,11 +93,13 @@ func TestQueryData(t *testing.T) {
 	if x := resp.Responses["heatmap_backward_time"].Frames[0].Fields[0]; x.Type() != data.FieldTypeTime {
 		t.Errorf("heatmap on time: x is %s", x.Type())
 	}
-	// Training charts on time carry the step, hidden but in the tooltip.
+	// Training charts on time carry the step, hidden but in the tooltip,
+	// with no axis of its own.
 	// The fixture's NaN loss at step 7 gets a mark of its own, at the
 	// loss before it, and nothing elsewhere.
 	ws := resp.Responses["series_with_step"].Frames[0]
-	if len(ws.Fields) != 4 || ws.Fields[1].Name != "step" || ws.Fields[1].Config.Custom["hideFrom"] == nil {
+	if len(ws.Fields) != 4 || ws.Fields[1].Name != "step" || ws.Fields[1].Config.Custom["hideFrom"] == nil ||
+		ws.Fields[1].Config.Custom["axisPlacement"] != "hidden" {
 		t.Errorf("series with step: %s", frameSummary(ws))
 	}
 	if m := ws.Fields[3]; m.Config.DisplayNameFromDS != "loss"+NonFiniteSuffix {

@@ -111,8 +111,15 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 		if q.Format != "" {
 			return q, &QueryError{Field: "part", Msg: "hosts has no numeric format"}
 		}
+	case api.PartBars:
+		if q.QueryType != api.QueryRanks || q.Format != "" {
+			return q, &QueryError{Field: "part", Msg: "bars is for ranks, with no format"}
+		}
+		if len(q.Metrics) != 1 || !slices.Contains(RankBarFigures, q.Metrics[0]) {
+			return q, &QueryError{Field: "metrics", Msg: fmt.Sprintf("bars: want one of %s", strings.Join(RankBarFigures, ", "))}
+		}
 	default:
-		return q, &QueryError{Field: "part", Msg: fmt.Sprintf("%q: want hosts or nothing", q.Part)}
+		return q, &QueryError{Field: "part", Msg: fmt.Sprintf("%q: want hosts, bars or nothing", q.Part)}
 	}
 	if q.MaxSteps < 0 {
 		return q, &QueryError{Field: "maxSteps", Msg: "must not be negative"}

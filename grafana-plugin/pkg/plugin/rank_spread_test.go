@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/fleettest"
+	"github.com/deepseed/deepseed/server/servertest"
 )
 
 // A run of more than api.MaxRankSeries ranks reads on the Ranks dashboard
@@ -27,6 +29,10 @@ func TestQueryDataRankSpread(t *testing.T) {
 	base := startServer(t)
 	ingest(t, base, fleet.Records())
 	ingest(t, base, fleettest.Run{ID: "fleet-8", Ranks: 8, Steps: 300, Late: 5, Start: t0}.Records())
+	// Reads answer whatever the rollup backlog: the figures compared
+	// below are those of caught-up rollups.
+	servertest.WaitRollups(t, base, readToken, fleet.ID)
+	servertest.WaitRollups(t, base, readToken, "fleet-8")
 
 	tp := startPlugin(t)
 	req := &backend.QueryDataRequest{PluginContext: pluginContext("rank-spread", base, readToken)}
@@ -152,4 +158,69 @@ func TestQueryDataRankSpread(t *testing.T) {
 			t.Fatalf("ranks: %d frames, want one of 24 rows from rollups", len(fr))
 		}
 	})
+}
+
+// A bar chart of a thousand ranks gets api.MaxRankBars bars: the flagged
+// ranks and the others evenly from the largest figure to the smallest,
+// largest first, with a notice; a few ranks get a bar each, sorted.
+func TestRankBarsFrame(t *testing.T) {
+	busy := func(n int) float64 { return 100 + float64((n*37)%1000)/10 }
+	rr := api.RanksResponse{}
+	for n := range 1024 {
+		s := api.RankStat{Rank: n, BusyMS: ptrFloat(busy(n))}
+		if n == 7 || n == 300 {
+			s.BusyMS, s.Straggler = ptrFloat(500+float64(n)), true
+		}
+		rr.Ranks = append(rr.Ranks, s)
+	}
+	f := rankBarsFrame(rr, "busy_ms")
+	if f.Rows() != api.MaxRankBars {
+		t.Fatalf("%d bars of 1024 ranks, want %d", f.Rows(), api.MaxRankBars)
+	}
+	names, figures := f.Fields[1], fieldNamed(t, f, "busy_ms")
+	if names.At(0) != "rank 300" || names.At(1) != "rank 7" {
+		t.Errorf("first bars %v, %v: want the flagged ranks 300 and 7", names.At(0), names.At(1))
+	}
+	for i := 1; i < f.Rows(); i++ {
+		if *figures.At(i).(*float64) > *figures.At(i - 1).(*float64) {
+			t.Fatalf("bar %d larger than bar %d", i, i-1)
+		}
+	}
+	lo, hi := 1e9, 0.0
+	for n := range 1024 {
+		if n != 7 && n != 300 {
+			lo, hi = min(lo, busy(n)), max(hi, busy(n))
+		}
+	}
+	if got := *figures.At(2).(*float64); got != hi {
+		t.Errorf("largest of the others %v, want %v", got, hi)
+	}
+	if got := *figures.At(f.Rows() - 1).(*float64); got != lo {
+		t.Errorf("last bar %v, want the smallest %v", got, lo)
+	}
+	if f.Meta == nil || len(f.Meta.Notices) != 1 || !strings.Contains(f.Meta.Notices[0].Text, "1024 ranks") {
+		t.Errorf("meta %+v: want a notice naming the 1024 ranks", f.Meta)
+	}
+
+	rr.Ranks = rr.Ranks[:20]
+	f = rankBarsFrame(rr, "busy_ms")
+	if f.Rows() != 20 || (f.Meta != nil && len(f.Meta.Notices) > 0) {
+		t.Fatalf("20 ranks: %d bars, notices %v; want 20 and none", f.Rows(), f.Meta.Notices)
+	}
+	if f.Fields[1].At(0) != "rank 7" {
+		t.Errorf("first of 20 bars %v, want the flagged rank 7", f.Fields[1].At(0))
+	}
+}
+
+func ptrFloat(v float64) *api.Float { f := api.Float(v); return &f }
+
+func fieldNamed(t *testing.T, f *data.Frame, name string) *data.Field {
+	t.Helper()
+	for _, fl := range f.Fields {
+		if fl.Name == name {
+			return fl
+		}
+	}
+	t.Fatalf("no field %s in %s", name, frameSummary(f))
+	return nil
 }

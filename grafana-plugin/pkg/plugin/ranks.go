@@ -25,6 +25,8 @@ var ranksQuery = get[api.RanksResponse]{
 			return data.Frames{ranksNumericFrame(r.RunID, rr)}
 		case r.Part == api.PartHosts:
 			return data.Frames{hostsFrame(rr)}
+		case r.Part == api.PartBars:
+			return data.Frames{rankBarsFrame(rr, r.Metrics[0])}
 		}
 		return data.Frames{ranksFrame(rr)}
 	},

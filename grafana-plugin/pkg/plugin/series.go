@@ -123,8 +123,10 @@ func nonFiniteMarks(val []float64) []*float64 {
 }
 
 // stepField is the step of each point beside a time axis: shown in the
-// tooltip and hidden from the chart and its legend, so a time chart can be
-// read by step.
+// tooltip and hidden from the chart, its legend and its axes (Grafana
+// draws an axis for a number field hidden from the chart unless its axis
+// is hidden too: GPU memory per rank had a step axis beside its own), so
+// a time chart can be read by step.
 func stepField(pts []api.Point) *data.Field {
 	v := make([]int64, len(pts))
 	for i, p := range pts {
@@ -133,7 +135,8 @@ func stepField(pts []api.Point) *data.Field {
 	return data.NewField("step", nil, v).SetConfig(&data.FieldConfig{
 		DisplayNameFromDS: "Step",
 		Unit:              "none",
-		Custom:            map[string]any{"hideFrom": map[string]any{"viz": true, "legend": true, "tooltip": false}},
+		Custom: map[string]any{"hideFrom": map[string]any{"viz": true, "legend": true, "tooltip": false},
+			"axisPlacement": "hidden"},
 	})
 }
 
