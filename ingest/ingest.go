@@ -8,7 +8,8 @@
 // A batch is all or nothing: one invalid record rejects it with 400 and a
 // JSON [api.Error] naming the record, field and problem, and nothing of it
 // is stored. When the database cannot be reached the answer is 503 with
-// Retry-After, so that senders keep the batch and try again.
+// Retry-After, so that senders keep the batch and try again. A large
+// NDJSON body is checked whole, then written a chunk at a time (chunks.go).
 package ingest
 
 import (
