@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/deepseed/deepseed/ingest"
 	"github.com/deepseed/deepseed/internal/httplimit"
+	"github.com/deepseed/deepseed/store/storetest"
 )
 
 // largeBody is an NDJSON body of several chunks (httplimit.StreamChunkBytes
@@ -114,5 +116,38 @@ func TestIngestLargeBodyRefusedWhole(t *testing.T) {
 	})
 	if used, _ := httplimit.InflightBytes(); used != 0 {
 		t.Fatalf("%d bytes still leased after every answer", used)
+	}
+}
+
+// TestIngestLargeBodyDatabaseRefusal: a value the database refuses in a
+// later chunk of a large body (a CHECK the validator knows nothing of) is
+// the sender's 400 naming its line and saying before which line the body
+// was stored; the body sent again without it stores the rest, the chunks
+// stored before counting as duplicates.
+func TestIngestLargeBodyDatabaseRefusal(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	if _, err := storetest.Pool(t, s.Store).Exec(context.Background(), `ALTER TABLE runs ADD CONSTRAINT no_name_42 CHECK (name IS DISTINCT FROM 'forty-two')`); err != nil {
+		t.Fatal(err)
+	}
+	lines, steps := largeBody(t)
+	bad := append(append([]string{}, lines[:len(lines)-1]...), `{"kind":"run","run_id":"big","name":"forty-two"}`, lines[len(lines)-1])
+	e := s.ingest(t, bad...).apiError(t, http.StatusBadRequest)
+	if e.Record == nil || e.Record.Line != len(bad)-1 || e.Record.Index != len(bad)-2 || !strings.Contains(e.Error, "no_name_42") {
+		t.Fatalf("error %q, record %+v: want line %d named, with the database's reason", e.Error, e.Record, len(bad)-1)
+	}
+	var before int
+	if _, err := fmt.Sscanf(e.Error[strings.Index(e.Error, "before line "):], "before line %d", &before); err != nil || before <= 1 || before > len(bad)-1 {
+		t.Fatalf("error %q does not say before which line the body was stored", e.Error)
+	}
+	stored := s.count(t, `SELECT count(*) FROM steps WHERE run_id = 'big'`)
+	if stored == 0 || stored >= steps {
+		t.Fatalf("%d of %d steps stored, want those of the chunks before the refused one", stored, steps)
+	}
+	res := s.ingest(t, lines...).result(t)
+	if res.Duplicates < stored || res.ByKind["step"] != steps-stored {
+		t.Fatalf("the body sent again: %+v, want the %d stored steps as duplicates and the other %d stored", res, stored, steps-stored)
+	}
+	if n := s.count(t, `SELECT count(*) FROM steps WHERE run_id = 'big'`); n != steps {
+		t.Fatalf("%d of %d steps stored", n, steps)
 	}
 }

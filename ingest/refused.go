@@ -32,7 +32,7 @@ func (h *Handler) refused(ctx context.Context, recs []api.Record, cause error, a
 	msg := store.DataErrorMessage(cause)
 	what := "invalid batch, nothing stored"
 	if at != nil && at.stored {
-		what = fmt.Sprintf("invalid batch, stored up to line %d and nothing from it on", at.lines[0])
+		what = fmt.Sprintf("invalid batch, the records before line %d stored and none from it on", at.lines[0])
 	}
 	body := api.Error{Error: what + ": the database refused a value: " + msg}
 	if hi-lo == 1 && store.IsDataError(h.store.CheckBatch(ctx, recs[lo:hi])) {
