@@ -43,6 +43,7 @@ func TestRanksAndSeriesOfManyRanks(t *testing.T) {
 		}
 		ingestLines(t, r, lines)
 	}
+	waitRollups(t, r, run)
 
 	getRanks := func(query string) api.RanksResponse {
 		t.Helper()

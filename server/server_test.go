@@ -121,6 +121,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitRollups waits until run's rollups have caught up with its raw rows
+// (its summary carries no rollup_lag), as servertest.WaitRollups does: a
+// read waits for the refresher only within its budget, which a loaded
+// machine can pass, so a test reading rolled-up views right after loading
+// a large run waits here first.
+func waitRollups(t *testing.T, r *running, run string) {
+	t.Helper()
+	waitFor(t, "the rollups of "+run, func() bool {
+		code, b, _ := do(t, "GET", r.url+"/api/v1/runs/"+run, "", "")
+		var d struct {
+			RollupLag *json.RawMessage `json:"rollup_lag"`
+		}
+		return code == 200 && json.Unmarshal(b, &d) == nil && d.RollupLag == nil
+	})
+}
+
 // waitDeadline bounds waitFor.
 const waitDeadline = 3 * time.Minute
 
