@@ -26,6 +26,11 @@ import (
 // samples and events by their keys), so the chunks stored before count as
 // duplicates and nothing is stored twice.
 
+// streamMinBytes is the size past which an NDJSON body is stored a chunk
+// at a time. Below it a body is decoded whole and written in one
+// transaction, as a collector's batches (4 MiB at most) always are.
+const streamMinBytes = 4 * httplimit.StreamChunkBytes
+
 // chunkAt places one chunk of a body: the body's record and line of each
 // of its rows, and whether chunks before it were stored.
 type chunkAt struct {

@@ -12,8 +12,9 @@ import (
 	"github.com/deepseed/deepseed/store/storetest"
 )
 
-// largeBody is an NDJSON body of several chunks (httplimit.StreamChunkBytes
-// and StreamChunkRows): a run, steps records of ranks 0 and 1 with a
+// largeBody is an NDJSON body large enough to be stored a chunk at a time
+// (past 8 MiB), of several chunks (httplimit.StreamChunkBytes and
+// StreamChunkRows): a run, steps records of ranks 0 and 1 with a
 // kilobyte-sized line each, a steps record of rank 2 whose steps span
 // chunks, evaluations, and the run's end. It returns the body and the
 // steps it holds.
@@ -25,7 +26,7 @@ func largeBody(t *testing.T) ([]string, int) {
 	}
 	lines := []string{`{"kind":"run","run_id":"big","project":"p","name":"large"}`}
 	steps := 0
-	for step := range 3000 {
+	for step := range 6000 {
 		for rank := range 2 {
 			lines = append(lines, fmt.Sprintf(`{"kind":"step","run_id":"big","rank":%d,"step":%d,"time":%d,"loss":1.5,"metrics":{%s}}`,
 				rank, step, 1700000000+step, metrics.String()[1:]))
@@ -42,8 +43,8 @@ func largeBody(t *testing.T) ([]string, int) {
 	lines = append(lines, `{"kind":"steps","run_id":"big","rank":2,"time":1700000000,"loss":1.5,"step":[`+strings.Join(nums, ",")+`]}`)
 	steps += len(nums)
 	lines = append(lines, `{"kind":"end","run_id":"big","time":1700009000,"status":"finished"}`)
-	if n := len(strings.Join(lines, "\n")); n < 2*httplimit.StreamChunkBytes {
-		t.Fatalf("the body is %d bytes, not several chunks", n)
+	if n := len(strings.Join(lines, "\n")); n <= 4*httplimit.StreamChunkBytes {
+		t.Fatalf("the body is %d bytes, not one stored a chunk at a time", n)
 	}
 	return lines, steps
 }
@@ -55,8 +56,8 @@ func TestIngestLargeBodyInChunks(t *testing.T) {
 	s := newServer(t, ingest.Options{})
 	lines, steps := largeBody(t)
 	res := s.ingest(t, lines...).result(t)
-	if res.ByKind["step"] != steps || res.ByKind["eval"] != 30 || res.Duplicates != 0 {
-		t.Fatalf("result = %+v, want %d steps and 30 evaluations, none a duplicate", res, steps)
+	if res.ByKind["step"] != steps || res.ByKind["eval"] != 60 || res.Duplicates != 0 {
+		t.Fatalf("result = %+v, want %d steps and 60 evaluations, none a duplicate", res, steps)
 	}
 	if n := s.count(t, `SELECT count(*) FROM steps WHERE run_id = 'big'`); n != steps {
 		t.Fatalf("stored %d steps, want %d", n, steps)
@@ -77,8 +78,8 @@ func TestIngestLargeBodyInChunks(t *testing.T) {
 	}
 	before := s.tables(t)
 	again := s.ingest(t, lines...).result(t)
-	if again.Duplicates != steps+30 {
-		t.Fatalf("the body sent again: %+v, want its %d steps and evaluations as duplicates", again, steps+30)
+	if again.Duplicates != steps+60 {
+		t.Fatalf("the body sent again: %+v, want its %d steps and evaluations as duplicates", again, steps+60)
 	}
 	if after := s.tables(t); after != before {
 		t.Fatalf("the body sent again changed the tables: %s, was %s", after, before)

@@ -116,10 +116,10 @@ func (h *Handler) ingest(c echo.Context) error {
 		h.m.rejectedTotal("body").Inc()
 		return h.answerError(c, herr)
 	}
-	if len(body) > httplimit.StreamChunkBytes && api.IsNDJSON(body) {
+	if len(body) > streamMinBytes && api.IsNDJSON(body) {
 		return h.ingestChunks(c, body, lease)
 	}
-	// Decoded whole: an array, or a body of one chunk or less.
+	// Decoded whole: an array, or a body of a few chunks at most.
 	if err := lease.Room(c.Request().Context(), httplimit.WholeRoom(len(body), 0)); err != nil {
 		h.m.rejectedTotal("body").Inc()
 		return h.answerError(c, limitError(err))
