@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/deepseed/deepseed/alerts/detect"
@@ -50,6 +51,8 @@ type Evaluator struct {
 	// Trends, when set, feeds the regression and drift detectors.
 	Trends     Trends
 	trendCache map[string]trendEntry
+	// passes counts the passes Run completed on this server.
+	passes atomic.Int64
 }
 
 // Run evaluates every interval until ctx is done. Several servers may run
@@ -57,12 +60,21 @@ type Evaluator struct {
 func (e *Evaluator) Run(ctx context.Context, every time.Duration) {
 	log := e.logger()
 	tick.Loop(ctx, every, false, func(ctx context.Context) bool {
-		if _, err := e.Pass(ctx); err != nil && ctx.Err() == nil {
+		held, err := e.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
 			log.Warn("evaluate detectors", "err", err)
+		}
+		if held && err == nil {
+			e.passes.Add(1)
 		}
 		return false
 	})
 }
+
+// Passes is the number of passes Run has completed on this server, each
+// over every candidate run: what a caller waits on to know that what was
+// stored before has been evaluated.
+func (e *Evaluator) Passes() int64 { return e.passes.Load() }
 
 func (e *Evaluator) logger() *slog.Logger {
 	if e.Log == nil {

@@ -102,26 +102,11 @@ func DecodeBatchWithin(body []byte, maxRows int) ([]Record, error) {
 		return out, nil
 	}
 	out := make([]Record, 0, min(bytes.Count(body, []byte{'\n'})+1, MaxBatchRecords))
-	rows := 0
-	for line, l := range NDJSONLines(body) {
-		if len(out) >= MaxBatchRecords {
-			return nil, &RecordError{Index: len(out), Line: line, Msg: fmt.Sprintf("batch holds more than %d records", MaxBatchRecords)}
-		}
-		rec, ok := fd.record(l)
-		if !ok {
-			var err *RecordError
-			rec, err = decodeRecordWithin(NormalizeJSON(l), maxRows-rows)
-			if err != nil {
-				return nil, err.at(len(out), line, maxRows)
-			}
-		}
-		if rows += rec.Rows(); rows > maxRows {
-			return nil, &RowsError{Max: maxRows, Index: len(out), Line: line}
-		}
+	if _, _, err := EachNDJSON(body, maxRows, func(_ int, _ []byte, rec Record) error {
 		out = append(out, rec)
-	}
-	if len(out) == 0 {
-		return nil, ErrEmptyBatch
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -31,3 +31,6 @@ func SampleDue(c *Collector, now time.Time) time.Time { return c.sampleDue(now) 
 
 // LastGPURecord is the latest record of GPU i.
 func LastGPURecord(c *Collector, i int) api.GPU { return c.gpu.dev[i].state.rec }
+
+// Announced is the number of training processes announced to c.
+func Announced(c *Collector) int { return len(c.reg.list()) }

@@ -98,7 +98,7 @@ func sendSteps(t *testing.T, c http.Handler, from, to int) {
 
 func count(t *testing.T, st *store.Store, sql string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var n int
 	if err := storetest.Pool(t, st).QueryRow(ctx, sql).Scan(&n); err != nil {

@@ -40,7 +40,7 @@ func TestHangReportGetsTheNodesGPUs(t *testing.T) {
 			t.Fatalf("%d events of type %s; want one of each of the hook's and one GPU snapshot", n, typ)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var rank int
 	var step int64

@@ -78,7 +78,7 @@ func BenchmarkCollectorLoad(b *testing.B) {
 		}
 		pid := cmd.Process.Pid
 		url := "http://" + hookAddr + "/api/v1/ingest"
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(2 * time.Minute)
 		for {
 			if resp, err := http.Post(url, "application/x-ndjson", strings.NewReader(`{"kind":"event","run_id":"bench","type":"note","text":"start"}`)); err == nil {
 				resp.Body.Close()

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -28,16 +29,28 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The same bounds as the server's ingest: the body is read as it
 	// arrives, within --max-body-bytes before and after decompression, and
 	// decompressions share the process's few slots.
-	body, lease, herr := httplimit.ReadBodyLease(r, c.cfg.HTTP.MaxBodyBytes)
+	body, lease, herr := httplimit.ReadBodyStream(r, c.cfg.HTTP.MaxBodyBytes)
 	defer lease.Release()
 	if herr != nil {
 		c.m.hookRejected.Inc()
 		writeLimitError(w, herr)
 		return
 	}
-	recs, err := api.DecodeBatchWithin(body, c.cfg.HTTP.MaxBatchRows)
+	// Announcements stay here; the rest is forwarded as the hook wrote it.
+	var b hookBatch
+	var err error
+	if api.IsNDJSON(body) {
+		err = b.lines(r.Context(), body, lease, c.cfg.HTTP.MaxBatchRows)
+	} else {
+		err = b.array(r.Context(), body, lease, c.cfg.HTTP.MaxBatchRows)
+	}
 	if err != nil {
 		c.m.hookRejected.Inc()
+		var le *httplimit.Error
+		if errors.As(err, &le) {
+			writeLimitError(w, le)
+			return
+		}
 		if herr := httplimit.TooManyRows(err); herr != nil {
 			writeJSONError(w, herr.Status, herr.Msg)
 			return
@@ -50,43 +63,16 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// The rows are held until the spool has them: within the budget.
-	rows := 0
-	for _, rec := range recs {
-		rows += rec.Rows()
+	for _, p := range b.procs {
+		c.reg.announce(p)
+		c.log.Info("training process announced", "pid", p.PID, "run_id", p.RunID, "rank", p.Rank)
 	}
-	if herr := lease.Grow(r.Context(), int64(rows)*httplimit.RowBytes); herr != nil {
-		c.m.hookRejected.Inc()
-		writeLimitError(w, herr)
-		return
-	}
-	raws, err := rawRecords(body, len(recs))
-	if err != nil || len(raws) != len(recs) {
-		// DecodeBatch accepted it, so this cannot happen; refuse rather
-		// than forward records that do not match what was validated.
-		c.m.hookRejected.Inc()
-		writeJSONError(w, http.StatusBadRequest, "body could not be split into records")
-		return
-	}
-	// Announcements stay here; the rest is forwarded as the hook wrote it.
-	fwd := raws[:0]
-	var extra [][]byte
-	for i, rec := range recs {
-		if rec.Process != nil {
-			c.reg.announce(rec.Process)
-			c.log.Info("training process announced", "pid", rec.Process.PID, "run_id", rec.Process.RunID, "rank", rec.Process.Rank)
-			continue
-		}
-		fwd = append(fwd, raws[i])
-		if ev := rec.Event; ev != nil && ev.Type == api.EventHang {
-			if b := c.hangGPUs(ev); b != nil {
-				extra = append(extra, b)
-			}
+	fwd := b.fwd
+	for _, ev := range b.hangs {
+		if g := c.hangGPUs(ev); g != nil {
+			fwd = append(fwd, g)
 		}
 	}
-	// Added after the loop: fwd shares raws' array, whose next records
-	// the loop still reads.
-	fwd = append(fwd, extra...)
 	// Acknowledged means on disk: the records are written and synced to
 	// the spool (with those of the requests arriving meanwhile) before the
 	// answer. A spool that cannot take them answers 503, and the hook keeps
@@ -106,41 +92,87 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c.m.received.Add(len(recs))
+	c.m.received.Add(b.records)
 	// What json.Encoder writes for {"accepted": n}, without building a map
 	// for every request.
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	var ans [32]byte
-	w.Write(append(strconv.AppendInt(append(ans[:0], `{"accepted":`...), int64(len(recs)), 10), "}\n"...))
+	w.Write(append(strconv.AppendInt(append(ans[:0], `{"accepted":`...), int64(b.records), 10), "}\n"...))
 }
 
-// rawRecords splits a validated body into one compact JSON text per record,
-// in the order DecodeBatch decoded them, so that records are forwarded as
-// the hook wrote them.
-func rawRecords(body []byte, n int) ([][]byte, error) {
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	out := make([][]byte, 0, n)
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		var raws []json.RawMessage
-		if err := json.Unmarshal(api.NormalizeJSON(trimmed), &raws); err != nil {
-			return nil, err
-		}
-		for _, r := range raws {
-			var b bytes.Buffer
-			if err := json.Compact(&b, r); err != nil {
-				return nil, err
+// hookBatch is a validated body of the hook's: the records to forward,
+// each the compact JSON text the hook wrote, and the process announcements
+// and hang reports the collector acts on itself.
+type hookBatch struct {
+	records int
+	fwd     [][]byte
+	procs   []*api.Process
+	hangs   []*api.Event
+}
+
+func (b *hookBatch) add(raw []byte, rec api.Record) {
+	b.records++
+	if rec.Process != nil {
+		b.procs = append(b.procs, rec.Process)
+		return
+	}
+	b.fwd = append(b.fwd, raw)
+	if ev := rec.Event; ev != nil && ev.Type == api.EventHang {
+		b.hangs = append(b.hangs, ev)
+	}
+}
+
+// lines validates an NDJSON body a line at a time (api.EachNDJSON): what
+// it keeps of a record is its line, which aliases body, so a large body
+// costs its bytes and one record at a time, never all of them decoded.
+// Nothing is acted on until every line is checked. A steps record is
+// decoded into its rows, which are held in the lease while it is looked at.
+func (b *hookBatch) lines(ctx context.Context, body []byte, lease *httplimit.Lease, maxRows int) error {
+	_, _, err := api.EachNDJSON(body, maxRows, func(_ int, raw []byte, rec api.Record) error {
+		if rec.Steps != nil {
+			if herr := lease.Room(ctx, httplimit.WholeRoom(len(raw), rec.Rows())); herr != nil {
+				return herr
 			}
-			out = append(out, b.Bytes())
 		}
-		return out, nil
+		b.add(raw, rec)
+		return nil
+	})
+	return err
+}
+
+// array validates a JSON array body, decoded whole within the lease, and
+// keeps each record's compact text.
+func (b *hookBatch) array(ctx context.Context, body []byte, lease *httplimit.Lease, maxRows int) error {
+	if herr := lease.Room(ctx, httplimit.WholeRoom(len(body), 0)); herr != nil {
+		return herr
 	}
-	// The same lines DecodeBatch read: split on '\n', blank ones skipped.
-	// They alias body, which the receiver owns.
-	for _, l := range api.NDJSONLines(body) {
-		out = append(out, l)
+	recs, err := api.DecodeBatchWithin(body, maxRows)
+	if err != nil {
+		return err
 	}
-	return out, nil
+	// The rows are held until the spool has them: within the budget.
+	rows := 0
+	for _, rec := range recs {
+		rows += rec.Rows()
+	}
+	if herr := lease.Room(ctx, httplimit.WholeRoom(len(body), rows)); herr != nil {
+		return herr
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(api.NormalizeJSON(bytes.TrimLeft(body, " \t\r\n")), &raws); err != nil || len(raws) != len(recs) {
+		// DecodeBatch accepted it, so this cannot happen; refuse rather
+		// than forward records that do not match what was validated.
+		return errors.New("body could not be split into records")
+	}
+	for i, r := range raws {
+		var c bytes.Buffer
+		if err := json.Compact(&c, r); err != nil {
+			return errors.New("body could not be split into records")
+		}
+		b.add(c.Bytes(), recs[i])
+	}
+	return nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

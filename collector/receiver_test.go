@@ -200,3 +200,48 @@ func spoolFiles(entries []os.DirEntry) []string {
 	}
 	return out
 }
+
+// TestReceiverLargeBodyCheckedWhole: a large NDJSON body is checked a line
+// at a time, and nothing of it is acted on before its last line is: with
+// that line bad it is refused naming the line, its process announcement is
+// not kept and nothing reaches the spool; valid, every record is queued.
+func TestReceiverLargeBodyCheckedWhole(t *testing.T) {
+	dir := t.TempDir()
+	c, err := collector.New(collector.Config{Server: "http://127.0.0.1:1", SpoolDir: dir, HostName: "h", ProcRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(`{"kind":"process","run_id":"big","rank":0,"local_rank":0,"pid":4242}` + "\n")
+	steps := 0
+	for ; b.Len() < 3*httplimit.StreamChunkBytes; steps++ {
+		fmt.Fprintf(&b, `{"kind":"step","run_id":"big","rank":0,"step":%d,"loss":1.5,"metrics":{"metric_a":1,"metric_b":2,"metric_c":3,"metric_d":4,"metric_e":5,"metric_f":6}}`+"\n", steps)
+	}
+	valid := b.String()
+	bad := valid + `{"kind":"step","run_id":"big","rank":-1,"step":1}` + "\n"
+	code, body := post(t, c, "POST", "/api/v1/ingest", "", bad)
+	if want := fmt.Sprintf("line %d", steps+2); code != 400 || !strings.Contains(body, want) {
+		t.Fatalf("got %d %s, want 400 naming %s", code, body, want)
+	}
+	if n := collector.Announced(c); n != 0 {
+		t.Fatalf("a refused body announced %d processes", n)
+	}
+	if files, _ := os.ReadDir(dir); len(spoolFiles(files)) != 0 {
+		t.Fatalf("a refused body left %d spool files", len(spoolFiles(files)))
+	}
+	code, body = post(t, c, "POST", "/api/v1/ingest", "", valid)
+	if want := fmt.Sprintf(`"accepted":%d`, steps+1); code != 200 || !strings.Contains(body, want) {
+		t.Fatalf("got %d %s, want 200 accepting %d", code, body, steps+1)
+	}
+	if n := collector.Announced(c); n != 1 {
+		t.Fatalf("the body announced %d processes, want 1", n)
+	}
+	var m bytes.Buffer
+	c.WriteMetrics(&m)
+	if want := fmt.Sprintf("deepseed_collector_queue_records %d\n", steps); !strings.Contains(m.String(), want) {
+		t.Errorf("want %d queued records:\n%s", steps, m.String())
+	}
+	if used, _ := httplimit.InflightBytes(); used != 0 {
+		t.Fatalf("%d bytes still leased after every answer", used)
+	}
+}

@@ -244,7 +244,7 @@ func validateRecords(recs []api.Record) ([]api.Record, error) {
 func (h *Handler) importExport(c echo.Context) error {
 	// The parsed export may keep parts of the body, so its buffers are
 	// left to the collector rather than released for reuse.
-	body, lease, herr := h.readBody(c)
+	body, lease, herr := h.readBody(c, httplimit.ReadBodyLease)
 	lease.KeepBody()
 	defer lease.Release()
 	if herr != nil {
@@ -322,7 +322,7 @@ func (h *Handler) importLocked(c echo.Context, body []byte, opt ImportOptions) (
 		}
 		return api.IngestResult{}, nil, badRequest("invalid export, nothing stored: " + err.Error())
 	}
-	res, herr = h.write(c.Request(), recs)
+	res, herr = h.write(c.Request(), recs, nil)
 	return res, recs, herr
 }
 

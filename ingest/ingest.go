@@ -8,7 +8,8 @@
 // A batch is all or nothing: one invalid record rejects it with 400 and a
 // JSON [api.Error] naming the record, field and problem, and nothing of it
 // is stored. When the database cannot be reached the answer is 503 with
-// Retry-After, so that senders keep the batch and try again.
+// Retry-After, so that senders keep the batch and try again. A large
+// NDJSON body is checked whole, then written a chunk at a time (chunks.go).
 package ingest
 
 import (
@@ -107,7 +108,7 @@ func (h *Handler) safe(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (h *Handler) ingest(c echo.Context) error {
-	body, lease, herr := h.readBody(c)
+	body, lease, herr := h.readBody(c, httplimit.ReadBodyStream)
 	// Decoded records copy what they keep from the body, so its buffers
 	// can serve the next request once this one is answered.
 	defer lease.Release()
@@ -115,18 +116,26 @@ func (h *Handler) ingest(c echo.Context) error {
 		h.m.rejectedTotal("body").Inc()
 		return h.answerError(c, herr)
 	}
+	if len(body) > streamMinBytes && api.IsNDJSON(body) {
+		return h.ingestChunks(c, body, lease)
+	}
+	// Decoded whole: an array, or a body of a few chunks at most.
+	if err := lease.Room(c.Request().Context(), httplimit.WholeRoom(len(body), 0)); err != nil {
+		h.m.rejectedTotal("body").Inc()
+		return h.answerError(c, limitError(err))
+	}
 	recs, err := api.DecodeBatchWithin(body, h.opt.MaxBatchRows)
 	if err != nil {
 		return h.rejectDecode(c, err)
 	}
 	// The rows are held until the store has them: within the budget.
-	if herr := h.growLease(c, lease, recs); herr != nil {
+	if herr := h.growLease(c, lease, len(body), recs); herr != nil {
 		return h.answerError(c, herr)
 	}
 	// Steps sent as one steps record are stored, counted and combined
 	// as the step records they hold.
 	recs = api.ExpandSteps(recs)
-	res, herr := h.write(c.Request(), recs)
+	res, herr := h.write(c.Request(), recs, nil)
 	if herr != nil {
 		return h.answerError(c, herr)
 	}
@@ -161,15 +170,16 @@ func (h *Handler) answerError(c echo.Context, herr *httpError) error {
 var clientGone = &httpError{status: httplimit.StatusClientClosedRequest,
 	body: api.Error{Error: "the client closed the request before its answer; nothing stored"}}
 
-// write hands a decoded batch of request req to the store and counts it.
-func (h *Handler) write(req *http.Request, recs []api.Record) (api.IngestResult, *httpError) {
+// write hands a decoded batch of request req to the store and counts it;
+// at places it in its body when it is one chunk of it (nil: the whole).
+func (h *Handler) write(req *http.Request, recs []api.Record, at *chunkAt) (api.IngestResult, *httpError) {
 	ctx, cancel := context.WithTimeout(req.Context(), writeTimeout)
 	defer cancel()
 	start := time.Now()
 	res, err := h.comb.write(ctx, recs)
 	h.m.write.Update(time.Since(start).Seconds())
 	if store.IsDataError(err) {
-		return api.IngestResult{}, h.refused(ctx, recs, err)
+		return api.IngestResult{}, h.refused(ctx, recs, err, at)
 	}
 	if err != nil && httplimit.ClientGone(req) {
 		// The sender went away: it keeps the batch and sends it again
@@ -188,24 +198,25 @@ func (h *Handler) write(req *http.Request, recs []api.Record) (api.IngestResult,
 	return api.IngestResult{Accepted: res.Accepted, Duplicates: res.Duplicates, ByKind: res.ByKind}, nil
 }
 
-// readBody reads the request body within the limit and the process's
-// memory budget (see httplimit.ReadBodyLease); releasing the lease hands
-// its buffers back.
-func (h *Handler) readBody(c echo.Context) (body []byte, lease *httplimit.Lease, herr *httpError) {
-	body, lease, err := httplimit.ReadBodyLease(c.Request(), h.opt.MaxBodyBytes)
+// readBody reads the request body with read (httplimit.ReadBodyStream or
+// ReadBodyLease), within the limit and the process's memory budget;
+// releasing the lease hands its buffers back.
+func (h *Handler) readBody(c echo.Context, read func(*http.Request, int64) ([]byte, *httplimit.Lease, *httplimit.Error)) (body []byte, lease *httplimit.Lease, herr *httpError) {
+	body, lease, err := read(c.Request(), h.opt.MaxBodyBytes)
 	if err != nil {
 		return nil, lease, limitError(err)
 	}
 	return body, lease, nil
 }
 
-// growLease adds the rows recs expand to to the request's lease.
-func (h *Handler) growLease(c echo.Context, lease *httplimit.Lease, recs []api.Record) *httpError {
+// growLease makes the request's lease hold what decoding its body of n
+// bytes whole took and the rows recs expand to.
+func (h *Handler) growLease(c echo.Context, lease *httplimit.Lease, n int, recs []api.Record) *httpError {
 	rows := 0
 	for _, r := range recs {
 		rows += r.Rows()
 	}
-	if err := lease.Grow(c.Request().Context(), int64(rows)*httplimit.RowBytes); err != nil {
+	if err := lease.Room(c.Request().Context(), httplimit.WholeRoom(n, rows)); err != nil {
 		h.m.rejectedTotal("body").Inc()
 		return limitError(err)
 	}

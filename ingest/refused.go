@@ -14,8 +14,10 @@ import (
 // defence behind it, so that a value it misses is still the sender's 400
 // (and the batch's dead letter at a collector), never a 500 retried for
 // ever. The record at fault is found by halving the batch with writes that
-// are rolled back, so nothing of the batch is stored.
-func (h *Handler) refused(ctx context.Context, recs []api.Record, cause error) *httpError {
+// are rolled back, so nothing of the batch is stored. A batch that is one
+// chunk of a body (at) is named by its body's lines; the chunks before it
+// are stored.
+func (h *Handler) refused(ctx context.Context, recs []api.Record, cause error, at *chunkAt) *httpError {
 	h.m.rejectedTotal("body").Inc()
 	h.log.Warn("the database refused a value the validator let through", "records", len(recs), "err", cause)
 	lo, hi := 0, len(recs)
@@ -28,11 +30,20 @@ func (h *Handler) refused(ctx context.Context, recs []api.Record, cause error) *
 		}
 	}
 	msg := store.DataErrorMessage(cause)
-	body := api.Error{Error: "invalid batch, nothing stored: the database refused a value: " + msg}
+	what := "invalid batch, nothing stored"
+	if at != nil && at.stored {
+		what = fmt.Sprintf("invalid batch, the records before line %d stored and none from it on", at.lines[0])
+	}
+	body := api.Error{Error: what + ": the database refused a value: " + msg}
 	if hi-lo == 1 && store.IsDataError(h.store.CheckBatch(ctx, recs[lo:hi])) {
 		kind := recs[lo].Kind()
 		body.Record = &api.RecordError{Index: lo, Kind: kind, Msg: "the database refused a value: " + msg}
-		body.Error = fmt.Sprintf("invalid batch, nothing stored: record %d (%s): the database refused a value: %s", lo, kind, msg)
+		where := fmt.Sprintf("record %d", lo)
+		if at != nil {
+			body.Record.Index, body.Record.Line = at.index[lo], at.lines[lo]
+			where = fmt.Sprintf("line %d", at.lines[lo])
+		}
+		body.Error = fmt.Sprintf("%s: %s (%s): the database refused a value: %s", what, where, kind, msg)
 	}
 	return &httpError{status: http.StatusBadRequest, body: body}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepseed/deepseed/alerts"
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/internal/promtest"
 	"github.com/deepseed/deepseed/store/storetest"
@@ -21,6 +22,18 @@ func alertServer(t *testing.T) *running {
 	r := start(t, New(cfg, storetest.NewStore(t), testLogger(t)))
 	waitFor(t, "readyz", func() bool { code, _, _ := do(t, "GET", r.url+"/readyz", "", ""); return code == 200 })
 	return r
+}
+
+// waitPasses waits until r's detectors have run n more passes over every
+// run, the first of them begun after the call: what was stored before the
+// call has then been evaluated n times over.
+func waitPasses(t *testing.T, r *running, n int64) {
+	t.Helper()
+	var ev *alerts.Evaluator
+	waitFor(t, "the detectors to start", func() bool { ev = r.srv.evaluator.Load(); return ev != nil })
+	// The pass under way may have read the runs before the call.
+	from := ev.Passes() + 1
+	waitFor(t, fmt.Sprintf("%d passes of the detectors", n), func() bool { return ev.Passes() >= from+n })
 }
 
 func ingestLines(t *testing.T, r *running, lines []string) {
@@ -56,14 +69,14 @@ func lifecycle(t *testing.T, r *running, run, kind string, clear func()) api.Ale
 	t.Helper()
 	q := "run_id=" + run + "&kind=" + kind
 	waitFor(t, kind+" alert to open", func() bool { return len(listAlerts(t, r, q+"&state=open")) > 0 })
-	time.Sleep(time.Second) // ten passes
+	waitPasses(t, r, 10)
 	open := listAlerts(t, r, q)
 	if len(open) != 1 || open[0].State != "open" {
 		t.Fatalf("after ten passes, %s alerts of %s = %+v; want one open", kind, run, open)
 	}
 	clear()
 	waitFor(t, kind+" alert to resolve", func() bool { return len(listAlerts(t, r, q+"&state=resolved")) > 0 })
-	time.Sleep(500 * time.Millisecond)
+	waitPasses(t, r, 5)
 	all := listAlerts(t, r, q)
 	if len(all) != 1 || all[0].State != "resolved" || all[0].ResolvedAt == nil || all[0].ID != open[0].ID {
 		t.Fatalf("after clearing, %s alerts of %s = %+v; want the one alert resolved", kind, run, all)

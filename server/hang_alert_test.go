@@ -84,7 +84,7 @@ func TestAlertHangIgnoresEventsBeforeTheNewestStep(t *testing.T) {
 	waitFor(t, "the non-finite alert", func() bool {
 		return len(listAlerts(t, r, "run_id=resumed&kind="+api.AlertNonFinite)) == 1
 	})
-	time.Sleep(300 * time.Millisecond) // three more passes
+	waitPasses(t, r, 3)
 	if got := listAlerts(t, r, "run_id=resumed&kind="+api.AlertHang); len(got) != 0 {
 		t.Fatalf("hang alerts %+v; want none", got)
 	}

@@ -42,6 +42,9 @@ func TestLedgerCorpus(t *testing.T) {
 	for i, run := range runs {
 		ingestLines(t, r, corpusRun(run.id, t0.Add(time.Duration(i)*20*time.Minute), run.p, i))
 	}
+	for _, run := range runs {
+		waitRollups(t, r, run.id)
+	}
 	ledgers := map[string]api.Ledger{}
 	for _, run := range runs {
 		var l api.Ledger

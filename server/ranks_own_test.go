@@ -94,7 +94,7 @@ func TestOwnWorkControlRunIsClean(t *testing.T) {
 	ingestLines(t, r, lines)
 	// The NaN loss opens its own alert: the run was evaluated.
 	waitFor(t, "the non-finite alert", func() bool { return len(listAlerts(t, r, "run_id="+run+"&kind="+api.AlertNonFinite)) == 1 })
-	time.Sleep(300 * time.Millisecond)
+	waitPasses(t, r, 3)
 	if got := listAlerts(t, r, "run_id="+run+"&kind="+api.AlertStraggler); len(got) != 0 {
 		t.Fatalf("straggler alerts of the control: %+v", got)
 	}

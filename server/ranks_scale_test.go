@@ -44,6 +44,7 @@ func TestRanksAndSeriesOfManyRanks(t *testing.T) {
 		}
 		ingestLines(t, r, lines)
 	}
+	waitRollups(t, r, run)
 
 	// Reads answer whatever the rollup backlog: wait for the run's rollups
 	// before reading them.

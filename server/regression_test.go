@@ -144,6 +144,9 @@ func TestRegressionCorpus(t *testing.T) {
 	for i, run := range runs {
 		ingestLines(t, r, corpusRun(run.id, t0.Add(time.Duration(i)*10*time.Minute), run.p, i))
 	}
+	for _, run := range runs {
+		waitRollups(t, r, run.id)
+	}
 	// The baseline runs compare with the newest of those before them: the
 	// controls of the corpus, with base-2…4 and the new torch.
 	baseline := "?baseline=base-1,base-2,base-3,base-4"

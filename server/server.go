@@ -61,6 +61,9 @@ type Server struct {
 	primaryState atomic.Value
 	// readReady is set once the read database has been ready.
 	readReady atomic.Bool
+	// evaluator runs the detectors, once Serve has started it (query and
+	// all-in-one roles).
+	evaluator atomic.Pointer[alerts.Evaluator]
 }
 
 // New builds the server over one database. It touches neither the
@@ -308,6 +311,7 @@ func (s *Server) Prepare(ctx context.Context) error {
 			defer bg.Done()
 			trends := query.New(s.store, query.Options{Logger: s.log.With("component", "alerts"), StragglerPct: s.cfg.StragglerPct, Alerts: &s.cfg.Alerts})
 			ev := &alerts.Evaluator{Store: s.store, Config: s.cfg.Alerts, Log: s.log, Trends: trends}
+			s.evaluator.Store(ev)
 			ev.Run(ctx, s.cfg.AlertsEvery)
 		}()
 	}

@@ -71,10 +71,25 @@ func TestWriteBatchRanksDoNotWaitForEachOther(t *testing.T) {
 		_, err := s.WriteBatch(context.Background(), mustDecode(t, stepLine("par", 0, 1, 1000)))
 		done <- err
 	}()
+	// It waits on the lock, as the database shows, and has not written.
+	waiting := func() bool {
+		return mustCount(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !waiting(); time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("rank 0 wrote while its lock was held elsewhere (err %v)", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 0's write never waited for its lock")
+		}
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("rank 0 wrote while its lock was held elsewhere (err %v)", err)
-	case <-time.After(500 * time.Millisecond):
+	default:
 	}
 	releaseRank()
 	select {

@@ -197,8 +197,9 @@ func TestApplyRetentionYieldsToConcurrentWrite(t *testing.T) {
 		done <- result{res, err}
 	}()
 	// Commit once the job waits for the run's lock.
-	deadline := time.Now().Add(time.Minute)
-	for mustCount(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) == 0 {
+	deadline := time.Now().Add(2 * time.Minute)
+	for mustCount(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the retention job never waited for the run's lock")
 		}

@@ -34,7 +34,7 @@ func TestWriteDuringRefreshKeepsItsMarker(t *testing.T) {
 		wrote = true
 		// The refresh holds its transaction open here. A write that had to
 		// wait for it would never finish: give it a deadline.
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		_, writeErr = s.WriteBatch(wctx, []api.Record{step(3)})
 	})

@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// The attacks of valid bodies sent in full: 40 clients each posting a
-// real 32 MiB NDJSON body at 1 MiB/s, and 4 clients each posting ten
+// The attacks of valid bodies sent in full: one client posting a real
+// 32 MiB NDJSON body (what one body costs), 40 clients each posting one
+// at 1 MiB/s, and 4 clients each posting ten
 // steps records of 10⁵ steps (6.6 MB that expand to a million rows). No
 // single body is past a bound; together they are what the process's
 // memory budget and the rows bound are for.
@@ -147,6 +148,8 @@ func attackBodies(ctx context.Context, t attackTarget, run string) []*attackResu
 	full := fullBody(run+"-full", fullBodyBytes)
 	rows := rowsBody(run+"-rows", rowsRecords, rowsStepsEach)
 	return []*attackResult{
+		runAttack(ctx, t, "1 full 32 MiB body", postBodies(t, posting{
+			clients: 1, rounds: 1, body: full, timeout: fullBodyWindow, closedLetGo: true})),
 		runAttack(ctx, t, fmt.Sprintf("%d full 32 MiB bodies, 1 MiB/s", fullClients), postBodies(t, posting{
 			clients: fullClients, rounds: 1, body: full, rate: fullBodyRate, timeout: fullBodyWindow, closedLetGo: true})),
 		runAttack(ctx, t, fmt.Sprintf("%d×%d steps records of 10⁵", rowsClients, rowsRecords), postBodies(t, posting{

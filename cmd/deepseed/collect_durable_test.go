@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -128,6 +129,32 @@ func waitSteps(t *testing.T, st *store.Store, run string, want int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d acknowledged steps of %s arrived", len(got), want, run)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitSpoolEmpty waits until a collector's spool directory holds no batch
+// file: every record it kept has been sent and taken by the server.
+func waitSpoolEmpty(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".ndjson") {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector's spool still holds %d batches", left)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -259,7 +286,9 @@ func TestCollectSpoolFullDefers(t *testing.T) {
 	c.kill()
 	c = startCollect(t, base, spool, port, "--spool-max-bytes", "8192")
 	waitSteps(t, st, "full", acked)
-	time.Sleep(300 * time.Millisecond)
+	// Counted once the collector holds nothing more to send, rather than
+	// after a pause that a loaded machine may not give it.
+	waitSpoolEmpty(t, spool)
 	got, twice := stepsOf(t, st, "full")
 	if len(got) != acked || twice != 0 {
 		t.Fatalf("%d steps stored (%d twice), want exactly the %d acknowledged", len(got), twice, acked)

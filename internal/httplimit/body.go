@@ -51,10 +51,45 @@ func ReadBody(r *http.Request, limit int64) (body []byte, release func(), err *E
 // expands to and releases it, with the body's buffers, once answered. A
 // body the budget has no room for is answered 503 with Retry-After.
 func ReadBodyLease(r *http.Request, limit int64) (body []byte, lease *Lease, err *Error) {
+	return readBodyLease(r, limit, wholeRoom)
+}
+
+// ReadBodyStream is [ReadBodyLease] for a caller that decodes a large body
+// a chunk at a time (see api.EachNDJSON): beside the body, the lease holds
+// room for decoding a small body whole, or at most StreamRoom, which the
+// caller reuses chunk after chunk and grows with [Lease.Room] where a chunk
+// needs more (or the body is to be decoded whole after all).
+func ReadBodyStream(r *http.Request, limit int64) (body []byte, lease *Lease, err *Error) {
+	return readBodyLease(r, limit, streamRoom)
+}
+
+// StreamRoom is what a body decoded a chunk at a time leases beside its
+// bytes: the decoding of one chunk of StreamChunkBytes and its rows, at
+// most StreamChunkRows.
+const StreamRoom = decodeFactor*StreamChunkBytes + StreamChunkRows*RowBytes
+
+// A body decoded a chunk at a time goes to the store in chunks of at most
+// StreamChunkRows rows and StreamChunkBytes of its text (a record longer
+// than that is a chunk of its own).
+const (
+	StreamChunkRows  = 4096
+	StreamChunkBytes = 2 << 20
+)
+
+// WholeRoom is what decoding a body of n bytes whole and holding the rows
+// it expands to takes, for [Lease.Room].
+func WholeRoom(n, rows int) int64 { return decodeFactor*int64(n) + int64(rows)*RowBytes }
+
+// wholeRoom and streamRoom are what decoding a body of n bytes is leased,
+// whole or a chunk at a time.
+func wholeRoom(n int64) int64  { return decodeFactor * n }
+func streamRoom(n int64) int64 { return min(decodeFactor*n, StreamRoom) }
+
+func readBodyLease(r *http.Request, limit int64, room func(int64) int64) (body []byte, lease *Lease, err *Error) {
 	lease = &Lease{}
-	body, release, err := readBody(r, limit, lease)
+	body, release, err := readBody(r, limit, lease, room)
 	if err == nil {
-		err = lease.Grow(r.Context(), decodeFactor*int64(len(body)))
+		err = lease.Room(r.Context(), room(int64(len(body))))
 	}
 	if err != nil {
 		release()
@@ -65,7 +100,7 @@ func ReadBodyLease(r *http.Request, limit int64) (body []byte, lease *Lease, err
 	return body, lease, nil
 }
 
-func readBody(r *http.Request, limit int64, lease *Lease) (body []byte, release func(), err *Error) {
+func readBody(r *http.Request, limit int64, lease *Lease, room func(int64) int64) (body []byte, release func(), err *Error) {
 	ctx := r.Context()
 	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge,
 		Msg: fmt.Sprintf("request body larger than %d bytes, nothing stored; send smaller batches", limit)}
@@ -76,7 +111,11 @@ func readBody(r *http.Request, limit int64, lease *Lease) (body []byte, release 
 	rawBuf := getBuffer()
 	// What a plain body decodes to is leased with it; a compressed one's
 	// output is leased as it is decompressed.
-	raw, rerr := readLimited(ctx, rawBuf, r.Body, limit, r.ContentLength, enc == "" || enc == "identity", lease)
+	var plainRoom func(int64) int64 // nil: a compressed body's is leased later
+	if enc == "" || enc == "identity" {
+		plainRoom = room
+	}
+	raw, rerr := readLimited(ctx, rawBuf, r.Body, limit, r.ContentLength, plainRoom, lease)
 	if rerr != nil {
 		putBuffer(rawBuf)
 		return nil, noRelease, readError(rerr, tooLarge, "reading request body: ")
@@ -177,12 +216,12 @@ func getGzipReader(z []byte) (*gzip.Reader, error) {
 // time: a client that announces a large body and sends nothing holds next
 // to nothing. A large body whose length was announced (announced, -1 when
 // not) and whose first chunk has arrived leases all it will need at once,
-// its bytes and, for a plain one, what decoding them takes: of many large
+// its bytes and, for a plain one, what decoding them takes (room): of many large
 // bodies at once,
 // those that got their lease finish and the others are answered 503 before
 // they are read, instead of each holding part of the budget while none can
 // finish.
-func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, announced int64, plain bool, lease *Lease) ([]byte, error) {
+func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, announced int64, room func(int64) int64, lease *Lease) ([]byte, error) {
 	lr := io.LimitReader(r, limit+1)
 	var leased int64
 	reserve := announced > smallBody && announced <= limit
@@ -191,8 +230,8 @@ func readLimited(ctx context.Context, buf *bytes.Buffer, r io.Reader, limit, ann
 			reserve = false
 			size := announced + 2*leaseChunk
 			var decode int64
-			if plain {
-				decode = decodeFactor * announced
+			if room != nil {
+				decode = room(announced)
 			}
 			if err := lease.Grow(ctx, max(0, size-leased)+decode); err != nil {
 				return nil, err

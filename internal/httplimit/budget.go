@@ -93,6 +93,9 @@ type Lease struct {
 	// prepaid is the part of held leased ahead for what decoding the body
 	// takes (readLimited); Grow takes from it first.
 	prepaid int64
+	// room is the part of held that is for the work done on the body
+	// (decoding it, its rows), which Room reuses.
+	room    int64
 	release func() // the body's buffers
 }
 
@@ -173,6 +176,21 @@ func (l *Lease) grow(ctx context.Context, n int64, wait time.Duration) *Error {
 	}
 }
 
+// Room makes the lease hold at least n bytes, beside the body's, for the
+// work done on it: unlike Grow, room once leased is reused, so a body
+// decoded a chunk at a time holds what its largest chunk takes, not all
+// of them together. It waits and answers as Grow does.
+func (l *Lease) Room(ctx context.Context, n int64) *Error {
+	if n <= l.room {
+		return nil
+	}
+	if err := l.Grow(ctx, n-l.room); err != nil {
+		return err
+	}
+	l.room = n
+	return nil
+}
+
 // KeepBody leaves the body's buffers to the garbage collector instead of
 // handing them back for reuse at Release: for a caller whose results keep
 // parts of the body.
@@ -199,7 +217,7 @@ func (l *Lease) Release() {
 	}
 	inflight.mu.Lock()
 	inflight.used -= l.held
-	l.held, l.prepaid = 0, 0
+	l.held, l.prepaid, l.room = 0, 0, 0
 	close(inflight.free)
 	inflight.free = make(chan struct{})
 	giveBack := inflight.used == 0 && inflight.peak > inflight.max/2 && time.Since(inflight.lastFreed) > freeEvery

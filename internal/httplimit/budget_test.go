@@ -170,3 +170,47 @@ func TestBudgetLetsSomeLargeBodiesFinish(t *testing.T) {
 		t.Fatalf("after every answer %d bytes are leased", used)
 	}
 }
+
+// TestStreamLeaseHoldsOneChunk: a body read to be decoded a chunk at a
+// time leases its bytes and one chunk's room, not what decoding it whole
+// takes; room once leased is reused, and grows only when asked for more
+// (a body decoded whole after all).
+func TestStreamLeaseHoldsOneChunk(t *testing.T) {
+	const size = 12 << 20
+	var held, again, whole int64
+	addr := serve(t, Limits{MaxInflightBytes: DefaultMaxInflightBytes}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, lease, err := ReadBodyStream(r, 32<<20)
+		defer lease.Release()
+		if err != nil {
+			http.Error(w, err.Error(), err.Status)
+			return
+		}
+		held, _ = InflightBytes()
+		if err := lease.Room(r.Context(), StreamRoom); err != nil {
+			http.Error(w, err.Error(), err.Status)
+			return
+		}
+		again, _ = InflightBytes()
+		if err := lease.Room(r.Context(), WholeRoom(len(body), 0)); err != nil {
+			http.Error(w, err.Error(), err.Status)
+			return
+		}
+		whole, _ = InflightBytes()
+		fmt.Fprint(w, len(body))
+	}))
+	if code, body := post(t, addr, bytes.Repeat([]byte("x"), size)); code != 200 || body != fmt.Sprint(size) {
+		t.Fatalf("%d %s", code, body)
+	}
+	if held < size+StreamRoom || held > size+StreamRoom+4*leaseChunk {
+		t.Errorf("a %d-byte body read to stream leased %d bytes, want its bytes and one chunk's room (%d)", size, held, size+StreamRoom)
+	}
+	if again != held {
+		t.Errorf("room already leased was leased again: %d bytes, then %d", held, again)
+	}
+	if whole < size+decodeFactor*size {
+		t.Errorf("room for decoding it whole: %d bytes leased, want at least %d", whole, size+decodeFactor*size)
+	}
+	if used, _ := InflightBytes(); used != 0 {
+		t.Fatalf("%d bytes leased after the answer", used)
+	}
+}

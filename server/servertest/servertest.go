@@ -30,7 +30,8 @@ func Start(t testing.TB, cfg server.Config, st *store.Store) string {
 	go func() { done <- srv.Serve(ctx, l) }()
 	t.Cleanup(func() { cancel(); <-done })
 	base := "http://" + l.Addr().String()
-	deadline := time.Now().Add(60 * time.Second)
+	// Ready once migrated, which on a loaded machine takes a while.
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		res, err := http.Get(base + "/readyz")
 		if err == nil {

@@ -61,7 +61,7 @@ func TestQueryDataRankSeries(t *testing.T) {
 	base := servertest.Start(t, cfg, storetest.NewStore(t))
 	ingest(t, base, syncRecords(time.Now().Add(-time.Minute).Truncate(time.Second)))
 	// The alert evaluator scores the ranks on its next pass.
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !scoredTo(t, base, "sync-3", 20, 3) {
 		if time.Now().After(deadline) {
 			t.Fatal("no straggler scores up to step 20")
