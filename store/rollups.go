@@ -142,6 +142,9 @@ func (s *Store) refreshChunk(ctx context.Context, runID string, lim RefreshLimit
 		if err := lockRefresh(ctx, tx, runID, lim); err != nil {
 			return err
 		}
+		if err := refreshSettings(ctx, tx); err != nil {
+			return err
+		}
 		// The markers are read without locking them, so ingest never waits
 		// for a refresh. Every write into a block bumps its marker's seq
 		// (or creates the marker) in the write's own transaction; the
