@@ -161,7 +161,9 @@ func TestEveryViewAnswersAfterABulkLoadOf1024Ranks(t *testing.T) {
 	}
 	blocksWant := ranks * ((steps + 99) / 100)
 	for _, p := range dashboardPaths("bulk") {
+		start := time.Now()
 		code, lagS, blocks, body := getLag(t, e, p)
+		t.Logf("after the load: %d in %s, lag %s s over %d blocks: %s", code, time.Since(start).Round(time.Millisecond), lagS, blocks, p)
 		if code != http.StatusOK {
 			t.Errorf("%s after the load: %d %.200s", p, code, body)
 		}
@@ -187,7 +189,8 @@ func TestEveryViewAnswersAfterABulkLoadOf1024Ranks(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); query.RunRefresher(ctx, e.s, 100*time.Millisecond, nil) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(15 * time.Minute)
+	start := time.Now()
+	deadline := start.Add(15 * time.Minute)
 	for round := 1; ; round++ {
 		for _, p := range dashboardPaths("bulk") {
 			if code, _, _, body := getLag(t, e, p); code != http.StatusOK {
@@ -200,7 +203,7 @@ func TestEveryViewAnswersAfterABulkLoadOf1024Ranks(t *testing.T) {
 			if sum.Steps != steps {
 				t.Fatalf("summary once rolled up: %d steps, want %d", sum.Steps, steps)
 			}
-			t.Logf("rolled up after %d rounds of every query", round)
+			t.Logf("rolled up after %d rounds of every query, %s after the refresher started", round, time.Since(start).Round(time.Second))
 			return
 		}
 		if time.Now().After(deadline) {
