@@ -13,3 +13,6 @@ var RankLockKey = rankLockKey
 
 // RunLockKey is the lock every batch of a run holds shared.
 var RunLockKey = runLockKey
+
+// SyncRollupSQL is the SQL the synchronisation rollups are held to.
+var SyncRollupSQL = syncRollupRefSQL

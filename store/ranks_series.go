@@ -39,7 +39,9 @@ func completeSteps(name, lo, hi string) string {
 
 // Clock offsets are estimated per offsetKey: over the whole range of
 // steps (perRank), or block by block (perBlock: a block is 100 steps), as
-// the rollups do, so that a block's figures depend on its own steps only.
+// the rollups do, so that a block's figures depend on its own steps only
+// (rollups_sync.go folds the same figures in Go; its test holds them to
+// this SQL).
 const (
 	perRank  = "rank"
 	perBlock = "rank, block"

@@ -39,9 +39,13 @@ func IsStepMetric(name string) bool {
 
 // refreshChunk bounds the dirty blocks refreshed in one transaction, so
 // that a cold refresh of a long run neither holds one huge transaction nor
-// keeps ingest waiting on the markers it deletes. 500 blocks is 50,000
-// steps per rank: a few hundred milliseconds of work.
-const refreshChunk = 500
+// keeps ingest waiting on the markers it deletes. A chunk takes whole
+// blocks of every rank marked in them, and pays once for what covers them
+// (the coarser buckets, each rank's whole-run rollups, the spread across
+// ranks): at 1,024 ranks those were most of a one-block chunk, so a chunk
+// takes about 5,000 rank-blocks, five blocks at 1,024 ranks, 500,000
+// steps of one rank: seconds of work.
+const refreshChunk = 5000
 
 // afterMarkersRead, when set by a test, runs inside a refresh right after
 // it has read its markers.
@@ -140,6 +144,9 @@ func (s *Store) refreshChunk(ctx context.Context, runID string, lim RefreshLimit
 	n := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := lockRefresh(ctx, tx, runID, lim); err != nil {
+			return err
+		}
+		if err := refreshSettings(ctx, tx); err != nil {
 			return err
 		}
 		// The markers are read without locking them, so ingest never waits

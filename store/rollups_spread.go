@@ -26,43 +26,6 @@ import (
 //	last_arrival       1 when the rank arrived last (and late), else 0
 var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_arrival"}
 
-// syncRollupSQL computes the width-100 rollups of SyncMetrics of the ranks
-// $3 (every rank of the run) of run $1 in the blocks $2, reading each
-// rank's block with an index range of its own; a step counts when every
-// rank reported it. Its plan must not depend on the statistics of steps,
-// which a bulk load leaves stale (they promise a few rows of a run that
-// has a hundred thousand a block): OFFSET 0 keeps the per-rank index
-// ranges from being flattened into a scan of the whole run, and the
-// statement runs with enable_nestloop off, so that nested loops are left
-// only where nothing else can join (the lateral reads): elsewhere, on
-// such estimates, they recomputed the clock offsets once a row, for
-// minutes a block. Lateness, busy time and excess waits are those of GET
-// /runs/{id}/ranks (ranks_series.go), with clock offsets estimated block
-// by block.
-var syncRollupSQL = `
-WITH ranks AS (
-	SELECT unnest($3::int[]) AS rank
-), s AS (
-	SELECT DISTINCT ON (s.rank, s.step) s.rank, s.step, s.time, s.sync_ns::float8 / 1e6 AS a, s.sync_wait_ms AS w, s.step_ms, s.input_wait_ms
-	FROM ranks r CROSS JOIN unnest($2::bigint[]) AS b(block) CROSS JOIN LATERAL (
-		SELECT r.rank, step, time, sync_ns, sync_wait_ms, step_ms, input_wait_ms FROM steps
-		WHERE run_id = $1 AND rank = r.rank AND step >= b.block * 100 AND step < (b.block + 1) * 100
-		OFFSET 0
-	) s
-	ORDER BY s.rank, s.step, s.time DESC
-), c AS (
-	SELECT * FROM (
-		SELECT s.*, count(*) OVER st AS nr, count(a) OVER st AS na, count(w) OVER st AS nw FROM s WINDOW st AS (PARTITION BY step)
-	) x WHERE nr = (SELECT count(*) FROM ranks) AND nr >= 2
-), ` + clockOffsets("c", perBlock) + `, ` + lateness("c", perBlock) + `, m AS (
-	SELECT *, max(late) OVER (PARTITION BY step) AS latest FROM l
-)
-INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
-SELECT $1, rank, 100, step / 100, v.metric, min(step), (array_agg(time ORDER BY step))[1], max(time), min(v.x), max(v.x), sum(v.x), count(v.x)
-FROM m, LATERAL (VALUES ('lateness_ms', late), ('busy_ms', busy), ('straggler_wait_ms', excess),
-	('last_arrival', CASE WHEN late IS NULL THEN NULL WHEN late = latest AND latest > 0 THEN 1.0 ELSE 0.0 END)) AS v(metric, x)
-GROUP BY rank, step / 100, v.metric HAVING count(v.x) > 0`
-
 // parentSyncSQL recomputes, for every rank, the rollups of SyncMetrics of
 // width $3 in the buckets $2 from the rows of width $4 = $3 / 10.
 const parentSyncSQL = `
@@ -115,14 +78,8 @@ func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 	for i, r := range all {
 		ranks32[i] = int32(r)
 	}
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_nestloop = off`); err != nil {
-		return fmt.Errorf("plan synchronisation rollups: %w", err)
-	}
-	if _, err := tx.Exec(ctx, syncRollupSQL, runID, blocks, ranks32); err != nil {
-		return fmt.Errorf("compute synchronisation rollups: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_nestloop TO DEFAULT`); err != nil {
-		return fmt.Errorf("plan synchronisation rollups: %w", err)
+	if err := refreshSyncBlocks(ctx, tx, runID, blocks, ranks32); err != nil {
+		return err
 	}
 	child := blocks
 	for i, w := range RollupWidths {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/ingest"
 	"github.com/deepseed/deepseed/internal/fleettest"
+	"github.com/deepseed/deepseed/query"
 )
 
 const benchQueryNotes = `
@@ -111,10 +113,17 @@ func benchQuery(ctx context.Context, args []string) error {
 	ids := make([]string, len(runs))
 	for i, r := range runs {
 		ids[i] = r.ID
+	}
+	if err := firstAnswers(ctx, qbase.String()+"/api/v1", readToken, benchQueries(run, ids), *only); err != nil {
+		return err
+	}
+	drain := time.Now()
+	for _, r := range runs {
 		if err := waitRolledUp(ctx, qbase.String(), readToken, r); err != nil {
 			return err
 		}
 	}
+	fmt.Fprintf(os.Stderr, "every run rolled up %s after the load\n", time.Since(drain).Round(time.Second))
 	return timeQueries(ctx, qbase.String()+"/api/v1", readToken, benchQueries(run, ids), nRounds, nWarm, *only)
 }
 
@@ -180,8 +189,9 @@ func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken st
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d records in %s (%.0f records/s)\n", r.ID, sent.Load(), time.Since(start).Round(time.Second),
-		float64(sent.Load())/time.Since(start).Seconds())
+	took := time.Since(start)
+	fmt.Fprintf(os.Stderr, "%s: %d records in %s (%.0f records/s, %.1f steps/s of %d ranks)\n", r.ID, sent.Load(), took.Round(time.Second),
+		float64(sent.Load())/took.Seconds(), float64(r.Steps)/took.Seconds(), r.Ranks)
 	return nil
 }
 
@@ -249,6 +259,41 @@ func timeQueries(ctx context.Context, base, token string, cases []benchQueryCase
 		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
 		ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
 		fmt.Printf("%-28s %10.1f %10.1f %10.1f %12d\n", c.name, ms(quantile(d, 0.5)), ms(quantile(d, 0.95)), ms(d[len(d)-1]), size[i])
+	}
+	return nil
+}
+
+// firstAnswers sends every case once, right after the load and before
+// the rollups caught up with it, and prints each one's status, time,
+// size and the rollup lag it reported: every view must answer at once
+// whatever the refresh backlog. A status other than 200 is printed, not
+// an error, so that every query's is seen.
+func firstAnswers(ctx context.Context, base, token string, cases []benchQueryCase, only string) error {
+	fmt.Printf("right after the load:\n%-28s %6s %10s %12s %10s %12s\n", "query", "status", "ms", "bytes", "lag s", "lag blocks")
+	for _, c := range cases {
+		if only != "" && !strings.Contains(c.name, only) {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+c.path, nil)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		start := time.Now()
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		n, err := io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		d := time.Since(start)
+		lag, blocks := res.Header.Get(query.RollupLagHeader), res.Header.Get(query.RollupLagBlocksHeader)
+		fmt.Printf("%-28s %6d %10.1f %12d %10s %12s\n", c.name, res.StatusCode, float64(d.Microseconds())/1000, n, cmp.Or(lag, "-"), cmp.Or(blocks, "-"))
 	}
 	return nil
 }
