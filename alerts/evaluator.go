@@ -26,7 +26,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/internal/tick"
 	"github.com/deepseed/deepseed/store"
 )

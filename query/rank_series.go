@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/store"
 )
 

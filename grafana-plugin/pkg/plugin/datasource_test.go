@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/deepseed/deepseed/api"
 	"math"
 	"strings"
 	"testing"
@@ -100,7 +101,7 @@ func TestQueryData(t *testing.T) {
 	if len(ws.Fields) != 4 || ws.Fields[1].Name != "step" || ws.Fields[1].Config.Custom["hideFrom"] == nil {
 		t.Errorf("series with step: %s", frameSummary(ws))
 	}
-	if m := ws.Fields[3]; m.Config.DisplayNameFromDS != "loss"+NonFiniteSuffix {
+	if m := ws.Fields[3]; m.Config.DisplayNameFromDS != "loss"+api.NonFiniteSuffix {
 		t.Errorf("non-finite marks: %s", frameSummary(ws))
 	} else {
 		for i := range m.Len() {

@@ -91,11 +91,11 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 	}
 	switch q.Format {
 	case "":
-	case FormatNumeric:
+	case api.FormatNumeric:
 		if q.QueryType != api.QueryRunSummary && q.QueryType != api.QueryRanks && q.QueryType != api.QueryAlerts {
 			return q, &QueryError{Field: "format", Msg: "numeric is for run_summary, ranks and alerts"}
 		}
-	case FormatTable:
+	case api.FormatTable:
 		if q.QueryType != api.QueryGPUs {
 			return q, &QueryError{Field: "format", Msg: "table is for gpus"}
 		}

@@ -65,11 +65,11 @@ func TestTypesListGPUMetrics(t *testing.T) {
 // A GPU sample metric's legend is the table's label.
 func TestGPUMetricLegendsAreTheTables(t *testing.T) {
 	for _, m := range api.GPUColumns() {
-		if got := metricLabel(m.Name); got != m.Label || got == "" {
+		if got := api.MetricLabel(m.Name); got != m.Label || got == "" {
 			t.Errorf("legend of %s = %q, want the table's %q", m.Name, got, m.Label)
 		}
 	}
-	if got := metricLabel("step_ms"); got != "step" {
+	if got := api.MetricLabel("step_ms"); got != "step" {
 		t.Errorf("legend of step_ms = %q", got)
 	}
 }
