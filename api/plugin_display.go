@@ -56,27 +56,19 @@ const (
 	RegressionDiffersFrame  = "What differs"
 )
 
-// metricLabels are the legends of the step metrics, in words: a chart's
-// legend says "step time", not step_ms. The GPU sample metrics' legends
-// are the metric table's (GPUMetrics). A metric not listed
-// (metrics.NAME, a new column) keeps its name.
-var metricLabels = map[string]string{
-	"loss": "loss", "lr": "learning rate", "grad_norm": "gradient norm", "loss_scale": "loss scale",
-	"epoch": "epoch", "samples": "samples", "tokens": "tokens",
-	"throughput_sps": "samples/s", "throughput_tps": "tokens/s",
-	"step_ms": "step", "forward_ms": "forward", "backward_ms": "backward", "optimizer_ms": "optimizer",
-	"comm_ms": "communication", "data_ms": "data loading",
-	"gpu_util_pct": "GPU utilisation (steps)", "gpu_mem_used_gb": "GPU memory used (steps)",
-	"gpu_mem_peak_gb": "peak allocated (PyTorch)", "gpu_mem_reserved_gb": "reserved (PyTorch)",
-	"cpu_util_pct": "CPU utilisation", "tflops": "TFLOP/s", "mfu": "MFU",
-	"sync_wait_ms": "wait in collective", "input_wait_ms": "input wait", "skipped": "skipped",
-	"lateness_ms": "lateness", "straggler_score": "straggler score",
-}
+// rankSeriesLabels are the legends of the per-rank series the query
+// service computes across the ranks of a step.
+var rankSeriesLabels = map[string]string{"lateness_ms": "lateness", "straggler_score": "straggler score"}
 
-// MetricLabel is a metric's legend in words: a step metric's, a GPU
-// metric's from the metric table, or else the metric's own name.
+// MetricLabel is a metric's legend in words: a chart's legend says "step",
+// not step_ms. A step value's legend is the step table's (StepFields), a
+// GPU metric's the metric table's (GPUMetrics); a metric without one
+// (metrics.NAME, a value the table gives no label) keeps its name.
 func MetricLabel(metric string) string {
-	if l, ok := metricLabels[metric]; ok {
+	if f := StepFieldNamed(metric); f != nil && f.Label != "" {
+		return f.Label
+	}
+	if l, ok := rankSeriesLabels[metric]; ok {
 		return l
 	}
 	if m := GPUMetricNamed(metric); m != nil && m.Label != "" {
@@ -91,7 +83,8 @@ func MetricLabel(metric string) string {
 // band filled from p5 to p95).
 func SpreadLabel(metric, quantile string) string {
 	label, of := MetricLabel(metric), "ranks"
-	if _, step := metricLabels[metric]; !step && GPUMetricNamed(metric) != nil {
+	_, rankSeries := rankSeriesLabels[metric]
+	if f := StepFieldNamed(metric); (f == nil || f.Label == "") && !rankSeries && GPUMetricNamed(metric) != nil {
 		label, of = "GPU "+label, "GPUs"
 	}
 	if label != "" {
