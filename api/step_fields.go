@@ -115,17 +115,33 @@ func StepSeries() []string {
 	return out
 }
 
+// stepDurations and stepCounts are the step table's fields the validator
+// checks, picked out once: its values in ms and its integers.
+var stepDurations, stepCounts = func() (d []StepField, c []StepField) {
+	for _, f := range StepFields {
+		switch f.Field(&Step{}).(type) {
+		case **Float:
+			if f.Unit == "ms" {
+				d = append(d, f)
+			}
+		case **int64:
+			c = append(c, f)
+		}
+	}
+	return d, c
+}()
+
 // stepFields checks a step's values by the table: durations (unit ms)
 // and counts (integers) are never negative. Durations are checked first,
 // so a step with both wrong is refused for its duration.
 func (v *validator) stepFields(s *Step) {
-	for _, f := range StepFields {
-		if p, ok := f.Field(s).(**Float); ok && f.Unit == "ms" && *p != nil && float64(**p) < 0 {
+	for _, f := range stepDurations {
+		if p := f.Field(s).(**Float); *p != nil && float64(**p) < 0 {
 			v.fail(f.Name, "negative duration")
 		}
 	}
-	for _, f := range StepFields {
-		if p, ok := f.Field(s).(**int64); ok && *p != nil && **p < 0 {
+	for _, f := range stepCounts {
+		if p := f.Field(s).(**int64); *p != nil && **p < 0 {
 			v.fail(f.Name, "negative")
 		}
 	}
