@@ -150,15 +150,18 @@ func TestRankSeriesShowWhoStragglesSinceWhen(t *testing.T) {
 		t.Fatalf("GET /ranks = %d %s", code, b)
 	}
 	// The newest score is the one the evaluator computed, exactly: the
-	// ranks' heads.
+	// ranks' heads (the evaluator's clock offsets, estimated over its
+	// window, move it by rounding from the score computed here).
 	heads, err := st.LastRankScores(context.Background(), run)
 	if err != nil || len(heads) != 4 {
 		t.Fatalf("heads: %v, %v", heads, err)
 	}
 	for _, s := range rk.Ranks {
 		h := heads[s.Rank]
-		if s.StragglerScore == nil || float64(*s.StragglerScore) != h.Score || math.Abs(h.Score-wantScore(s.Rank, steps)) > 1e-9 {
-			t.Errorf("rank %d straggler score %v, want the head's %v (%.9f)", s.Rank, s.StragglerScore, h.Score, wantScore(s.Rank, steps))
+		if s.StragglerScore == nil {
+			t.Errorf("rank %d: no straggler score", s.Rank)
+		} else if float64(*s.StragglerScore) != h.Score || math.Abs(h.Score-wantScore(s.Rank, steps)) > 1e-5 {
+			t.Errorf("rank %d straggler score %v, want the head's %v (%.6f)", s.Rank, *s.StragglerScore, h.Score, wantScore(s.Rank, steps))
 		}
 		if s.ClockOffsetMS == nil || math.Abs(float64(*s.ClockOffsetMS)-skew[s.Rank]) > 1e-3 {
 			t.Errorf("rank %d clock offset %v, want %v", s.Rank, s.ClockOffsetMS, skew[s.Rank])

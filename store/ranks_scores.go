@@ -271,41 +271,84 @@ func writeScoreSpans(ctx context.Context, tx pgx.Tx, runID string, spans []score
 	return err
 }
 
-// spanScoreAt is the SQL of a span's score at step k (an SQL expression),
-// interpolated linearly between its first and last score: within the
-// span's range, so within its tolerance of the score there.
-func spanScoreAt(k string) string {
-	return `CASE WHEN first_score = last_score THEN first_score
-		ELSE first_score + (last_score - first_score) * ((` + k + `) - first_step) / (last_step - first_step) END`
+// at is the span's score at step k, interpolated linearly between its
+// first and last score: within the span's range, so within its tolerance
+// of the score computed there.
+func (sp *scoreSpan) at(k float64) float64 {
+	if sameScore(sp.FirstScore, sp.LastScore) {
+		return sp.FirstScore
+	}
+	return sp.FirstScore + (sp.LastScore-sp.FirstScore)*(k-float64(sp.FirstStep))/float64(sp.LastStep-sp.FirstStep)
+}
+
+// timeAt is the time of step k, interpolated between the span's first and
+// last time, to the microsecond PostgreSQL keeps.
+func (sp *scoreSpan) timeAt(k int64) time.Time {
+	if k == sp.FirstStep {
+		return sp.FirstTime
+	}
+	if k == sp.LastStep {
+		return sp.LastTime
+	}
+	d := float64(sp.LastTime.Sub(sp.FirstTime)) * float64(k-sp.FirstStep) / float64(sp.LastStep-sp.FirstStep)
+	return sp.FirstTime.Add(time.Duration(d)).Round(time.Microsecond)
+}
+
+// addTo adds the span's steps in [from, to] to the buckets of width
+// steps they fall in, out ordered by rank and first step: the span's
+// buckets follow those of the spans before it, the first of them maybe
+// shared with the last one there. A bucket that holds the span whole
+// takes its min, max and sum; one that holds part of it, the scores
+// interpolated over that part (at).
+func (sp *scoreSpan) addTo(out []RankBucket, from, to, width int64) []RankBucket {
+	for b := max(sp.FirstStep, from) / width; b <= min(sp.LastStep, to)/width; b++ {
+		lo, hi := max(sp.FirstStep, b*width, from), min(sp.LastStep, b*width+width-1, to)
+		n := hi - lo + 1
+		mn, mx, sum := sp.MinScore, sp.MaxScore, sp.SumScore
+		if lo != sp.FirstStep || hi != sp.LastStep {
+			a, z := sp.at(float64(lo)), sp.at(float64(hi))
+			mn, mx, sum = pgMin(a, z), pgMax(a, z), float64(n)*sp.at(float64(lo+hi)/2)
+		}
+		if k := len(out) - 1; k >= 0 && out[k].Rank == sp.Rank && out[k].FirstStep/width == b {
+			out[k].Min, out[k].Max = pgMin(out[k].Min, mn), pgMax(out[k].Max, mx)
+			out[k].Sum += sum
+			out[k].Count += n
+			continue
+		}
+		out = append(out, RankBucket{Rank: sp.Rank, FirstStep: lo, FirstTime: sp.timeAt(lo), Min: mn, Max: mx, Sum: sum, Count: n})
+	}
+	return out
 }
 
 // ScoreBuckets returns each rank's stored straggler score over the steps
 // in [from, to], bucketed by width steps, from the spans that overlap the
-// range. A bucket that holds a span whole takes its min, max and sum; one
-// that holds part of it, the scores interpolated between the span's first
-// and last (within ScoreEpsilon of those computed), and the time of its
-// first step interpolated between the span's first and last time.
+// range (addTo): where a bucket cuts a span, its scores within
+// ScoreEpsilon of those computed and the time of its first step
+// interpolated between the span's first and last time. It reads a row a
+// span, however narrow the buckets.
 func (s *Store) ScoreBuckets(ctx context.Context, runID string, from, to, width int64) ([]RankBucket, error) {
 	if width < 1 {
 		return nil, fmt.Errorf("store: straggler scores of %s: bucket width %d", runID, width)
 	}
-	return s.rankBuckets(ctx, "straggler scores", runID, `
-		WITH o AS (
-			SELECT rank, b, first_step, last_step, first_time, last_time, first_score, last_score, min_score, max_score, sum_score,
-			       greatest(first_step, b * $4, $2) AS lo, least(last_step, b * $4 + $4 - 1, $3) AS hi
-			FROM rank_score_spans, generate_series(greatest(first_step, $2) / $4, least(last_step, $3) / $4) AS b
-			WHERE run_id = $1 AND first_step <= $3 AND last_step >= $2
-		), p AS (
-			SELECT rank, b, lo, hi - lo + 1 AS n,
-			       first_time + (last_time - first_time) * ((lo - first_step)::float8 / greatest(last_step - first_step, 1)) AS t,
-			       CASE WHEN lo = first_step AND hi = last_step THEN min_score
-			            ELSE least(`+spanScoreAt("lo::float8")+`, `+spanScoreAt("hi::float8")+`) END AS mn,
-			       CASE WHEN lo = first_step AND hi = last_step THEN max_score
-			            ELSE greatest(`+spanScoreAt("lo::float8")+`, `+spanScoreAt("hi::float8")+`) END AS mx,
-			       CASE WHEN lo = first_step AND hi = last_step THEN sum_score
-			            ELSE (hi - lo + 1) * `+spanScoreAt("(lo + hi)::float8 / 2")+` END AS sm
-			FROM o
-		)
-		SELECT rank, min(lo), (array_agg(t ORDER BY lo))[1], min(mn), max(mx), sum(sm), sum(n)::bigint
-		FROM p GROUP BY rank, b ORDER BY rank, 2`, runID, from, to, width)
+	rows, err := s.pool.Query(ctx, `SELECT rank, first_step, last_step, first_time, last_time,
+			first_score, last_score, min_score, max_score, sum_score
+		FROM rank_score_spans WHERE run_id = $1 AND first_step <= $3 AND last_step >= $2
+		ORDER BY run_id, rank, first_step`, runID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("store: straggler scores of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []RankBucket
+	for rows.Next() {
+		var sp scoreSpan
+		if err := rows.Scan(&sp.Rank, &sp.FirstStep, &sp.LastStep, &sp.FirstTime, &sp.LastTime,
+			&sp.FirstScore, &sp.LastScore, &sp.MinScore, &sp.MaxScore, &sp.SumScore); err != nil {
+			return nil, fmt.Errorf("store: straggler scores of %s: %w", runID, err)
+		}
+		out = sp.addTo(out, from, to, width)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: straggler scores of %s: %w", runID, err)
+	}
+	return out, nil
 }
