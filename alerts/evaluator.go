@@ -27,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/internal/tick"
 	"github.com/deepseed/deepseed/store"
 )

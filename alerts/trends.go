@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/detect"
 )
 
 // Trends computes what the regression and drift detectors read of a run:

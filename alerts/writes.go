@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/store"
 )
 

@@ -32,6 +32,9 @@ func TestOpenAPIDescribesTheTables(t *testing.T) {
 	if want, err = alertKindsInOpenAPI(want); err != nil {
 		t.Fatal(err)
 	}
+	if want, err = stepFieldsInOpenAPI(want); err != nil {
+		t.Fatal(err)
+	}
 	if *update {
 		if err := os.WriteFile(path, want, 0o644); err != nil {
 			t.Fatal(err)
@@ -39,7 +42,7 @@ func TestOpenAPIDescribesTheTables(t *testing.T) {
 		return
 	}
 	if !bytes.Equal(doc, want) {
-		t.Errorf("api/openapi.json does not describe the metric table's GPU values or the alert kinds: run go test ./api -run TestOpenAPIDescribesTheTables -update")
+		t.Errorf("api/openapi.json does not describe the metric table's GPU values, the step table or the alert kinds: run go test ./api -run TestOpenAPIDescribesTheTables -update")
 	}
 }
 
@@ -99,6 +102,47 @@ func gpuMetricsInOpenAPI(doc []byte) ([]byte, error) {
 	}
 	slices.Sort(names)
 	return replaceJSON(doc, enum, names)
+}
+
+// stepFieldsInOpenAPI returns doc with the Step schema's properties
+// holding every value of the step table: a document that has them all is
+// left as it is, one that misses some gets them, the properties then
+// sorted by name (those already there kept as they are, with their
+// descriptions).
+func stepFieldsInOpenAPI(doc []byte) ([]byte, error) {
+	schema := bytes.Index(doc, []byte("\n      \"Step\": {"))
+	if schema < 0 {
+		return nil, fmt.Errorf("no Step schema")
+	}
+	props, err := objectAfter(doc, schema, `"properties": `)
+	if err != nil {
+		return nil, fmt.Errorf("Step schema: %w", err)
+	}
+	var have map[string]json.RawMessage
+	if err := json.Unmarshal(doc[props[0]:props[1]], &have); err != nil {
+		return nil, fmt.Errorf("Step schema: %w", err)
+	}
+	missing := false
+	for _, f := range api.StepFields {
+		if have[f.Name] != nil {
+			continue
+		}
+		missing = true
+		switch f.Field(&api.Step{}).(type) {
+		case **api.Float:
+			have[f.Name] = json.RawMessage(`{"anyOf": [{"$ref": "#/components/schemas/Float"}, {"type": "null"}]}`)
+		case **int64:
+			have[f.Name] = json.RawMessage(`{"type": ["integer", "null"], "format": "int64", "minimum": 0}`)
+		case **bool:
+			have[f.Name] = json.RawMessage(`{"type": ["boolean", "null"]}`)
+		default:
+			return nil, fmt.Errorf("step field %s: a record field of type %T", f.Name, f.Field(&api.Step{}))
+		}
+	}
+	if !missing {
+		return doc, nil
+	}
+	return replaceJSON(doc, props, have)
 }
 
 // alertKindsInOpenAPI returns doc with the enums of the /alerts kind

@@ -99,7 +99,7 @@ const MaxRankBars = 48
 // The quantiles of a series query's distribution frame: with rank=all on
 // a run of more than MaxRankSeries ranks, each metric comes back as one
 // frame whose fields are the metric's distribution over the ranks, one for
-// each q of SpreadQuantiles (the plugin's SpreadLabel names them in words).
+// each q of SpreadQuantiles (SpreadLabel names them in words).
 const (
 	SpreadMin    = "min"
 	SpreadP5     = "p5"
@@ -115,8 +115,8 @@ var SpreadQuantiles = []string{SpreadMin, SpreadP5, SpreadMedian, SpreadP95, Spr
 // compared: within a sweep, its first trial.
 const BaselineFirst = "@first"
 
-// AllValue is the value of a picker's "All" on the jobs dashboard: no
-// filter.
+// AllValue is the value of a picker's "All" (the jobs dashboard's, the GPU
+// nodes dashboard's run picker): no filter.
 const AllValue = "*"
 
 // PluginQueryTypes lists every query type.

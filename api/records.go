@@ -117,7 +117,9 @@ type RunMeta struct {
 	Extra      map[string]json.RawMessage `json:"-"`
 }
 
-// Step is one optimizer (or micro-) step of one rank.
+// Step is one optimizer (or micro-) step of one rank. Its values besides
+// the key and the user metrics are listed, with their units, sums and
+// legends, in [StepFields].
 type Step struct {
 	Kind          string `json:"kind"`
 	RunID         string `json:"run_id"`

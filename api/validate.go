@@ -108,24 +108,7 @@ func (v *validator) checkStep(s *Step) {
 	v.rank("rank", s.Rank)
 	v.step("step", s.Step, true)
 	v.metrics("metrics", s.Metrics)
-	for _, f := range []struct {
-		name string
-		val  *Float
-	}{{"step_ms", s.StepMS}, {"forward_ms", s.ForwardMS}, {"backward_ms", s.BackwardMS}, {"optimizer_ms", s.OptimizerMS}, {"comm_ms", s.CommMS}, {"data_ms", s.DataMS},
-		{"comm_exposed_ms", s.CommExposedMS}, {"sync_wait_ms", s.SyncWaitMS}, {"input_wait_ms", s.InputWaitMS}} {
-		if f.val != nil && float64(*f.val) < 0 {
-			v.fail(f.name, "negative duration")
-		}
-	}
-	if s.Samples != nil && *s.Samples < 0 {
-		v.fail("samples", "negative")
-	}
-	if s.Tokens != nil && *s.Tokens < 0 {
-		v.fail("tokens", "negative")
-	}
-	if s.SyncNS != nil && *s.SyncNS < 0 {
-		v.fail("sync_ns", "negative")
-	}
+	v.stepFields(s)
 }
 
 // checkLayers checks a layers record: its run id (required), rank and

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
-	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
+	"github.com/deepseed/deepseed/detect"
 )
 
 // AlertRulesFile is where Grafana's alerting provisioning lives in the
@@ -46,7 +45,7 @@ func AlertRules() []AlertRule {
 func RenderAlerting() ([]byte, error) {
 	var b bytes.Buffer
 	err := alertingTemplate.Execute(&b, map[string]any{
-		"Rules": AlertRules(), "Datasource": DatasourceUID, "Query": api.QueryAlerts, "Format": plugin.FormatNumeric,
+		"Rules": AlertRules(), "Datasource": DatasourceUID, "Query": api.QueryAlerts, "Format": api.FormatNumeric,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("render alert rules: %w", err)
@@ -71,7 +70,7 @@ var alertingTemplate = template.Must(template.New("alerting").Delims("[[", "]]")
 # DEEPSEED_ALERT_WEBHOOK_URL of the Grafana process; the README shows how
 # to route them to Slack or e-mail instead.
 #
-# Generated from the detectors' table (alerts/detect) by
+# Generated from the detectors' table (detect) by
 # go run ./dashboards/gen; do not edit.
 apiVersion: 1
 

@@ -428,7 +428,7 @@ func checkPanelFields(t *testing.T, p fullPanel, frames data.Frames) {
 		case "byRegexp":
 			// The marks of NaN losses come only with a NaN loss, a
 			// straggler's series only with a straggler.
-			if len(matches(grafanaRegexp(t, opt))) == 0 && !strings.Contains(opt, plugin.NonFiniteSuffix) && opt != dashboards.StragglerSeries {
+			if len(matches(grafanaRegexp(t, opt))) == 0 && !strings.Contains(opt, api.NonFiniteSuffix) && opt != dashboards.StragglerSeries {
 				t.Errorf("override byRegexp %q matches none of %v", opt, names)
 			}
 		}

@@ -9,15 +9,14 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
 
 	"github.com/deepseed/deepseed/api"
-	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // gpuTableQuery asks for one table row per GPU of $run (every GPU of the
 // time range with All), whatever the host.
 func gpuTableQuery() api.PluginQuery {
-	q := gpuQuery(plugin.GPUTableMetrics...)
+	q := gpuQuery(api.GPUTableMetrics...)
 	q.Host = ""
-	q.Format = plugin.FormatTable
+	q.Format = api.FormatTable
 	return q
 }
 
@@ -83,7 +82,7 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		WithVariable(projectVar()).
 		// $run filters to the GPUs the collectors attributed to the run;
 		// All (the default) shows every GPU.
-		WithVariable(runVar(false).IncludeAll(true).AllValue(plugin.AllRuns)).
+		WithVariable(runVar(false).IncludeAll(true).AllValue(api.AllValue)).
 		// One host at a time, the first by name when the dashboard
 		// opens: a section per host of 128 hosts is a page nobody reads
 		// and a thousand queries; the fleet table above lists them all.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/deepseed/deepseed/api"
 	"os"
 	"path/filepath"
 	"testing"
@@ -50,7 +51,7 @@ func TestGPUNodesPastSixteenGPUs(t *testing.T) {
 	}
 	timeRange := backend.TimeRange{From: start.Add(-time.Hour), To: start.Add(time.Hour)}
 	tr := "&from=" + timeRange.From.Format(time.RFC3339) + "&to=" + timeRange.To.Format(time.RFC3339)
-	for _, r := range []string{plugin.AllRuns, run.ID} {
+	for _, r := range []string{api.AllValue, run.ID} {
 		hosts := callResource(ctx, t, ds, "hosts", "run="+r+tr)
 		if len(hosts) != run.Ranks/fleettest.RanksPerHost || hosts[0].Value != run.Host(0) {
 			t.Errorf("run=%s: Host offers %d hosts (first %+v), want the run's %d", r, len(hosts), hosts, run.Ranks/fleettest.RanksPerHost)

@@ -8,7 +8,6 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 
 	"github.com/deepseed/deepseed/api"
-	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // Variables of the jobs dashboard.
@@ -61,7 +60,7 @@ func jobTableOverrides(p *table.PanelBuilder) *table.PanelBuilder {
 		OverrideByName("Runtime", []dashboard.DynamicConfigValue{prop("unit", "dtdurations"), prop("custom.width", 150)}).
 		// Narrow numbers get widths of their own: at Grafana's 150 px a
 		// column, pid, exit code and run were pushed off a 1,600-px screen.
-		OverrideByName("GPU-hours", []dashboard.DynamicConfigValue{prop("unit", plugin.GPUHoursUnit), prop("decimals", 2), prop("custom.width", 90)}).
+		OverrideByName("GPU-hours", []dashboard.DynamicConfigValue{prop("unit", api.GPUHoursUnit), prop("decimals", 2), prop("custom.width", 90)}).
 		OverrideByName("GPUs", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
 		OverrideByName("Exit code", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
 		OverrideByName("Slurm job / pid", []dashboard.DynamicConfigValue{prop("custom.width", 120)}).
@@ -137,7 +136,7 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		Datasource(DatasourceRef()).
 		GridPos(gridPos(0, 15, 8, 9)).
 		WithTarget(target("A", api.PluginQuery{QueryType: api.QueryQuotas, Project: "$" + varProject})).
-		Unit(plugin.GPUHoursUnit).
+		Unit(api.GPUHoursUnit).
 		Decimals(1).
 		Min(0).
 		Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModePercentage).Steps([]dashboard.Threshold{

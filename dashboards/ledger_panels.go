@@ -5,7 +5,6 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 
 	"github.com/deepseed/deepseed/api"
-	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // The panels of regressions and the ledger of lost GPU-hours
@@ -21,7 +20,7 @@ func whatChanged(b *dashboard.DashboardBuilder, y uint32) (*dashboard.DashboardB
 	wrap := prop("custom.cellOptions", map[string]any{"type": "auto", "wrapText": true})
 	b = b.WithPanel(dataTable("What changed",
 		"The run against the comparable runs of its project (same model, parameters, world size, precision, parallelism and micro batch; the 8 newest started before it): the change in step time, throughput, MFU and peak memory when beyond the baseline runs' own spread, where it is (phase, layers, ranks and their hosts) and what differs (git commit and diff, config keys, library versions, hosts, GPU clocks and throttling). Pick "+
-			"\""+plugin.RegressionFiguresFrame+"\", \""+plugin.RegressionPlacesFrame+"\" or \""+plugin.RegressionDiffersFrame+"\" below the table for the details.",
+			"\""+api.RegressionFiguresFrame+"\", \""+api.RegressionPlacesFrame+"\" or \""+api.RegressionDiffersFrame+"\" below the table for the details.",
 		gridPos(0, y, 24, 5), runQuery(api.QueryRegression)).
 		FrameIndex(0).
 		Filterable(false).

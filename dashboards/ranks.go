@@ -11,9 +11,8 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/trend"
 
-	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
-	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
+	"github.com/deepseed/deepseed/detect"
 )
 
 func ranks() (dashboard.Dashboard, []Annotation, error) {
@@ -205,11 +204,11 @@ const (
 )
 
 // rankBand draws the distribution the plugin answers for rank=all past
-// api.MaxRankSeries ranks (fields named by plugin.SpreadLabel): the median as a line,
+// api.MaxRankSeries ranks (fields named by api.SpreadLabel): the median as a line,
 // a band from p5 to p95 inside a fainter one from min to max, each filled
 // with Grafana's fill-below-to between its edges. A run of fewer ranks has
 // no such fields, and keeps its line per rank. The line of a rank the
-// server flags as a straggler (named with plugin.StragglerSuffix) is
+// server flags as a straggler (named with api.StragglerSuffix) is
 // drawn thick and red; every other line is a shade of the band's blue,
 // as Grafana's classic palette has a red of its own ("vm GPU 0" and the
 // straggler were drawn alike).
@@ -229,12 +228,12 @@ func rankBand[P interface {
 }
 
 // StragglerSeries matches the display names of a flagged rank's series.
-var StragglerSeries = "/" + regexp.QuoteMeta(plugin.StragglerSuffix) + "$/"
+var StragglerSeries = "/" + regexp.QuoteMeta(api.StragglerSuffix) + "$/"
 
 func rankBandOf[P interface {
 	OverrideByName(string, []dashboard.DynamicConfigValue) P
 }](p P, metric string) P {
-	name := func(q string) string { return plugin.SpreadLabel(metric, q) }
+	name := func(q string) string { return api.SpreadLabel(metric, q) }
 	color := func(c string) dashboard.DynamicConfigValue {
 		return prop("color", map[string]any{"mode": "fixed", "fixedColor": c})
 	}

@@ -119,7 +119,7 @@ func TestRanksDashboardPastSixteenRanks(t *testing.T) {
 			// The NVML samples of 1,024 GPUs come as their distribution,
 			// not as a line per GPU.
 			if nvml := map[string]string{"GPU utilisation per rank": "util_pct", "GPU memory per rank": "mem_used_bytes"}[p.Title]; nvml != "" {
-				if !slices.Contains(fieldNames(frames), plugin.SpreadLabel(nvml, api.SpreadMedian)) || len(frames) > 8 {
+				if !slices.Contains(fieldNames(frames), api.SpreadLabel(nvml, api.SpreadMedian)) || len(frames) > 8 {
 					t.Errorf("%d frames %v: want the distribution of the GPUs' %s beside the steps' band", len(frames), fieldNames(frames), nvml)
 				}
 			}
@@ -164,7 +164,7 @@ func bandFields(t *testing.T, p fullPanel) map[string]bool {
 		}
 		for _, m := range q.Metrics {
 			for _, quantile := range api.SpreadQuantiles {
-				out[plugin.SpreadLabel(m, quantile)] = true
+				out[api.SpreadLabel(m, quantile)] = true
 			}
 		}
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/dashboards"
-	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // rawPanel is a generated panel as Grafana reads it, every key kept.
@@ -464,7 +463,7 @@ func TestFlaggedRankHighlighted(t *testing.T) {
 		for _, o := range anyList(p["fieldConfig"].(map[string]any)["overrides"]) {
 			m := o.(map[string]any)["matcher"].(map[string]any)
 			if m["id"] == "byRegexp" && m["options"] == dashboards.StragglerSeries {
-				found = regexp.MustCompile(strings.Trim(dashboards.StragglerSeries, "/")).MatchString("Lateness rank 1" + plugin.StragglerSuffix)
+				found = regexp.MustCompile(strings.Trim(dashboards.StragglerSeries, "/")).MatchString("Lateness rank 1" + api.StragglerSuffix)
 			}
 		}
 		if !found {

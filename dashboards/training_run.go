@@ -10,7 +10,6 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/piechart"
 
 	"github.com/deepseed/deepseed/api"
-	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
 )
 
 // summaryCards are the seed dashboard's summary cards and the figures an
@@ -31,8 +30,8 @@ var summaryCards = []card{
 	{"Final val F1", "final_val_f1", "percentunit", 1, "F1 score of the last evaluation. Empty: no evaluation of the run had an F1.", "", "no F1"},
 	{"Throughput/rank", "mean_throughput_sps", "suffix: samples/s", 1, "Mean samples per second of one rank over the run (rank 0's steps); the whole run's throughput is about world size × this, as Compare's Samples/s shows. Empty: " + noStepTimes + ".", "Mean throughput", cardNoSteps},
 	{"Mean GPU util", "mean_gpu_util_pct", "percent", 1, "Mean GPU utilisation over the run: as the steps reported it, else from the NVML samples the collectors attributed to the run. Empty: " + noGPUSamples + ".", "", cardNoNVML},
-	{"GPU mem peak", "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it: the allocator's pool plus the CUDA context. Empty: " + noGPUSamples + ".", plugin.PeakNVMLDisplay, cardNoNVML},
-	{"Allocated peak", "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak (torch.cuda.max_memory_allocated) on any rank, as the hook measured it: the tensors alone, below the NVML figure. Empty: " + noHookMemory + ".", plugin.PeakAllocDisplay, cardNoAlloc},
+	{"GPU mem peak", "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it: the allocator's pool plus the CUDA context. Empty: " + noGPUSamples + ".", api.PeakNVMLDisplay, cardNoNVML},
+	{"Allocated peak", "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak (torch.cuda.max_memory_allocated) on any rank, as the hook measured it: the tensors alone, below the NVML figure. Empty: " + noHookMemory + ".", api.PeakAllocDisplay, cardNoAlloc},
 	{"Mean step time", "mean_step_ms", "ms", 1, "Mean time of one training step. Empty: " + noStepTimes + ".", "", cardNoSteps},
 	{"Mean TFLOP/s", "mean_tflops", "suffix: TFLOP/s", 1, "Mean model TFLOP/s achieved per GPU: FLOPs per token × tokens of a rank's step ÷ its step time. Empty: " + noFLOPs + ".", "Mean TFLOP/s per GPU", cardNoFLOPs},
 	{"Mean MFU", "mean_mfu", "percentunit", 1, "Mean model FLOPs utilisation: TFLOP/s per GPU over its dense peak at the run's precision. Empty: " + noFLOPs + ".", "", cardNoFLOPs},
@@ -86,7 +85,7 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(dataTable("Consistency",
 		"The server checks every run against invariants: MFU within (0, 1]; forward, backward and optimizer each within the step and together within it plus a tolerance; steps are optimizer steps under gradient accumulation; the precision recorded is the one the run declares. Each row is one the run breaks, with what was seen and on how many steps.",
 		gridPos(0, y, 24, 4), runQuery(api.QueryConsistency)).
-		NoValue(plugin.ConsistentText).
+		NoValue(api.ConsistentText).
 		Filterable(false).
 		OverrideByName("What it means", []dashboard.DynamicConfigValue{prop("custom.cellOptions", map[string]any{"type": "auto", "wrapText": true})}).
 		OverrideByName("Check", []dashboard.DynamicConfigValue{prop("custom.width", 200)}).
@@ -213,10 +212,10 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		FillOpacity(80).
 		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).Calcs([]string{})))
 	// The two measured peaks, each named by its source, as on the bars.
-	nvml := card{plugin.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it (the allocator's pool and the CUDA context); compare with the predicted bars. Empty: " + noGPUSamples + ".", "", cardNoNVML}
+	nvml := card{api.PeakNVMLDisplay, "peak_gpu_mem_gb", "decgbytes", 2, "Most device memory in use on any of the run's GPUs as NVML counts it (the allocator's pool and the CUDA context); compare with the predicted bars. Empty: " + noGPUSamples + ".", "", cardNoNVML}
 	b = b.WithPanel(statCard(nvml, gridPos(18, y, 6, 4), runQuery(api.QueryRunSummary)).
 		ColorMode(common.BigValueColorModeValue))
-	alloc := card{plugin.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak on any rank (tensors alone), as the hook measured it. Empty: " + noHookMemory + ".", "", cardNoAlloc}
+	alloc := card{api.PeakAllocDisplay, "peak_gpu_mem_alloc_gb", "decgbytes", 2, "The PyTorch allocator's peak on any rank (tensors alone), as the hook measured it. Empty: " + noHookMemory + ".", "", cardNoAlloc}
 	b = b.WithPanel(statCard(alloc, gridPos(18, y+4, 6, 3), runQuery(api.QueryRunSummary)).
 		ColorMode(common.BigValueColorModeValue))
 	skipped := card{"Overflow-skipped steps", "skipped_steps", "none", 0, "Steps the fp16 loss scaler skipped; each is an annotation on the charts.", "Skipped steps", ""}
@@ -257,13 +256,13 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 // restarts, the server detectors' alerts, and hang reports.
 func runEvents() []Annotation {
 	kinds := []struct{ name, eventType, colour string }{
-		{"Checkpoints", "checkpoint", "#73BF69"},       // green
-		{"Overflow skips", "overflow", "#F2495C"},      // red
-		{"Evaluations", "eval", "#5794F2"},             // blue
-		{"Restarts", "restart", "#FF9830"},             // orange
-		{"Alerts", "alert", "#B877D9"},                 // purple
-		{"Hangs", plugin.HangEventTypes[0], "#E02F44"}, // dark red
-		{"Hang GPU snapshots", plugin.HangEventTypes[1], "#C4162A"},
+		{"Checkpoints", "checkpoint", "#73BF69"},    // green
+		{"Overflow skips", "overflow", "#F2495C"},   // red
+		{"Evaluations", "eval", "#5794F2"},          // blue
+		{"Restarts", "restart", "#FF9830"},          // orange
+		{"Alerts", "alert", "#B877D9"},              // purple
+		{"Hangs", api.HangEventTypes[0], "#E02F44"}, // dark red
+		{"Hang GPU snapshots", api.HangEventTypes[1], "#C4162A"},
 	}
 	out := make([]Annotation, len(kinds))
 	for i, k := range kinds {
@@ -336,7 +335,7 @@ func layerHeatmap(pass string, pos dashboard.GridPos) *heatmap.PanelBuilder {
 }
 
 // nonFinitePoints matches the plugin's marks of NaN and infinite values.
-var nonFinitePoints = "/" + regexp.QuoteMeta(plugin.NonFiniteSuffix) + "$/"
+var nonFinitePoints = "/" + regexp.QuoteMeta(api.NonFiniteSuffix) + "$/"
 
 // evalPoints matches the evaluation fields drawn as dots: "<split> loss",
 // "<split> accuracy", "<split> F1". The join on the step leaves one frame,

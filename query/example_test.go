@@ -49,6 +49,12 @@ func ExampleHandler() {
 	if _, err := st.WriteBatch(ctx, recs); err != nil {
 		log.Fatal(err)
 	}
+	// A server's refresher rolls steps up in the background as they
+	// arrive (a read answers from what is rolled up by then); the example
+	// rolls them up at once.
+	if _, err := st.RefreshRollups(ctx, "r1"); err != nil {
+		log.Fatal(err)
+	}
 
 	e := echo.New()
 	query.New(st, query.Options{}).Register(e.Group("/api/v1"))

@@ -27,8 +27,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/internal/httplimit"
 	"github.com/deepseed/deepseed/store"
 )
@@ -292,14 +292,17 @@ func scale(v *float64, k float64) *float64 {
 	return &x
 }
 
-// metricUnits gives the unit of each built-in metric.
-var metricUnits = map[string]string{
-	"step_ms": "ms", "forward_ms": "ms", "backward_ms": "ms", "optimizer_ms": "ms", "comm_ms": "ms", "comm_exposed_ms": "ms", "data_ms": "ms",
-	"gpu_util_pct": "percent", "cpu_util_pct": "percent", "gpu_mem_used_gb": "GB", "gpu_mem_peak_gb": "GB",
-	"gpu_mem_reserved_gb": "GB", "throughput_sps": "samples/s", "throughput_tps": "tokens/s", "samples": "samples",
-	"tokens": "tokens", "epoch": "epoch", "tflops": "TFLOP/s", "mfu": "ratio",
-	"sync_wait_ms": "ms", "input_wait_ms": "ms", "lateness_ms": "ms", "straggler_score": "ratio",
-}
+// metricUnits gives the unit of each built-in metric: the step table's
+// series (api.StepFields) and the per-rank series.
+var metricUnits = func() map[string]string {
+	units := map[string]string{"lateness_ms": "ms", "straggler_score": "ratio"}
+	for _, sf := range api.StepFields {
+		if sf.Sum != api.StepStored && sf.Unit != "" {
+			units[sf.Name] = sf.Unit
+		}
+	}
+	return units
+}()
 
 // gpuUnit gives the unit of a GPU metric, as the metric table defines it.
 func gpuUnit(metric string) string {

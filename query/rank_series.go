@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/store"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/store"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/store"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 	"github.com/deepseed/deepseed/internal/httplimit"
 )
 

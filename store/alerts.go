@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deepseed/deepseed/alerts/detect"
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/detect"
 )
 
 // The alerts and rank_scores tables: what the detectors of package alerts

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 )
 
 // The reads behind a run's comparison with its baseline and its drift

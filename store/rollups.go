@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // Rollup widths, in steps. Width 100 is one rollup_dirty block; each
@@ -18,14 +20,9 @@ import (
 var RollupWidths = []int64{100, 1000, 10000}
 
 // StepMetrics lists the numeric columns of steps that series and rollups
-// know by name. User metrics are addressed as "metrics.NAME".
-var StepMetrics = []string{
-	"loss", "lr", "grad_norm", "loss_scale", "epoch", "samples", "tokens",
-	"throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms",
-	"optimizer_ms", "comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
-	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu",
-	"sync_wait_ms", "input_wait_ms", "comm_exposed_ms",
-}
+// know by name: the step table's series (api.StepSeries). User metrics
+// are addressed as "metrics.NAME".
+var StepMetrics = api.StepSeries()
 
 // IsStepMetric reports whether name is a built-in step metric.
 func IsStepMetric(name string) bool {

@@ -10,7 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/detect"
 )
 
 // The steps table: one row per run, rank and step. This file holds its
@@ -145,22 +146,34 @@ func (s *Store) CountStepRows(ctx context.Context, runID string, layers bool) (r
 	return rows, repeated, nil
 }
 
-var stepCols = []string{"run_id", "rank", "step", "time", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped",
-	"samples", "tokens", "throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms", "optimizer_ms",
-	"comm_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb", "gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu",
-	"sync_ns", "sync_wait_ms", "input_wait_ms", "comm_exposed_ms", "metrics"}
+// stepCols are the columns a step row is written to: its key, the step
+// table's values (api.StepFields) in its order, and the user metrics.
+var stepCols = func() []string {
+	cols := []string{"run_id", "rank", "step", "time"}
+	for _, sf := range api.StepFields {
+		cols = append(cols, sf.Name)
+	}
+	return append(cols, "metrics")
+}()
 
 func (b *batchPlan) stepRow(i int, r []any) []any {
 	s := b.steps[i]
-	var skipped any
-	if s.Skipped != nil {
-		skipped = *s.Skipped
+	r = append(r, s.RunID, int32(s.Rank), *s.Step, s.Time.Time)
+	for _, sf := range api.StepFields {
+		switch p := sf.Field(s).(type) {
+		case **api.Float:
+			r = append(r, f(*p))
+		case **int64:
+			r = append(r, optInt(*p))
+		case **bool:
+			var v any
+			if *p != nil {
+				v = **p
+			}
+			r = append(r, v)
+		}
 	}
-	return append(r, s.RunID, int32(s.Rank), *s.Step, s.Time.Time, f(s.Epoch), f(s.Loss), f(s.LR), f(s.GradNorm),
-		f(s.LossScale), skipped, optInt(s.Samples), optInt(s.Tokens), f(s.ThroughputSPS), f(s.ThroughputTPS),
-		f(s.StepMS), f(s.ForwardMS), f(s.BackwardMS), f(s.OptimizerMS), f(s.CommMS), f(s.DataMS), f(s.GPUUtilPct),
-		f(s.GPUMemUsedGB), f(s.GPUMemPeakGB), f(s.GPUMemResvGB), f(s.CPUUtilPct), f(s.TFLOPS), f(s.MFU),
-		optInt(s.SyncNS), f(s.SyncWaitMS), f(s.InputWaitMS), f(s.CommExposedMS), jsonValue(s.Metrics, len(s.Metrics) == 0))
+	return append(r, jsonValue(s.Metrics, len(s.Metrics) == 0))
 }
 
 // mergeSteps is the merge of steps (mergeNewest), keyed by run, rank and

@@ -62,12 +62,24 @@ func (b *batchPlan) inlineSteps(q *pgx.Batch, check directCheck) {
 	})
 }
 
-// stepColTypes are the PostgreSQL types of stepCols, in order; metrics
-// travels as text and is cast.
-var stepColTypes = []string{"text", "int4", "int8", "timestamptz", "float8", "float8", "float8", "float8",
-	"float8", "bool", "int8", "int8", "float8", "float8", "float8", "float8", "float8", "float8",
-	"float8", "float8", "float8", "float8", "float8", "float8", "float8", "float8", "float8",
-	"int8", "float8", "float8", "float8", "text"}
+// stepColTypes are the PostgreSQL types of stepCols, in order, from the
+// Go types of the step table's fields; metrics travels as text and is cast.
+var stepColTypes = func() []string {
+	types := []string{"text", "int4", "int8", "timestamptz"}
+	for _, sf := range api.StepFields {
+		switch sf.Field(&api.Step{}).(type) {
+		case **api.Float:
+			types = append(types, "float8")
+		case **int64:
+			types = append(types, "int8")
+		case **bool:
+			types = append(types, "bool")
+		default:
+			panic("store: step field " + sf.Name + " of no column type")
+		}
+	}
+	return append(types, "text")
+}()
 
 // newColumn returns an empty array of the Go type pgx encodes as typ[].
 func newColumn(typ string, n int) any {

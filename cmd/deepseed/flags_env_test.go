@@ -56,6 +56,7 @@ func flagBlocks(help string) []string {
 // here, so neither can drift from the program unseen.
 var variablesOutsideHelp = map[string]string{
 	"DEEPSEED_":                  "the prefix itself, in prose",
+	"DEEPSEED_ATTACK_BODIES":     "the tests (the attack-body figures of cmd/deepseed)",
 	"DEEPSEED_ALERT_WEBHOOK_URL": "Grafana's alert provisioning (grafana/provisioning/alerting)",
 	"DEEPSEED_COMM":              "the hook",
 	"DEEPSEED_FILE":              "the hook",
@@ -66,6 +67,7 @@ var variablesOutsideHelp = map[string]string{
 	"DEEPSEED_PARAMS":            "the agent sets it for a job; the hook reads it",
 	"DEEPSEED_INGEST_TOKEN":      "a shell variable of docs/without-docker.md's steps, defined there",
 	"DEEPSEED_SUBMIT_TOKEN":      "docker-compose's .env",
+	"DEEPSEED_TEST_BULK_STEPS":   "the tests (the bulk-load check of query)",
 	"DEEPSEED_TEST_DATABASE_URL": "the tests (store/storetest)",
 	"DEEPSEED_TEST_NO_INSTALL":   "the tests",
 	"DEEPSEED_TEST_NO_SLURM":     "the tests",

@@ -142,7 +142,11 @@ export const EVENT_TYPES: Array<{ value: string; label: string; description: str
   { value: 'eval', label: 'Evaluations', description: 'Evaluation points with their figures' },
 ];
 
-/** Step metrics the query service serves as series; users add metrics.NAME. */
+/**
+ * Step metrics the query service serves as series (the step table's, api.StepFields, and the
+ * per-rank series); users add metrics.NAME. Written by
+ * go test ./grafana-plugin/pkg/plugin -run TestTypesListStepMetrics -update
+ */
 export const STEP_METRICS = [
   'loss',
   'lr',

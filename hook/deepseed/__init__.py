@@ -13,6 +13,7 @@ integrations (``deepseed.integrations.*``) are imported when used.
 """
 
 from .env import predict_memory
+from .options import RunOptions
 from .run import Run, current, init
 
 __version__ = "0.1.0"
@@ -58,5 +59,5 @@ def finish(status="finished", **kwargs):
         r.finish(status, **kwargs)
 
 
-__all__ = ["init", "Run", "current", "log_step", "log_eval", "event", "watch", "finish", "predict_memory",
-           "__version__"]
+__all__ = ["init", "Run", "RunOptions", "current", "log_step", "log_eval", "event", "watch", "finish",
+           "predict_memory", "__version__"]

@@ -18,6 +18,7 @@ import time
 
 from . import env, flops, hang
 from .link import RunLink
+from .options import RunOptions
 from .records import Pending, clean_fields, derive_throughput, num, place, positive, is_tensor
 from .sender import sender_for
 
@@ -43,6 +44,13 @@ class Run:
                  collector_url=None, server_url=None, token=None, layer_every=None, meta=None, mode=None,
                  max_queue=10000, batch_size=500, flush_interval=1.0, flush_timeout=None, compress=None,
                  file=None, handle_signals=True, flops_per_token=None, peak_tflops=None, total_steps=None):
+        """Starts the run; the options are :class:`~deepseed.options.RunOptions`'s."""
+        self.options = o = RunOptions(
+            project=project, name=name, config=config, params=params, tags=tags, run_id=run_id, sweep_id=sweep_id,
+            collector_url=collector_url, server_url=server_url, token=token, layer_every=layer_every, meta=meta,
+            mode=mode, max_queue=max_queue, batch_size=batch_size, flush_interval=flush_interval,
+            flush_timeout=flush_timeout, compress=compress, file=file, handle_signals=handle_signals,
+            flops_per_token=flops_per_token, peak_tflops=peak_tflops, total_steps=total_steps)
         # What the run shares with its watcher, watchdog and integrations
         # (link.py). Its lock is bound here too: log_step takes it every step.
         self._link = link = RunLink(self)
@@ -53,61 +61,78 @@ class Run:
         # A period the caller set (here or in the environment) is kept
         # exactly; the default one is spaced in time on fast steps (see
         # steps.SAMPLE_MIN_MS).
-        self.layer_every_set = layer_every is not None or env.is_set("DEEPSEED_LAYER_EVERY")
-        self.layer_every = int(env.env_period("DEEPSEED_LAYER_EVERY", 10 if layer_every is None else layer_every) or 0)
-        self.flush_timeout = float(flush_timeout if flush_timeout is not None
+        self.layer_every_set = o.layer_every is not None or env.is_set("DEEPSEED_LAYER_EVERY")
+        self.layer_every = int(env.env_period("DEEPSEED_LAYER_EVERY", 10 if o.layer_every is None else o.layer_every)
+                               or 0)
+        self.flush_timeout = float(o.flush_timeout if o.flush_timeout is not None
                                    else os.environ.get("DEEPSEED_FLUSH_TIMEOUT", 5.0))
+        self._identify(o)
+        self._describe_run(o)
+        self._sender = sender_for(self.run_id, self.rank, self.world_size, o.mode, o.collector_url, o.server_url,
+                                  o.token, o.max_queue, o.batch_size, o.flush_interval, o.compress, o.file)
+        link.send = self._sender.put
+        self._pending = collections.deque()
+        self._last_step_time = None
+        self._announce()
+        atexit.register(self._atexit)
+        self._install_excepthook()
+        self._own_sigterm = False
+        self._watchdog = None
+        if o.handle_signals:
+            self._install_sigterm()
+        self._watchdog = hang.start(link, self._own_sigterm) if o.handle_signals else None
 
+    def _identify(self, o):
+        """Who the run is: this process's rank, the run's project, name,
+        sweep and id, its configuration, parameters and tags."""
         self.rank, self.local_rank, self.world_size = env.dist_info()
-        self.project = project or os.environ.get("DEEPSEED_PROJECT") or "default"
-        self.name = name or os.environ.get("DEEPSEED_NAME") or ""
-        self.sweep_id = sweep_id or os.environ.get("DEEPSEED_SWEEP_ID") or ""
-        self.run_id = str(run_id or os.environ.get("DEEPSEED_RUN_ID")
+        self.project = o.project or os.environ.get("DEEPSEED_PROJECT") or "default"
+        self.name = o.name or os.environ.get("DEEPSEED_NAME") or ""
+        self.sweep_id = o.sweep_id or os.environ.get("DEEPSEED_SWEEP_ID") or ""
+        self.run_id = str(o.run_id or os.environ.get("DEEPSEED_RUN_ID")
                           or env.shared_run_id(self.project, self.world_size))
-        self.config = env.load_config(config)
+        self.config = env.load_config(o.config)
+        params = o.params
         self.params = dict(params) if isinstance(params, dict) else (env.load_config(params) if params else None)
         if self.params is None:
             self.params = env.job_params()
-        self.tags = [str(t) for t in (tags or [])]
+        self.tags = [str(t) for t in (o.tags or [])]
 
+    def _describe_run(self, o):
+        """The run's meta: the process, its job and commit, what a DeepSpeed
+        config says, the caller's meta over it, the steps to take, and
+        TFLOP/s and MFU's inputs (flops.py)."""
         self.meta = {
             "world_size": self.world_size,
             "command": env.command(),
             "host": env.host(),
             "versions": env.versions(),
         }
-        job = env.job_ids()
-        self.meta.update(job)
+        self.meta.update(env.job_ids())
         commit = env.git_commit()
         if commit:
             self.meta["git_commit"] = commit
         if env.looks_like_ds_config(self.config):
             self.meta.update(env.meta_from_ds_config(self.config, self.world_size))
-        if meta:
-            self.meta.update({k: v for k, v in meta.items() if v is not None})
+        if o.meta:
+            self.meta.update({k: v for k, v in o.meta.items() if v is not None})
         # The steps the run will take: the server estimates a running run's
         # time to finish from them. Integrations fill it in from the
         # framework (scheduler total_num_steps, max_steps) unless given here.
-        self._total_steps_given = env.total_steps(total_steps) is not None
+        self._total_steps_given = env.total_steps(o.total_steps) is not None
         if self._total_steps_given:
-            self.meta["total_steps"] = env.total_steps(total_steps)
-
+            self.meta["total_steps"] = env.total_steps(o.total_steps)
         # TFLOP/s and MFU (flops.py): overrides, else estimated from the
         # watched model and the GPU; both land in meta.
-        self._flops_override = positive(flops_per_token)
-        self._peak_override = positive(peak_tflops)
+        self._flops_override = positive(o.flops_per_token)
+        self._peak_override = positive(o.peak_tflops)
         self._refresh_flops()
 
-        self._sender = sender_for(self.run_id, self.rank, self.world_size, mode, collector_url, server_url, token,
-                                  max_queue, batch_size, flush_interval, compress, file)
-        link.send = self._sender.put
-        self._pending = collections.deque()
-        self._last_step_time = None
-
-        link.send({"kind": "process", "run_id": self.run_id, "rank": self.rank, "local_rank": self.local_rank,
-                   "pid": os.getpid(), "host": self.meta["host"]})
-        # The code that produced the run goes with the first run record
-        # only; the server keeps it when later ones (meta updates) lack it.
+    def _announce(self):
+        """The process record and the run record, with the run's code on
+        rank 0 (the server keeps it when later run records lack it)."""
+        self._link.send({"kind": "process", "run_id": self.run_id, "rank": self.rank, "local_rank": self.local_rank,
+                         "pid": os.getpid(), "host": self.meta["host"]})
         code = None
         if self.rank == 0 and os.environ.get("DEEPSEED_CAPTURE_CODE", "1").strip().lower() not in ("0", "false", "no",
                                                                                                   "off"):
@@ -116,14 +141,6 @@ class Run:
             except Exception as e:
                 self._link.warn_once("code", "deepseed: could not read the run's code: %s", e)
         self._send_run_record(code=code)
-
-        atexit.register(self._atexit)
-        self._install_excepthook()
-        self._own_sigterm = False
-        self._watchdog = None
-        if handle_signals:
-            self._install_sigterm()
-        self._watchdog = hang.start(link, self._own_sigterm) if handle_signals else None
 
     # ---- setup ---------------------------------------------------------------
 
@@ -564,7 +581,8 @@ class Run:
 
 def init(project=None, name=None, config=None, params=None, tags=None, run_id=None, sweep_id=None,
          collector_url=None, server_url=None, token=None, layer_every=None, **kwargs):
-    """Starts a run and announces it. See :class:`Run` for the options.
+    """Starts a run and announces it. The options are
+    :class:`~deepseed.options.RunOptions`'s.
 
     Records go to the node's collector (DEEPSEED_COLLECTOR_URL, default
     http://127.0.0.1:9464) or, when server_url or DEEPSEED_SERVER_URL is

@@ -23,7 +23,7 @@ var alertsQuery = get[api.AlertList]{
 		return p
 	},
 	frames: func(r request, a api.AlertList) data.Frames {
-		if r.Format == FormatNumeric {
+		if r.Format == api.FormatNumeric {
 			return data.Frames{alertsNumericFrame(a)}
 		}
 		return data.Frames{alertsFrame(a)}

@@ -14,9 +14,6 @@ var consistencyQuery = get[api.RunDetail]{
 	frames: func(_ request, rd api.RunDetail) data.Frames { return data.Frames{consistencyFrame(rd.Consistency)} },
 }
 
-// ConsistentText is what a run that breaks no invariant shows.
-const ConsistentText = "All numbers consistent"
-
 // checkNames are the invariants in words.
 var checkNames = map[string]string{
 	api.CheckMFURange:      "MFU within (0, 1]",
@@ -31,7 +28,7 @@ var checkNames = map[string]string{
 func consistencyFrame(checks []api.ConsistencyCheck) *data.Frame {
 	if len(checks) == 0 {
 		f := data.NewFrame("consistency")
-		f.AppendNotices(data.Notice{Severity: data.NoticeSeverityInfo, Text: ConsistentText})
+		f.AppendNotices(data.Notice{Severity: data.NoticeSeverityInfo, Text: api.ConsistentText})
 		return f
 	}
 	return data.NewFrame("consistency",

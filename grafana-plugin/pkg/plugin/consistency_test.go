@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"github.com/deepseed/deepseed/api"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestConsistencyTable(t *testing.T) {
 	if sound.Error != nil || len(sound.Frames) != 1 {
 		t.Fatalf("sound: %v", sound.Error)
 	}
-	if sf := sound.Frames[0]; len(sf.Fields) != 0 || !hasNotice(sf, ConsistentText) {
-		t.Errorf("sound run: %d fields, meta %v; want none and %q", len(sf.Fields), sf.Meta, ConsistentText)
+	if sf := sound.Frames[0]; len(sf.Fields) != 0 || !hasNotice(sf, api.ConsistentText) {
+		t.Errorf("sound run: %d fields, meta %v; want none and %q", len(sf.Fields), sf.Meta, api.ConsistentText)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/deepseed/deepseed/api"
 	"math"
 	"strings"
 	"testing"
@@ -102,7 +103,7 @@ func TestQueryData(t *testing.T) {
 		ws.Fields[1].Config.Custom["axisPlacement"] != "hidden" {
 		t.Errorf("series with step: %s", frameSummary(ws))
 	}
-	if m := ws.Fields[3]; m.Config.DisplayNameFromDS != "loss"+NonFiniteSuffix {
+	if m := ws.Fields[3]; m.Config.DisplayNameFromDS != "loss"+api.NonFiniteSuffix {
 		t.Errorf("non-finite marks: %s", frameSummary(ws))
 	} else {
 		for i := range m.Len() {

@@ -21,7 +21,7 @@ var gpusQuery = get[api.GPUResponse]{
 		p := params{}
 		p.set("host", r.Host)
 		// "*" is the Run picker's "All": every GPU, whoever held it.
-		if r.RunID != AllRuns {
+		if r.RunID != api.AllValue {
 			p.set("run_id", r.RunID)
 			// A rank number picks that rank's GPU; "all" or none, every
 			// GPU of the run.
@@ -30,7 +30,7 @@ var gpusQuery = get[api.GPUResponse]{
 			}
 		}
 		p.add("metric", r.Metrics)
-		if r.Format == FormatTable {
+		if r.Format == api.FormatTable {
 			// A row per GPU, however many the run has.
 			p.set("per_gpu", "true")
 		}
@@ -50,7 +50,7 @@ var gpusQuery = get[api.GPUResponse]{
 			}
 			r.Series = keep
 		}
-		if q.Format == FormatTable {
+		if q.Format == api.FormatTable {
 			return data.Frames{gpuTableFrame(r)}
 		}
 		if len(r.Spread) > 0 {
@@ -62,9 +62,6 @@ var gpusQuery = get[api.GPUResponse]{
 		return gpuFrames(r)
 	},
 }
-
-// FormatTable is the gpus query format of one table row per GPU.
-const FormatTable = "table"
 
 // gpuTableColumns are the columns of the per-GPU table: each metric's last
 // value, and for utilisation also its mean over the range.
@@ -79,9 +76,6 @@ var gpuTableColumns = []struct {
 	{"temp_c", "Temperature", false},
 	{"power_w", "Power", false},
 }
-
-// GPUTableMetrics are the metrics a per-GPU table asks for.
-var GPUTableMetrics = []string{"util_pct", "mem_used_bytes", "mem_total_bytes", "temp_c", "power_w"}
 
 // gpuTableFrame is one row per host and GPU: name, the run holding it at
 // the last sample, then the columns above with their units, so a table
@@ -157,7 +151,7 @@ func gpuFrames(r api.GPUResponse) data.Frames {
 	for _, s := range r.Series {
 		display := fmt.Sprintf("%s GPU %d", s.Host, s.GPU)
 		if len(metrics) > 1 {
-			display += " " + metricLabel(s.Metric)
+			display += " " + api.MetricLabel(s.Metric)
 		}
 		labels := data.Labels{"host": s.Host, "gpu": strconv.Itoa(s.GPU)}
 		if s.Name != "" {

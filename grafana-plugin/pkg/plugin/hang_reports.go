@@ -26,14 +26,11 @@ var hangReportsQuery = get[api.AnnotationsResponse]{
 	params: func(r request) params {
 		p := params{}
 		p.set("run_id", r.RunID)
-		p.add("type", HangEventTypes)
+		p.add("type", api.HangEventTypes)
 		return p
 	},
 	frames: func(_ request, a api.AnnotationsResponse) data.Frames { return data.Frames{hangFrame(a)} },
 }
-
-// HangEventTypes are the event types a hang_reports query reads.
-var HangEventTypes = []string{api.EventHang, api.EventHangGPUs}
 
 // noHangReport is the table's notice for a run without one.
 const noHangReport = "no hang reported: a rank reports one when its steps stop longer than the hook's threshold, or on SIGTERM"

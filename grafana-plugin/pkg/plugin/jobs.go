@@ -102,7 +102,7 @@ func jobColumns[T any](rows []T, job func(T) api.Job, now time.Time) []*data.Fie
 		strCol(rows, "state", "State", func(r T) string { return job(r).State }),
 		numCol(rows, "runtime_s", "s", "Runtime", func(r T) *float64 { v := job(r).RuntimeSeconds; return &v }),
 		intCol(rows, "gpus", "GPUs", func(r T) *int64 { return i64(int64(job(r).GPUs)) }),
-		numCol(rows, "gpu_hours", GPUHoursUnit, "GPU-hours", func(r T) *float64 { v := job(r).GPUHours; return &v }),
+		numCol(rows, "gpu_hours", api.GPUHoursUnit, "GPU-hours", func(r T) *float64 { v := job(r).GPUHours; return &v }),
 		strCol(rows, "agent", "Agent", func(r T) string { return job(r).Agent }),
 		strCol(rows, "external_id", "Slurm job / pid", func(r T) string { return job(r).ExternalID }),
 		intCol(rows, "exit_code", "Exit code", func(r T) *int64 { return ip(job(r).ExitCode) }),

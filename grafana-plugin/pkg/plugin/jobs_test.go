@@ -132,7 +132,7 @@ func TestJobQueries(t *testing.T) {
 		}
 		for _, c := range []struct{ name, display, unit string }{
 			{"id", "Job", "none"}, {"project", "Project", ""}, {"sweep_id", "Sweep", ""}, {"params", "Params", ""},
-			{"state", "State", ""}, {"runtime_s", "Runtime", "s"}, {"gpu_hours", "GPU-hours", GPUHoursUnit},
+			{"state", "State", ""}, {"runtime_s", "Runtime", "s"}, {"gpu_hours", "GPU-hours", api.GPUHoursUnit},
 			{"agent", "Agent", ""}, {"external_id", "Slurm job / pid", ""}, {"run_id", "Run", ""},
 		} {
 			fl := field(t, f, c.name)
@@ -227,7 +227,7 @@ func TestJobQueries(t *testing.T) {
 		if got := *fl.At(0).(*float64); got <= 0 || got > want.UsedGPUHours*1.01+1e-6 || got < want.UsedGPUHours*0.99 {
 			t.Errorf("used %v GPU-hours, the API says %v", got, want.UsedGPUHours)
 		}
-		if display(fl) != "imdb (limit 30 GPU-h)" || unit(fl) != GPUHoursUnit {
+		if display(fl) != "imdb (limit 30 GPU-h)" || unit(fl) != api.GPUHoursUnit {
 			t.Errorf("display %q unit %q", display(fl), unit(fl))
 		}
 		other := ok("quota_other").Fields[0]

@@ -131,7 +131,7 @@ func ledgerFrame(cols []ledgerColumn, how map[string]string) *data.Frame {
 	lines := append([]string{LedgerGPUHours, LedgerLost}, api.LedgerCauses...)
 	fields := []*data.Field{strCol(lines, "cause", "Cause", func(l string) string { return inWords(ledgerLines, l) })}
 	for _, c := range cols {
-		fields = append(fields, numCol(lines, c.name, GPUHoursUnit, c.display, func(l string) *float64 {
+		fields = append(fields, numCol(lines, c.name, api.GPUHoursUnit, c.display, func(l string) *float64 {
 			switch l {
 			case LedgerGPUHours:
 				return fv(c.gpuHours)

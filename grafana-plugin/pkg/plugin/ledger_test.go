@@ -79,8 +79,8 @@ func TestLedgerTable(t *testing.T) {
 			t.Errorf("row %d (%v): no how", i, column(t, f, "Cause")[i])
 		}
 	}
-	if u := unit(field(t, f, "run.slow")); u != GPUHoursUnit {
-		t.Errorf("unit %q, want %q", u, GPUHoursUnit)
+	if u := unit(field(t, f, "run.slow")); u != api.GPUHoursUnit {
+		t.Errorf("unit %q, want %q", u, api.GPUHoursUnit)
 	}
 	slow := checkLedgerColumn(t, f, "slow")
 	control := checkLedgerColumn(t, f, "base-2")

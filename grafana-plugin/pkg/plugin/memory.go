@@ -15,14 +15,6 @@ var memoryQuery = get[api.MemoryResponse]{
 	frames: func(_ request, m api.MemoryResponse) data.Frames { return data.Frames{memoryFrame(m)} },
 }
 
-// The two measured peaks of GPU memory, named by their source wherever
-// they are shown: NVML counts the device memory in use (the allocator's
-// pool and the CUDA context), the PyTorch allocator its tensors alone.
-const (
-	PeakNVMLDisplay  = "Peak GPU memory (NVML)"
-	PeakAllocDisplay = "Peak allocated (PyTorch)"
-)
-
 // memoryFrame is the ZeRO bar chart: a part per row, bytes per device in
 // separate fields (so the bars stack by where the state lives), then the
 // predicted GPU total and each measured peak, named by its source, as
@@ -46,10 +38,10 @@ func memoryFrame(m api.MemoryResponse) *data.Frame {
 	}
 	rows = append(rows, row{"predicted GPU", map[string]*float64{"gpu": fv(m.PredictedGPUBytes)}})
 	if m.PeakGPUBytes != nil {
-		rows = append(rows, row{PeakNVMLDisplay, map[string]*float64{"gpu": fp(m.PeakGPUBytes)}})
+		rows = append(rows, row{api.PeakNVMLDisplay, map[string]*float64{"gpu": fp(m.PeakGPUBytes)}})
 	}
 	if m.AllocPeakGPUBytes != nil {
-		rows = append(rows, row{PeakAllocDisplay, map[string]*float64{"gpu": fp(m.AllocPeakGPUBytes)}})
+		rows = append(rows, row{api.PeakAllocDisplay, map[string]*float64{"gpu": fp(m.AllocPeakGPUBytes)}})
 	}
 	fields := []*data.Field{strCol(rows, "part", "Part", func(r row) string { return r.name })}
 	for _, dev := range devices {

@@ -4,12 +4,6 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 )
 
-// FormatNumeric is the query format ([api.PluginQuery.Format]) of frames
-// for alert rules: Grafana's alerting reads numbers with labels (the data
-// plane's numeric-wide format) and rejects the long tables of run_summary
-// and ranks, whose string and time columns it cannot place.
-const FormatNumeric = "numeric"
-
 // numericField is one number of a numeric-wide frame.
 func numericField(name, unit string, labels data.Labels, v *float64) *data.Field {
 	return data.NewField(name, labels, []*float64{v}).SetConfig(&data.FieldConfig{Unit: unit})

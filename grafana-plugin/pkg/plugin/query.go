@@ -23,14 +23,19 @@ func (e *QueryError) Error() string {
 	return fmt.Sprintf("query: %s: %s", e.Field, e.Msg)
 }
 
-// stepMetrics are the step columns the query service serves as series,
-// with the per-rank series it computes across the ranks of each step
-// (lateness_ms, straggler_score); user metrics are named metrics.NAME.
-var stepMetrics = []string{"loss", "lr", "grad_norm", "loss_scale", "epoch", "samples", "tokens",
-	"throughput_sps", "throughput_tps", "step_ms", "forward_ms", "backward_ms",
-	"optimizer_ms", "comm_ms", "comm_exposed_ms", "data_ms", "gpu_util_pct", "gpu_mem_used_gb",
-	"gpu_mem_peak_gb", "gpu_mem_reserved_gb", "cpu_util_pct", "tflops", "mfu", "sync_wait_ms", "input_wait_ms", "skipped",
-	"lateness_ms", "straggler_score"}
+// stepMetrics are the step values the query service serves as series
+// (the step table's, api.StepFields, but what it only stores), with the
+// per-rank series it computes across the ranks of each step (lateness_ms,
+// straggler_score); user metrics are named metrics.NAME.
+var stepMetrics = func() []string {
+	var out []string
+	for _, sf := range api.StepFields {
+		if sf.Sum != api.StepStored {
+			out = append(out, sf.Name)
+		}
+	}
+	return append(out, "lateness_ms", "straggler_score")
+}()
 
 // hasVariable reports whether s still holds a Grafana template variable
 // ($run, ${run}, [[run]]). Provisioned dashboards store queries before
@@ -91,11 +96,11 @@ func ParseQuery(raw json.RawMessage) (api.PluginQuery, error) {
 	}
 	switch q.Format {
 	case "":
-	case FormatNumeric:
+	case api.FormatNumeric:
 		if q.QueryType != api.QueryRunSummary && q.QueryType != api.QueryRanks && q.QueryType != api.QueryAlerts {
 			return q, &QueryError{Field: "format", Msg: "numeric is for run_summary, ranks and alerts"}
 		}
-	case FormatTable:
+	case api.FormatTable:
 		if q.QueryType != api.QueryGPUs {
 			return q, &QueryError{Field: "format", Msg: "table is for gpus"}
 		}

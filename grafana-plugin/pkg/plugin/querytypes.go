@@ -142,10 +142,6 @@ func (p params) oneRank(rank string) {
 // maxPointsLimit is the most points the query service gives one series.
 const maxPointsLimit = 10000
 
-// AllRuns is the value of a run picker's "All" on the GPU nodes
-// dashboard: no filter by run.
-const AllRuns = "*"
-
 // splitList flattens list values that a multi-value variable may have
 // turned into one "{a,b}" or "a,b" string.
 func splitList(vs []string) []string {

@@ -31,9 +31,6 @@ var quotasQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) 
 	return data.Frames{quotasFrame(list)}, nil
 })
 
-// GPUHoursUnit is the unit of GPU-hour figures.
-const GPUHoursUnit = "suffix: GPU-h"
-
 // quotasFrame is one number field per project, the GPU-hours it has used,
 // labelled project and limit, with its limit as the field's max (and in
 // its display name): a bar gauge draws each project's used / limit. A
@@ -42,7 +39,7 @@ func quotasFrame(qs []api.Quota) *data.Frame {
 	fields := make([]*data.Field, 0, len(qs))
 	for _, q := range qs {
 		used := q.UsedGPUHours
-		cfg := &data.FieldConfig{Unit: GPUHoursUnit, Min: ptrConfig(0)}
+		cfg := &data.FieldConfig{Unit: api.GPUHoursUnit, Min: ptrConfig(0)}
 		limit := "no limit"
 		if q.GPUHours != nil {
 			cfg.Max = ptrConfig(*q.GPUHours)
@@ -53,7 +50,7 @@ func quotasFrame(qs []api.Quota) *data.Frame {
 		// name from the data source, and its panel names the bar from
 		// the labels instead.
 		labels := data.Labels{"project": q.Project, "limit": limit}
-		fields = append(fields, numericField("used_gpu_hours", GPUHoursUnit, labels, &used).SetConfig(cfg))
+		fields = append(fields, numericField("used_gpu_hours", api.GPUHoursUnit, labels, &used).SetConfig(cfg))
 	}
 	f := numericFrame("quotas", fields)
 	limits := map[string]any{}

@@ -67,7 +67,7 @@ func TestQueryDataRankSpread(t *testing.T) {
 		band := fr[0]
 		want := []string{"Step"}
 		for _, q := range api.SpreadQuantiles {
-			want = append(want, SpreadLabel("lateness_ms", q))
+			want = append(want, api.SpreadLabel("lateness_ms", q))
 		}
 		var got []string
 		for _, f := range band.Fields {
@@ -125,7 +125,7 @@ func TestQueryDataRankSpread(t *testing.T) {
 			// series is named so a dashboard can highlight it.
 			want := fmt.Sprintf("lateness rank %d", i)
 			if i == 5 {
-				want += StragglerSuffix
+				want += api.StragglerSuffix
 			}
 			if v := f.Fields[1]; v.Labels["rank"] != fmt.Sprint(i) || v.Config.DisplayNameFromDS != want {
 				t.Errorf("frame %d: %s %v", i, v.Config.DisplayNameFromDS, v.Labels)

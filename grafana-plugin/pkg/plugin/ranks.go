@@ -21,7 +21,7 @@ var ranksQuery = get[api.RanksResponse]{
 	},
 	frames: func(r request, rr api.RanksResponse) data.Frames {
 		switch {
-		case r.Format == FormatNumeric:
+		case r.Format == api.FormatNumeric:
 			return data.Frames{ranksNumericFrame(r.RunID, rr)}
 		case r.Part == api.PartHosts:
 			return data.Frames{hostsFrame(rr)}

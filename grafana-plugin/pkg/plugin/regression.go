@@ -34,15 +34,6 @@ func regressionBaseline(b string) string {
 	return strings.Join(splitList([]string{b}), ",")
 }
 
-// The frames of a regression query, by name: the names a table panel's
-// frame picker shows.
-const (
-	RegressionSentenceFrame = "What changed"
-	RegressionFiguresFrame  = "Figures against the baseline"
-	RegressionPlacesFrame   = "Where: phases, layers, ranks, hosts"
-	RegressionDiffersFrame  = "What differs"
-)
-
 // basisWords says how the baseline was chosen.
 var basisWords = map[string]string{
 	"fingerprint": "the newest comparable runs",
@@ -54,7 +45,7 @@ var basisWords = map[string]string{
 // places (phases, layers, ranks and the ranks' hosts) and what differs.
 func regressionFrames(rg api.Regression) data.Frames {
 	one := []api.Regression{rg}
-	sentence := data.NewFrame(RegressionSentenceFrame,
+	sentence := data.NewFrame(api.RegressionSentenceFrame,
 		strCol(one, "sentence", "What changed", func(r api.Regression) string { return r.Sentence }),
 		strCol(one, "cause", "Likely cause", func(r api.Regression) string { return r.Cause }),
 		strCol(one, "basis", "Baseline", func(r api.Regression) string {
@@ -67,7 +58,7 @@ func regressionFrames(rg api.Regression) data.Frames {
 		strCol(one, "note", "Note", func(r api.Regression) string { return r.Note }),
 	)
 	figs := rg.Figures
-	figures := data.NewFrame(RegressionFiguresFrame,
+	figures := data.NewFrame(api.RegressionFiguresFrame,
 		strCol(figs, "figure", "Figure", func(f api.Figure) string { return inWords(figureNames, f.Name) }),
 		numCol(figs, "value", "", "This run", func(f api.Figure) *float64 { return fp(f.Value) }),
 		numCol(figs, "baseline_mean", "", "Baseline mean", func(f api.Figure) *float64 { return fp(f.BaselineMean) }),
@@ -103,7 +94,7 @@ func regressionFrames(rg api.Regression) data.Frames {
 			return fv(get(p.d))
 		}
 	}
-	where := data.NewFrame(RegressionPlacesFrame,
+	where := data.NewFrame(api.RegressionPlacesFrame,
 		strCol(places, "kind", "Where", func(p place) string { return p.kind }),
 		strCol(places, "name", "Name", func(p place) string { return p.name }),
 		numCol(places, "value_ms", "ms", "This run", ms(func(d *api.PlaceDelta) api.Float { return d.Value })),
@@ -112,7 +103,7 @@ func regressionFrames(rg api.Regression) data.Frames {
 		numCol(places, "delta_pct", "percent", "Δ", ms(func(d *api.PlaceDelta) api.Float { return d.DeltaPct })),
 	)
 	ds := rg.Differs
-	differs := data.NewFrame(RegressionDiffersFrame,
+	differs := data.NewFrame(api.RegressionDiffersFrame,
 		strCol(ds, "what", "What", func(d api.Difference) string { return inWords(differenceNames, d.What) }),
 		strCol(ds, "key", "Key", func(d api.Difference) string { return d.Key }),
 		strCol(ds, "value", "This run", func(d api.Difference) string { return d.Value }),

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"github.com/deepseed/deepseed/api"
 	"math"
 	"strings"
 	"testing"
@@ -150,7 +151,7 @@ func TestRegressionFrames(t *testing.T) {
 	for _, f := range frames {
 		names = append(names, f.Name)
 	}
-	want := []string{RegressionSentenceFrame, RegressionFiguresFrame, RegressionPlacesFrame, RegressionDiffersFrame}
+	want := []string{api.RegressionSentenceFrame, api.RegressionFiguresFrame, api.RegressionPlacesFrame, api.RegressionDiffersFrame}
 	if strings.Join(names, "|") != strings.Join(want, "|") {
 		t.Fatalf("frames %v, want %v", names, want)
 	}

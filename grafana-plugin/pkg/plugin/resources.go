@@ -174,7 +174,7 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		// api.MaxRankSeries GPUs, whose charts get a distribution.
 		p := url.Values{"max_points": {"1"}, "per_gpu": {"true"}}
 		for k, to := range map[string]string{"run": "run_id", "run_id": "run_id", "from": "from", "to": "to"} {
-			if v := q.Get(k); v != "" && v != AllRuns {
+			if v := q.Get(k); v != "" && v != api.AllValue {
 				p.Set(to, v)
 			}
 		}

@@ -11,7 +11,7 @@ import (
 var runSummaryQuery = get[api.RunDetail]{
 	path: runPathOf(""),
 	frames: func(r request, rd api.RunDetail) data.Frames {
-		if r.Format == FormatNumeric {
+		if r.Format == api.FormatNumeric {
 			return data.Frames{summaryNumericFrame(rd.RunSummary)}
 		}
 		return data.Frames{runsFrame("run_summary", []api.RunSummary{rd.RunSummary})}

@@ -53,11 +53,11 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse, flagged map[int]bool)
 	perRank := q.Rank == "all" || len(ranks) > 1
 	frames := spreadFrames(q, r)
 	for _, s := range r.Series {
-		display := metricLabel(s.Metric)
+		display := api.MetricLabel(s.Metric)
 		if perRank {
 			display = fmt.Sprintf("%s rank %d", display, s.Rank)
 			if flagged[s.Rank] {
-				display += StragglerSuffix
+				display += api.StragglerSuffix
 			}
 		}
 		unit := metricUnit(s.Metric, s.Unit)
@@ -74,7 +74,7 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse, flagged map[int]bool)
 		fields = append(fields, data.NewField(s.Metric, labels, val).SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display}))
 		if marks := nonFiniteMarks(val); marks != nil {
 			fields = append(fields, data.NewField(s.Metric+"_non_finite", labels, marks).
-				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display + NonFiniteSuffix}))
+				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: display + api.NonFiniteSuffix}))
 		}
 		if q.MinMax {
 			fields = append(fields,
@@ -92,14 +92,6 @@ func seriesFrames(q api.PluginQuery, r api.SeriesResponse, flagged map[int]bool)
 	}
 	return withNotice(frames, "series", r.Notice)
 }
-
-// StragglerSuffix ends the display name of the series of a rank the
-// server flags as a straggler, for dashboards to highlight by name.
-const StragglerSuffix = " (straggler)"
-
-// NonFiniteSuffix ends the display name of the field that marks a
-// series' NaN and infinite values (see nonFiniteMarks).
-const NonFiniteSuffix = " not finite"
 
 // nonFiniteMarks marks where a series is NaN or infinite, which a line
 // chart leaves as a gap: a point at the last finite value before it (0

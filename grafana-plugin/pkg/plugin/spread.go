@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"strings"
-
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/api"
@@ -33,28 +31,13 @@ func spreadFrames(q api.PluginQuery, r api.SeriesResponse) data.Frames {
 				v[i] = float64(spreadValue(p, quantile))
 			}
 			fields = append(fields, data.NewField(sp.Metric+"_"+quantile, data.Labels{"quantile": quantile}, v).
-				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: SpreadLabel(sp.Metric, quantile)}))
+				SetConfig(&data.FieldConfig{Unit: unit, DisplayNameFromDS: api.SpreadLabel(sp.Metric, quantile)}))
 		}
 		f := data.NewFrame(sp.Metric+" over ranks", fields...)
 		f.Meta = &data.FrameMeta{Custom: map[string]any{"bucket_steps": sp.BucketSteps, "ranks": r.Ranks}}
 		frames = append(frames, f)
 	}
 	return frames
-}
-
-// SpreadLabel is the legend, in words, of one quantile of a metric's
-// distribution ("Lateness, p95 of ranks"; of an NVML metric, "GPU
-// utilisation, p95 of GPUs"), which dashboards name in their overrides (a
-// band filled from p5 to p95).
-func SpreadLabel(metric, quantile string) string {
-	label, of := metricLabel(metric), "ranks"
-	if _, step := metricLabels[metric]; !step && api.GPUMetricNamed(metric) != nil {
-		label, of = "GPU "+label, "GPUs"
-	}
-	if label != "" {
-		label = strings.ToUpper(label[:1]) + label[1:]
-	}
-	return label + ", " + quantile + " of " + of
 }
 
 // spreadValue is one quantile of a bucket.

@@ -32,31 +32,3 @@ func metricUnit(metric, serverUnit string) string {
 	}
 	return "none"
 }
-
-// metricLabels are the legends of the step metrics, in words: a chart's
-// legend says "step time", not step_ms. The GPU sample metrics' legends
-// are the metric table's (api.GPUMetrics). A metric not listed
-// (metrics.NAME, a new column) keeps its name.
-var metricLabels = map[string]string{
-	"loss": "loss", "lr": "learning rate", "grad_norm": "gradient norm", "loss_scale": "loss scale",
-	"epoch": "epoch", "samples": "samples", "tokens": "tokens",
-	"throughput_sps": "samples/s", "throughput_tps": "tokens/s",
-	"step_ms": "step", "forward_ms": "forward", "backward_ms": "backward", "optimizer_ms": "optimizer",
-	"comm_ms": "communication", "data_ms": "data loading",
-	"gpu_util_pct": "GPU utilisation (steps)", "gpu_mem_used_gb": "GPU memory used (steps)",
-	"gpu_mem_peak_gb": "peak allocated (PyTorch)", "gpu_mem_reserved_gb": "reserved (PyTorch)",
-	"cpu_util_pct": "CPU utilisation", "tflops": "TFLOP/s", "mfu": "MFU",
-	"sync_wait_ms": "wait in collective", "input_wait_ms": "input wait", "skipped": "skipped",
-	"lateness_ms": "lateness", "straggler_score": "straggler score",
-}
-
-// metricLabel is a metric's legend in words.
-func metricLabel(metric string) string {
-	if l, ok := metricLabels[metric]; ok {
-		return l
-	}
-	if m := api.GPUMetricNamed(metric); m != nil && m.Label != "" {
-		return m.Label
-	}
-	return metric
-}

@@ -117,11 +117,11 @@ func (d *Datasource) windowResource(ctx context.Context, q url.Values, now time.
 		}
 		pickerTo = t
 	}
-	if run == AllRuns {
+	if run == api.AllValue {
 		// A dashboard showing every run (GPU nodes' "All") fits its time
 		// range to the newest run of the project.
 		p := url.Values{"limit": {"1"}}
-		if pr := q.Get("project"); pr != "" && pr != AllRuns {
+		if pr := q.Get("project"); pr != "" && pr != api.AllValue {
 			p.Set("project", pr)
 		}
 		var page api.RunList

@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/deepseed/deepseed/alerts/detect"
+	"github.com/deepseed/deepseed/detect"
 )
 
 // The detectors are pure functions over the rows the evaluator read of one
