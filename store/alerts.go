@@ -11,7 +11,7 @@ import (
 	"github.com/deepseed/deepseed/detect"
 )
 
-// The alerts and rank_scores tables: what the detectors of package alerts
+// The alerts table: what the detectors of package alerts
 // read and write, and what the alert endpoints and /metrics show.
 
 // CandidateRecent is how long after the server last received records for a
