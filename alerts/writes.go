@@ -21,7 +21,7 @@ func reconcile(ctx context.Context, st *store.Store, runID string, fs []detect.F
 
 // scoreRanks scores the steps every rank reported among the newest ones,
 // continuing each rank's EWMA from the last stored score when that step
-// is still among them, stores the new scores in rank_scores and returns
+// is still among them, stores the new scores (store.AddRankScores) and returns
 // each rank's newest score and how many steps were scored to get it.
 func scoreRanks(ctx context.Context, st *store.Store, runID string, byRank map[int][]detect.StepRow, cfg detect.Config) (map[int]detect.RankScore, int, error) {
 	steps := detect.SyncSteps(byRank, cfg.Window)

@@ -11,7 +11,7 @@ import (
 	"github.com/deepseed/deepseed/detect"
 )
 
-// The alerts and rank_scores tables: what the detectors of package alerts
+// The alerts table: what the detectors of package alerts
 // read and write, and what the alert endpoints and /metrics show.
 
 // CandidateRecent is how long after the server last received records for a
@@ -250,58 +250,4 @@ func (s *Store) OpenAlerts(ctx context.Context, limit int) ([]OpenAlert, error) 
 		return nil, fmt.Errorf("store: open alerts: %w", err)
 	}
 	return out, nil
-}
-
-// RankScore is one rank's straggler score after a step, as rank_scores
-// stores it; Late, Busy and Wait are nil where not finite.
-type RankScore struct {
-	Rank             int
-	Step             int64
-	Time             time.Time
-	Late, Busy, Wait *float64
-	Score            float64
-}
-
-// LastRankScores returns the scores of the run's newest scored step.
-func (s *Store) LastRankScores(ctx context.Context, runID string) ([]RankScore, error) {
-	rows, err := s.pool.Query(ctx, `SELECT rank, step, time, lateness_ms, busy_ms, wait_ms, score FROM rank_scores
-		WHERE run_id = $1 AND step = (SELECT max(step) FROM rank_scores WHERE run_id = $1)`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("store: last scores of %s: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RankScore, error) {
-		var s RankScore
-		err := r.Scan(&s.Rank, &s.Step, &s.Time, &s.Late, &s.Busy, &s.Wait, &s.Score)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: last scores of %s: %w", runID, err)
-	}
-	return out, nil
-}
-
-// AddRankScores stores scores of the run; a score already stored for its
-// rank and step stays.
-func (s *Store) AddRankScores(ctx context.Context, runID string, scores []RankScore) error {
-	n := len(scores)
-	ranks, stepsCol, times := make([]int32, n), make([]int64, n), make([]time.Time, n)
-	late, busy, wait, score := make([]*float64, n), make([]*float64, n), make([]*float64, n), make([]float64, n)
-	for i, s := range scores {
-		ranks[i], stepsCol[i], times[i], score[i] = int32(s.Rank), s.Step, s.Time, s.Score
-		late[i], busy[i], wait[i] = s.Late, s.Busy, s.Wait
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("store: store scores of %s: %w", runID, err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	if _, err := tx.Exec(ctx, `INSERT INTO rank_scores (run_id, rank, step, time, lateness_ms, busy_ms, wait_ms, score)
-		SELECT $1, * FROM unnest($2::int4[], $3::int8[], $4::timestamptz[], $5::float8[], $6::float8[], $7::float8[], $8::float8[])
-		ON CONFLICT (run_id, rank, step) DO NOTHING`, runID, ranks, stepsCol, times, late, busy, wait, score); err != nil {
-		return fmt.Errorf("store: store scores of %s: %w", runID, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("store: store scores of %s: %w", runID, err)
-	}
-	return nil
 }

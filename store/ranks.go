@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -22,7 +20,7 @@ type RankSync struct {
 	InputWaitMS                    *float64 // mean host time blocked behind the device between steps
 	LastPct                        *float64 // share of the steps it arrived last, percent
 	ClockOffsetMS                  *float64 // estimated offset of its host clock; nil without waits
-	Score                          *float64 // newest straggler score (rank_scores), a fraction of a step
+	Score                          *float64 // newest straggler score (rank_score_heads), a fraction of a step
 	ScoreStep                      *int64
 }
 
@@ -59,60 +57,14 @@ func (s *Store) RankSyncs(ctx context.Context, runID string, from int64) ([]Rank
 	if err != nil {
 		return nil, "", fmt.Errorf("store: rank synchronisation of %s: %w", runID, err)
 	}
-	scores, err := s.pool.Query(ctx, `SELECT DISTINCT ON (rank) rank, step, score FROM rank_scores
-		WHERE run_id = $1 ORDER BY rank, step DESC`, runID)
+	heads, err := s.scoreHeads(ctx, runID)
 	if err != nil {
-		return nil, "", fmt.Errorf("store: straggler scores of %s: %w", runID, err)
+		return nil, "", err
 	}
-	defer scores.Close()
-	byRank := map[int]int{}
 	for i, a := range out {
-		byRank[a.Rank] = i
-	}
-	for scores.Next() {
-		var rank int
-		var step int64
-		var score float64
-		if err := scores.Scan(&rank, &step, &score); err != nil {
-			return nil, "", fmt.Errorf("store: straggler scores of %s: %w", runID, err)
+		if h, ok := heads[a.Rank]; ok {
+			out[i].Score, out[i].ScoreStep = &h.Score, &h.Step
 		}
-		if i, ok := byRank[rank]; ok {
-			out[i].Score, out[i].ScoreStep = &score, &step
-		}
-	}
-	if err := scores.Err(); err != nil {
-		return nil, "", fmt.Errorf("store: straggler scores of %s: %w", runID, err)
 	}
 	return out, src, nil
-}
-
-// ScorePoint is one stored straggler score.
-type ScorePoint struct {
-	Rank       int
-	Step       int64
-	Time       time.Time
-	LatenessMS *float64
-	Score      float64
-}
-
-// RankScores returns the stored straggler scores of a run between from
-// and to, by rank and step, at most limit rows.
-func (s *Store) RankScores(ctx context.Context, runID string, from, to time.Time, limit int) ([]ScorePoint, error) {
-	if limit <= 0 {
-		return nil, errors.New("store: rank scores: limit must be positive")
-	}
-	rows, err := s.pool.Query(ctx, `SELECT rank, step, time, lateness_ms, score FROM rank_scores
-		WHERE run_id = $1 AND time >= $2 AND time <= $3 ORDER BY rank, step LIMIT $4`, runID, from, to, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: rank scores of %s: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScorePoint, error) {
-		var p ScorePoint
-		err := r.Scan(&p.Rank, &p.Step, &p.Time, &p.LatenessMS, &p.Score)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: rank scores of %s: %w", runID, err)
-	}
-	return out, nil
 }

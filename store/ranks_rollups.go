@@ -190,38 +190,17 @@ func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyR
 
 func finiteF(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-// newestScores sets each rank's newest straggler score, reading one row a
-// rank however many passes scored it.
+// newestScores sets each rank's newest straggler score from the run's
+// score heads, one row a rank however many passes scored it.
 func (s *Store) newestScores(ctx context.Context, runID string, out []RankRollup) error {
-	ranks := make([]int32, len(out))
-	for i, r := range out {
-		ranks[i] = int32(r.Rank)
-	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT r.rank, x.step, x.score FROM unnest($2::int[]) AS r(rank),
-		LATERAL (SELECT step, score FROM rank_scores WHERE run_id = $1 AND rank = r.rank
-			ORDER BY run_id DESC, rank DESC, step DESC LIMIT 1) x`, runID, ranks)
+	heads, err := s.scoreHeads(ctx, runID)
 	if err != nil {
-		return fmt.Errorf("store: straggler scores of %s: %w", runID, err)
+		return err
 	}
-	defer rows.Close()
-	byRank := map[int]int{}
 	for i, r := range out {
-		byRank[r.Rank] = i
-	}
-	for rows.Next() {
-		var rank int
-		var step int64
-		var score float64
-		if err := rows.Scan(&rank, &step, &score); err != nil {
-			return fmt.Errorf("store: straggler scores of %s: %w", runID, err)
+		if h, ok := heads[r.Rank]; ok {
+			out[i].Sync.Score, out[i].Sync.ScoreStep = &h.Score, &h.Step
 		}
-		if i, ok := byRank[rank]; ok {
-			out[i].Sync.Score, out[i].Sync.ScoreStep = &score, &step
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("store: straggler scores of %s: %w", runID, err)
 	}
 	return nil
 }

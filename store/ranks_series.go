@@ -111,18 +111,6 @@ func (s *Store) LatenessBuckets(ctx context.Context, runID string, offsetsFrom, 
 		runID, offsetsFrom, from, to, width)
 }
 
-// ScoreBuckets returns each rank's stored straggler score (rank_scores)
-// over the steps in [from, to], bucketed by width steps.
-func (s *Store) ScoreBuckets(ctx context.Context, runID string, from, to, width int64) ([]RankBucket, error) {
-	if width < 1 {
-		return nil, fmt.Errorf("store: straggler scores of %s: bucket width %d", runID, width)
-	}
-	return s.rankBuckets(ctx, "straggler scores", runID, `
-		SELECT rank, min(step), (array_agg(time ORDER BY step))[1], min(score), max(score), sum(score), count(*)
-		FROM rank_scores WHERE run_id = $1 AND step >= $2 AND step <= $3
-		GROUP BY rank, step / $4 ORDER BY rank, 2`, runID, from, to, width)
-}
-
 func (s *Store) rankBuckets(ctx context.Context, what, runID, sql string, args ...any) ([]RankBucket, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {

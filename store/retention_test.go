@@ -37,7 +37,7 @@ func rowsOf(t *testing.T, s *store.Store, id string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, tbl := range []string{"runs", "steps", "layer_times", "evals", "events", "memory_breakdowns",
-		"gpu_samples", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "run_summaries"} {
+		"gpu_samples", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_score_heads", "rank_score_spans", "run_summaries"} {
 		out[tbl] = mustCount(t, s, "SELECT count(*) FROM "+tbl+" WHERE run_id = $1", id)
 	}
 	return out
@@ -57,6 +57,11 @@ func TestApplyRetention(t *testing.T) {
 	mustWrite(t, s, runRecords("imported", longAgo)...)
 	for _, id := range []string{"old", "recent", "imported"} {
 		if _, err := s.RefreshRollups(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		// Straggler scores the evaluator stored: two spans and a head.
+		if err := s.AddRankScores(ctx, id, []store.RankScore{{Rank: 0, Step: 1, Time: longAgo, Score: 0.1},
+			{Rank: 0, Step: 2, Time: longAgo, Score: 0.5}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,8 +96,9 @@ func TestApplyRetention(t *testing.T) {
 	before := map[string]map[string]int{}
 	for _, id := range []string{"old", "recent", "imported"} {
 		before[id] = rowsOf(t, s, id)
-		if before[id]["metric_rollups"] == 0 || before[id]["layer_rollups"] == 0 || before[id]["gpu_samples"] != 1 {
-			t.Fatalf("setup: run %s rows %v; want rollups and a GPU sample", id, before[id])
+		if before[id]["metric_rollups"] == 0 || before[id]["layer_rollups"] == 0 || before[id]["gpu_samples"] != 1 ||
+			before[id]["rank_score_spans"] != 2 || before[id]["rank_score_heads"] != 1 {
+			t.Fatalf("setup: run %s rows %v; want rollups, a GPU sample and scores", id, before[id])
 		}
 	}
 

@@ -12,9 +12,9 @@
 // Files are named for the table or concept they hold, writes and reads
 // together: steps.go (and steps_inline.go, steps_timings.go), layers.go and
 // layers_rollup.go, evals.go, samples_gpu.go, samples_host.go, memory.go,
-// events.go, runs.go, alerts.go (alerts and rank_scores), jobs*.go,
-// rollups*.go, ranks*.go, wasted.go, retention*.go, timescale*.go,
-// replica.go and admin.go (whole databases). A batch is written through
+// events.go, runs.go, alerts.go, jobs*.go, rollups*.go, ranks*.go
+// (ranks_scores.go: the stored straggler scores), wasted.go, retention*.go,
+// timescale*.go, replica.go and admin.go (whole databases). A batch is written through
 // one mechanism shared by every table, batch*.go: the plan and its
 // transaction (batch.go), the advisory locks (batch_locks.go), COPY
 // (batch_copy.go), the direct path for new keys (batch_direct.go), the merge
