@@ -101,25 +101,30 @@ func (a *acc) add(step int64, t time.Time, mn, mx, sum float64, n int64) {
 	a.count += n
 }
 
+// slots is the number of output buckets of the plan.
+func (p plan) slots() int64 { return p.To/p.Width - p.From/p.Width + 1 }
+
+// slot returns the element of s, one per output bucket of p, that holds
+// step, or nil for a step outside them.
+func slot[T any](p plan, s []T, step int64) *T {
+	i := step/p.Width - p.From/p.Width
+	if i < 0 || i >= int64(len(s)) {
+		return nil
+	}
+	return &s[i]
+}
+
 // buckets is the dense slice of output buckets of a plan.
 type buckets struct {
-	p    plan
-	base int64
-	b    []acc
+	p plan
+	b []acc
 }
 
 func newBuckets(p plan) *buckets {
-	base := p.From / p.Width
-	return &buckets{p: p, base: base, b: make([]acc, p.To/p.Width-base+1)}
+	return &buckets{p: p, b: make([]acc, p.slots())}
 }
 
-func (bs *buckets) at(step int64) *acc {
-	i := step/bs.p.Width - bs.base
-	if i < 0 || i >= int64(len(bs.b)) {
-		return nil
-	}
-	return &bs.b[i]
-}
+func (bs *buckets) at(step int64) *acc { return slot(bs.p, bs.b, step) }
 
 // rollupRange returns the whole rollup buckets inside [From, To] as an
 // index range [rf, rt]. ok is false when no whole rollup bucket fits.
@@ -225,22 +230,14 @@ func (a *layerAcc) add(step int64, t time.Time, sums []*float64, counts []int64,
 
 // heatmapColumns accumulates per-layer timings of one pass over the plan.
 func (h *Handler) heatmapColumns(ctx context.Context, runID string, rank int, p plan, backward bool, nlayers int) ([]layerAcc, error) {
-	base := p.From / p.Width
-	cols := make([]layerAcc, p.To/p.Width-base+1)
-	at := func(step int64) *layerAcc {
-		i := step/p.Width - base
-		if i < 0 || i >= int64(len(cols)) {
-			return nil
-		}
-		return &cols[i]
-	}
+	cols := make([]layerAcc, p.slots())
 	err := p.read(func(from, to int64) error {
 		rows, err := h.store.LayersRaw(ctx, runID, rank, from, to, backward)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
-			if a := at(r.Step); a != nil {
+			if a := slot(p, cols, r.Step); a != nil {
 				a.add(r.Step, r.Time, r.Sums, nil, nlayers)
 			}
 		}
@@ -251,7 +248,7 @@ func (h *Handler) heatmapColumns(ctx context.Context, runID string, rank int, p 
 			return err
 		}
 		for _, r := range rows {
-			if a := at(r.Bucket * p.Rollup); a != nil {
+			if a := slot(p, cols, r.Bucket*p.Rollup); a != nil {
 				a.add(r.Step, r.Time, r.Sums, r.Counts, nlayers)
 			}
 		}
