@@ -101,29 +101,33 @@ func (a *acc) add(step int64, t time.Time, mn, mx, sum float64, n int64) {
 	a.count += n
 }
 
+// slots is the number of output buckets of the plan.
+func (p plan) slots() int64 { return p.To/p.Width - p.From/p.Width + 1 }
+
+// slot returns the element of s, one per output bucket of p, that holds
+// step, or nil for a step outside them.
+func slot[T any](p plan, s []T, step int64) *T {
+	i := step/p.Width - p.From/p.Width
+	if i < 0 || i >= int64(len(s)) {
+		return nil
+	}
+	return &s[i]
+}
+
 // buckets is the dense slice of output buckets of a plan.
 type buckets struct {
-	p    plan
-	base int64
-	b    []acc
+	p plan
+	b []acc
 }
 
 func newBuckets(p plan) *buckets {
-	base := p.From / p.Width
-	return &buckets{p: p, base: base, b: make([]acc, p.To/p.Width-base+1)}
+	return &buckets{p: p, b: make([]acc, p.slots())}
 }
 
-func (bs *buckets) at(step int64) *acc {
-	i := step/bs.p.Width - bs.base
-	if i < 0 || i >= int64(len(bs.b)) {
-		return nil
-	}
-	return &bs.b[i]
-}
+func (bs *buckets) at(step int64) *acc { return slot(bs.p, bs.b, step) }
 
 // rollupRange returns the whole rollup buckets inside [From, To] as an
-// index range [rf, rt] and the raw step ranges left at both edges. ok is
-// false when no whole rollup bucket fits.
+// index range [rf, rt]. ok is false when no whole rollup bucket fits.
 func (p plan) rollupRange() (rf, rt int64, ok bool) {
 	r := p.Rollup
 	rf = (p.From + r - 1) / r
@@ -131,15 +135,39 @@ func (p plan) rollupRange() (rf, rt int64, ok bool) {
 	return rf, rt, rf <= rt
 }
 
+// read reads the plan's steps in step order: the whole rollup buckets
+// [rf, rt] inside it through rollups, where the plan has a rollup width
+// and one fits, and the raw steps left at both edges (all of them
+// otherwise) through raw, never called for an empty range.
+func (p plan) read(raw func(from, to int64) error, rollups func(rf, rt int64) error) error {
+	rawRange := func(from, to int64) error {
+		if from > to {
+			return nil
+		}
+		return raw(from, to)
+	}
+	if p.Rollup == 0 {
+		return rawRange(p.From, p.To)
+	}
+	rf, rt, ok := p.rollupRange()
+	if !ok {
+		return rawRange(p.From, p.To)
+	}
+	if err := rawRange(p.From, rf*p.Rollup-1); err != nil {
+		return err
+	}
+	if err := rollups(rf, rt); err != nil {
+		return err
+	}
+	return rawRange((rt+1)*p.Rollup, p.To)
+}
+
 // seriesBuckets downsamples one metric of one rank over the plan, reading
 // whole rollup buckets where the plan has a rollup width and raw rows for
 // everything else.
 func (h *Handler) seriesBuckets(ctx context.Context, runID string, rank int, metric string, p plan) (*buckets, error) {
 	bs := newBuckets(p)
-	addRaw := func(from, to int64) error {
-		if from > to {
-			return nil
-		}
+	err := p.read(func(from, to int64) error {
 		pts, err := h.store.SeriesRaw(ctx, runID, rank, metric, from, to)
 		if err != nil {
 			return err
@@ -150,27 +178,22 @@ func (h *Handler) seriesBuckets(ctx context.Context, runID string, rank int, met
 			}
 		}
 		return nil
-	}
-	if p.Rollup == 0 {
-		return bs, addRaw(p.From, p.To)
-	}
-	rf, rt, ok := p.rollupRange()
-	if !ok {
-		return bs, addRaw(p.From, p.To)
-	}
-	if err := addRaw(p.From, rf*p.Rollup-1); err != nil {
-		return nil, err
-	}
-	rows, err := h.store.MetricRollups(ctx, runID, rank, metric, p.Rollup, rf, rt)
+	}, func(rf, rt int64) error {
+		rows, err := h.store.MetricRollups(ctx, runID, rank, metric, p.Rollup, rf, rt)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if a := bs.at(r.Bucket * p.Rollup); a != nil {
+				a.add(r.FirstStep, r.FirstTime, r.Min, r.Max, r.Sum, r.Count)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range rows {
-		if a := bs.at(r.Bucket * p.Rollup); a != nil {
-			a.add(r.FirstStep, r.FirstTime, r.Min, r.Max, r.Sum, r.Count)
-		}
-	}
-	return bs, addRaw((rt+1)*p.Rollup, p.To)
+	return bs, nil
 }
 
 // layerAcc accumulates one heatmap column.
@@ -207,48 +230,32 @@ func (a *layerAcc) add(step int64, t time.Time, sums []*float64, counts []int64,
 
 // heatmapColumns accumulates per-layer timings of one pass over the plan.
 func (h *Handler) heatmapColumns(ctx context.Context, runID string, rank int, p plan, backward bool, nlayers int) ([]layerAcc, error) {
-	base := p.From / p.Width
-	cols := make([]layerAcc, p.To/p.Width-base+1)
-	at := func(step int64) *layerAcc {
-		i := step/p.Width - base
-		if i < 0 || i >= int64(len(cols)) {
-			return nil
-		}
-		return &cols[i]
-	}
-	addRaw := func(from, to int64) error {
-		if from > to {
-			return nil
-		}
+	cols := make([]layerAcc, p.slots())
+	err := p.read(func(from, to int64) error {
 		rows, err := h.store.LayersRaw(ctx, runID, rank, from, to, backward)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
-			if a := at(r.Step); a != nil {
+			if a := slot(p, cols, r.Step); a != nil {
 				a.add(r.Step, r.Time, r.Sums, nil, nlayers)
 			}
 		}
 		return nil
-	}
-	if p.Rollup == 0 {
-		return cols, addRaw(p.From, p.To)
-	}
-	rf, rt, ok := p.rollupRange()
-	if !ok {
-		return cols, addRaw(p.From, p.To)
-	}
-	if err := addRaw(p.From, rf*p.Rollup-1); err != nil {
-		return nil, err
-	}
-	rows, err := h.store.LayerRollups(ctx, runID, rank, p.Rollup, rf, rt, backward)
+	}, func(rf, rt int64) error {
+		rows, err := h.store.LayerRollups(ctx, runID, rank, p.Rollup, rf, rt, backward)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if a := slot(p, cols, r.Bucket*p.Rollup); a != nil {
+				a.add(r.Step, r.Time, r.Sums, r.Counts, nlayers)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range rows {
-		if a := at(r.Bucket * p.Rollup); a != nil {
-			a.add(r.Step, r.Time, r.Sums, r.Counts, nlayers)
-		}
-	}
-	return cols, addRaw((rt+1)*p.Rollup, p.To)
+	return cols, nil
 }

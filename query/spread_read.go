@@ -107,7 +107,7 @@ func spreadOf(metric string, p plan, byRank map[int]*buckets) api.SeriesSpread {
 		ranks = append(ranks, r)
 	}
 	slices.Sort(ranks)
-	n := int(p.To/p.Width - p.From/p.Width + 1)
+	n := int(p.slots())
 	type mean struct {
 		rank int
 		v    float64

@@ -130,60 +130,54 @@ type segmentSQL struct {
 	probe, delete, insert string
 }
 
-// Steps and layer_times: $1 run, $2 ranks, $3 and $4 the step range.
-func stepSegmentSQL(table string) segmentSQL {
-	r := strings.NewReplacer("TABLE", table)
-	return segmentSQL{
-		probe: r.Replace(`SELECT t.rank, count(*), min(t.step), max(t.step)
-			FROM TABLE AS t JOIN tmp_TABLE AS s ON s.run_id = $1 AND s.rank = t.rank AND s.step = t.step AND t.time < s.time
-			WHERE t.run_id = $1 AND t.rank = ANY($2) AND t.step BETWEEN $3 AND $4
-			GROUP BY t.rank`),
-		delete: r.Replace(`DELETE FROM TABLE AS t
-			USING (SELECT rank, step, max(time) AS time FROM tmp_TABLE WHERE run_id = $1 AND rank = ANY($2) GROUP BY rank, step) AS s
-			WHERE t.run_id = $1 AND t.rank = ANY($2) AND t.step BETWEEN $3 AND $4
-			  AND t.rank = s.rank AND t.step = s.step AND t.time < s.time`),
-		insert: r.Replace(`WITH src AS (
-			SELECT DISTINCT ON (rank, step) * FROM tmp_TABLE WHERE run_id = $1 AND rank = ANY($2) ORDER BY rank, step, time DESC
-		), ins AS (
-			INSERT INTO TABLE SELECT src.* FROM src
-			WHERE NOT EXISTS (SELECT 1 FROM TABLE AS t
-				WHERE t.run_id = $1 AND t.rank = ANY($2) AND t.step BETWEEN $3 AND $4
-				  AND t.rank = src.rank AND t.step = src.step AND t.time >= src.time)
-			ON CONFLICT DO NOTHING
-			RETURNING rank, step
+// segmentMerge returns the statements of table's merge by segment, keyed
+// by run, by the column group and by step as mergeNewest's, and choosing
+// the same rows. With ranked (steps, layer_times), a segment is a run's
+// rank: the statements take $1 run, $2 ranks, $3 and $4 the step range,
+// and every rollup block the insert writes into gets its marker set or
+// bumped. Without (evals), a segment is a run: $1 run, $2 and $3 the step
+// range, and the probe answers rank 0 when it finds stored rows.
+func segmentMerge(table, group string, ranked bool) segmentSQL {
+	seg, src := `t.run_id = $1 AND t.step BETWEEN $2 AND $3`, `run_id = $1`
+	rank, per, mark := `0`, `HAVING count(*) > 0`, ""
+	if ranked {
+		seg, src = `t.run_id = $1 AND t.rank = ANY($2) AND t.step BETWEEN $3 AND $4`, `run_id = $1 AND rank = ANY($2)`
+		rank, per = `t.rank`, `GROUP BY t.rank`
+		mark = `
 		), dirty AS (
 			INSERT INTO rollup_dirty (run_id, rank, block)
 			SELECT DISTINCT $1::text, rank, step / 100 FROM ins ORDER BY 2, 3
-			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')
+			ON CONFLICT (run_id, rank, block) DO UPDATE SET seq = nextval('rollup_dirty_seq')`
+	}
+	r := strings.NewReplacer("{table}", table, "{group}", group, "{seg}", seg, "{src}", src,
+		"{rank}", rank, "{per}", per, "{mark}", mark)
+	return segmentSQL{
+		probe: r.Replace(`SELECT {rank}, count(*), min(t.step), max(t.step)
+			FROM {table} AS t JOIN tmp_{table} AS s ON s.run_id = $1 AND s.{group} = t.{group} AND s.step = t.step AND t.time < s.time
+			WHERE {seg}
+			{per}`),
+		delete: r.Replace(`DELETE FROM {table} AS t
+			USING (SELECT {group}, step, max(time) AS time FROM tmp_{table} WHERE {src} GROUP BY {group}, step) AS s
+			WHERE {seg}
+			  AND t.{group} = s.{group} AND t.step = s.step AND t.time < s.time`),
+		insert: r.Replace(`WITH src AS (
+			SELECT DISTINCT ON ({group}, step) * FROM tmp_{table} WHERE {src} ORDER BY {group}, step, time DESC
+		), ins AS (
+			INSERT INTO {table} SELECT src.* FROM src
+			WHERE NOT EXISTS (SELECT 1 FROM {table} AS t
+				WHERE {seg}
+				  AND t.{group} = src.{group} AND t.step = src.step AND t.time >= src.time)
+			ON CONFLICT DO NOTHING
+			RETURNING {group}, step{mark}
 		)
 		SELECT count(*) FROM ins`),
 	}
 }
 
-// Evals: $1 run, $2 and $3 the step range; one segment per run (rank 0).
-var evalSegmentSQL = segmentSQL{
-	probe: `SELECT 0, count(*), min(t.step), max(t.step)
-		FROM evals AS t JOIN tmp_evals AS s ON s.run_id = $1 AND s.split = t.split AND s.step = t.step AND t.time < s.time
-		WHERE t.run_id = $1 AND t.step BETWEEN $2 AND $3
-		HAVING count(*) > 0`,
-	delete: `DELETE FROM evals AS t
-		USING (SELECT split, step, max(time) AS time FROM tmp_evals WHERE run_id = $1 GROUP BY split, step) AS s
-		WHERE t.run_id = $1 AND t.step BETWEEN $2 AND $3 AND t.split = s.split AND t.step = s.step AND t.time < s.time`,
-	insert: `WITH src AS (
-		SELECT DISTINCT ON (split, step) * FROM tmp_evals WHERE run_id = $1 ORDER BY split, step, time DESC
-	), ins AS (
-		INSERT INTO evals SELECT src.* FROM src
-		WHERE NOT EXISTS (SELECT 1 FROM evals AS t
-			WHERE t.run_id = $1 AND t.step BETWEEN $2 AND $3 AND t.split = src.split AND t.step = src.step AND t.time >= src.time)
-		ON CONFLICT DO NOTHING
-		RETURNING 1
-	)
-	SELECT count(*) FROM ins`,
-}
-
 var (
-	stepsSegmentSQL  = stepSegmentSQL("steps")
-	layersSegmentSQL = stepSegmentSQL("layer_times")
+	stepsSegmentSQL  = segmentMerge("steps", "rank", true)
+	layersSegmentSQL = segmentMerge("layer_times", "rank", true)
+	evalSegmentSQL   = segmentMerge("evals", "split", false)
 )
 
 // segmentTable is a kind merged by segment on TimescaleDB, with the

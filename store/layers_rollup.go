@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -40,16 +39,13 @@ func (b *layerBucket) row(runID string, w int64) []any {
 var layerRollupColumns = []string{"run_id", "rank", "width", "bucket", "first_step", "first_time", "rows",
 	"fwd_sums", "fwd_counts", "bwd_sums", "bwd_counts"}
 
-// refreshLayerBlocks recomputes the layer rollups of the width-100 buckets
-// keys (sorted, distinct) and of the coarser buckets above them. The raw
-// arrays are streamed in binary and summed in Go without decoding them
-// into values of their own: a 1,000,000-step, 100-layer run is 100M
+var layerRollups = rollupTable{name: "layer_rollups", raw: rawLayerRollups, coarser: coarserLayerRollups}
+
+// rawLayerRollups writes the width-100 layer rollups of the spans. The
+// raw arrays are streamed in binary and summed in Go without decoding
+// them into values of their own: a 1,000,000-step, 100-layer run is 100M
 // elements, which SQL's unnest and GROUP BY take many minutes to sum.
-func refreshLayerBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey) error {
-	ranks, los, his := spans(keys)
-	if err := clearRollups(ctx, tx, "layer_rollups", runID, ranks, los, his, 100); err != nil {
-		return err
-	}
+func rawLayerRollups(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, los, his []int64) error {
 	rows, err := tx.Query(ctx, `
 		SELECT l.rank, l.time, l.step, l.forward_ms, l.backward_ms
 		FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi) JOIN layer_times l
@@ -62,36 +58,27 @@ func refreshLayerBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []buc
 	if err != nil {
 		return fmt.Errorf("read layer times: %w", err)
 	}
-	if err := copyLayerRollups(ctx, tx, runID, 100, buckets); err != nil {
-		return err
+	return copyLayerRollups(ctx, tx, runID, 100, buckets)
+}
+
+// coarserLayerRollups writes the layer rollups of width w of parents,
+// summed in Go from the buckets of width cw below them.
+func coarserLayerRollups(ctx context.Context, tx pgx.Tx, runID string, parents []bucketKey, w, cw int64) error {
+	pr, pl, ph := spans(parents)
+	f := w / cw
+	rows, err := tx.Query(ctx, `
+		SELECT l.rank, l.bucket, l.first_step, l.first_time, l.rows, l.fwd_sums, l.fwd_counts, l.bwd_sums, l.bwd_counts
+		FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi) JOIN layer_rollups l
+		ON l.run_id = $1 AND l.rank = d.rank AND l.width = $5 AND l.bucket >= d.lo * $6 AND l.bucket < (d.hi + 1) * $6`,
+		runID, pr, pl, ph, cw, f)
+	if err != nil {
+		return fmt.Errorf("read layer rollups of width %d: %w", cw, err)
 	}
-	child := keys
-	for i := 1; i < len(RollupWidths); i++ {
-		w, cw := RollupWidths[i], RollupWidths[i-1]
-		parents := parentKeys(child, w/cw)
-		pr, pl, ph := spans(parents)
-		if err := clearRollups(ctx, tx, "layer_rollups", runID, pr, pl, ph, w); err != nil {
-			return err
-		}
-		f := w / cw
-		rows, err := tx.Query(ctx, `
-			SELECT l.rank, l.bucket, l.first_step, l.first_time, l.rows, l.fwd_sums, l.fwd_counts, l.bwd_sums, l.bwd_counts
-			FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi) JOIN layer_rollups l
-			ON l.run_id = $1 AND l.rank = d.rank AND l.width = $5 AND l.bucket >= d.lo * $6 AND l.bucket < (d.hi + 1) * $6`,
-			runID, pr, pl, ph, cw, f)
-		if err != nil {
-			return fmt.Errorf("read layer rollups of width %d: %w", cw, err)
-		}
-		buckets, err := foldLayerRollups(rows, f)
-		if err != nil {
-			return fmt.Errorf("read layer rollups of width %d: %w", cw, err)
-		}
-		if err := copyLayerRollups(ctx, tx, runID, w, buckets); err != nil {
-			return err
-		}
-		child = parents
+	buckets, err := foldLayerRollups(rows, f)
+	if err != nil {
+		return fmt.Errorf("read layer rollups of width %d: %w", cw, err)
 	}
-	return nil
+	return copyLayerRollups(ctx, tx, runID, w, buckets)
 }
 
 func copyLayerRollups(ctx context.Context, tx pgx.Tx, runID string, w int64, buckets []*layerBucket) error {
@@ -133,12 +120,7 @@ func (f *layerFolder) sorted() []*layerBucket {
 	for _, b := range f.byKey {
 		out = append(out, b)
 	}
-	slices.SortFunc(out, func(a, b *layerBucket) int {
-		if c := cmp.Compare(a.key.rank, b.key.rank); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.key.bucket, b.key.bucket)
-	})
+	slices.SortFunc(out, func(a, b *layerBucket) int { return compareKeys(a.key, b.key) })
 	return out
 }
 

@@ -188,7 +188,7 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time,
 		// of this run waits for the drop and, when it comes after, starts
 		// from nothing.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2),
-			pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, id, runLockKey(id)); err != nil {
+			pg_advisory_xact_lock(`+refreshLockKey("$1")+`)`, id, runLockKey(id)); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
 		var n int

@@ -198,7 +198,7 @@ func (s *Store) refreshChunk(ctx context.Context, runID string, lim RefreshLimit
 		if err := refreshMetricBlocks(ctx, tx, runID, keys); err != nil {
 			return err
 		}
-		if err := refreshLayerBlocks(ctx, tx, runID, keys); err != nil {
+		if err := refreshBlocks(ctx, tx, runID, keys, layerRollups); err != nil {
 			return err
 		}
 		if err := refreshSpreadBlocks(ctx, tx, runID, keys); err != nil {
@@ -231,13 +231,10 @@ type bucketKey struct {
 	bucket int64
 }
 
-func sortKeys(keys []bucketKey) {
-	slices.SortFunc(keys, func(a, b bucketKey) int {
-		if c := cmp.Compare(a.rank, b.rank); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.bucket, b.bucket)
-	})
+// compareKeys orders bucket keys by rank, then bucket: the order of the
+// markers a chunk reads and of the rollups it writes.
+func compareKeys(a, b bucketKey) int {
+	return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.bucket, b.bucket))
 }
 
 // spans turns sorted, distinct bucket keys into runs of consecutive
@@ -376,15 +373,62 @@ func clearRollups(ctx context.Context, tx pgx.Tx, table, runID string, ranks []i
 	return nil
 }
 
-// refreshMetricBlocks recomputes the metric rollups of the width-100
-// buckets keys (sorted, distinct) and of the coarser buckets above them.
-// The built-in metrics are folded here from a binary stream of the raw
-// rows, which is several times cheaper than 80 SQL aggregates per bucket.
-func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey) error {
+// rollupTable is what the refresh of one rollup table (metric_rollups,
+// layer_rollups) does on its own; refreshBlocks walks the widths for
+// each, clearing every bucket it writes.
+type rollupTable struct {
+	name string
+	// raw writes the width-100 buckets in the spans ranks, los, his from
+	// the raw rows.
+	raw func(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, los, his []int64) error
+	// coarser writes the buckets parents (sorted, distinct) of width w
+	// from the buckets of width cw below them.
+	coarser func(ctx context.Context, tx pgx.Tx, runID string, parents []bucketKey, w, cw int64) error
+}
+
+// refreshBlocks recomputes t's rollups of the width-100 buckets keys
+// (sorted, distinct) and of the coarser buckets above them, the finer
+// width first: each width's buckets are deleted, then written afresh.
+func refreshBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey, t rollupTable) error {
 	ranks, los, his := spans(keys)
-	if err := clearRollups(ctx, tx, "metric_rollups", runID, ranks, los, his, 100); err != nil {
+	if err := clearRollups(ctx, tx, t.name, runID, ranks, los, his, RollupWidths[0]); err != nil {
 		return err
 	}
+	if err := t.raw(ctx, tx, runID, ranks, los, his); err != nil {
+		return err
+	}
+	child := keys
+	for i := 1; i < len(RollupWidths); i++ {
+		w, cw := RollupWidths[i], RollupWidths[i-1]
+		parents := parentKeys(child, w/cw)
+		pr, pl, ph := spans(parents)
+		if err := clearRollups(ctx, tx, t.name, runID, pr, pl, ph, w); err != nil {
+			return err
+		}
+		if err := t.coarser(ctx, tx, runID, parents, w, cw); err != nil {
+			return err
+		}
+		child = parents
+	}
+	return nil
+}
+
+// refreshMetricBlocks recomputes the metric rollups of the width-100
+// buckets keys (sorted, distinct) and of the coarser buckets above them,
+// then the whole-run figures of their ranks.
+func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey) error {
+	if err := refreshBlocks(ctx, tx, runID, keys, metricRollups); err != nil {
+		return err
+	}
+	return refreshTotals(ctx, tx, runID, uniqueRanks(keys), nil)
+}
+
+var metricRollups = rollupTable{name: "metric_rollups", raw: rawMetricRollups, coarser: coarserMetricRollups}
+
+// rawMetricRollups writes the width-100 metric rollups of the spans. The
+// built-in metrics are folded here from a binary stream of the raw rows,
+// which is several times cheaper than 80 SQL aggregates per bucket.
+func rawMetricRollups(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, los, his []int64) error {
 	rows, err := tx.Query(ctx, `
 		SELECT `+stepColumns+`
 		FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi) JOIN steps s
@@ -415,24 +459,20 @@ func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 	if _, err := tx.Exec(ctx, userMetricsSQL, runID, ranks, los, his); err != nil {
 		return fmt.Errorf("compute user metric rollups: %w", err)
 	}
-	child := keys
-	for i := 1; i < len(RollupWidths); i++ {
-		w, cw := RollupWidths[i], RollupWidths[i-1]
-		parents := parentKeys(child, w/cw)
-		pr, pl, ph := spans(parents)
-		if err := clearRollups(ctx, tx, "metric_rollups", runID, pr, pl, ph, w); err != nil {
-			return err
-		}
-		pranks, pbuckets := make([]int32, len(parents)), make([]int64, len(parents))
-		for j, p := range parents {
-			pranks[j], pbuckets[j] = p.rank, p.bucket
-		}
-		if _, err := tx.Exec(ctx, parentMetricsSQL, runID, pranks, pbuckets, w, cw); err != nil {
-			return fmt.Errorf("compute metric rollups of width %d: %w", w, err)
-		}
-		child = parents
+	return nil
+}
+
+// coarserMetricRollups writes the metric rollups of width w of parents
+// with parentMetricsSQL.
+func coarserMetricRollups(ctx context.Context, tx pgx.Tx, runID string, parents []bucketKey, w, cw int64) error {
+	pranks, pbuckets := make([]int32, len(parents)), make([]int64, len(parents))
+	for j, p := range parents {
+		pranks[j], pbuckets[j] = p.rank, p.bucket
 	}
-	return refreshTotals(ctx, tx, runID, uniqueRanks(keys), nil)
+	if _, err := tx.Exec(ctx, parentMetricsSQL, runID, pranks, pbuckets, w, cw); err != nil {
+		return fmt.Errorf("compute metric rollups of width %d: %w", w, err)
+	}
+	return nil
 }
 
 // foldSteps folds rows of stepColumns into width-100 buckets, returned in
@@ -489,11 +529,6 @@ func foldSteps(rows pgx.Rows) ([]*stepBucket, error) {
 	for _, b := range byKey {
 		out = append(out, b)
 	}
-	slices.SortFunc(out, func(a, b *stepBucket) int {
-		if c := cmp.Compare(a.key.rank, b.key.rank); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.key.bucket, b.key.bucket)
-	})
+	slices.SortFunc(out, func(a, b *stepBucket) int { return compareKeys(a.key, b.key) })
 	return out, nil
 }

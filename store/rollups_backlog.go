@@ -36,6 +36,13 @@ var errRefreshSkipped = errors.New("rollup refresh left for later")
 // errRefreshBusy is a chunk whose run another refresh holds the lock of.
 var errRefreshBusy = errors.New("another refresh of the run holds its lock")
 
+// refreshLockKey is the SQL of the key of the refresh lock of the run
+// whose id is the expression run: every refresh of a run holds it for a
+// chunk, and whatever deletes a run's rollups or markers takes it first.
+func refreshLockKey(run string) string {
+	return "hashtextextended('rollup:' || " + run + ", 0)"
+}
+
 // lockRefresh takes the run's refresh lock in tx (or, with lim.NoWait,
 // fails with errRefreshBusy when it is taken) and sets the statement
 // timeout of lim.
@@ -51,7 +58,7 @@ func lockRefresh(ctx context.Context, tx pgx.Tx, runID string, lim RefreshLimits
 				return fmt.Errorf("set lock timeout: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, runID); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+refreshLockKey("$1")+`)`, runID); err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available: lock_timeout passed
 				return errRefreshBusy
@@ -66,7 +73,7 @@ func lockRefresh(ctx context.Context, tx pgx.Tx, runID string, lim RefreshLimits
 		return nil
 	}
 	var got bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('rollup:' || $1, 0))`, runID).Scan(&got); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+refreshLockKey("$1")+`)`, runID).Scan(&got); err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	if !got {

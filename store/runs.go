@@ -410,7 +410,7 @@ func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
 			return fmt.Errorf("store: delete runs: lock runs: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
-			(SELECT DISTINCT hashtextextended('rollup:' || r, 0) AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
+			(SELECT DISTINCT `+refreshLockKey("r")+` AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
 			return fmt.Errorf("store: delete runs: lock rollups: %w", err)
 		}
 		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_score_heads", "rank_score_spans", "run_summaries", "runs"} {
