@@ -170,15 +170,7 @@ class StepReader:
         # has, so has every event of this step. Its values wait for their
         # batch (Fetcher), which leaves by size or age at a step's close.
         end = slot.nxt_start
-        if end is None or not end.query():
-            return False
-        for _, box in slot.boxes:
-            if isinstance(box, list):
-                if not all(b.ready() for b in box):
-                    return False
-            elif not box.ready():
-                return False
-        return True
+        return end is not None and end.query() and self._values_ready(slot)
 
     def _take_batch(self, n):
         """Takes up to n finished steps off the queue, oldest first, and
@@ -216,6 +208,7 @@ class StepReader:
         return took, out
 
     def _values_ready(self, slot):
+        """True once every value the step waits on has come back."""
         for _, box in slot.boxes:
             if isinstance(box, list):
                 if not all(b.ready() for b in box):
