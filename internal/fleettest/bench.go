@@ -36,16 +36,20 @@ func (f Bench) Host(rank int) string {
 }
 
 // LayerNames are the run's layers, in model order.
-func (f Bench) LayerNames() []string {
-	names := make([]string, f.Layers)
+func (f Bench) LayerNames() []string { return layerNames(f.Layers, "layers", "lm_head") }
+
+// layerNames are n layers in model order: the embeddings, the blocks
+// (block.0, block.1, …) and the head.
+func layerNames(n int, block, head string) []string {
+	names := make([]string, n)
 	for i := range names {
 		switch {
 		case i == 0:
 			names[i] = "embeddings"
-		case i == f.Layers-1:
-			names[i] = "lm_head"
+		case i == n-1:
+			names[i] = head
 		default:
-			names[i] = fmt.Sprintf("layers.%d", i-1)
+			names[i] = fmt.Sprintf("%s.%d", block, i-1)
 		}
 	}
 	return names

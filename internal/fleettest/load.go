@@ -1,7 +1,6 @@
 package fleettest
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -23,20 +22,7 @@ type Load struct {
 }
 
 // LayerNames returns the run's layer names in model order.
-func (l Load) LayerNames() []string {
-	names := make([]string, l.Layers)
-	for i := range names {
-		switch {
-		case i == 0:
-			names[i] = "embeddings"
-		case i == l.Layers-1:
-			names[i] = "classifier"
-		default:
-			names[i] = fmt.Sprintf("encoder.%d", i-1)
-		}
-	}
-	return names
-}
+func (l Load) LayerNames() []string { return layerNames(l.Layers, "encoder", "classifier") }
 
 // Records returns the records of steps [from, from+n).
 func (l Load) Records(from, n int64) []api.Record {
