@@ -41,7 +41,8 @@ class RunOptions:
       (``DEEPSEED_FILE``; offline without one, a file named by the run).
     - ``max_queue``, ``batch_size``, ``flush_interval``, ``compress``: the
       sender's queue bound, records a request, seconds between requests,
-      and gzip (None: ``DEEPSEED_GZIP``, on unless 0).
+      and gzip (None: ``DEEPSEED_GZIP`` if set, else on unless the
+      destination is this machine's loopback, as the node's collector is).
     - ``flush_timeout``: how long finish() waits for records to leave, in
       seconds (``DEEPSEED_FLUSH_TIMEOUT``, default 5).
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import gzip
 import http.client
+import ipaddress
 import json
 import logging
 import os
@@ -532,8 +533,8 @@ def sender_for(run_id, rank, world_size, mode=None, collector_url=None, server_u
     file = file or os.environ.get("DEEPSEED_FILE")
     if mode == "offline" or file:
         return FileSender(file or path_for(run_id, rank, world_size))
-    if compress is None:
-        compress = os.environ.get("DEEPSEED_GZIP", "1").lower() not in ("0", "false", "no")
+    if compress is None and os.environ.get("DEEPSEED_GZIP"):
+        compress = os.environ["DEEPSEED_GZIP"].lower() not in ("0", "false", "no")
     server_url = server_url or os.environ.get("DEEPSEED_SERVER_URL")
     server = None
     if server_url:
@@ -543,8 +544,23 @@ def sender_for(run_id, rank, world_size, mode=None, collector_url=None, server_u
     else:
         url = ingest_url(collector_url or os.environ.get("DEEPSEED_COLLECTOR_URL") or DEFAULT_COLLECTOR_URL)
         token = token or os.environ.get("DEEPSEED_COLLECTOR_TOKEN")
+    if compress is None:
+        compress = not is_loopback(url)
     return Sender(url, token=token, max_queue=max_queue, batch_size=batch_size, flush_interval=flush_interval,
                   compress=compress, local_path=path_for(run_id, rank, world_size), server=server)
+
+
+def is_loopback(url):
+    """True when url names this machine by a loopback address or
+    localhost: there gzip would cost the training host CPU to save bytes
+    that never cross a network (the node's collector, by default)."""
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 __all__ = ["Sender", "sender_for", "ingest_url", "base_url"]
