@@ -5,19 +5,20 @@ fields on the wall clock through the device-clock anchor) and, on armed
 steps, the layers record.
 
 A StepReader, owned by the Watcher, reads the queue of closed steps it
-shares with the StepState (steps.py). On a GPU it runs on a reader thread
-of its own (the training thread only queues closed steps): the reader
-wakes every READ_EVERY_S, or when READ_WAKE_PENDING steps wait, and reads
-the steps whose events completed, in order and in batches (one device
-query vouches for a batch: events of one stream complete in order),
-sleeping READ_YIELD_S after every READ_BATCH of them so that the training
-thread, when it wants the interpreter back, waits for a few steps'
-read-back at most. Each wake-up and each device query hands the
-interpreter between the threads, which costs the training thread more
-than the work itself: they are few. Much of it then runs while the training thread
-is inside backward() or waiting for the device, with the interpreter
-free. Elsewhere (the host clock's timers, tests) it runs on the training
-thread, at a step's open and at the run's end."""
+shares with the StepState (steps.py), in order and in batches (one device
+query vouches for a batch: events of one stream complete in order). The
+training thread reads them itself when a step closes with READ_PENDING
+steps waiting, or with the oldest waiting READ_EVERY_S: a few hundred µs
+once every few dozen short steps, one step's read-back on every long one.
+Read on a thread of its own instead, the same work costs the training
+thread more than itself: each device query hands the interpreter between
+the threads, and the training thread then waits for the reader's Python
+at its next event. On a GPU a reader thread still wakes every
+READ_EVERY_S and reads the steps that waited READ_LATE_S (a loop that
+stopped stepping: evaluation, a checkpoint, the end of an epoch), so
+nothing waits for the next step to be sent. Elsewhere (the host clock's
+timers, tests) the training thread reads each step at the next one's
+open, and at the run's end."""
 
 from __future__ import annotations
 
@@ -34,15 +35,16 @@ from .records import MS_DECIMALS, STEPS_MAX_AGE_S, STEPS_PER_RECORD, StepColumns
 NO_LAYER_HOOK = ("unavailable: no layer hook ran in a profiled step; the layers run inside a compiled graph "
                  "(torch.compile of the whole model), so compile each block instead (block.compile()) to time them")
 MAX_PENDING = 256
-ANCHOR_KEEP = 256
-ANCHOR_EVERY = 4
+ANCHOR_KEEP = 64  # with ANCHOR_EVERY, the newest 1,024 steps: the clocks drift apart slowly
+ANCHOR_EVERY = 16
 READ_EVERY_S = 0.1
-# The training thread wakes the reader sooner when this many closed steps
-# wait (steps.py), so that short steps are read in batches of about this
-# size, not one by one as they come.
-READ_WAKE_PENDING = 32
+# The training thread reads the steps waiting when this many have closed
+# (steps.py), so that short steps are read in batches of about this size.
+READ_PENDING = 32
+# The reader thread reads what the training thread left this long.
+READ_LATE_S = 0.5
 READ_YIELD_S = 2e-5
-READ_BATCH = 16  # steps built under the read lock between two yields of the interpreter
+READ_BATCH = 16  # steps the reader thread builds under the read lock between two yields of the interpreter
 
 
 def _ms_sum(pairs):
@@ -106,7 +108,12 @@ class StepReader:
         self.thread = None  # the reader thread, when read-back runs in the background
         self.lock = None  # held while the reader thread builds one step
         self.stop_event = None
-        self.wake = None  # set by the training thread when READ_WAKE_PENDING steps wait
+        self.wake = None  # set to stop the reader thread's wait
+        # Steps built and not yet added to the columns, oldest first: built
+        # under the read lock, delivered under the run's (never under both,
+        # see _read_loop), so that two readers deliver in the order built.
+        self.outbox = collections.deque()
+        self.read_at = 0.0  # perf_counter of the last read that took a step
         self.columns = None  # steps read back and not sent yet (records.StepColumns)
         self.closing = False  # the watcher is closing: a step built now is sent at once
         self.comm = None  # the comm.CommProbe of a distributed run
@@ -135,15 +142,15 @@ class StepReader:
             if stop.is_set():
                 return
             try:
-                while not stop.is_set():
+                pending = self.pending
+                while not stop.is_set() and pending and time.perf_counter() - self.read_at >= READ_LATE_S:
                     # Steps are built under the read lock (in order, with
                     # the clock state they update) and handed to the run
                     # outside it: the reader never waits for the run's lock
                     # while holding its own, which close() takes.
                     with self.lock:
-                        took, built = self._take_batch(READ_BATCH)
-                    if built:
-                        self._deliver_all(built)
+                        took = self._take_batch(READ_BATCH)
+                    self._deliver_outbox()
                     if took < READ_BATCH:
                         break
                     time.sleep(READ_YIELD_S)
@@ -153,6 +160,19 @@ class StepReader:
                         self.send_steps()
             except Exception as e:  # pragma: no cover - defensive: the reader must not die
                 self.link.warn_once("reader", "deepseed: reading step timings: %s", e)
+
+    def read_waiting(self):
+        """The training thread's read: every waiting step whose events have
+        completed, in batches, unless the reader thread is reading now."""
+        lock = self.lock
+        if lock is not None and not lock.acquire(False):
+            return
+        try:
+            self._take_batch(len(self.pending))
+        finally:
+            if lock is not None:
+                lock.release()
+        self._deliver_outbox()
 
     def stop(self, wait):
         """Stops the reader thread; with wait, until it has (the training
@@ -173,11 +193,12 @@ class StepReader:
         return end is not None and end.query() and self._values_ready(slot)
 
     def _take_batch(self, n):
-        """Takes up to n finished steps off the queue, oldest first, and
-        builds them: (how many were taken, the records of those that could
-        be read). The newest step of the batch is asked whether its events
-        completed; the older ones, recorded on the same stream before it,
-        have too, and only their values' batches are asked about."""
+        """Takes up to n finished steps off the queue, oldest first, builds
+        them and puts what could be read in the outbox; returns how many
+        were taken. The newest step of the batch is asked whether its
+        events completed; the older ones, recorded on the same stream
+        before it, have too, and only their values' batches are asked
+        about."""
         pending = self.pending
         m = min(n, len(pending))
         while m and pending[m - 1].nxt_start is None:
@@ -191,10 +212,11 @@ class StepReader:
             if len(pending) > MAX_PENDING and pending[0].nxt_start is not None:
                 self.link.warn_once("stale", "deepseed: CUDA events of step %d never completed", pending[0].step)
                 pending.popleft()
-                return 1, []
-            return 0, []
+                return 1
+            return 0
         sid = pending[m - 1].sid
-        out = []
+        out = self.outbox
+        build = self._build
         took = 0
         for _ in range(m):
             slot = pending[0]
@@ -202,10 +224,11 @@ class StepReader:
                 break
             pending.popleft()
             took += 1
-            built = self._build(slot)
+            built = build(slot)
             if built is not None:
                 out.append(built)
-        return took, out
+        self.read_at = time.perf_counter()
+        return took
 
     def _values_ready(self, slot):
         """True once every value the step waits on has come back."""
@@ -255,28 +278,26 @@ class StepReader:
 
     def poll(self, wait=False):
         """Emits every finished step whose events have completed, oldest
-        first."""
+        first, one at a time (with wait, after the device has run them)."""
         if wait:
             self.fetch.flush()
-        while True:
-            took, built = self._take_one(wait)
-            if not took:
-                return
-            self._deliver(built)
+        while self._take_one(wait):
+            self._deliver_outbox()
+        self._deliver_outbox()
 
     def _take_one(self, wait):
         """Takes the oldest finished step off the queue if it can be and
-        builds its records: (True, records, or None when they could not be
-        read), or (False, None) when no step was ready."""
+        puts its records in the outbox (none when they could not be read);
+        False when no step was ready."""
         while self.pending:
             slot = self.pending[0]
             # A step waits for the next one to begin (its step time runs to
             # that start) unless the run is closing.
             if slot.nxt_start is None and not wait:
-                return False, None
+                return False
             if not wait and not self._ready(slot):
                 if len(self.pending) <= MAX_PENDING:
-                    return False, None
+                    return False
                 self.link.warn_once("stale", "deepseed: CUDA events of step %d never completed", slot.step)
                 self.pending.popleft()
                 continue
@@ -290,23 +311,26 @@ class StepReader:
                         if b.batch is not None:
                             b.batch.poll(wait=True)
             self.pending.popleft()
-            return True, self._build(slot)
-        return False, None
+            built = self._build(slot)
+            if built is not None:
+                self.outbox.append(built)
+            self.read_at = time.perf_counter()
+            return True
+        return False
 
-    def _deliver(self, built):
-        """Adds a step made by _build to the steps that leave together, and
-        sends its layers record."""
-        if built is not None:
-            self._deliver_all((built,))
-
-    def _deliver_all(self, built):
-        """_deliver for steps made by _build, oldest first, under one
-        taking of the run's lock."""
+    def _deliver_outbox(self):
+        """Adds the steps built so far to the steps that leave together, in
+        the order they were built, and sends their layers records, under
+        one taking of the run's lock."""
+        out = self.outbox
+        if not out:
+            return
         try:
             link = self.link
             with link.lock:
                 now = time.perf_counter()
-                for step, fields, t, measured, layers in built:
+                while out:
+                    step, fields, t, measured, layers = out.popleft()
                     cols = self.columns
                     if cols is None:
                         cols = self.columns = StepColumns(self.run.run_id, self.run.rank)
@@ -346,9 +370,10 @@ class StepReader:
             # added (extra, device values, logged fields) goes through the
             # run's checks after it, and wins over a measured field.
             rec = {}
+            start = slot.ev_start
             end = slot.nxt_start if slot.nxt_start is not None else slot.ev_end
-            if slot.ev_start is not None and end is not None:
-                rec["step_ms"] = _nonneg_ms(slot.ev_start.elapsed_time(end))
+            if start is not None and end is not None:
+                rec["step_ms"] = _nonneg_ms(start.elapsed_time(end))
             if slot.fwd:
                 fw = _ms_sum(slot.fwd)
                 if fw is not None:
@@ -363,7 +388,8 @@ class StepReader:
                     rec["optimizer_ms"] = _nonneg_ms(op)
             # The step's synchronisation fields, from its own events: the
             # record is built once they (and its values) have arrived.
-            sync = self._sync_fields(slot)
+            sync = {}
+            self._sync_fields(slot, sync)
             if self.comm is not None:
                 self.comm.fill(slot, rec, sync)
             if slot.data_ms is not None:
@@ -371,7 +397,8 @@ class StepReader:
                 rec["data_ms"] = round_ms(slot.data_ms if iw is None else max(0.0, slot.data_ms - iw))
             if self.mem is not None:
                 rec["gpu_mem_peak_gb"], rec["gpu_mem_reserved_gb"] = self.mem
-            rec.update(sync)
+            if sync:
+                rec.update(sync)
             if slot.samples:
                 rec["samples"] = int(slot.samples)
             if slot.tokens:
@@ -397,7 +424,7 @@ class StepReader:
             if layers is not None and not any(v == v for v in layers["forward_ms"]):
                 # No layer hook ran: the layers ran inside a compiled graph
                 # (compiled.py). Say so once instead of sending NaNs.
-                # (Said in _deliver: the run's lock is not taken under the
+                # (Said in _deliver_outbox: the run's lock is not taken under the
                 # reader's.)
                 layers = None
                 self.no_layer_hook = True
@@ -425,39 +452,36 @@ class StepReader:
             self.anchor = False
             self.link.warn_once("anchor", "deepseed: device clock anchor: %s", e)
 
-    def _wall_ns(self, ev):
-        """Wall-clock ns of a completed event, or None."""
-        if not self.anchor or ev is None:
-            return None
-        return self.anchor_walls.max() + int(self.anchor.elapsed_time(ev) * 1e6)
-
-    def _sync_fields(self, slot):
-        """sync_ns, sync_wait_ms and input_wait_ms of an emitted step."""
-        out = {}
+    def _sync_fields(self, slot, out):
+        """Puts sync_ns, sync_wait_ms and input_wait_ms of an emitted step
+        in out, where it has them."""
         bwd_end = slot.bwd[-1][1] if slot.bwd else None
-        if self.cuda and self.anchor:
+        anchor = self.anchor
+        if self.cuda and anchor:
+            walls = self.anchor_walls
             # The host recorded the step's start event at open_ns: the
             # device ran it no sooner, so open_ns − its device time since
             # the anchor bounds the anchor's wall time from below. Steps
             # whose synchronisation fields are sent refine it, and every
             # ANCHOR_EVERY-th step in between (each costs a device query).
             if slot.ev_start is not None and (slot.phases or slot.step % ANCHOR_EVERY == 0):
-                self.anchor_walls.append(slot.open_ns - int(self.anchor.elapsed_time(slot.ev_start) * 1e6))
+                walls.append(slot.open_ns - int(anchor.elapsed_time(slot.ev_start) * 1e6))
+            base = walls.q[0][1]  # walls.max()
             if bwd_end is not None:
-                out["sync_ns"] = self._wall_ns(bwd_end)
+                out["sync_ns"] = base + int(anchor.elapsed_time(bwd_end) * 1e6)
                 if slot.sync_end is not None:
                     out["sync_wait_ms"] = round_ms(max(0.0, bwd_end.elapsed_time(slot.sync_end)))
-            if slot.data_ms is not None and self.last_end_wall_ns is not None and self.last_close_ns is not None:
-                busy = (self.last_end_wall_ns - self.last_close_ns) / 1e6
+            last_end = self.last_end_wall_ns
+            if slot.data_ms is not None and last_end is not None and self.last_close_ns is not None:
+                busy = (last_end - self.last_close_ns) / 1e6
                 out["input_wait_ms"] = round_ms(min(max(0.0, busy), slot.data_ms))
             end = slot.ev_end
-            self.last_end_wall_ns = self._wall_ns(end) if end is not None else None
+            self.last_end_wall_ns = base + int(anchor.elapsed_time(end) * 1e6) if end is not None else None
             self.last_close_ns = slot.close_ns
         elif slot.host_arrive_ns is not None:
             out["sync_ns"] = slot.host_arrive_ns
             if slot.host_release_ns is not None:
                 out["sync_wait_ms"] = round_ms(max(0.0, (slot.host_release_ns - slot.host_arrive_ns) / 1e6))
-        return {k: v for k, v in out.items() if v is not None}
 
     def _layers_record(self, slot, t=None):
         fwd, bwd = [], []

@@ -470,7 +470,8 @@ class Run:
                 table's.
             phase_every, grad_norm_every, background_read: forward/backward/
                 optimizer timing and gradient norm periods (10; phases every
-                step in a distributed run), events read on a thread (GPU).
+                step in a distributed run), events read in batches as steps close
+                (GPU; False: each step at the next one's open).
             scaler: the torch.amp.GradScaler of a mixed-precision loop (found
                 on Accelerate's optimizer by itself): a step it skips for
                 inf gradients is recorded as a skipped step of its own, and

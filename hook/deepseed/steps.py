@@ -23,7 +23,7 @@ import torch
 from .compiled import compiling, cudagraphs_in_use
 from .env import env_period, is_set
 from .phases import phase_offset
-from .readback import READ_WAKE_PENDING
+from .readback import READ_EVERY_S, READ_PENDING
 from .torch_utils import (fused_grad_norm, graph_task_id, in_backward, iter_tensors, output_loss, peak_memory_gb,
                           queue_callback)
 
@@ -126,7 +126,9 @@ class StepState:
         self.fetch = fetch
         self.params = params
         self.reader = reader
-        self.read_inline = True  # False once the reader reads on a thread of its own
+        # True: each step is read at the next one's open (the host clock's
+        # timers); False: in batches as steps close (readback.py).
+        self.read_inline = True
         self.pending = pending
         self.profiler = profiler
         self.cuda = cuda
@@ -452,7 +454,10 @@ class StepState:
         cur = self.cur
         if cur is None:
             return
-        self.end_open_backward(cur)
+        bwd = cur.bwd
+        if bwd and bwd[-1][1] is None:  # end_open_backward
+            bwd[-1][1] = self.pool.record()
+        cur.bwd_open = False
         cur.ev_end = ev_end
         cur.closed = True
         now = _now()
@@ -460,7 +465,7 @@ class StepState:
         self.last_close_host = now
         if cur.layer is not None:
             self.profiler.disarm()
-        if self.wrapped_graphs():
+        if self.cuda and (self.compiled or now - self.graphs_at >= GRAPHS_CHECK_S) and self.wrapped_graphs():
             self.fetch.copy_now = True
         if self.cuda and now - self.mem_read_at >= MEM_EVERY_S:
             self.mem_read_at = now
@@ -479,10 +484,6 @@ class StepState:
             self.describe_batch(cur)
         pending = self.pending
         pending.append(cur)
-        if len(pending) == READ_WAKE_PENDING:
-            wake = self.reader.wake
-            if wake is not None:
-                wake.set()
         self.cur = None
         if self.post_handle is not None and not self.loss_seen and self.phase_every > 1:
             if self.loss_probe > 0:
@@ -491,8 +492,10 @@ class StepState:
                 self.detach_post()  # until the next phase step
         # Values leave in batches, but before the steps waiting on them
         # would pass the stale guard.
-        if self.fetch.due(now) or (len(self.pending) >= FLUSH_PENDING and self.fetch.waiting):
+        if self.fetch.due(now) or (len(pending) >= FLUSH_PENDING and self.fetch.waiting):
             self.fetch.flush()
+        if not self.read_inline and (len(pending) >= READ_PENDING or now - self.reader.read_at >= READ_EVERY_S):
+            self.reader.read_waiting()
 
     def scaler_update(self, scaler):
         """Runs before a GradScaler's update(), the end of a mixed-precision

@@ -175,8 +175,9 @@ class Watcher:
         self._describe(inner)
         # Collectives and the compute stream's waits on them (comm.py).
         self.comm = self.reader.comm = comm.attach(steps)
-        # Read-back leaves the training thread where events complete on
-        # their own (a GPU's); host timers complete at once.
+        # Where events complete on their own (a GPU's), steps are read in
+        # batches as they close, and a reader thread reads what a loop that
+        # stopped stepping leaves; host timers complete at once.
         if self.cuda if background_read is None else background_read:
             steps.read_inline = False
             self.reader.start()

@@ -105,6 +105,19 @@ class PhaseSamplingTest(unittest.TestCase):
         self.assertEqual([s["step"] for s in steps], list(range(1, 201)))
         self.assert_every_step_measured(steps)
 
+    def test_steps_left_by_a_loop_that_stopped_are_read_without_the_next_step(self):
+        # A few short steps, then no more (evaluation, a checkpoint): too few
+        # for the training thread's batch, so the reader thread reads them;
+        # the last waits for the next step's start, which its time runs to.
+        run, w, train, read = self.watched("late", background_read=True)
+        train(5)
+        deadline = time.monotonic() + 60
+        while run.steps_logged < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(run.steps_logged, 4)
+        run.finish()
+        self.assertEqual([s["step"] for s in read()], [1, 2, 3, 4, 5])
+
     def test_close_inside_the_runs_lock_is_bounded_and_loses_nothing(self):
         # A signal handler that finishes the run can interrupt the training
         # thread inside the run's lock while the reader waits for that lock
