@@ -11,7 +11,8 @@ they took per watched step.
     python3 hook/gpu_check/bench_split.py [--old DIR] [--pairs 2000] [--rounds 2] --out split.json
 
 Variants are bench.py's (default, layer_every_0, periods_only, …, and
-old_… with --old), each a block of pairs, blocks interleaved over rounds.
+old_… with --old) and the floors under them (floor_empty, floor_events:
+see Floor), each a block of pairs, blocks interleaved over rounds.
 """
 
 import argparse
@@ -39,6 +40,33 @@ def tiny(seed=0):
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
 
+class Floor:
+    """The hooks the watcher registers (the model's forward pre-hook with
+    keyword arguments, the optimizer's pre- and post-hooks) with empty
+    bodies, or recording one reused CUDA event each at a step's open and
+    close: what PyTorch's hook calls and two events cost, the floor under
+    the hook's own work (variants floor_empty, floor_events)."""
+
+    steps_logged = 0
+
+    def __init__(self, model, opt, events):
+        pool = [torch.cuda.Event(enable_timing=True) for _ in range(8)]
+        n = [0]
+
+        def rec(*args):
+            if events:
+                pool[n[0] % 8].record()
+                n[0] += 1
+
+        self.handles = [model.register_forward_pre_hook(lambda m, a, k: rec(), with_kwargs=True),
+                        opt.register_step_pre_hook(lambda o, a, k: None),
+                        opt.register_step_post_hook(lambda o, a, k: rec())]
+
+    def finish(self):
+        for h in self.handles:
+            h.remove()
+
+
 def block(variant, pairs, url, xs, ys):
     (ma, oa), (mb, ob) = tiny(), tiny()
     mse = torch.nn.functional.mse_loss
@@ -49,7 +77,10 @@ def block(variant, pairs, url, xs, ys):
         o.step()
         o.zero_grad(set_to_none=True)
 
-    run = bench.start_hook(variant, ma, oa, url)
+    if variant.startswith("floor_"):
+        run = Floor(ma, oa, variant == "floor_events")
+    else:
+        run = bench.start_hook(variant, ma, oa, url)
     for i in range(60):
         step(ma, oa, i)
         step(mb, ob, i)
