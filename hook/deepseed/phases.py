@@ -43,8 +43,7 @@ class PhaseMarks:
         try:
             cur = s.cur
             if cur is None:
-                cur = s.open_step()
-                cur.fwd.append([cur.ev_start, None])
+                cur = s.open_step()  # every step times its phases here
             else:
                 s.end_open_backward(cur)
                 cur.fwd.append([s.pool.record(), None])
@@ -137,7 +136,7 @@ class PhaseMarks:
         try:
             if s.cur is not None:
                 s.close_step(s.pool.record())
-            s.open_step()
+            s.open_step(forward=False)
         except Exception as e:
             s.link.warn_once("batchpre", "deepseed: train_batch hook: %s", e)
 

@@ -459,13 +459,14 @@ class StepReader:
         anchor = self.anchor
         if self.cuda and anchor:
             walls = self.anchor_walls
-            # The host recorded the step's start event at open_ns: the
-            # device ran it no sooner, so open_ns − its device time since
-            # the anchor bounds the anchor's wall time from below. Steps
-            # whose synchronisation fields are sent refine it, and every
-            # ANCHOR_EVERY-th step in between (each costs a device query).
-            if slot.ev_start is not None and (slot.phases or slot.step % ANCHOR_EVERY == 0):
-                walls.append(slot.open_ns - int(anchor.elapsed_time(slot.ev_start) * 1e6))
+            # The host recorded the step's open_ev at open_ns: the device
+            # ran it no sooner, so open_ns − its device time since the
+            # anchor bounds the anchor's wall time from below. Steps whose
+            # synchronisation fields are sent refine it, and every
+            # ANCHOR_EVERY-th step in between that recorded one (each costs
+            # a device query).
+            if slot.open_ev is not None and (slot.phases or slot.step % ANCHOR_EVERY == 0):
+                walls.append(slot.open_ns - int(anchor.elapsed_time(slot.open_ev) * 1e6))
             base = walls.q[0][1]  # walls.max()
             if bwd_end is not None:
                 out["sync_ns"] = base + int(anchor.elapsed_time(bwd_end) * 1e6)

@@ -67,7 +67,7 @@ class Step:
     __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
                  "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
                  "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open",
-                 "comm", "nfwd", "sid")
+                 "comm", "nfwd", "sid", "open_ev")
 
     def __init__(self, step):
         self.step = step
@@ -89,7 +89,8 @@ class Step:
         self.ukeys = ()
         self.boxes = []  # (key, Box) read once the device has them
         self.nxt_start = None
-        self.open_ns = None  # host wall clock when the step's start event was recorded
+        self.open_ns = None  # host wall clock when open_ev was recorded
+        self.open_ev = None  # the event recorded at the step's open, if any (its start, or its forward's)
         self.close_ns = None
         self.sync_end = None  # event after the end-of-backward collective
         self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
@@ -214,8 +215,6 @@ class StepState:
                         cur = None
             if cur is None:
                 cur = self.open_step()
-                if cur.phases:
-                    cur.fwd.append([cur.ev_start, None])
             elif cur.phases:
                 cur.fwd.append([self.pool.record(), None])
             cur.fwd_open = True
@@ -410,8 +409,10 @@ class StepState:
 
     # ---- open and close -------------------------------------------------------
 
-    def open_step(self):
-        """Opens a step, decides what it samples and returns it."""
+    def open_step(self, forward=True):
+        """Opens a step, decides what it samples and returns it (with its
+        first forward begun, on a step that times its phases, unless
+        forward is False: the forwards come later)."""
         link = self.link
         if self.on_first_step is not None:
             first, self.on_first_step = self.on_first_step, None
@@ -426,8 +427,6 @@ class StepState:
         cur.sid = pool.sid
         if self.cuda and self.reader.anchor is None:
             self.reader.take_anchor()
-        cur.open_ns = time.time_ns()
-        cur.ev_start = self.pool.record()
         if (self.profiler is not None and cur.step % self.layer_every == 0
                 and (self.layer_every == 1 or now - self.layer_at >= self.layer_floor)):
             self.layer_at = now
@@ -442,8 +441,25 @@ class StepState:
                 self.phase_at = now
         if cur.phases and self.post_handle is None and not self.manual:
             self.attach_post()  # this step's forward is timed
-        if self.pending:
-            self.pending[-1].nxt_start = cur.ev_start
+        try:
+            prev = self.pending[-1]
+        except IndexError:
+            prev = None
+        if prev is None or prev.sid != cur.sid or prev.ev_end is None:
+            cur.open_ns = time.time_ns()
+            cur.ev_start = cur.open_ev = pool.record()
+        else:
+            # The step begins where the one before it ended, its data wait
+            # included: one event a step where phases are not timed (an
+            # event costs a launch-bound step more than the hook's Python).
+            cur.ev_start = prev.ev_end
+        if cur.phases and forward:
+            if cur.open_ev is None:
+                cur.open_ns = time.time_ns()
+                cur.open_ev = pool.record()
+            cur.fwd.append([cur.open_ev, None])  # the first forward begins here
+        if prev is not None:
+            prev.nxt_start = cur.ev_start
         self.cur = cur
         if self.pending and self.read_inline:
             self.reader.poll()

@@ -82,6 +82,41 @@ class PhaseSamplingTest(unittest.TestCase):
         self.assert_every_step_measured(steps)
         self.assertTrue(all(all(k in s for k in PHASES) for s in steps))
 
+    def test_a_step_without_phases_costs_one_event_and_holds_its_data_wait(self):
+        # A step whose phases are not timed begins where the one before it
+        # ended: one event a step (each costs a launch-bound step more than
+        # the hook's Python), and the data wait before a step inside its
+        # step time, as its breakdown shows it.
+        from deepseed import torch_utils
+        run, w, train, read = self.watched("one-event")
+        torch = sys.modules["torch"]
+        model, opt = w.root, w.optimizer
+        recorded = []
+        real = torch_utils.EventPool.record
+
+        def counted(pool):
+            ev = real(pool)
+            recorded.append(ev)
+            return ev
+        with mock.patch.object(torch_utils.EventPool, "record", counted):
+            for i in range(30):
+                before = len(recorded)
+                time.sleep(0.004)  # the data loader
+                loss = model(torch.Tensor(0.0, (4, 8)))
+                loss.backward_reached()
+                opt.step()
+                if i + 1 not in (1, 5, 15, 25):  # the first has no step before it
+                    self.assertEqual(len(recorded) - before, 1, "step %d" % (i + 1))
+        run.finish()
+        steps = read()
+        self.assertEqual([s["step"] for s in steps], list(range(1, 31)))
+        for s in steps:
+            if s["step"] > 1:
+                self.assertGreaterEqual(s["data_ms"], 4.0, s)
+                self.assertGreaterEqual(s["step_ms"], s["data_ms"], s)
+            if "forward_ms" in s:
+                self.assertLessEqual(s["forward_ms"] + s["backward_ms"] + s["optimizer_ms"], s["step_ms"], s)
+
     def test_environment_sets_the_period(self):
         with mock.patch.dict(os.environ, {"DEEPSEED_PHASE_EVERY": "5"}):
             steps = self.train("env")
