@@ -467,7 +467,7 @@ class StepReader:
             # a device query).
             if slot.open_ev is not None and (slot.phases or slot.step % ANCHOR_EVERY == 0):
                 walls.append(slot.open_ns - int(anchor.elapsed_time(slot.open_ev) * 1e6))
-            base = walls.q[0][1]  # walls.max()
+            base = walls.max()
             if bwd_end is not None:
                 out["sync_ns"] = base + int(anchor.elapsed_time(bwd_end) * 1e6)
                 if slot.sync_end is not None:

@@ -470,10 +470,7 @@ class StepState:
         cur = self.cur
         if cur is None:
             return
-        bwd = cur.bwd
-        if bwd and bwd[-1][1] is None:  # end_open_backward
-            bwd[-1][1] = self.pool.record()
-        cur.bwd_open = False
+        self.end_open_backward(cur)
         cur.ev_end = ev_end
         cur.closed = True
         now = _now()
@@ -481,7 +478,7 @@ class StepState:
         self.last_close_host = now
         if cur.layer is not None:
             self.profiler.disarm()
-        if self.cuda and (self.compiled or now - self.graphs_at >= GRAPHS_CHECK_S) and self.wrapped_graphs():
+        if self.wrapped_graphs():
             self.fetch.copy_now = True
         if self.cuda and now - self.mem_read_at >= MEM_EVERY_S:
             self.mem_read_at = now
