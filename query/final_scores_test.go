@@ -166,3 +166,64 @@ func writeLateRank(e *env, n int64) {
 	recs = append(recs, api.Record{End: &api.End{Kind: "end", RunID: "ddp-late", Time: api.T(t0.Add(time.Duration(n+1) * time.Second)), Status: "finished"}})
 	e.write(recs...)
 }
+
+// A run of more ranks than get a line each, which the evaluator began
+// watching late: its straggler score comes as the distribution over the
+// ranks, and the steps before the stored scores are computed on read
+// step by step, as the distribution of every other metric of that many
+// rank-steps is, not folded into blocks of 100 steps: the band runs one
+// point a step over the whole run, the late rank's the highest.
+func TestStragglerScoreSpreadBeforeTheStoredOnes(t *testing.T) {
+	e := newEnv(t)
+	const ranks, steps, late = api.MaxRankSeries + 4, 60, 7
+	const stepNS = int64(200e6)
+	recs := []api.Record{runRec("wide-late", nil)}
+	for step := int64(1); step <= steps; step++ {
+		for rank := 0; rank < ranks; rank++ {
+			lateMS := 0.0
+			if rank == late {
+				lateMS = 30
+			}
+			arrival := int64(1.7e18) + step*stepNS + int64(lateMS*1e6)
+			recs = append(recs, stepRec("wide-late", rank, step, func(s *api.Step) {
+				s.StepMS = api.F(130 - lateMS)
+				s.SyncNS = api.Ptr(arrival)
+				s.SyncWaitMS = api.F(30 - lateMS)
+			}))
+		}
+	}
+	e.write(recs...)
+	var stored []store.RankScore
+	for step := int64(31); step <= steps; step++ {
+		for rank := 0; rank < ranks; rank++ {
+			score := 0.0
+			if rank == late {
+				score = 0.3
+			}
+			stored = append(stored, store.RankScore{Rank: rank, Step: step, Time: t0.Add(time.Duration(step) * time.Second), Score: score})
+		}
+	}
+	if err := e.s.AddRankScores(context.Background(), "wide-late", stored); err != nil {
+		t.Fatal(err)
+	}
+	// A few ranks' lines of that many steps would come from the rollups.
+	defer query.SetScoreRowBudget(10)()
+
+	var res api.SeriesResponse
+	e.get("/runs/wide-late/series?metric=straggler_score&rank=all&x_axis=step", 200, &res)
+	if len(res.Spread) != 1 {
+		t.Fatalf("spread %+v: want the score's distribution over %d ranks", res.Spread, ranks)
+	}
+	pts := res.Spread[0].Points
+	if len(pts) < steps/2+10 || pts[len(pts)-1].Step != steps {
+		t.Fatalf("%d points of the band, the last at step %d: want one a step from before step 31 to step %d", len(pts), pts[len(pts)-1].Step, steps)
+	}
+	for i, p := range pts {
+		if i > 0 && p.Step != pts[i-1].Step+1 {
+			t.Fatalf("band steps %d then %d: want one a step", pts[i-1].Step, p.Step)
+		}
+		if p.MaxRank != late || float64(p.Max) <= 0 || float64(p.Max) > 0.31 || float64(p.Median) != 0 {
+			t.Fatalf("band at step %d: max %v by rank %d, median %v; want rank %d highest, up to 0.3, the median at 0", p.Step, p.Max, p.MaxRank, p.Median, late)
+		}
+	}
+}

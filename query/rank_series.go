@@ -20,6 +20,11 @@ type rankSeries struct {
 	offsets *int64 // first step of the clock offset estimate, once known
 	ranks   []int  // the run's ranks, once read
 	cache   map[rankSeriesKey]map[int][]store.RankBucket
+	// rowBudget is the most rank-steps computedScores reads row by row:
+	// scoreRowBudget for a few ranks' lines, spreadRowBudget for the
+	// distribution over the ranks, which reads every other metric of
+	// that many rank-steps row by row too.
+	rowBudget int64
 }
 
 type rankSeriesKey struct {
@@ -28,7 +33,7 @@ type rankSeriesKey struct {
 }
 
 func newRankSeries(h *Handler, r *store.RunRow) *rankSeries {
-	return &rankSeries{h: h, runID: r.RunID, meta: r.Meta, cache: map[rankSeriesKey]map[int][]store.RankBucket{}}
+	return &rankSeries{h: h, runID: r.RunID, meta: r.Meta, cache: map[rankSeriesKey]map[int][]store.RankBucket{}, rowBudget: scoreRowBudget}
 }
 
 // buckets returns one rank's buckets of metric over the plan.
@@ -143,7 +148,7 @@ func (rs *rankSeries) computedScores(ctx context.Context, p plan) ([]store.RankB
 	cfg := rs.h.alertsConfig().WithMeta(rs.meta)
 	n := int64(len(ranks))
 	var pts []detect.ScorePoint
-	if n*(p.To-p.From+1) <= scoreRowBudget {
+	if n*(p.To-p.From+1) <= max(scoreRowBudget, rs.rowBudget) {
 		pts, err = rs.stepScores(ctx, p, ranks, cfg)
 	} else {
 		pts, err = rs.blockScores(ctx, p, n, cfg)

@@ -78,6 +78,7 @@ func (h *Handler) spreadSeries(ctx context.Context, c echo.Context, r *store.Run
 	}
 	rs := newReadSpread(from, to, len(ranks), maxPoints)
 	across := newRankSeries(h, r)
+	across.rowBudget = spreadRowBudget
 	across.ranks = ranks
 	// Each metric's distribution, and the ranks' buckets of those computed
 	// on read, which give their top ranks and series too.
