@@ -35,3 +35,42 @@ func TestFastDecoderKnowsEveryStepField(t *testing.T) {
 		checkSameAsGeneral(t, []byte(line))
 	}
 }
+
+// A step carrying every value of the table at once decodes as the
+// general path decodes it: the fast path has a slot for each of its
+// floats, so the record that sends all of them is not the one it fails
+// on.
+func TestFastDecoderTakesEveryStepFieldAtOnce(t *testing.T) {
+	line := `{"kind":"step","run_id":"r","rank":1,"step":9`
+	for i, f := range StepFields {
+		switch f.Field(&Step{}).(type) {
+		case **bool:
+			line += fmt.Sprintf(`,%q:true`, f.Name)
+		case **int64:
+			line += fmt.Sprintf(`,%q:%d`, f.Name, i+1)
+		default:
+			line += fmt.Sprintf(`,%q:%d.5`, f.Name, i+1)
+		}
+	}
+	line += "}"
+	floats := 0
+	for _, f := range StepFields {
+		if _, ok := f.Field(&Step{}).(**Float); ok {
+			floats++
+		}
+	}
+	if floats > stepFloatSlots {
+		t.Fatalf("%d float values in the table, %d slots in the fast decoder's step box: raise stepFloatSlots", floats, stepFloatSlots)
+	}
+	var fd fastDecoder
+	rec, ok := fd.record([]byte(line))
+	if !ok || rec.Step == nil {
+		t.Fatal("the fast path gave up on a step with every value")
+	}
+	for i, f := range StepFields {
+		if p, isFloat := f.Field(rec.Step).(**Float); isFloat && (*p == nil || float64(**p) != float64(i+1)+0.5) {
+			t.Errorf("%s: %v, want %d.5", f.Name, *p, i+1)
+		}
+	}
+	checkSameAsGeneral(t, []byte(line))
+}
