@@ -3,12 +3,15 @@
 // rank arrives at the gradient all-reduce at the end of backward after
 // 140 ms and a spread of up to 4 ms, one rank planted 30 ms later, and
 // every rank leaves when the last arrives (see [Arrivals]). It comes in
-// four shapes: [Run], the few figures the fleet tests read, as
+// five shapes: [Run], the few figures the fleet tests read, as
 // NDJSON-ready maps for a test's POST /api/v1/ingest; [Bench], the
 // training figures, layers, evaluations and GPU samples the query
 // benchmark loads; [Load], the seed-shaped run without an all-reduce
-// that the ingest benchmark posts; and [GenRun], the seeded noisy run of
-// the store's compression tests and reports, as NDJSON lines.
+// that the ingest benchmark posts; [GenRun], the seeded noisy run of
+// the store's compression tests and reports, as NDJSON lines; and
+// [DemoRun], the runs deepseed demo writes (see [DemoRuns]): a BERT run
+// and pythia runs that reproduce the experiment report's tables, with
+// their nodes' GPU and host samples.
 package fleettest
 
 import (
