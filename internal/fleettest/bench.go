@@ -36,23 +36,23 @@ func (f Bench) Host(rank int) string {
 }
 
 // LayerNames are the run's layers, in model order.
-func (f Bench) LayerNames() []string { return layerNames(f.Layers, "layers", "lm_head") }
+func (f Bench) LayerNames() []string { return namedLayers(f.Layers, "layers", "lm_head") }
 
-// layerNames are n layers in model order: the embeddings, the blocks
-// (block.0, block.1, …) and the head.
-func layerNames(n int, block, head string) []string {
-	names := make([]string, n)
-	for i := range names {
-		switch {
-		case i == 0:
-			names[i] = "embeddings"
-		case i == n-1:
-			names[i] = head
-		default:
-			names[i] = fmt.Sprintf("%s.%d", block, i-1)
-		}
+// layerNames are a model's layers in the order the hook reports them:
+// first, the blocks block.0 … block.<blocks-1>, then last.
+func layerNames(first, block string, blocks int, last ...string) []string {
+	names := make([]string, 0, 1+max(blocks, 0)+len(last))
+	names = append(names, first)
+	for i := range blocks {
+		names = append(names, fmt.Sprintf("%s.%d", block, i))
 	}
-	return names
+	return append(names, last...)
+}
+
+// namedLayers are n layers in all: the embeddings, the blocks and the
+// head (one layer: the embeddings alone).
+func namedLayers(n int, block, head string) []string {
+	return layerNames("embeddings", block, n-2, head)[:n]
 }
 
 // RunRecord announces the run.

@@ -222,15 +222,11 @@ func pythiaRun(row DemoTableRow, t DemoTable, su pythiaSetup, start time.Time, s
 		m.Parallelism = "pipeline"
 		cfg["pipeline"] = map[string]any{"enabled": true, "stages": su.pipeline, "micro_batch_size": su.micro, "intermediate_batch_size": "auto"}
 	}
-	layers := []string{"gpt_neox.embed_in"}
 	n := 12
 	if su.params > 300e6 {
 		n = 24
 	}
-	for i := 0; i < n; i++ {
-		layers = append(layers, fmt.Sprintf("gpt_neox.layers.%d", i))
-	}
-	layers = append(layers, "embed_out")
+	layers := layerNames("gpt_neox.embed_in", "gpt_neox.layers", n, "embed_out")
 	// Forward is about a third of the step; spread it over the layers.
 	fwd := row.StepTimeS * 1000 * 0.3
 	lms := make([]float64, len(layers))
@@ -272,14 +268,12 @@ func shortModel(m string) string {
 }
 
 func bertRun(epoch time.Time) *DemoRun {
-	layers := []string{"embeddings"}
+	layers := layerNames("embeddings", "encoder", 24, "classifier")
 	lms := []float64{1.5}
-	for i := 0; i < 24; i++ {
-		layers = append(layers, fmt.Sprintf("encoder.%d", i))
+	for i := range 24 {
 		// Encoder layers take 1.8–2.4 ms, later layers a little longer.
 		lms = append(lms, 1.8+0.6*float64(i)/23)
 	}
-	layers = append(layers, "classifier")
 	lms = append(lms, 0.4)
 	m := api.RunMeta{
 		Model: "bert-large-uncased", Params: api.Ptr(int64(335141890)), GPU: "Tesla T4", GPUMemTotalGB: api.F(15.8),

@@ -22,7 +22,7 @@ type Load struct {
 }
 
 // LayerNames returns the run's layer names in model order.
-func (l Load) LayerNames() []string { return layerNames(l.Layers, "encoder", "classifier") }
+func (l Load) LayerNames() []string { return namedLayers(l.Layers, "encoder", "classifier") }
 
 // Records returns the records of steps [from, from+n).
 func (l Load) Records(from, n int64) []api.Record {
