@@ -38,23 +38,6 @@ func (f Bench) Host(rank int) string {
 // LayerNames are the run's layers, in model order.
 func (f Bench) LayerNames() []string { return namedLayers(f.Layers, "layers", "lm_head") }
 
-// layerNames are a model's layers in the order the hook reports them:
-// first, the blocks block.0 … block.<blocks-1>, then last.
-func layerNames(first, block string, blocks int, last ...string) []string {
-	names := make([]string, 0, 1+max(blocks, 0)+len(last))
-	names = append(names, first)
-	for i := range blocks {
-		names = append(names, fmt.Sprintf("%s.%d", block, i))
-	}
-	return append(names, last...)
-}
-
-// namedLayers are n layers in all: the embeddings, the blocks and the
-// head (one layer: the embeddings alone).
-func namedLayers(n int, block, head string) []string {
-	return layerNames("embeddings", block, n-2, head)[:n]
-}
-
 // RunRecord announces the run.
 func (f Bench) RunRecord() api.Record {
 	world := f.Ranks
@@ -97,14 +80,10 @@ func (f Bench) StepRecords(from, n int64) []api.Record {
 				ThroughputSPS: api.F(ms4(8000 / stepMS)), StepMS: api.F(ms4(stepMS)), DataMS: api.F(ms4(1.5 + Spread(s, r)/10)),
 				SyncNS: &sync, SyncWaitMS: api.F(wait), TFLOPS: api.F(ms4(310 - Spread(s, r))), MFU: api.F(ms4(0.31))}})
 			if f.LayerEvery > 0 && s%int64(f.LayerEvery) == 0 {
-				fwd := make([]api.Float, len(names))
-				bwd := make([]api.Float, len(names))
-				for i := range names {
+				recs = append(recs, api.Record{Layers: layersRecord(f.ID, r, s, t, names, func(i int) (float64, float64) {
 					v := 1.2 + float64(i%7)/10 + Spread(s, r)/50
-					fwd[i], bwd[i] = api.Float(ms4(v)), api.Float(ms4(2*v))
-				}
-				recs = append(recs, api.Record{Layers: &api.Layers{Kind: api.KindLayers, RunID: f.ID, Rank: r, Step: &step,
-					Time: api.T(t), Names: names, ForwardMS: fwd, BackwardMS: bwd}})
+					return ms4(v), ms4(2 * v)
+				})})
 			}
 		}
 		if f.EvalEvery > 0 && s > 0 && s%int64(f.EvalEvery) == 0 {

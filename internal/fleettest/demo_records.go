@@ -141,15 +141,10 @@ func (r *DemoRun) pythiaLoad(interval time.Duration, last, end time.Time) gpuLoa
 
 // layers returns one layers record; slow scales the steady timings.
 func (r *DemoRun) layers(rank int, step int64, t time.Time, slow float64, rng *rand.Rand) *api.Layers {
-	f := make([]api.Float, len(r.Layers))
-	b := make([]api.Float, len(r.Layers))
-	for j, ms := range r.LayerMS {
-		v := ms * slow * (1 + 0.04*rng.NormFloat64())
-		f[j] = api.Float(v)
-		b[j] = api.Float(v * (1.9 + 0.1*rng.Float64()))
-	}
-	return &api.Layers{Kind: api.KindLayers, RunID: r.ID, Rank: rank, Step: api.Ptr(step), Time: api.T(t),
-		Names: r.Layers, ForwardMS: f, BackwardMS: b}
+	return layersRecord(r.ID, rank, step, t, r.Layers, func(j int) (float64, float64) {
+		v := r.LayerMS[j] * slow * (1 + 0.04*rng.NormFloat64())
+		return v, v * (1.9 + 0.1*rng.Float64())
+	})
 }
 
 func (r *DemoRun) memoryRecord() *api.Memory {
