@@ -76,11 +76,8 @@ func (r *DemoRun) pythiaRecords() []any {
 			}
 			// Arrival at the end-of-backward all-reduce: a millisecond or
 			// two apart; each rank waits for the last, then the reduce.
-			lastLate := 0.0
-			for k := 0; k < r.Ranks; k++ {
-				lastLate = math.Max(lastLate, demoLate(k, i))
-			}
-			late := demoLate(rank, i)
+			arrive, lastLate := allReduce(r.Ranks, func(k int) float64 { return demoLate(k, i) })
+			late := arrive[rank]
 			s.SyncNS = api.Ptr(t.Add(-time.Duration(stepMS*0.2*float64(time.Millisecond))).UnixNano() + int64(late*1e6))
 			s.SyncWaitMS = api.F(lastLate - late + stepMS*0.08)
 			s.InputWaitMS = api.F(stepMS * 0.01)

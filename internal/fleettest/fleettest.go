@@ -85,12 +85,21 @@ func spread(step int64, rank int) int { return (int(step)*31 + rank*17) % 100 }
 // late rank (-1: none) LateMS later; and the last arrival, when every
 // rank leaves.
 func Arrivals(step int64, ranks, late int) (arrive []float64, last float64) {
+	return allReduce(ranks, func(k int) float64 {
+		if k == late {
+			return 140 + Spread(step, k) + LateMS
+		}
+		return 140 + Spread(step, k)
+	})
+}
+
+// allReduce returns when each of ranks reaches an all-reduce, at(rank),
+// and the last arrival, when every rank leaves it: a rank waits from its
+// arrival to the last.
+func allReduce(ranks int, at func(rank int) float64) (arrive []float64, last float64) {
 	arrive = make([]float64, ranks)
 	for k := range arrive {
-		arrive[k] = 140 + Spread(step, k)
-		if k == late {
-			arrive[k] += LateMS
-		}
+		arrive[k] = at(k)
 		last = max(last, arrive[k])
 	}
 	return arrive, last
