@@ -121,4 +121,10 @@ func (f Bench) GPURecords(from, n int64) []api.Record {
 }
 
 // ms4 rounds to four decimals of a millisecond, as the hook sends.
-func ms4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+func ms4(v float64) float64 { return round(v, 4) }
+
+// round rounds v to decimals decimal places.
+func round(v float64, decimals int) float64 {
+	k := math.Pow(10, float64(decimals))
+	return math.Round(v*k) / k
+}

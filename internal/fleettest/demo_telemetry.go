@@ -245,8 +245,3 @@ func (r *DemoRun) samples(l gpuLoad, ts time.Time, attached bool, states []gpuSt
 	h.Load1 = api.F(round(float64(n.cpus)*cpu/100, 2))
 	return append(out, h)
 }
-
-func round(v float64, decimals int) float64 {
-	k := math.Pow(10, float64(decimals))
-	return math.Round(v*k) / k
-}
