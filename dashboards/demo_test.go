@@ -23,6 +23,7 @@ import (
 	"github.com/deepseed/deepseed/dashboards"
 	"github.com/deepseed/deepseed/demo"
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/jobs/jobstest"
 	"github.com/deepseed/deepseed/server"
 	"github.com/deepseed/deepseed/server/servertest"
@@ -91,7 +92,7 @@ func TestDashboardsShowTheDemo(t *testing.T) {
 	}
 	ds := inst.(*plugin.Datasource)
 	// The demo's whole timeline, as a user looking at its runs would pick.
-	timeRange := backend.TimeRange{From: demo.Epoch(anchor).Add(-time.Hour), To: anchor.Add(time.Hour)}
+	timeRange := backend.TimeRange{From: fleettest.DemoEpoch(anchor).Add(-time.Hour), To: anchor.Add(time.Hour)}
 
 	for _, d := range dashboards.All() {
 		t.Run(d.UID, func(t *testing.T) {
@@ -247,8 +248,8 @@ func pickVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource, doc
 		pick := opts[0].Value
 		// The agent's runs are the newest, so Grafana would open on
 		// their project: the demo's is the one with every kind of data.
-		if v.Name == "project" && slices.ContainsFunc(opts, func(o plugin.Option) bool { return o.Value == demo.Project }) {
-			pick = demo.Project
+		if v.Name == "project" && slices.ContainsFunc(opts, func(o plugin.Option) bool { return o.Value == fleettest.DemoProject }) {
+			pick = fleettest.DemoProject
 		}
 		if v.Name == "run" || v.Name == "baseline" {
 			for _, o := range opts {

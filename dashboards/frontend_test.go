@@ -20,6 +20,7 @@ import (
 	"github.com/deepseed/deepseed/dashboards"
 	"github.com/deepseed/deepseed/demo"
 	"github.com/deepseed/deepseed/grafana-plugin/pkg/plugin"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/jobs/jobstest"
 )
 
@@ -74,7 +75,7 @@ func TestDashboardQueriesThroughTheFrontend(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds := inst.(*plugin.Datasource)
-	tr := backend.TimeRange{From: demo.Epoch(anchor).Add(-time.Hour), To: anchor.Add(time.Hour)}
+	tr := backend.TimeRange{From: fleettest.DemoEpoch(anchor).Add(-time.Hour), To: anchor.Add(time.Hour)}
 
 	picks := make(map[string][]map[string][]string)
 	// Each panel's one-line reason for showing nothing, by dashboard and

@@ -1,11 +1,11 @@
 // Package demo writes realistic simulated training runs through the
 // public ingest API, so that a fresh DeepSeed shows every chart and
-// reproduces the comparison tables of the experiment report.
+// reproduces the comparison tables of the experiment report. The runs
+// themselves are one shape of the synthetic-run generator,
+// fleettest.DemoRuns(anchor): every simulated run, deterministic for a
+// given anchor hour; this package posts them:
 //
-// Usage:
-//  1. runs := demo.Runs(anchor) — every simulated run, deterministic for
-//     a given anchor hour.
-//  2. res, err := demo.Load(ctx, demo.Options{Server: url, Token: t, Progress: os.Stderr})
+//	res, err := demo.Load(ctx, demo.Options{Server: url, Token: t, Progress: os.Stderr})
 //
 // Run ids are fixed and the timeline ends at the hour of the first load, so
 // that Grafana's default "last 7 days" shows the runs. Loading again skips
@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/api"
+	"github.com/deepseed/deepseed/internal/fleettest"
 )
 
 // Options configures Load.
@@ -86,7 +87,7 @@ func Load(ctx context.Context, opt Options) (Result, error) {
 	if opt.Anchor.IsZero() {
 		opt.Anchor = time.Now()
 	}
-	runs := Runs(opt.Anchor)
+	runs := fleettest.DemoRuns(opt.Anchor)
 	for i, r := range runs {
 		if !opt.Force && finishedOnServer(ctx, opt, r.ID) {
 			fmt.Fprintf(opt.Progress, "demo: run %d/%d %-44s already loaded\n", i+1, len(runs), r.ID)

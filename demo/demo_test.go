@@ -20,6 +20,7 @@ import (
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/demo"
 	"github.com/deepseed/deepseed/ingest"
+	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/query"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -81,7 +82,7 @@ func TestDemoReproducesReportTables(t *testing.T) {
 	ctx := context.Background()
 	var progress bytes.Buffer
 	anchor := time.Date(2026, 5, 4, 12, 30, 0, 0, time.UTC)
-	runs := demo.Runs(anchor)
+	runs := fleettest.DemoRuns(anchor)
 	res, err := demo.Load(ctx, demo.Options{Server: srv.URL, Progress: &progress, Anchor: anchor})
 	if err != nil {
 		t.Fatalf("load: %v\n%s", err, progress.String())
@@ -90,7 +91,7 @@ func TestDemoReproducesReportTables(t *testing.T) {
 		t.Fatalf("load: %+v\n%s", res, progress.String())
 	}
 
-	for _, tb := range demo.Tables() {
+	for _, tb := range fleettest.DemoTables() {
 		var cmp api.CompareResponse
 		get(t, srv.URL+"/api/v1/compare?sweep="+tb.Sweep, &cmp)
 		if len(cmp.Rows) != len(tb.Rows) {
@@ -125,7 +126,7 @@ func TestDemoReproducesReportTables(t *testing.T) {
 	// Two peaks, one per source: the allocator's (the steps' peak, 1.5 %
 	// above their steady mean in the simulation) and NVML's (the GPU
 	// samples, 1 % above it, more than the steps' own device reading).
-	for _, tb := range demo.Tables() {
+	for _, tb := range fleettest.DemoTables() {
 		for _, row := range tb.Rows {
 			var mem api.MemoryResponse
 			get(t, srv.URL+"/api/v1/runs/"+row.RunID+"/memory", &mem)
@@ -174,7 +175,7 @@ func TestDemoReproducesReportTables(t *testing.T) {
 	}
 	// NVML clocks-event reasons over the whole timeline: idle between
 	// runs, the T4s' power cap at full load.
-	q = url.Values{"from": {demo.Epoch(anchor).Format(time.RFC3339)}, "to": {anchor.Format(time.RFC3339)},
+	q = url.Values{"from": {fleettest.DemoEpoch(anchor).Format(time.RFC3339)}, "to": {anchor.Format(time.RFC3339)},
 		"metric": {"throttle_reasons"}, "host": {"t4x2-node"}, "max_points": {"10000"}}
 	get(t, srv.URL+"/api/v1/gpus?"+q.Encode(), &gpus)
 	for _, sr := range gpus.Series {
@@ -223,8 +224,8 @@ func TestDemoReproducesReportTables(t *testing.T) {
 	}
 
 	// The timeline ends at the anchor's hour, so a recent time range shows it.
-	if bert.StartedAt == nil || !bert.StartedAt.Equal(demo.Epoch(anchor)) || !demo.Epoch(anchor).Equal(time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC)) {
-		t.Errorf("bert run starts at %v, want %v", bert.StartedAt, demo.Epoch(anchor))
+	if bert.StartedAt == nil || !bert.StartedAt.Equal(fleettest.DemoEpoch(anchor)) || !fleettest.DemoEpoch(anchor).Equal(time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC)) {
+		t.Errorf("bert run starts at %v, want %v", bert.StartedAt, fleettest.DemoEpoch(anchor))
 	}
 
 	// Loading again, even hours later, skips the finished runs and changes nothing.

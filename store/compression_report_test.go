@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deepseed/deepseed/demo"
 	"github.com/deepseed/deepseed/ingest"
 	"github.com/deepseed/deepseed/internal/fleettest"
 	"github.com/deepseed/deepseed/store"
@@ -101,7 +100,7 @@ func columnBytes(t *testing.T, s *store.Store, h string) string {
 func loadRealistic(t *testing.T, s *store.Store, anchor time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	for _, r := range demo.Runs(anchor) {
+	for _, r := range fleettest.DemoRuns(anchor) {
 		var lines []string
 		for _, rec := range r.Records() {
 			b, err := json.Marshal(rec)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deepseed/deepseed/demo"
+	"github.com/deepseed/deepseed/internal/fleettest"
 )
 
 // DemoCommand writes the simulated demo runs through the ingest API.
@@ -61,10 +62,10 @@ again). Progress goes to standard error, a line per run.`, "")
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return fmt.Errorf("demo: interrupted after %d of %d runs; running it again skips the runs already loaded", res.Runs, len(demo.Runs(time.Now())))
+		return fmt.Errorf("demo: interrupted after %d of %d runs; running it again skips the runs already loaded", res.Runs, len(fleettest.DemoRuns(time.Now())))
 	case errors.Is(lctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("demo: timed out after %v waiting for the server at %s (%d of %d runs loaded; see the lines above, or raise --timeout)",
-			wait, u, res.Runs, len(demo.Runs(time.Now())))
+			wait, u, res.Runs, len(fleettest.DemoRuns(time.Now())))
 	}
 	var ae *demo.AnswerError
 	if errors.As(err, &ae) {

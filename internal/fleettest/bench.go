@@ -36,24 +36,7 @@ func (f Bench) Host(rank int) string {
 }
 
 // LayerNames are the run's layers, in model order.
-func (f Bench) LayerNames() []string { return layerNames(f.Layers, "layers", "lm_head") }
-
-// layerNames are n layers in model order: the embeddings, the blocks
-// (block.0, block.1, …) and the head.
-func layerNames(n int, block, head string) []string {
-	names := make([]string, n)
-	for i := range names {
-		switch {
-		case i == 0:
-			names[i] = "embeddings"
-		case i == n-1:
-			names[i] = head
-		default:
-			names[i] = fmt.Sprintf("%s.%d", block, i-1)
-		}
-	}
-	return names
-}
+func (f Bench) LayerNames() []string { return namedLayers(f.Layers, "layers", "lm_head") }
 
 // RunRecord announces the run.
 func (f Bench) RunRecord() api.Record {
@@ -97,14 +80,10 @@ func (f Bench) StepRecords(from, n int64) []api.Record {
 				ThroughputSPS: api.F(ms4(8000 / stepMS)), StepMS: api.F(ms4(stepMS)), DataMS: api.F(ms4(1.5 + Spread(s, r)/10)),
 				SyncNS: &sync, SyncWaitMS: api.F(wait), TFLOPS: api.F(ms4(310 - Spread(s, r))), MFU: api.F(ms4(0.31))}})
 			if f.LayerEvery > 0 && s%int64(f.LayerEvery) == 0 {
-				fwd := make([]api.Float, len(names))
-				bwd := make([]api.Float, len(names))
-				for i := range names {
+				recs = append(recs, api.Record{Layers: layersRecord(f.ID, r, s, t, names, func(i int) (float64, float64) {
 					v := 1.2 + float64(i%7)/10 + Spread(s, r)/50
-					fwd[i], bwd[i] = api.Float(ms4(v)), api.Float(ms4(2*v))
-				}
-				recs = append(recs, api.Record{Layers: &api.Layers{Kind: api.KindLayers, RunID: f.ID, Rank: r, Step: &step,
-					Time: api.T(t), Names: names, ForwardMS: fwd, BackwardMS: bwd}})
+					return ms4(v), ms4(2 * v)
+				})})
 			}
 		}
 		if f.EvalEvery > 0 && s > 0 && s%int64(f.EvalEvery) == 0 {
@@ -142,4 +121,10 @@ func (f Bench) GPURecords(from, n int64) []api.Record {
 }
 
 // ms4 rounds to four decimals of a millisecond, as the hook sends.
-func ms4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+func ms4(v float64) float64 { return round(v, 4) }
+
+// round rounds v to decimals decimal places.
+func round(v float64, decimals int) float64 {
+	k := math.Pow(10, float64(decimals))
+	return math.Round(v*k) / k
+}

@@ -3,12 +3,15 @@
 // rank arrives at the gradient all-reduce at the end of backward after
 // 140 ms and a spread of up to 4 ms, one rank planted 30 ms later, and
 // every rank leaves when the last arrives (see [Arrivals]). It comes in
-// four shapes: [Run], the few figures the fleet tests read, as
+// five shapes: [Run], the few figures the fleet tests read, as
 // NDJSON-ready maps for a test's POST /api/v1/ingest; [Bench], the
 // training figures, layers, evaluations and GPU samples the query
 // benchmark loads; [Load], the seed-shaped run without an all-reduce
-// that the ingest benchmark posts; and [GenRun], the seeded noisy run of
-// the store's compression tests and reports, as NDJSON lines.
+// that the ingest benchmark posts; [GenRun], the seeded noisy run of
+// the store's compression tests and reports, as NDJSON lines; and
+// [DemoRun], the runs deepseed demo writes (see [DemoRuns]): a BERT run
+// and pythia runs that reproduce the experiment report's tables, with
+// their nodes' GPU and host samples.
 package fleettest
 
 import (
@@ -82,12 +85,21 @@ func spread(step int64, rank int) int { return (int(step)*31 + rank*17) % 100 }
 // late rank (-1: none) LateMS later; and the last arrival, when every
 // rank leaves.
 func Arrivals(step int64, ranks, late int) (arrive []float64, last float64) {
+	return allReduce(ranks, func(k int) float64 {
+		if k == late {
+			return 140 + Spread(step, k) + LateMS
+		}
+		return 140 + Spread(step, k)
+	})
+}
+
+// allReduce returns when each of ranks reaches an all-reduce, at(rank),
+// and the last arrival, when every rank leaves it: a rank waits from its
+// arrival to the last.
+func allReduce(ranks int, at func(rank int) float64) (arrive []float64, last float64) {
 	arrive = make([]float64, ranks)
 	for k := range arrive {
-		arrive[k] = 140 + Spread(step, k)
-		if k == late {
-			arrive[k] += LateMS
-		}
+		arrive[k] = at(k)
 		last = max(last, arrive[k])
 	}
 	return arrive, last

@@ -32,11 +32,7 @@ type GenRun struct {
 
 // LayerNames returns the run's layer names, as the hook reports them.
 func (g GenRun) LayerNames() []string {
-	names := []string{"model.embed_tokens"}
-	for i := range g.Layers {
-		names = append(names, fmt.Sprintf("model.layers.%d", i))
-	}
-	return append(names, "model.norm", "lm_head")
+	return layerNames("model.embed_tokens", "model.layers", g.Layers, "model.norm", "lm_head")
 }
 
 // StepLines returns the step and layers records of rank, for steps

@@ -22,7 +22,7 @@ type Load struct {
 }
 
 // LayerNames returns the run's layer names in model order.
-func (l Load) LayerNames() []string { return layerNames(l.Layers, "encoder", "classifier") }
+func (l Load) LayerNames() []string { return namedLayers(l.Layers, "encoder", "classifier") }
 
 // Records returns the records of steps [from, from+n).
 func (l Load) Records(from, n int64) []api.Record {
@@ -30,7 +30,8 @@ func (l Load) Records(from, n int64) []api.Record {
 	recs := make([]api.Record, 0, n*int64(2*l.Ranks)+n/int64(max(l.EvalEvery, 1))+1)
 	for s := from; s < from+n; s++ {
 		step := s
-		t := api.T(l.Start.Add(time.Duration(s) * 550 * time.Millisecond))
+		at := l.Start.Add(time.Duration(s) * 550 * time.Millisecond)
+		t := api.T(at)
 		loss := 0.7*math.Exp(-float64(s)/1500) + 0.25
 		for r := 0; r < l.Ranks; r++ {
 			jitter := float64(spread(s, r)) / 1000
@@ -39,17 +40,12 @@ func (l Load) Records(from, n int64) []api.Record {
 				LossScale: api.F(65536), Samples: api.Ptr(s * 16), ThroughputSPS: api.F(23.5 + jitter), StepMS: api.F(ms4(172 + jitter)),
 				ForwardMS: api.F(ms4(48 + jitter)), BackwardMS: api.F(ms4(92 + jitter)), OptimizerMS: api.F(ms4(28 + jitter)), CommMS: api.F(3.1),
 				DataMS: api.F(4.2), GPUUtilPct: api.F(96), GPUMemUsedGB: api.F(10.5 + jitter)}})
-			fwd := make([]api.Float, len(names))
-			bwd := make([]api.Float, len(names))
-			for i := range names {
+			recs = append(recs, api.Record{Layers: layersRecord(l.RunID, r, s, at, names, func(i int) (float64, float64) {
 				// Durations as the hook sends them: to 0.1 µs, what CUDA
 				// events resolve.
 				f := 1.8 + float64(i%7)/10 + jitter
-				fwd[i] = api.Float(ms4(f))
-				bwd[i] = api.Float(ms4(f * 1.9))
-			}
-			recs = append(recs, api.Record{Layers: &api.Layers{Kind: api.KindLayers, RunID: l.RunID, Rank: r, Step: &step,
-				Time: t, Names: names, ForwardMS: fwd, BackwardMS: bwd}})
+				return ms4(f), ms4(f * 1.9)
+			})})
 		}
 		if l.EvalEvery > 0 && s%int64(l.EvalEvery) == 0 {
 			recs = append(recs, api.Record{Eval: &api.Eval{Kind: api.KindEval, RunID: l.RunID, Step: &step, Time: t,

@@ -1,4 +1,4 @@
-package demo
+package fleettest
 
 import "github.com/deepseed/deepseed/api"
 
@@ -48,7 +48,7 @@ func withFlops(s *api.Step, m api.RunMeta) {
 
 // code is the entry script and uncommitted diff the hook would send with
 // the run, as the Training run dashboard's code panel shows them.
-func (r *Run) code() *api.RunCode {
+func (r *DemoRun) code() *api.RunCode {
 	script := "deepspeed_bert_colab.py"
 	if r.kind != "bert" {
 		script = "train_pythia.py"

@@ -1,4 +1,4 @@
-package demo
+package fleettest
 
 import (
 	"math"
@@ -67,8 +67,8 @@ const (
 	idleEvery   = time.Minute
 )
 
-// load is what a run asks of each of its GPUs.
-type load struct {
+// gpuLoad is what a run asks of each of its GPUs.
+type gpuLoad struct {
 	// util and memBytes are the steady utilisation and memory in use
 	// (NVML's view: the allocator's pool plus the CUDA context).
 	util, memBytes float64
@@ -97,7 +97,7 @@ type gpuState struct {
 // telemetry returns the node's GPU and host samples over the run: idle
 // from idleFrom until the run starts, attributed to the run's ranks while
 // it holds the GPUs, idle again until idleTo (zero: no tail).
-func (r *Run) telemetry(l load, idleFrom, idleTo time.Time) []any {
+func (r *DemoRun) telemetry(l gpuLoad, idleFrom, idleTo time.Time) []any {
 	n := r.node
 	rng := rand.New(rand.NewPCG(r.Seed, 0x7e1e))
 	states := make([]gpuState, len(n.uuids))
@@ -126,7 +126,7 @@ func (r *Run) telemetry(l load, idleFrom, idleTo time.Time) []any {
 
 // samples returns one GPU sample per GPU of the node and one host sample
 // at ts; attached says the run's processes hold the first Ranks GPUs.
-func (r *Run) samples(l load, ts time.Time, attached bool, states []gpuState, rng *rand.Rand) []any {
+func (r *DemoRun) samples(l gpuLoad, ts time.Time, attached bool, states []gpuState, rng *rand.Rand) []any {
 	n := r.node
 	out := make([]any, 0, len(n.uuids)+1)
 	busy := attached && !ts.Before(l.busyFrom) && !ts.After(l.busyTo)
@@ -244,9 +244,4 @@ func (r *Run) samples(l load, ts time.Time, attached bool, states []gpuState, rn
 	h.CPUUtilPct, h.MemUsedBytes = api.F(round(math.Max(0, cpu), 1)), api.F(math.Round(mem))
 	h.Load1 = api.F(round(float64(n.cpus)*cpu/100, 2))
 	return append(out, h)
-}
-
-func round(v float64, decimals int) float64 {
-	k := math.Pow(10, float64(decimals))
-	return math.Round(v*k) / k
 }
