@@ -17,7 +17,9 @@ cd "$(dirname "$0")"
 ROOT=$PWD
 only=${1:-all}
 
-log() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the run has taken so far, so that a slow step
+# shows in the log.
+log() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 have_pg() {
   [ -n "${DEEPSEED_TEST_DATABASE_URL:-}" ] && return 0
@@ -73,6 +75,8 @@ if [ "$only" = all ] || [ "$only" = go ]; then
   if [ ! -d grafana-plugin/node_modules ]; then
     log "npm ci (grafana-plugin), for the dashboards' frontend test"
     (cd grafana-plugin && npm ci --no-audit --no-fund --loglevel=error)
+    # The plugin's suite below installs from the same lockfile: once is enough.
+    export DEEPSEED_PLUGIN_NPM_CI_DONE=1
   fi
   log "go test (database mode: $mode)"
   case "$mode" in TimescaleDB*) export DEEPSEED_TEST_TIMESCALE=${DEEPSEED_TEST_TIMESCALE:-require} ;; esac

@@ -8,8 +8,14 @@ cd "$(dirname "$0")"
 
 log() { printf '\n==> plugin: %s\n' "$*"; }
 
-log "npm ci"
-npm ci --no-audit --no-fund --loglevel=error
+# ../test.sh sets DEEPSEED_PLUGIN_NPM_CI_DONE when it has just run npm ci
+# from the same lockfile for the dashboards' test.
+if [ -n "${DEEPSEED_PLUGIN_NPM_CI_DONE:-}" ] && [ -d node_modules ]; then
+  log "npm ci: done by ../test.sh this run"
+else
+  log "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
 log "typecheck"
 npm run --silent typecheck
 log "lint"
