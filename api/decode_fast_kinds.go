@@ -298,8 +298,8 @@ func (d *fastDecoder) eval(more bool) (Record, bool) {
 			return Record{}, false
 		}
 		if fp != nil {
-			// A slot short would be a table row the const missed: the
-			// general path decodes the record instead.
+			// A case added without its slot gives the record to the
+			// general path rather than indexing past the box.
 			if *fp != nil || nf == len(box.floats) {
 				return Record{}, false
 			}
