@@ -230,6 +230,7 @@ func FuzzFastDecoder(f *testing.F) {
 	for _, s := range fastSeeds {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(everyStepFieldLine()))
 	body := benchBatchBody(true)
 	for _, l := range bytes.SplitN(body, []byte("\n"), 4)[:3] {
 		f.Add(l)

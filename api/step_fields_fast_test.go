@@ -41,18 +41,7 @@ func TestFastDecoderKnowsEveryStepField(t *testing.T) {
 // floats, so the record that sends all of them is not the one it fails
 // on.
 func TestFastDecoderTakesEveryStepFieldAtOnce(t *testing.T) {
-	line := `{"kind":"step","run_id":"r","rank":1,"step":9`
-	for i, f := range StepFields {
-		switch f.Field(&Step{}).(type) {
-		case **bool:
-			line += fmt.Sprintf(`,%q:true`, f.Name)
-		case **int64:
-			line += fmt.Sprintf(`,%q:%d`, f.Name, i+1)
-		default:
-			line += fmt.Sprintf(`,%q:%d.5`, f.Name, i+1)
-		}
-	}
-	line += "}"
+	line := everyStepFieldLine()
 	floats := 0
 	for _, f := range StepFields {
 		if _, ok := f.Field(&Step{}).(**Float); ok {
@@ -73,4 +62,22 @@ func TestFastDecoderTakesEveryStepFieldAtOnce(t *testing.T) {
 		}
 	}
 	checkSameAsGeneral(t, []byte(line))
+}
+
+// everyStepFieldLine is a step record carrying every value of the table:
+// flags true, counts and floats numbered by their row (i+1, i+1.5).
+func everyStepFieldLine() string {
+	line := `{"kind":"step","run_id":"r","rank":1,"step":9`
+	for i, f := range StepFields {
+		switch f.Field(&Step{}).(type) {
+		case **bool:
+			line += fmt.Sprintf(`,%q:true`, f.Name)
+		case **int64:
+			line += fmt.Sprintf(`,%q:%d`, f.Name, i+1)
+		default:
+			line += fmt.Sprintf(`,%q:%d.5`, f.Name, i+1)
+		}
+	}
+	line += "}"
+	return line
 }
