@@ -66,10 +66,13 @@ func (s *Store) StepTimesFrom(ctx context.Context, raw, rolled []RankFrom) (map[
 	if len(raw) > 0 {
 		ids, ranks, from := rankFromArrays(raw)
 		rows, err := s.pool.Query(ctx, `
-			SELECT x.run_id, x.rank, count(*), min(s.step), max(s.step), min(s.time), max(s.time), avg(s.step_ms)
+			SELECT x.run_id, x.rank, a.n, a.first_step, a.last_step, a.first_time, a.last_time, a.step_ms
 			FROM unnest($1::text[], $2::int[], $3::bigint[]) AS x(run_id, rank, from_step)
-			JOIN steps s ON s.run_id = x.run_id AND s.rank = x.rank AND s.step >= x.from_step
-			GROUP BY x.run_id, x.rank`, ids, ranks, from)
+			CROSS JOIN LATERAL (
+				SELECT count(*) AS n, min(step) AS first_step, max(step) AS last_step, min(time) AS first_time, max(time) AS last_time,
+				       avg(step_ms) AS step_ms
+				FROM steps WHERE run_id = x.run_id AND rank = x.rank AND step >= x.from_step
+			) a WHERE a.n > 0`, ids, ranks, from)
 		if err != nil {
 			return nil, fmt.Errorf("store: step times of %s: %w", runsWhat(ids), err)
 		}
@@ -100,14 +103,16 @@ func (s *Store) StepTimesFrom(ctx context.Context, raw, rolled []RankFrom) (map[
 		WITH x AS (
 			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) AS x(run_id, rank, from_step)
 		), t AS (
-			SELECT x.run_id, x.rank, x.from_step, m.metric, m.first_step, m.first_time, m.last_time, m.max, m.sum, m.count
-			FROM x JOIN metric_rollups m ON m.run_id = x.run_id AND m.rank = x.rank
-			WHERE m.width = 0 AND m.bucket = 0 AND m.metric IN ('step', 'step_ms')
+			SELECT x.run_id, x.rank, x.from_step, m.* FROM x CROSS JOIN LATERAL (
+				SELECT metric, first_step, first_time, last_time, max, sum, count FROM metric_rollups
+				WHERE run_id = x.run_id AND rank = x.rank AND width = 0 AND bucket = 0 AND metric IN ('step', 'step_ms') OFFSET 0
+			) m
 		), p AS (
-			SELECT x.run_id, m.metric, sum(m.sum) AS sum, sum(m.count)::bigint AS count, max(m.last_time) AS last_time
-			FROM x JOIN metric_rollups m ON m.run_id = x.run_id AND m.rank = x.rank
-			WHERE m.metric IN ('step', 'step_ms') AND x.from_step > 0 AND `+blocksBefore("x.from_step")+`
-			GROUP BY x.run_id, m.metric
+			SELECT x.run_id, m.* FROM x CROSS JOIN LATERAL (
+				SELECT metric, sum(sum) AS sum, sum(count)::bigint AS count, max(last_time) AS last_time FROM metric_rollups
+				WHERE run_id = x.run_id AND rank = x.rank AND metric IN ('step', 'step_ms') AND x.from_step > 0 AND `+blocksBefore("x.from_step")+`
+				GROUP BY metric
+			) m
 		)
 		SELECT t.run_id, t.rank, t.from_step, t.metric, t.first_step, t.first_time, t.last_time, t.max,
 		       t.sum - coalesce(p.sum, 0), t.count - coalesce(p.count, 0), p.last_time

@@ -141,16 +141,19 @@ func (s *Store) StepMSTimelines(ctx context.Context, runs []RankFrom, maxRaw int
 	if err != nil {
 		return nil, err
 	}
+	// OFFSET 0 keeps each run's read a scan of its own rows of the index,
+	// never a join with every run's steps.
 	if err := read(`SELECT x.run_id, s.step, s.time, s.v FROM unnest($1::text[], $2::int[]) AS x(run_id, rank)
 		CROSS JOIN LATERAL (SELECT step, time, `+expr+` AS v FROM steps
-			WHERE run_id = x.run_id AND rank = x.rank AND step >= 0 AND step <= $3) s
+			WHERE run_id = x.run_id AND rank = x.rank AND step >= 0 AND step <= $3 OFFSET 0) s
 		WHERE s.v IS NOT NULL`, raw, MaxStepValue, false); err != nil {
 		return nil, err
 	}
 	// The width-100 rollups, as [Store.MetricRollups] reads them.
 	if err := read(`SELECT x.run_id, m.bucket, m.first_step, m.first_time, coalesce(m.sum, 'NaN'), m.count
 		FROM unnest($1::text[], $2::int[]) AS x(run_id, rank)
-		JOIN metric_rollups m ON m.run_id = x.run_id AND m.rank = x.rank AND m.metric = 'step_ms' AND m.width = $3 AND m.bucket >= 0`,
+		CROSS JOIN LATERAL (SELECT bucket, first_step, first_time, sum, count FROM metric_rollups
+			WHERE run_id = x.run_id AND rank = x.rank AND metric = 'step_ms' AND width = $3 AND bucket >= 0 OFFSET 0) m`,
 		rolled, RollupWidths[0], true); err != nil {
 		return nil, err
 	}
