@@ -45,19 +45,37 @@ func (h *Handler) reading() bool { return h.opt.Primary != nil && h.opt.Primary 
 // than wait for it. Either way it notes, for the answer, how far behind
 // the rollups are (rollup_lag.go).
 func (h *Handler) refreshRollups(ctx context.Context, runID string) error {
-	b, err := h.store.RunRollupBacklog(ctx, runID)
+	return h.refreshRollupsOf(ctx, []string{runID})
+}
+
+// refreshRollupsOf is refreshRollups of each of runIDs, their backlogs
+// read together before and after the refreshes.
+func (h *Handler) refreshRollupsOf(ctx context.Context, runIDs []string) error {
+	bs, err := h.store.RollupBacklogs(ctx, runIDs)
 	if err != nil {
 		return err
 	}
-	if b.Blocks > 0 && b.Blocks <= readRefreshBlocks {
-		if err := h.refreshWithin(ctx, runID); err != nil {
-			return err
-		}
-		if b, err = h.store.RunRollupBacklog(ctx, runID); err != nil {
-			return err
+	var again []string
+	for _, id := range runIDs {
+		if b := bs[id]; b.Blocks > 0 && b.Blocks <= readRefreshBlocks {
+			if err := h.refreshWithin(ctx, id); err != nil {
+				return err
+			}
+			again = append(again, id)
 		}
 	}
-	noteBacklog(ctx, runID, b)
+	if len(again) > 0 {
+		after, err := h.store.RollupBacklogs(ctx, again)
+		if err != nil {
+			return err
+		}
+		for _, id := range again {
+			bs[id] = after[id]
+		}
+	}
+	for _, id := range runIDs {
+		noteBacklog(ctx, id, bs[id])
+	}
 	return nil
 }
 

@@ -172,20 +172,41 @@ type EvalStats struct {
 // EvalStats returns figures of the "val" split, or of any split when the
 // run has no "val" evaluations.
 func (s *Store) EvalStats(ctx context.Context, runID string) (*EvalStats, error) {
-	var e EvalStats
-	err := s.pool.QueryRow(ctx, `
-		WITH e AS (
-			SELECT * FROM evals WHERE run_id = $1
-			  AND (split = 'val' OR NOT EXISTS (SELECT 1 FROM evals WHERE run_id = $1 AND split = 'val'))
-		)
-		SELECT (SELECT max(accuracy) FILTER (WHERE accuracy <> 'NaN') FROM e),
-		       (SELECT accuracy FROM e WHERE accuracy IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
-		       (SELECT max(f1) FILTER (WHERE f1 <> 'NaN') FROM e),
-		       (SELECT f1 FROM e WHERE f1 IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
-		       (SELECT loss FROM e WHERE loss IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1)`, runID).
-		Scan(&e.BestAcc, &e.FinalAcc, &e.BestF1, &e.FinalF1, &e.FinalLoss)
+	m, err := s.EvalStatsOf(ctx, []string{runID})
 	if err != nil {
-		return nil, fmt.Errorf("store: eval stats of %s: %w", runID, err)
+		return nil, err
 	}
-	return &e, nil
+	return m[runID], nil
+}
+
+// EvalStatsOf is [Store.EvalStats] of each of runIDs, in one statement.
+// Every id has an entry.
+func (s *Store) EvalStatsOf(ctx context.Context, runIDs []string) (map[string]*EvalStats, error) {
+	const e = `FROM evals WHERE run_id = x.run_id AND (split = 'val' OR NOT x.val)`
+	rows, err := s.pool.Query(ctx, `
+		SELECT x.run_id,
+		       (SELECT max(accuracy) FILTER (WHERE accuracy <> 'NaN') `+e+`),
+		       (SELECT accuracy `+e+` AND accuracy IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
+		       (SELECT max(f1) FILTER (WHERE f1 <> 'NaN') `+e+`),
+		       (SELECT f1 `+e+` AND f1 IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1),
+		       (SELECT loss `+e+` AND loss IS NOT NULL ORDER BY step DESC, time DESC LIMIT 1)
+		FROM (SELECT id AS run_id, EXISTS (SELECT 1 FROM evals WHERE run_id = id AND split = 'val') AS val
+		      FROM unnest($1::text[]) AS id) x`, runIDs)
+	if err != nil {
+		return nil, fmt.Errorf("store: eval stats of %s: %w", runsWhat(runIDs), err)
+	}
+	defer rows.Close()
+	out := make(map[string]*EvalStats, len(runIDs))
+	for rows.Next() {
+		var id string
+		var e EvalStats
+		if err := rows.Scan(&id, &e.BestAcc, &e.FinalAcc, &e.BestF1, &e.FinalF1, &e.FinalLoss); err != nil {
+			return nil, fmt.Errorf("store: eval stats of %s: %w", runsWhat(runIDs), err)
+		}
+		out[id] = &e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: eval stats of %s: %w", runsWhat(runIDs), err)
+	}
+	return out, nil
 }

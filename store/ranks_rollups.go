@@ -37,21 +37,29 @@ var rankRollupMetrics = []string{"step", "step_ms", "forward_ms", "backward_ms",
 // rankRollupSQL reads, for the ranks of run $1 (every rank when $4 < 0,
 // else rank $4), each metric of $2: the whole-run rollup, and the sum and
 // count of the blocks before step $3 (a multiple of 100), by widths.
-const rankRollupSQL = `
+var rankRollupSQL = `
 WITH t AS (
 	SELECT rank, metric, first_step, first_time, last_time, min, max, sum, count FROM metric_rollups
 	WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = ANY($2) AND ($4 < 0 OR rank = $4)
 ), p AS (
 	SELECT rank, metric, sum(sum) AS sum, sum(count)::bigint AS count, max(last_time) AS last_time FROM metric_rollups
-	WHERE run_id = $1 AND metric = ANY($2) AND ($4 < 0 OR rank = $4) AND $3 > 0 AND (
-	       (width = 10000 AND bucket < $3 / 10000)
-	    OR (width = 1000 AND bucket >= $3 / 10000 * 10 AND bucket < $3 / 1000)
-	    OR (width = 100 AND bucket >= $3 / 1000 * 10 AND bucket < $3 / 100))
+	WHERE run_id = $1 AND metric = ANY($2) AND ($4 < 0 OR rank = $4) AND $3 > 0 AND ` + blocksBefore("$3") + `
 	GROUP BY rank, metric
 )
 SELECT t.rank, t.metric, t.first_step, t.first_time, t.last_time, t.min, t.max,
        t.sum - coalesce(p.sum, 0), t.count - coalesce(p.count, 0), p.last_time
 FROM t LEFT JOIN p USING (rank, metric) ORDER BY t.rank`
+
+// blocksBefore is the condition on width and bucket that selects, of the
+// rollups of one rank and metric, the blocks before step from (an integer
+// multiple of 100), each step once: the widest buckets wholly before it,
+// then the narrower ones up to it.
+func blocksBefore(from string) string {
+	return `(
+	       (width = 10000 AND bucket < ` + from + ` / 10000)
+	    OR (width = 1000 AND bucket >= ` + from + ` / 10000 * 10 AND bucket < ` + from + ` / 1000)
+	    OR (width = 100 AND bucket >= ` + from + ` / 1000 * 10 AND bucket < ` + from + ` / 100))`
+}
 
 // RankRollup is one rank's figures over the steps from a first step on,
 // from rollups.
@@ -106,17 +114,7 @@ func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyR
 		}
 		vals[i][metric] = a
 		if metric == "step" {
-			r := &out[i].SteadyRank
-			r.Rows, r.FirstStep, r.FirstTime = n, max(firstStep, from), firstTime
-			if prefixLast != nil {
-				r.FirstTime = *prefixLast
-			}
-			if lastTime != nil {
-				r.LastTime = *lastTime
-			}
-			if mx != nil {
-				r.LastStep = int64(*mx)
-			}
+			out[i].SteadyRank.setSpan(n, from, firstStep, firstTime, lastTime, prefixLast, mx)
 		}
 	}
 	rows.Close()
@@ -188,6 +186,23 @@ func (s *Store) RankRollups(ctx context.Context, runID string, from int64, onlyR
 	return out, nil
 }
 
+// setSpan sets the rows and span of a rank's steps from step from (a
+// multiple of 100) on, from the whole-run rollup of its steps (its first
+// step and time, last time and highest step) less those of the blocks
+// before from (prefixLast: the last time of those; nil for none).
+func (r *SteadyRank) setSpan(n, from, firstStep int64, firstTime time.Time, lastTime, prefixLast *time.Time, mx *float64) {
+	r.Rows, r.FirstStep, r.FirstTime = n, max(firstStep, from), firstTime
+	if prefixLast != nil {
+		r.FirstTime = *prefixLast
+	}
+	if lastTime != nil {
+		r.LastTime = *lastTime
+	}
+	if mx != nil {
+		r.LastStep = int64(*mx)
+	}
+}
+
 func finiteF(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // newestScores sets each rank's newest straggler score from the run's
@@ -238,14 +253,40 @@ func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error
 // taken for a small one (an upper bound: a block rewritten since its
 // refresh counts twice).
 func (s *Store) StepRows(ctx context.Context, runID string, from int64, rank int) (int64, error) {
-	var n int64
-	err := s.pool.QueryRow(ctx, `
-		SELECT (SELECT coalesce(sum(count * greatest(0, least(1, (max - $2 + 1) / greatest(max - min + 1, 1)))), 0)::bigint
-		        FROM metric_rollups WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = 'step' AND ($3 < 0 OR rank = $3))
-		     + (SELECT 100 * count(*) FROM rollup_dirty WHERE run_id = $1 AND block >= $2 / 100 AND ($3 < 0 OR rank = $3))`,
-		runID, from, rank).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("store: step rows of %s: %w", runID, err)
+	m, err := s.StepRowsOf(ctx, []RankFrom{{RunID: runID, Rank: rank, From: from}})
+	return m[runID], err
+}
+
+// StepRowsOf is [Store.StepRows] of each of runs, keyed by run, in one
+// statement.
+func (s *Store) StepRowsOf(ctx context.Context, runs []RankFrom) (map[string]int64, error) {
+	ids, ranks, steps := rankFromArrays(runs)
+	// From as a float, as the statement of one run always took it.
+	from := make([]float64, len(steps))
+	for i, v := range steps {
+		from[i] = float64(v)
 	}
-	return n, nil
+	rows, err := s.pool.Query(ctx, `
+		SELECT x.run_id,
+		       (SELECT coalesce(sum(count * greatest(0, least(1, (max - x.from_step + 1) / greatest(max - min + 1, 1)))), 0)::bigint
+		        FROM metric_rollups WHERE run_id = x.run_id AND width = 0 AND bucket = 0 AND metric = 'step' AND (x.rank < 0 OR rank = x.rank))
+		     + (SELECT 100 * count(*) FROM rollup_dirty WHERE run_id = x.run_id AND block >= x.from_step / 100 AND (x.rank < 0 OR rank = x.rank))
+		FROM unnest($1::text[], $2::int[], $3::float8[]) AS x(run_id, rank, from_step)`, ids, ranks, from)
+	if err != nil {
+		return nil, fmt.Errorf("store: step rows of %s: %w", runsWhat(ids), err)
+	}
+	defer rows.Close()
+	out := make(map[string]int64, len(runs))
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("store: step rows of %s: %w", runsWhat(ids), err)
+		}
+		out[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: step rows of %s: %w", runsWhat(ids), err)
+	}
+	return out, nil
 }

@@ -133,15 +133,35 @@ func (b RollupBacklog) Behind(now time.Time) time.Duration {
 
 // RunRollupBacklog returns the backlog of runID's rollups.
 func (s *Store) RunRollupBacklog(ctx context.Context, runID string) (RollupBacklog, error) {
-	var b RollupBacklog
-	var since *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT count(*), min(marked_at) FROM rollup_dirty WHERE run_id = $1`, runID).Scan(&b.Blocks, &since); err != nil {
-		return b, fmt.Errorf("store: rollup backlog of %s: %w", runID, err)
+	m, err := s.RollupBacklogs(ctx, []string{runID})
+	return m[runID], err
+}
+
+// RollupBacklogs is [Store.RunRollupBacklog] of each of runIDs, in one
+// statement; a run without a backlog has no entry.
+func (s *Store) RollupBacklogs(ctx context.Context, runIDs []string) (map[string]RollupBacklog, error) {
+	rows, err := s.pool.Query(ctx, `SELECT run_id, count(*), min(marked_at) FROM rollup_dirty WHERE run_id = ANY($1) GROUP BY run_id`, runIDs)
+	if err != nil {
+		return nil, fmt.Errorf("store: rollup backlog of %s: %w", runsWhat(runIDs), err)
 	}
-	if since != nil {
-		b.Since = *since
+	defer rows.Close()
+	out := map[string]RollupBacklog{}
+	for rows.Next() {
+		var id string
+		var b RollupBacklog
+		var since *time.Time
+		if err := rows.Scan(&id, &b.Blocks, &since); err != nil {
+			return nil, fmt.Errorf("store: rollup backlog of %s: %w", runsWhat(runIDs), err)
+		}
+		if since != nil {
+			b.Since = *since
+		}
+		out[id] = b
 	}
-	return b, nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: rollup backlog of %s: %w", runsWhat(runIDs), err)
+	}
+	return out, nil
 }
 
 // TotalRollupBacklog returns the backlog of every run's rollups together.

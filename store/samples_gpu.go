@@ -24,28 +24,57 @@ type GPUSampleStats struct {
 // GPUSampleStats aggregates the GPU samples attributed to runID within
 // [from, to] (zero times: unbounded).
 func (s *Store) GPUSampleStats(ctx context.Context, runID string, from, to time.Time) (*GPUSampleStats, error) {
-	var g GPUSampleStats
+	m, err := s.GPUSampleStatsOf(ctx, []string{runID}, from, to)
+	if err != nil {
+		return nil, err
+	}
+	return m[runID], nil
+}
+
+// GPUSampleStatsOf is [Store.GPUSampleStats] of each of runIDs over the
+// same window, in one statement. Every id has an entry, zero for a run
+// without samples.
+func (s *Store) GPUSampleStatsOf(ctx context.Context, runIDs []string, from, to time.Time) (map[string]*GPUSampleStats, error) {
 	// The minutes wholly inside the window from their sums (gpu_minutes),
 	// the parts of minutes at its edges from the samples.
 	w := minuteSplit(from, to)
-	err := s.pool.QueryRow(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH p AS (
-			SELECT max(mem_max) AS mx, sum(mem_sum) AS ms, sum(mem_n) AS mn, sum(util_sum) AS us, sum(util_n) AS un, max(total_max) AS tm
-			FROM gpu_minutes WHERE run_id = $1 AND $2::timestamptz IS NOT NULL AND minute >= $2 AND minute < $3
+			SELECT run_id, max(mem_max) AS mx, sum(mem_sum) AS ms, sum(mem_n) AS mn, sum(util_sum) AS us, sum(util_n) AS un, max(total_max) AS tm
+			FROM gpu_minutes WHERE run_id = ANY($1) AND $2::timestamptz IS NOT NULL AND minute >= $2 AND minute < $3
+			GROUP BY run_id
 			UNION ALL
-			SELECT max(mem_used_bytes), sum(mem_used_bytes), count(mem_used_bytes), sum(util_pct), count(util_pct), max(mem_total_bytes)
-			FROM gpu_samples WHERE run_id = $1 AND run_id <> '' AND (
+			SELECT run_id, max(mem_used_bytes), sum(mem_used_bytes), count(mem_used_bytes), sum(util_pct), count(util_pct), max(mem_total_bytes)
+			FROM gpu_samples WHERE run_id = ANY($1) AND run_id <> '' AND (
 			     ($4::timestamptz IS NOT NULL AND time >= $4 AND time < $5)
 			  OR ($6::timestamptz IS NOT NULL AND time >= $6 AND time <= $7))
+			GROUP BY run_id
 		)
-		SELECT max(mx), sum(ms) / nullif(sum(mn), 0), sum(us) / nullif(sum(un), 0), max(tm),
-		       coalesce(sum(mn), 0)::bigint, coalesce(sum(un), 0)::bigint FROM p`,
-		runID, w.minLo, w.minHi, w.rawLo1, w.rawHi1, w.rawLo2, w.rawHi2).
-		Scan(&g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes, &g.Samples, &g.UtilSamples)
+		SELECT run_id, max(mx), sum(ms) / nullif(sum(mn), 0), sum(us) / nullif(sum(un), 0), max(tm),
+		       coalesce(sum(mn), 0)::bigint, coalesce(sum(un), 0)::bigint FROM p GROUP BY run_id`,
+		runIDs, w.minLo, w.minHi, w.rawLo1, w.rawHi1, w.rawLo2, w.rawHi2)
 	if err != nil {
-		return nil, fmt.Errorf("store: gpu samples of %s: %w", runID, err)
+		return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
 	}
-	return &g, nil
+	defer rows.Close()
+	out := make(map[string]*GPUSampleStats, len(runIDs))
+	for _, id := range runIDs {
+		out[id] = &GPUSampleStats{}
+	}
+	for rows.Next() {
+		var id string
+		var g GPUSampleStats
+		if err := rows.Scan(&id, &g.PeakMemBytes, &g.MeanMemBytes, &g.MeanUtil, &g.TotalMemBytes, &g.Samples, &g.UtilSamples); err != nil {
+			return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
+		}
+		if out[id] != nil {
+			out[id] = &g
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
+	}
+	return out, nil
 }
 
 // minuteWindow splits a time window into the whole minutes [minLo, minHi)

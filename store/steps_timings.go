@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,27 +57,115 @@ func (s *Store) Timings(ctx context.Context, runID string, rank int, from, to in
 // point the mean of its bucket), which is enough to find where the step
 // time settles.
 func (s *Store) StepMSTimeline(ctx context.Context, runID string, rank int, maxRaw int) ([]RawPoint, error) {
-	// The rank's rows from its whole-run rollup when it has one (counting
+	m, err := s.StepMSTimelines(ctx, []RankFrom{{RunID: runID, Rank: rank}}, maxRaw)
+	return m[runID], err
+}
+
+// StepMSTimelines is [Store.StepMSTimeline] of one rank of each of runs
+// (From unused), keyed by run, in at most three statements.
+func (s *Store) StepMSTimelines(ctx context.Context, runs []RankFrom, maxRaw int) (map[string][]RawPoint, error) {
+	ids, ranks, _ := rankFromArrays(runs)
+	what := runsWhat(ids)
+	// Each rank's rows from its whole-run rollup when it has one (counting
 	// the steps would read them); else counted, at most maxRaw+1.
-	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(
-		(SELECT count FROM metric_rollups WHERE run_id = $1 AND rank = $2 AND width = $4 AND bucket = 0 AND metric = 'step'),
-		(SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = $1 AND rank = $2 LIMIT $3) x))`,
-		runID, rank, maxRaw+1, TotalWidth).Scan(&n); err != nil {
-		return nil, fmt.Errorf("store: count steps of %s: %w", runID, err)
+	rows, err := s.pool.Query(ctx, `SELECT x.run_id, coalesce(
+		(SELECT count FROM metric_rollups WHERE run_id = x.run_id AND rank = x.rank AND width = $4 AND bucket = 0 AND metric = 'step'),
+		(SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = x.run_id AND rank = x.rank LIMIT $3) c))
+		FROM unnest($1::text[], $2::int[]) AS x(run_id, rank)`, ids, ranks, maxRaw+1, TotalWidth)
+	if err != nil {
+		return nil, fmt.Errorf("store: count steps of %s: %w", what, err)
 	}
-	if n <= int64(maxRaw) {
-		return s.SeriesRaw(ctx, runID, rank, "step_ms", 0, MaxStepValue)
+	large := map[string]bool{}
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("store: count steps of %s: %w", what, err)
+		}
+		large[id] = n > int64(maxRaw)
 	}
-	rr, err := s.MetricRollups(ctx, runID, rank, "step_ms", RollupWidths[0], 0, MaxStepValue)
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: count steps of %s: %w", what, err)
+	}
+	var raw, rolled []RankFrom
+	for _, r := range runs {
+		if large[r.RunID] {
+			rolled = append(rolled, r)
+		} else {
+			raw = append(raw, r)
+		}
+	}
+	out := make(map[string][]RawPoint, len(runs))
+	type point struct {
+		RawPoint
+		bucket int64
+	}
+	by := map[string][]point{}
+	read := func(q string, rr []RankFrom, arg any, withBucket bool) error {
+		if len(rr) == 0 {
+			return nil
+		}
+		ids, ranks, _ := rankFromArrays(rr)
+		rows, err := s.pool.Query(ctx, q, ids, ranks, arg)
+		if err != nil {
+			return fmt.Errorf("store: step times of %s: %w", what, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var p point
+			var sum float64
+			var n int64
+			var err error
+			if withBucket {
+				if err = rows.Scan(&id, &p.bucket, &p.Step, &p.Time, &sum, &n); err == nil && n > 0 {
+					p.Value = sum / float64(n)
+					by[id] = append(by[id], p)
+				}
+			} else if err = rows.Scan(&id, &p.Step, &p.Time, &p.Value); err == nil {
+				by[id] = append(by[id], p)
+			}
+			if err != nil {
+				return fmt.Errorf("store: step times of %s: %w", what, err)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: step times of %s: %w", what, err)
+		}
+		return nil
+	}
+	// The raw rows, as [Store.SeriesRaw] reads step_ms.
+	expr, err := metricExpr("step_ms")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]RawPoint, 0, len(rr))
-	for _, r := range rr {
-		if r.Count > 0 {
-			out = append(out, RawPoint{Step: r.FirstStep, Time: r.FirstTime, Value: r.Sum / float64(r.Count)})
+	// OFFSET 0 keeps each run's read a scan of its own rows of the index,
+	// never a join with every run's steps.
+	if err := read(`SELECT x.run_id, s.step, s.time, s.v FROM unnest($1::text[], $2::int[]) AS x(run_id, rank)
+		CROSS JOIN LATERAL (SELECT step, time, `+expr+` AS v FROM steps
+			WHERE run_id = x.run_id AND rank = x.rank AND step >= 0 AND step <= $3 OFFSET 0) s
+		WHERE s.v IS NOT NULL`, raw, MaxStepValue, false); err != nil {
+		return nil, err
+	}
+	// The width-100 rollups, as [Store.MetricRollups] reads them.
+	if err := read(`SELECT x.run_id, m.bucket, m.first_step, m.first_time, coalesce(m.sum, 'NaN'), m.count
+		FROM unnest($1::text[], $2::int[]) AS x(run_id, rank)
+		CROSS JOIN LATERAL (SELECT bucket, first_step, first_time, sum, count FROM metric_rollups
+			WHERE run_id = x.run_id AND rank = x.rank AND metric = 'step_ms' AND width = $3 AND bucket >= 0 OFFSET 0) m`,
+		rolled, RollupWidths[0], true); err != nil {
+		return nil, err
+	}
+	for id, ps := range by {
+		slices.SortFunc(ps, func(a, b point) int {
+			return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.Step, b.Step), a.Time.Compare(b.Time))
+		})
+		pts := make([]RawPoint, len(ps))
+		for i, p := range ps {
+			pts[i] = p.RawPoint
 		}
+		out[id] = pts
 	}
 	return out, nil
 }

@@ -29,14 +29,18 @@ The tool first writes the runs through the server's own ingest API
 --layer-every steps, an evaluation every 500 steps, one GPU sample a
 second for every rank's GPU (--gpus-per-node to a node), one rank planted
 30 ms late at the all-reduce; and --compare-runs more runs of the same
-shape and --compare-steps steps, for the comparison of runs. Runs that
+shape and --compare-steps steps, for the comparison of runs; and
+--list-runs more runs of that shape for the runs list, every third left
+running with the steps it will take known (its summary estimates its
+finish), the others finished, every other one a trial of one sweep. Runs that
 already hold steps are not written again (--prefix names them), so a
 second call times the same data.
 
 Then every query the provisioned dashboards make for a run is sent
 --rounds times, the queries interleaved within each round, and each one's
-median, p95, largest time and answer size are printed. --warmup rounds
-come first and are not counted.`
+median, p95, largest time and answer size are printed; with --list-runs,
+also a page of 100 runs of the runs list and the runs of the sweep.
+--warmup rounds come first and are not counted.`
 
 // benchReadToken is the read token bench query may send for its queries;
 // without it they go with the ingest token.
@@ -57,6 +61,7 @@ func benchQuery(ctx context.Context, args []string) error {
 	gpusPerNode := f.String("gpus-per-node", "", "8", "GPUs (ranks) a node")
 	compareRuns := f.String("compare-runs", "", "4", "more runs to compare the run with")
 	compareSteps := f.String("compare-steps", "", "300", "steps of each of those runs")
+	listRuns := f.String("list-runs", "", "0", "more runs of the compared runs' shape, for the runs list (GET /runs?limit=100)")
 	conns := f.String("connections", "", "4", "concurrent ingest requests while loading")
 	rounds := f.String("rounds", "", "9", "timed rounds")
 	warmup := f.String("warmup", "", "1", "rounds before the timed ones")
@@ -71,6 +76,7 @@ func benchQuery(ctx context.Context, args []string) error {
 		LayerEvery: num("layer-every", *layerEvery, 0), EvalEvery: 500, GPUsPerNode: num("gpus-per-node", *gpusPerNode, 1),
 		Start: time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)}
 	nCompare, nCompareSteps := num("compare-runs", *compareRuns, 0), num("compare-steps", *compareSteps, 1)
+	nList := num("list-runs", *listRuns, 0)
 	nConns, nRounds, nWarm := num("connections", *conns, 1), num("rounds", *rounds, 1), num("warmup", *warmup, 0)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -104,17 +110,33 @@ func benchQuery(ctx context.Context, args []string) error {
 		c.ID, c.Steps, c.Late = fmt.Sprintf("%s-c%d", run.ID, i), nCompareSteps, -1
 		runs = append(runs, c)
 	}
+	sweep := ""
+	if nList > 0 {
+		sweep = run.ID + "-sweep"
+	}
+	for i := 1; i <= nList; i++ {
+		l := run
+		l.ID, l.Steps, l.Late = fmt.Sprintf("%s-l%d", run.ID, i), nCompareSteps, -1
+		if i%2 == 0 {
+			l.SweepID = sweep
+		}
+		if i%3 == 0 {
+			l.TotalSteps = 2 * nCompareSteps
+		}
+		runs = append(runs, l)
+	}
 	ingestURL := base.String() + "/api/v1/ingest"
 	for i, r := range runs {
-		if err := loadFleetRun(ctx, qbase.String(), ingestURL, token, readToken, r, nConns, i > 0); err != nil {
+		if err := loadFleetRun(ctx, qbase.String(), ingestURL, token, readToken, r, nConns, i > 0 && r.TotalSteps == 0); err != nil {
 			return err
 		}
 	}
-	ids := make([]string, len(runs))
-	for i, r := range runs {
+	ids := make([]string, 1+nCompare)
+	for i, r := range runs[:len(ids)] {
 		ids[i] = r.ID
 	}
-	if err := firstAnswers(ctx, qbase.String()+"/api/v1", readToken, benchQueries(run, ids), *only); err != nil {
+	cases := benchQueries(run, ids, sweep)
+	if err := firstAnswers(ctx, qbase.String()+"/api/v1", readToken, cases, *only); err != nil {
 		return err
 	}
 	drain := time.Now()
@@ -124,7 +146,7 @@ func benchQuery(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "every run rolled up %s after the load\n", time.Since(drain).Round(time.Second))
-	return timeQueries(ctx, qbase.String()+"/api/v1", readToken, benchQueries(run, ids), nRounds, nWarm, *only)
+	return timeQueries(ctx, qbase.String()+"/api/v1", readToken, cases, nRounds, nWarm, *only)
 }
 
 // loadFleetRun writes r unless the server already has its steps.
@@ -199,15 +221,16 @@ func loadFleetRun(ctx context.Context, queryBase, ingestURL, token, readToken st
 type benchQueryCase struct{ name, path string }
 
 // benchQueries are the queries the provisioned dashboards make for run r
-// (ids: r first, then the runs it is compared with).
-func benchQueries(r fleettest.Bench, ids []string) []benchQueryCase {
+// (ids: r first, then the runs it is compared with), and with a sweep of
+// the list runs a page of 100 runs and the runs of that sweep.
+func benchQueries(r fleettest.Bench, ids []string, sweep string) []benchQueryCase {
 	id := url.PathEscape(r.ID)
 	q := url.QueryEscape(r.ID)
 	cmp := make([]string, len(ids))
 	for i, s := range ids {
 		cmp[i] = "run=" + url.QueryEscape(s)
 	}
-	return []benchQueryCase{
+	cases := []benchQueryCase{
 		{"summary", "/runs/" + id},
 		{"runs list", "/runs?limit=50"},
 		{"series loss", "/runs/" + id + "/series?metric=loss&max_points=1000"},
@@ -223,6 +246,11 @@ func benchQueries(r fleettest.Bench, ids []string) []benchQueryCase {
 		{"annotations", "/annotations?run_id=" + q},
 		{"alerts", "/alerts?run_id=" + q},
 	}
+	if sweep != "" {
+		cases = append(cases, benchQueryCase{"runs list of 100", "/runs?limit=100"},
+			benchQueryCase{"runs of a sweep", "/runs?limit=100&sweep=" + url.QueryEscape(sweep)})
+	}
+	return cases
 }
 
 // timeQueries sends every case rounds times, interleaved, and prints

@@ -25,6 +25,8 @@ type Bench struct {
 	GPUsPerNode int
 	Late        int // the late rank; -1 for none
 	Start       time.Time
+	SweepID     string // the sweep the run is a trial of; "" for none
+	TotalSteps  int    // the steps its meta says it will take; 0 for unknown
 }
 
 // BenchStepPeriod is the wall-clock time between two steps.
@@ -42,10 +44,14 @@ func (f Bench) LayerNames() []string { return namedLayers(f.Layers, "layers", "l
 func (f Bench) RunRecord() api.Record {
 	world := f.Ranks
 	params := int64(1_400_000_000)
-	return api.Record{Run: &api.Run{Kind: api.KindRun, RunID: f.ID, Project: "bench", Name: f.ID,
-		StartedAt: api.T(f.Start), Tags: []string{"bench"},
+	rec := api.Record{Run: &api.Run{Kind: api.KindRun, RunID: f.ID, Project: "bench", Name: f.ID,
+		StartedAt: api.T(f.Start), Tags: []string{"bench"}, SweepID: f.SweepID,
 		Meta: &api.RunMeta{Model: "fleet-1.4b", Params: &params, GPU: "NVIDIA H100 80GB HBM3", WorldSize: &world,
 			Precision: "bf16", Parallelism: "ddp"}}}
+	if f.TotalSteps > 0 {
+		rec.Run.Meta.TotalSteps = api.Ptr(int64(f.TotalSteps))
+	}
+	return rec
 }
 
 // EndRecord ends the run.
