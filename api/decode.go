@@ -67,6 +67,11 @@ func DecodeBatchWithin(body []byte, maxRows int) ([]Record, error) {
 	}
 	var fd fastDecoder
 	if trimmed[0] == '[' {
+		// Counted before anything is decoded: an array of millions of
+		// tiny entries takes many times its bytes as records.
+		if arrayPast(trimmed, maxRows) {
+			return nil, &RowsError{Max: maxRows, Index: maxRows}
+		}
 		if out, ok := fd.array(trimmed); ok {
 			// The fast path takes no steps records: a record is a row.
 			if len(out) > maxRows {
@@ -141,6 +146,9 @@ func decodeRecordWithin(raw []byte, maxRows int) (Record, *RecordError) {
 	}
 	if len(head.Kind) == 0 {
 		return Record{}, &RecordError{Field: "kind", Msg: "missing"}
+	}
+	if re := tooWide(raw, head.Kind, maxRows); re != nil {
+		return Record{}, re
 	}
 	if k := DuplicateKey(raw); k != "" {
 		return Record{}, &RecordError{Msg: fmt.Sprintf("key %q appears twice in one object; send each key once", truncate(k, 60))}

@@ -201,6 +201,10 @@ func (d *fastDecoder) floatArray() ([]Float, bool) {
 	}
 	d.floats = d.floats[:0]
 	for {
+		// Past the bound the general path refuses the record unread.
+		if len(d.floats) == MaxEntries {
+			return nil, false
+		}
 		v, ok := d.floatVal()
 		if !ok {
 			return nil, false
@@ -235,6 +239,9 @@ func (d *fastDecoder) stringArray() ([]string, bool) {
 	}
 	d.strList = d.strList[:0]
 	for {
+		if len(d.strList) == MaxEntries {
+			return nil, false
+		}
 		s, ok := d.str()
 		if !ok {
 			return nil, false
@@ -273,8 +280,12 @@ func (d *fastDecoder) metrics() (map[string]Float, bool) {
 		if !ok {
 			return nil, false
 		}
-		// A repeated key is refused, with its message, by the general path.
+		// A repeated key is refused, with its message, by the general
+		// path, as is a map past its bound.
 		n := len(m)
+		if n == MaxMetrics {
+			return nil, false
+		}
 		if m[d.intern(k)] = v; len(m) == n {
 			return nil, false
 		}

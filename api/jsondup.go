@@ -12,7 +12,8 @@ import (
 // says two things: it is refused rather than read one way. Keys compare as
 // the strings they decode to ("a" and "\u0061" are one key). raw must be
 // syntactically valid JSON (bare NaN and Infinity are skipped like
-// numbers). One pass, no allocation for keys without escapes.
+// numbers). One pass, no allocation for keys without escapes in objects
+// of up to wideObject keys, linear in the keys of wider ones.
 func DuplicateKey(raw []byte) string {
 	// Offsets, not slices, so the buffers stay on the stack: a record's
 	// usual keys and depth cost no allocation.
@@ -41,6 +42,16 @@ func DuplicateKey(raw []byte) string {
 			if expectKey {
 				key := span{from: int32(i + 1), to: int32(end), escaped: bytes.IndexByte(raw[i+1:end], '\\') >= 0}
 				f := &frames[len(frames)-1]
+				if f.set != nil {
+					k := key.full(raw)
+					if _, dup := f.set[k]; dup {
+						return key.text(raw)
+					}
+					f.set[k] = struct{}{}
+					expectKey = false
+					i = end
+					continue
+				}
 				// A key whose bit is not yet set is new: most keys of a
 				// record are compared with none of the others.
 				bit := key.bit(raw)
@@ -54,6 +65,16 @@ func DuplicateKey(raw []byte) string {
 				f.seen |= bit
 				f.escaped = f.escaped || key.escaped
 				keys = append(keys, key)
+				if len(keys)-f.start > wideObject {
+					// Compared with every key before it, each new key of
+					// a wide object would cost its width: a set keeps
+					// one pass linear.
+					f.set = make(map[string]struct{}, 2*wideObject)
+					for _, k := range keys[f.start:] {
+						f.set[k.full(raw)] = struct{}{}
+					}
+					keys = keys[:f.start]
+				}
 				expectKey = false
 			}
 			i = end
@@ -70,12 +91,22 @@ type span struct {
 
 // text is the key as it decodes, at most 64 bytes of it.
 func (s span) text(raw []byte) string {
+	k := s.full(raw)
+	return k[:min(len(k), 64)]
+}
+
+// full is the key as it decodes.
+func (s span) full(raw []byte) string {
 	k := string(raw[s.from:s.to])
 	if s.escaped {
 		_ = json.Unmarshal(raw[s.from-1:s.to+1], &k)
 	}
-	return k[:min(len(k), 64)]
+	return k
 }
+
+// wideObject is the most keys of one object DuplicateKey compares with
+// one another; past it the object's keys go in a set.
+const wideObject = 32
 
 // same reports whether two keys decode to the same string: byte for byte
 // unless one holds an escape.
@@ -105,4 +136,5 @@ type frame struct {
 	seen    uint64
 	obj     bool
 	escaped bool
+	set     map[string]struct{} // the keys of a wide object, decoded
 }

@@ -76,3 +76,31 @@ func TestIngestStepsRepeatedMerged(t *testing.T) {
 		t.Fatal("step 7 is not the first sent of it")
 	}
 }
+
+// TestIngestWideRecordsRefused: a record whose array or object holds
+// millions of tiny entries (layer names, a metrics map, a gpu record's
+// processes) is a 400 naming its field and the bound, and a JSON array of
+// millions of tiny entries a 413 naming the rows bound; nothing stored.
+func TestIngestWideRecordsRefused(t *testing.T) {
+	s := newServer(t, ingest.Options{MaxBatchRows: 50000})
+	rep := func(v string, n int) string { return strings.TrimSuffix(strings.Repeat(v+",", n), ",") }
+	for _, c := range []struct {
+		line, want string
+	}{
+		{`{"kind":"layers","run_id":"r","rank":0,"step":1,"names":[` + rep(`"a"`, 1_000_000) + `],"forward_ms":[1]}`, "names: more than 4096 entries"},
+		{`{"kind":"step","run_id":"r","rank":0,"step":1,"metrics":{"a":1,` + rep(`"b":1`, 5000) + `}}`, "metrics: more than 4096 entries"},
+		{`{"kind":"gpu","host":"h","gpu":0,"time":1735689600,"processes":[` + rep(`{}`, 100_000) + `]}`, "processes: more than 4096 entries"},
+	} {
+		e := s.ingest(t, `{"kind":"run","run_id":"r","project":"p"}`, c.line).apiError(t, http.StatusBadRequest)
+		if !strings.Contains(e.Error, c.want) || !strings.Contains(e.Error, "line 2") {
+			t.Errorf("400 message %q, want it to say line 2 and %q", e.Error, c.want)
+		}
+	}
+	e := s.post(t, "/api/v1/ingest", []byte("["+rep("1", 1_000_000)+"]"), "Content-Type", "application/json").apiError(t, http.StatusRequestEntityTooLarge)
+	if !strings.Contains(e.Error, "50000 rows") {
+		t.Errorf("413 message %q does not name the rows bound", e.Error)
+	}
+	if n := s.stored(t); n != 0 {
+		t.Fatalf("refused bodies stored %d rows", n)
+	}
+}
