@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -35,10 +36,14 @@ func TestAgentKilledAroundJobEnd(t *testing.T) {
 			// cannot be delivered.
 			target, _ := url.Parse(e.url)
 			var down atomic.Bool
-			var refused atomic.Int32
+			var refused atomic.Int32 // reports of the job's end refused
 			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if down.Load() {
-					if strings.Contains(r.URL.Path, "/jobs/") {
+					// Only the report of the job's end counts: a report
+					// of it running may be refused first, the job still
+					// going.
+					var rep api.JobReport
+					if strings.Contains(r.URL.Path, "/jobs/") && json.NewDecoder(r.Body).Decode(&rep) == nil && rep.State != agent.StateRunning {
 						refused.Add(1)
 					}
 					http.Error(w, `{"error":"down for the test"}`, http.StatusServiceUnavailable)
