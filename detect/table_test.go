@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -62,5 +63,38 @@ func TestIdleGPU(t *testing.T) {
 	}
 	if fs := Run(cfg, Rows{GPUs: gpus, Now: now}); len(fs) != 0 {
 		t.Errorf("a finished run's GPUs fired %+v", fs)
+	}
+}
+
+// docs/alerts.md's table of detectors (its section "Detectors and
+// defaults") has a row for every detector of the table, and names no kind
+// the table lacks.
+func TestDocsListEveryDetector(t *testing.T) {
+	const path = "../docs/alerts.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Detectors and defaults\n")
+	if !ok {
+		t.Fatalf("%s has no section \"Detectors and defaults\"", path)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var documented []string
+	for _, l := range strings.Split(section, "\n") {
+		if rest, ok := strings.CutPrefix(l, "| `"); ok {
+			if kind, _, ok := strings.Cut(rest, "` |"); ok {
+				documented = append(documented, kind)
+			}
+		}
+	}
+	var kinds []string
+	for _, d := range Table {
+		kinds = append(kinds, d.Kind)
+	}
+	slices.Sort(documented)
+	slices.Sort(kinds)
+	if !slices.Equal(documented, kinds) {
+		t.Errorf("%s's table of detectors lists %v; the detectors are %v", path, documented, kinds)
 	}
 }

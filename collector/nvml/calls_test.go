@@ -1,6 +1,8 @@
 package nvml
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/deepseed/deepseed/api"
@@ -43,4 +45,54 @@ func TestCallTableFollowsTheMetricTable(t *testing.T) {
 			t.Errorf("call %q: id %d, name of id %d %q", name, callID[name], c, callNames[c])
 		}
 	}
+}
+
+// TestWithTakesEveryMetricFromItsCallsGroup holds Reading.With to the
+// call table: a value a metric reads is taken from a fresh reading when
+// the group of the call that gives it was read. A field left out of With
+// is never sampled: the collector keeps its first, empty, reading of it.
+func TestWithTakesEveryMetricFromItsCallsGroup(t *testing.T) {
+	for _, m := range api.GPUMetrics {
+		if m.NVMLCall == "" {
+			continue
+		}
+		c, ok := callID[m.NVMLCall]
+		if !ok {
+			continue // TestCallTableFollowsTheMetricTable reports it
+		}
+		var fresh Reading
+		if !setReading(&fresh, m.NVML) {
+			t.Errorf("NVML's %q: nvml.Reading has no such pointer field", m.NVML)
+			continue
+		}
+		got := Reading{}.With(fresh, nvmlCalls[c].group)
+		if _, ok := Getter(m.NVML)(&DeviceInfo{}, &got); !ok {
+			t.Errorf("NVML's %q: Reading.With does not take it when the group of its call %q is read; add it to that group's line", m.NVML, m.NVMLCall)
+		}
+	}
+}
+
+// setReading sets the field of r whose JSON name is name to a value.
+func setReading(r *Reading, name string) bool {
+	v := reflect.ValueOf(r).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		if strings.Split(f.Tag.Get("json"), ",")[0] != name || f.Type.Kind() != reflect.Pointer {
+			continue
+		}
+		p := reflect.New(f.Type.Elem())
+		switch p.Elem().Kind() {
+		case reflect.Bool:
+			p.Elem().SetBool(true)
+		case reflect.Uint32, reflect.Uint64:
+			p.Elem().SetUint(1)
+		case reflect.Float64:
+			p.Elem().SetFloat(1)
+		default:
+			return false
+		}
+		v.Field(i).Set(p)
+		return true
+	}
+	return false
 }
