@@ -8,7 +8,8 @@ package api
 // Adding a GPU value is a row in [GPUMetrics] (with its field in [GPU]
 // when it travels in a record), a migration adding its column, and the
 // nvml.Reading field the row names, filled by the row of the collector's
-// NVML call table that its NVMLCall names; `go test
+// NVML call table that its NVMLCall names and carried by Reading.With
+// (which a test holds to the call table); `go test
 // ./api ./grafana-plugin/pkg/plugin -update` then writes what is derived
 // from the table in files (openapi.json, docs/metrics.md, the plugin
 // editor's list).
