@@ -195,6 +195,47 @@ func TestBodyTimeoutSparesSlowHandlers(t *testing.T) {
 	}
 }
 
+// A refused connection is closed only once the client has read the
+// answer: a client whose request is still arriving after the 503 (one
+// accepted late, on a loaded machine) can finish sending it and then
+// read the 503. Closed at once, the server's side reset the connection
+// at the client's next write, and Go's client reported a connection
+// error instead of the answer it was to retry on.
+func TestRefusedConnectionKeepsItsAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	l := Limits{MaxConns: 1}.Listener(ln, nil).(*limitListener)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.refuse(sc)
+	// The request comes in two writes after the answer; the second is the
+	// one a closed server's reset would fail.
+	for _, part := range []string{"POST / HTTP/1.1\r\nHost: x\r\n", "Content-Length: 3\r\n\r\nabc"} {
+		time.Sleep(100 * time.Millisecond)
+		if _, err := fmt.Fprint(c, part); err != nil {
+			t.Fatalf("refused client could not send its request: %v", err)
+		}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("refused client read %v instead of the 503", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("refused client: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
 // Past MaxConns a connection is answered 503 with Retry-After at once;
 // once one closes, the next is served again.
 func TestListenerBoundsConnections(t *testing.T) {

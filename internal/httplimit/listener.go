@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -27,16 +28,30 @@ func (l Limits) Listener(ln net.Listener, log *slog.Logger) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &limitListener{Listener: ln, slots: make(chan struct{}, l.MaxConns), log: log}
+	return &limitListener{Listener: ln, slots: make(chan struct{}, l.MaxConns), lingering: make(chan struct{}, maxLingering), log: log}
 }
+
+// A refused connection is closed only once the client has read the
+// answer: closed at once, with the client's request still arriving,
+// the kernel resets the connection and the client may see the reset
+// instead of the 503. So the answer is followed by the end of the
+// server's side, and what the client sends is read, up to lingerBytes
+// and lingerTimeout, before the close; at most maxLingering connections
+// at a time, past which one is closed at once as before.
+const (
+	maxLingering  = 256
+	lingerBytes   = 64 << 10
+	lingerTimeout = 2 * time.Second
+)
 
 type limitListener struct {
 	net.Listener
-	slots   chan struct{}
-	log     *slog.Logger
-	refused atomic.Int64
-	mu      sync.Mutex
-	logged  time.Time
+	slots     chan struct{}
+	lingering chan struct{} // refused connections being closed
+	log       *slog.Logger
+	refused   atomic.Int64
+	mu        sync.Mutex
+	logged    time.Time
 }
 
 // Accept returns the next connection within the bound, answering those
@@ -61,7 +76,15 @@ func (l *limitListener) refuse(c net.Conn) {
 	// and the deadline makes sure of it.
 	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	_, _ = c.Write(busy)
-	_ = c.Close()
+	select {
+	case l.lingering <- struct{}{}:
+		go func() {
+			defer func() { <-l.lingering }()
+			lingerClose(c)
+		}()
+	default:
+		_ = c.Close()
+	}
 	n := l.refused.Add(1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -70,6 +93,17 @@ func (l *limitListener) refuse(c net.Conn) {
 		l.log.Warn("connection bound reached: answering new connections 503", "max_conns", cap(l.slots),
 			"addr", l.Addr().String(), "refused_total", n)
 	}
+}
+
+// lingerClose ends the server's side of c, reads what the client still
+// sends (its request) until it closes or the bounds pass, and closes c.
+func lingerClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
+	_, _ = io.CopyN(io.Discard, c, lingerBytes)
+	_ = c.Close()
 }
 
 // limitConn gives its slot back once, at its first Close.
