@@ -18,8 +18,9 @@ var busy = func() []byte {
 }()
 
 // Listener returns ln bounded to MaxConns open connections. A connection
-// past the bound is answered 503 with Retry-After and closed at once,
-// instead of waiting unseen in the kernel's queue: a sender that retries
+// past the bound is answered 503 with Retry-After at once (and closed
+// once its request is read), instead of waiting unseen in the kernel's
+// queue: a sender that retries
 // (the hook, the collector) tries again, and the connections already open
 // keep being served. The refusals are logged at most once a minute.
 // MaxConns left zero takes the default.
