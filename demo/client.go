@@ -39,8 +39,12 @@ type Options struct {
 	Token string
 	// BatchSize bounds the records of one POST; 0 means 5000.
 	BatchSize int
-	// Progress receives one line per run and batch; nil discards it.
+	// Progress receives a line per run; nil discards it. With Redraw the
+	// line is redrawn (a carriage return) after each batch, for a
+	// terminal; without, it is written once the run is loaded, so that a
+	// log (docker compose logs, CI) reads a line per run.
 	Progress io.Writer
+	Redraw   bool
 	// Client sends the requests; nil means a client with a 60 s timeout.
 	Client *http.Client
 	// MaxRetries bounds the retries of one batch answered 503 or not
@@ -100,7 +104,7 @@ func Load(ctx context.Context, opt Options) (Result, error) {
 			end := min(start+opt.BatchSize, len(recs))
 			ir, err := post(ctx, opt, url, recs[start:end])
 			if err != nil {
-				if start > 0 {
+				if start > 0 && opt.Redraw {
 					fmt.Fprintln(opt.Progress) // end the progress line
 				}
 				return res, fmt.Errorf("run %s: %w", r.ID, err)
@@ -108,9 +112,15 @@ func Load(ctx context.Context, opt Options) (Result, error) {
 			res.Accepted += ir.Accepted
 			res.Duplicates += ir.Duplicates
 			res.Records += end - start
-			fmt.Fprintf(opt.Progress, "\rdemo: run %d/%d %-44s %6d/%d records", i+1, len(runs), r.ID, end, len(recs))
+			if opt.Redraw {
+				fmt.Fprintf(opt.Progress, "\rdemo: run %d/%d %-44s %6d/%d records", i+1, len(runs), r.ID, end, len(recs))
+			}
 		}
-		fmt.Fprintln(opt.Progress)
+		if opt.Redraw {
+			fmt.Fprintln(opt.Progress)
+		} else {
+			fmt.Fprintf(opt.Progress, "demo: run %d/%d %-44s %6d records\n", i+1, len(runs), r.ID, len(recs))
+		}
 		res.Runs++
 	}
 	fmt.Fprintf(opt.Progress, "demo: %d runs (%d already loaded), %d records: %d accepted, %d already there\n",

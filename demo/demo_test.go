@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,6 +90,16 @@ func TestDemoReproducesReportTables(t *testing.T) {
 	}
 	if res.Runs != len(runs) || res.Accepted == 0 || !strings.Contains(progress.String(), "retrying") {
 		t.Fatalf("load: %+v\n%s", res, progress.String())
+	}
+	// Written to a log rather than a terminal, the progress is a line a
+	// run, with no line redrawn in place.
+	if strings.Contains(progress.String(), "\r") {
+		t.Errorf("progress to a log redraws its lines:\n%q", progress.String())
+	}
+	for _, r := range runs {
+		if !regexp.MustCompile(`(?m)^demo: run \d+/\d+ ` + regexp.QuoteMeta(r.ID) + ` +\d+ records$`).MatchString(progress.String()) {
+			t.Errorf("no progress line for run %s:\n%s", r.ID, progress.String())
+		}
 	}
 
 	for _, tb := range fleettest.DemoTables() {

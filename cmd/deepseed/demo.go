@@ -57,7 +57,7 @@ again). Progress goes to standard error, a line per run.`, "")
 	}
 	lctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	res, err := demo.Load(lctx, demo.Options{Server: u.String(), Token: token, BatchSize: n, Progress: os.Stderr, Force: *force})
+	res, err := demo.Load(lctx, demo.Options{Server: u.String(), Token: token, BatchSize: n, Progress: os.Stderr, Redraw: isTerminal(os.Stderr), Force: *force})
 	switch {
 	case err == nil:
 		return nil
@@ -74,4 +74,11 @@ again). Progress goes to standard error, a line per run.`, "")
 		}
 	}
 	return fmt.Errorf("demo: %w", err)
+}
+
+// isTerminal reports whether f is a terminal, where a progress line may be
+// redrawn in place.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
