@@ -47,11 +47,32 @@ func (c *RunsCommand) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("%d runs (%d shown)\n", l.Total, len(l.Runs))
 	t := newTable("RUN", "PROJECT", "NAME", "STATUS", "STEPS", "LOSS", "STEP MS", "MFU", "STARTED")
+	behind := 0
 	for _, r := range l.Runs {
-		t.row(r.RunID, r.Project, dash(r.Name), r.Status, r.Steps,
+		steps := strconv.FormatInt(r.Steps, 10)
+		if r.RollupLag != nil {
+			steps += "*"
+			behind++
+		}
+		t.row(r.RunID, r.Project, dash(r.Name), r.Status, steps,
 			fnum(r.FinalLoss), fnum(r.MeanStepMS), pct(r.MeanMFU), when(r.StartedAt))
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if behind > 0 {
+		fmt.Printf("* %d of these runs are still being rolled up (just loaded, or the server is catching up): their figures count the steps rolled up so far; list again in a moment\n", behind)
+	}
+	return nil
+}
+
+// rollupNote says how far a run's figures are behind its records, for
+// run show; "" when they are not.
+func rollupNote(lag *api.RollupLag) string {
+	if lag == nil {
+		return ""
+	}
+	return fmt.Sprintf("behind by %d blocks of 100 steps (the oldest %.0f s): the figures above count the steps rolled up so far", lag.Blocks, float64(lag.BehindS))
 }
 
 // RunCommand shows one run (GET /api/v1/runs/{id} and /ranks).
@@ -113,12 +134,16 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	if r.TotalSteps != nil {
 		steps += " of " + strconv.FormatInt(*r.TotalSteps, 10)
 	}
-	return printFields([][2]string{
+	fields := [][2]string{
 		{"run", r.RunID}, {"project", r.Project}, {"name", dash(r.Name)}, {"status", r.Status},
 		{"model", dash(r.Model)}, {"started", when(r.StartedAt)}, {"ended", when(r.EndedAt)},
 		{"steps", steps}, {"final loss", fnum(r.FinalLoss)}, {"mean step ms", fnum(r.MeanStepMS)},
 		{"mean MFU", pct(r.MeanMFU)}, {"best val accuracy", fnum(r.BestValAccuracy)},
 		{"stragglers", stragglers}, {"open alerts", strconv.FormatInt(r.OpenAlerts, 10)},
 		{"wasted gpu-hours", gpuHours(float64(r.Wasted.Total))},
-	})
+	}
+	if note := rollupNote(r.RollupLag); note != "" {
+		fields = append(fields, [2]string{"rolled up", note})
+	}
+	return printFields(fields)
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/server"
@@ -50,4 +53,45 @@ func TestRunsAndRunShow(t *testing.T) {
 	}
 	code, _, stderr = runBinary(t, env, "run", "show", "no-such-run")
 	oneLine(t, "run show of an unknown run", code, stderr, nil, "run show: ")
+}
+
+// A run whose rollups are behind its records (just loaded, or a server
+// catching up) answers with figures that count what was rolled up so far
+// and says so (rollup_lag); the commands say it too, rather than show a
+// finished run's partial step count as if it were the run's. The answers
+// are the API's, served on loopback.
+func TestRunsSayWhenFiguresAreBehind(t *testing.T) {
+	started := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	sum := api.RunSummary{RunID: "loading", Project: "p", Status: "finished", Steps: 0, StartedAt: &started,
+		RollupLag: &api.RollupLag{Blocks: 12, BehindS: 3}}
+	done := api.RunSummary{RunID: "done", Project: "p", Status: "finished", Steps: 301, StartedAt: &started}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body any
+		switch r.URL.Path {
+		case "/api/v1/runs":
+			body = api.RunList{Runs: []api.RunSummary{sum, done}, Total: 2, Limit: 50}
+		case "/api/v1/runs/loading":
+			body = api.RunDetail{RunSummary: sum}
+		case "/api/v1/runs/loading/ranks":
+			body = api.RanksResponse{RunID: "loading"}
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(body)
+	}))
+	defer srv.Close()
+	env := []string{"DEEPSEED_SERVER_URL=" + srv.URL}
+
+	code, stdout, stderr := runBinary(t, env, "runs")
+	if code != 0 || !regexp.MustCompile(`(?m)^loading\s+p\s+-\s+finished\s+0\*\s`).MatchString(stdout) ||
+		!regexp.MustCompile(`(?m)^done\s+p\s+-\s+finished\s+301\s`).MatchString(stdout) ||
+		!strings.Contains(stdout, "* 1 of these runs are still being rolled up") {
+		t.Errorf("deepseed runs: exit %d, stderr %q:\n%s", code, stderr, stdout)
+	}
+	code, stdout, stderr = runBinary(t, env, "run", "show", "loading")
+	if code != 0 || !strings.Contains(stdout, "behind by 12 blocks of 100 steps") {
+		t.Errorf("deepseed run show: exit %d, stderr %q:\n%s", code, stderr, stdout)
+	}
 }
