@@ -56,7 +56,7 @@ export interface DeepSeedQuery extends DataQuery {
   format?: 'numeric' | 'table';
   /** annotations: only these event types (checkpoint, overflow, restart, eval, …); none: all. */
   eventTypes?: string[];
-  /** alerts: only this kind (non_finite, overflow_storm, loss_spike, idle_gpu, stalled, rank_stopped, data_stall, straggler); none: all. */
+  /** alerts: only this kind (one of docs/alerts.md: non_finite, overflow_storm, loss_spike, idle_gpu, stalled, rank_stopped, data_stall, straggler, hang, regression, drift); none: all. */
   alertKind?: string;
   /** jobs, job_counts: queued, running, finished, failed, cancelled or lost; '*' or none: all. */
   state?: string;
