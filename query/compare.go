@@ -2,12 +2,10 @@ package query
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -95,14 +93,11 @@ func (h *Handler) compare(ctx context.Context, c echo.Context) (any, error) {
 			return a.Before(*b)
 		})
 	}
-	out := api.CompareResponse{Baseline: c.QueryParam("baseline"), Rows: []api.CompareRow{}}
-	for _, r := range runs {
-		row, err := h.compareRow(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		out.Rows = append(out.Rows, *row)
+	rows, err := h.compareRows(ctx, runs)
+	if err != nil {
+		return nil, err
 	}
+	out := api.CompareResponse{Baseline: c.QueryParam("baseline"), Rows: rows}
 	if out.Baseline == api.BaselineFirst {
 		// Within a sweep: its first trial, the rows being oldest first.
 		if len(out.Rows) == 0 {
@@ -128,9 +123,11 @@ func (h *Handler) compare(ctx context.Context, c echo.Context) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if base, err = h.compareRow(ctx, br); err != nil {
+		rows, err := h.compareRows(ctx, []*store.RunRow{br})
+		if err != nil {
 			return nil, err
 		}
+		base = &rows[0]
 	}
 	for i := range out.Rows {
 		row := &out.Rows[i]
@@ -145,70 +142,6 @@ func (h *Handler) compare(ctx context.Context, c echo.Context) (any, error) {
 		}
 	}
 	return out, nil
-}
-
-// compareRow computes a run's steady-state figures over every rank (see
-// docs/compare.md for what each column means and where it comes from):
-// step time, steps/s (steps advanced per second of wall clock between the
-// first and last steady step, averaged over ranks) and samples/s (the
-// ranks' throughput summed) from the steps; GPU memory and utilisation
-// from the steps where the sender measured them per step, else from the
-// collector's GPU samples; CPU utilisation from the host samples of the
-// run's nodes. A run too short for any sample to fall in its steady state
-// keeps its figures from the nearest readings, as Sources and Note say.
-func (h *Handler) compareRow(ctx context.Context, r *store.RunRow) (*api.CompareRow, error) {
-	var m api.RunMeta
-	_ = json.Unmarshal(r.Meta, &m)
-	row := &api.CompareRow{RunID: r.RunID, Name: r.Name, Project: r.Project, Status: r.Status, Model: m.Model,
-		ZeroStage: m.ZeroStage, Precision: m.Precision, PipelineStages: m.PipelineStages, Parallelism: m.Parallelism,
-		OffloadOptim: m.OffloadOptim, OffloadParams: m.OffloadParams, MicroBatch: m.MicroBatch, WorldSize: m.WorldSize,
-		Sources: map[string]string{}}
-	if row.Precision == "" {
-		row.Precision = precisionFromConfig(r.Config)
-	}
-	if row.Parallelism == "" {
-		row.Parallelism = "data"
-		if m.PipelineStages != nil && *m.PipelineStages > 1 {
-			row.Parallelism = "pipeline"
-		}
-	}
-	sum, err := h.compareSteady(ctx, r.RunID)
-	if err != nil {
-		return nil, err
-	}
-	if sum.Ranks > 0 {
-		fillSteady(row, &sum, m)
-		if err := h.fillMeasured(ctx, r.RunID, m, row, &sum); err != nil {
-			return nil, err
-		}
-	}
-	st, err := h.store.RunStats(ctx, r.RunID)
-	if err != nil {
-		return nil, err
-	}
-	row.FinalLoss = fp(st.FinalLoss)
-	ev, err := h.store.EvalStats(ctx, r.RunID)
-	if err != nil {
-		return nil, err
-	}
-	row.BestEvalAcc = fp(ev.BestAcc)
-	if row.BestEvalAcc != nil {
-		row.Sources["best_eval_accuracy"] = api.SourceEvals
-	}
-	for _, name := range compareFigures {
-		if v := figureOf(row, name); v != nil && row.Sources[name] == "" {
-			row.Sources[name] = api.SourceSteps
-		}
-	}
-	// Wasted GPU-hours are computed from steps and GPU samples together
-	// (docs/ranks.md); they have no single source.
-	w, err := h.wastedOf(ctx, r, &sum)
-	if err != nil {
-		return nil, err
-	}
-	total := w.Total
-	row.Wasted, row.WastedGPUH = &w, &total
-	return row, nil
 }
 
 // meanOf averages a figure over the ranks that have it.
@@ -281,118 +214,4 @@ func steadyWindow(agg []store.SteadyRank) (from, to time.Time) {
 		}
 	}
 	return from, to
-}
-
-// fillMeasured fills GPU memory and utilisation the steps lacked from the
-// GPU samples attributed to the run in the steady window, else from those
-// outside it, else (memory) from the hook's allocator peaks; and CPU
-// utilisation from the host samples of the run's nodes in the window,
-// else just outside it, else from the steps' own cpu_util_pct.
-func (h *Handler) fillMeasured(ctx context.Context, runID string, m api.RunMeta, row *api.CompareRow, s *store.SteadySummary) error {
-	from, to := s.WindowFrom, s.WindowTo
-	var notes []string
-	if row.GPUMemMeanMB == nil || row.GPUUtilPct == nil {
-		g, err := h.gpuSampleStats(ctx, runID, s.GPU, from, to)
-		if err != nil {
-			return err
-		}
-		src := api.SourceGPUSamples
-		if g.Samples == 0 && g.UtilSamples == 0 {
-			if g, err = h.gpuSampleStats(ctx, runID, s.GPURun, zeroTime, zeroTime); err != nil {
-				return err
-			}
-			src = api.SourceGPUSamplesRun
-			if g.Samples > 0 || g.UtilSamples > 0 {
-				notes = append(notes, fmt.Sprintf("no GPU sample fell in the steady state (%s): GPU figures from the run's %d samples outside it",
-					fmtSpan(from, to), max(g.Samples, g.UtilSamples)))
-			}
-		}
-		if row.GPUMemMeanMB == nil && g.Samples > 0 {
-			row.GPUMemMeanMB = fp(scale(g.MeanMemBytes, 1e-6))
-			row.GPUMemPeakMB = fp(scale(g.PeakMemBytes, 1e-6))
-			row.Sources["gpu_mem_mean_mb"], row.Sources["gpu_mem_peak_mb"] = src, src
-		}
-		if row.GPUUtilPct == nil && g.UtilSamples > 0 {
-			row.GPUUtilPct = fp(g.MeanUtil)
-			row.Sources["gpu_util_pct"] = src
-		}
-	}
-	if row.GPUMemMeanMB == nil {
-		src, v := api.SourceHookReserved, s.ReservedPeakGB
-		if v == nil {
-			src, v = api.SourceHookAllocated, s.AllocPeakGB
-		}
-		if v != nil {
-			row.GPUMemMeanMB, row.GPUMemPeakMB = fp(scale(v, 1000)), fp(scale(v, 1000))
-			row.Sources["gpu_mem_mean_mb"], row.Sources["gpu_mem_peak_mb"] = src, src
-			what := "reserved"
-			if src == api.SourceHookAllocated {
-				what = "allocated"
-			}
-			notes = append(notes, "no GPU sample of the run: GPU memory is the hook's allocator peak ("+what+"), below NVML's by the CUDA context")
-		}
-	}
-	if row.GPUUtilPct == nil {
-		notes = append(notes, "no GPU sample of the run: no GPU utilisation")
-	}
-	if err := h.fillHostCPU(ctx, runID, m, row, s, from, to, &notes); err != nil {
-		return err
-	}
-	row.Note = strings.Join(notes, "; ")
-	return nil
-}
-
-// fillHostCPU sets the CPU column: the host's CPU utilisation on the
-// run's nodes (see fillMeasured).
-func (h *Handler) fillHostCPU(ctx context.Context, runID string, m api.RunMeta, row *api.CompareRow, s *store.SteadySummary,
-	from, to time.Time, notes *[]string) error {
-	hosts, err := h.store.RunHosts(ctx, runID, from.Add(-api.CompareNearWindow), to.Add(api.CompareNearWindow))
-	if err != nil {
-		return err
-	}
-	if len(hosts) == 0 && m.Host != "" {
-		hosts = []string{m.Host}
-	}
-	c, err := h.store.HostCPU(ctx, hosts, from, to)
-	if err != nil {
-		return err
-	}
-	src := api.SourceHostSamples
-	if c.Samples == 0 && len(hosts) > 0 {
-		if c, err = h.store.HostCPU(ctx, hosts, from.Add(-api.CompareNearWindow), to.Add(api.CompareNearWindow)); err != nil {
-			return err
-		}
-		src = api.SourceHostSamplesNear
-		if c.Samples > 0 {
-			*notes = append(*notes, fmt.Sprintf("no host sample fell in the steady state: CPU utilisation from %d host samples within %v of it",
-				c.Samples, api.CompareNearWindow))
-		}
-	}
-	if c.Samples > 0 {
-		row.CPUUtilPct = fp(c.MeanPct)
-		row.Sources["cpu_util_pct"] = src
-		return nil
-	}
-	if v := s.CPUUtil; v != nil {
-		row.CPUUtilPct = fp(v)
-		row.Sources["cpu_util_pct"] = api.SourceSteps
-		*notes = append(*notes, "no host sample of the run's nodes: CPU utilisation is the cpu_util_pct the steps carried")
-		return nil
-	}
-	*notes = append(*notes, "no host sample of the run's nodes: no CPU utilisation")
-	return nil
-}
-
-// gpuSampleStats is known when its summary holds it, else the run's GPU
-// samples in [from, to].
-func (h *Handler) gpuSampleStats(ctx context.Context, runID string, known *store.GPUSampleStats, from, to time.Time) (*store.GPUSampleStats, error) {
-	if known != nil {
-		return known, nil
-	}
-	return h.store.GPUSampleStats(ctx, runID, from, to)
-}
-
-// fmtSpan prints a time range as its length.
-func fmtSpan(from, to time.Time) string {
-	return fmt.Sprintf("%.3g s", to.Sub(from).Seconds())
 }

@@ -130,44 +130,73 @@ func computeSteady(ctx context.Context, st *store.Store, runID string) (store.St
 	return sum, nil
 }
 
-// compareSteady returns a run's steady-state summary for compare (its GPU
-// figures and wasted GPU-hours only where they hold for the samples there
-// are now): the
-// stored one when it was computed from the rollups as they are, or, for
-// a run read from its rollups (too large to read row by row), when it is
-// less than summaryMaxStale behind them (the answer then says how far,
-// as rollup_lag); else it refreshes the rollups as any read does,
-// computes the summary and, on the primary, stores it for the next read.
-func (h *Handler) compareSteady(ctx context.Context, runID string) (store.SteadySummary, error) {
-	// The backlog first: a refresh that clears it after this read has
+// compareSteadies returns each of runIDs' steady-state summary for
+// compare (its GPU figures and wasted GPU-hours only where they hold for
+// the samples there are now): the stored one when it was computed from
+// the rollups as they are, or, for a run read from its rollups (too
+// large to read row by row), when it is less than summaryMaxStale behind
+// them (the answer then says how far, as rollup_lag); else it refreshes
+// the rollups as any read does, computes the summary and, on the
+// primary, stores it for the next read. The backlogs, stored summaries
+// and GPU stamps of every run are read together; a summary computed
+// afresh is computed run by run.
+func (h *Handler) compareSteadies(ctx context.Context, runIDs []string) (map[string]store.SteadySummary, error) {
+	// The backlogs first: a refresh that clears one after this read has
 	// made the summary read next behind.
-	b, err := h.store.RunRollupBacklog(ctx, runID)
+	bs, err := h.store.RollupBacklogs(ctx, runIDs)
 	if err != nil {
-		return store.SteadySummary{}, err
+		return nil, err
 	}
-	sum, err := h.store.RunSummary(ctx, runID)
+	stored, err := h.store.RunSummaries(ctx, runIDs)
 	if err != nil {
-		return store.SteadySummary{}, err
+		return nil, err
 	}
-	if sum != nil && sum.Computed {
+	out := make(map[string]store.SteadySummary, len(runIDs))
+	var stamped []string
+	for _, id := range runIDs {
+		sum := stored[id]
+		if sum == nil || !sum.Computed {
+			continue
+		}
+		b := bs[id]
 		lag := sum.Lag(b)
 		exact := sum.Current && b.Blocks == 0
 		large := sum.Rows > store.ExactRankRows
 		if exact || (large && (h.reading() || lag.Behind(time.Now()) < summaryMaxStale)) {
-			noteBacklog(ctx, runID, lag)
+			noteBacklog(ctx, id, lag)
+			out[id] = sum.SteadySummary
 			if sum.GPU != nil || sum.Wasted != nil {
-				// Samples that arrived since are read afresh.
-				n, err := h.store.GPUStamp(ctx, runID)
-				if err != nil {
-					return store.SteadySummary{}, err
-				}
-				if n != sum.GPUStamp {
-					sum.GPU, sum.GPURun, sum.Wasted = nil, nil, nil
-				}
+				stamped = append(stamped, id)
 			}
-			return sum.SteadySummary, nil
 		}
 	}
+	if len(stamped) > 0 {
+		// Samples that arrived since are read afresh.
+		stamps, err := h.store.GPUStamps(ctx, stamped)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range stamped {
+			if sum := out[id]; stamps[id] != sum.GPUStamp {
+				sum.GPU, sum.GPURun, sum.Wasted = nil, nil, nil
+				out[id] = sum
+			}
+		}
+	}
+	for _, id := range runIDs {
+		if _, ok := out[id]; ok {
+			continue
+		}
+		if out[id], err = h.freshSteady(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// freshSteady refreshes the run's rollups, computes its summary and, on
+// the primary, stores it (see compareSteadies).
+func (h *Handler) freshSteady(ctx context.Context, runID string) (store.SteadySummary, error) {
 	if err := h.refreshRollups(ctx, runID); err != nil {
 		return store.SteadySummary{}, err
 	}

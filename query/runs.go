@@ -155,12 +155,11 @@ func (h *Handler) wasted(ctx context.Context, r *store.RunRow) (api.WastedGPUHou
 
 // wastedOf is Handler.wasted of a run whose ranks its summary s counts:
 // the summary's own figure for a run that has finished.
-func (h *Handler) wastedOf(ctx context.Context, r *store.RunRow, s *store.SteadySummary) (api.WastedGPUHours, error) {
+func (h *Handler) wastedOf(ctx context.Context, r *store.RunRow, s *store.SteadySummary) (store.Wasted, error) {
 	if s.Wasted != nil && r.Status != api.StatusRunning {
-		return wastedAPI(*s.Wasted), nil
+		return *s.Wasted, nil
 	}
-	w, err := h.store.WastedGPUHoursOf(ctx, r.RunID, s.Ranks, s.LowestRank, r.Status == "running", time.Now(), store.DefaultWasteRules)
-	return wastedAPI(w), err
+	return h.store.WastedGPUHoursOf(ctx, r.RunID, s.Ranks, s.LowestRank, r.Status == "running", time.Now(), store.DefaultWasteRules)
 }
 
 func wastedAPI(w store.Wasted) api.WastedGPUHours {

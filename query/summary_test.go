@@ -162,8 +162,9 @@ func summaryShapes(e *env) map[string]func(t *testing.T, s api.RunSummary) {
 	}
 }
 
-// diffSummaries lists the fields, by JSON name, in which a and b differ.
-func diffSummaries(a, b api.RunSummary) []string {
+// diffFields lists the fields, by JSON name, in which a and b (structs of
+// one type) differ.
+func diffFields(a, b any) []string {
 	var out []string
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	for i := 0; i < va.NumField(); i++ {
@@ -214,7 +215,7 @@ func TestRunsListRowsAreTheRunsSummaries(t *testing.T) {
 				continue
 			}
 			seen[row.RunID] = true
-			if d := diffSummaries(row, s); len(d) > 0 {
+			if d := diffFields(row, s); len(d) > 0 {
 				t.Errorf("%s: run %s differs from its own summary (list vs own):\n  %s", path, row.RunID, strings.Join(d, "\n  "))
 			}
 			checks[row.RunID](t, row)

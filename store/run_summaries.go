@@ -89,22 +89,48 @@ func bumpSummaryGen(ctx context.Context, tx pgx.Tx, runID string, blocks int) er
 
 // RunSummary returns the run's stored summary, nil when it has none.
 func (s *Store) RunSummary(ctx context.Context, runID string) (*StoredSummary, error) {
+	m, err := s.RunSummaries(ctx, []string{runID})
+	return m[runID], err
+}
+
+// RunSummaries is [Store.RunSummary] of each of runIDs, in one statement;
+// a run without a stored summary has no entry.
+func (s *Store) RunSummaries(ctx context.Context, runIDs []string) (map[string]*StoredSummary, error) {
+	rows, err := s.pool.Query(ctx, `SELECT run_id, rollup_gen, summary_gen, stale_since, stale_blocks, summarized_at, `+summaryColumns+`
+		FROM run_summaries WHERE run_id = ANY($1)`, runIDs)
+	if err != nil {
+		return nil, fmt.Errorf("store: summary of %s: %w", runsWhat(runIDs), err)
+	}
+	defer rows.Close()
+	out := map[string]*StoredSummary{}
+	for rows.Next() {
+		id, sum, err := scanSummary(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: summary of %s: %w", runsWhat(runIDs), err)
+		}
+		out[id] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: summary of %s: %w", runsWhat(runIDs), err)
+	}
+	return out, nil
+}
+
+// scanSummary reads a row of run_summaries: its run id, then its
+// generations and summaryColumns.
+func scanSummary(row pgx.Row) (string, *StoredSummary, error) {
+	var id string
 	var out StoredSummary
 	var summaryGen int64
 	var staleSince, summarized, wf, wt *time.Time
 	var ranks, lowest *int
 	var rows, from, stamp *int64
 	x := &out.SteadySummary
-	err := s.pool.QueryRow(ctx, `SELECT rollup_gen, summary_gen, stale_since, stale_blocks, summarized_at, `+summaryColumns+`
-		FROM run_summaries WHERE run_id = $1`, runID).Scan(&out.Gen, &summaryGen, &staleSince, &out.StaleBlocks, &summarized,
+	if err := row.Scan(&id, &out.Gen, &summaryGen, &staleSince, &out.StaleBlocks, &summarized,
 		&ranks, &lowest, &rows, &from, &wf, &wt, &x.StepMS, &x.StepsPerS, &x.ThroughputSPS, &x.GPUMemGB,
 		&x.MaxGPUMemUsedGB, &x.AllocPeakGB, &x.ReservedPeakGB, &x.GPUUtil, &x.CPUUtil, &x.CommMS, &x.CommExposedMS, &x.TFLOPS, &x.MFU,
-		&stamp, &x.GPU, &x.GPURun, &x.Wasted)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: summary of %s: %w", runID, err)
+		&stamp, &x.GPU, &x.GPURun, &x.Wasted); err != nil {
+		return "", nil, err
 	}
 	out.Current = summaryGen == out.Gen
 	out.Computed = summarized != nil
@@ -132,7 +158,7 @@ func (s *Store) RunSummary(ctx context.Context, runID string) (*StoredSummary, e
 	if wt != nil {
 		x.WindowTo = *wt
 	}
-	return &out, nil
+	return id, &out, nil
 }
 
 // SummaryGen returns the generation of the run's rollups: read it before
@@ -229,9 +255,33 @@ func finiteWasted(w *Wasted) *Wasted {
 // whose counts only grow as samples arrive): a summary's GPU figures
 // hold while it is unchanged.
 func (s *Store) GPUStamp(ctx context.Context, runID string) (int64, error) {
-	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(samples), 0)::bigint + count(*) FROM gpu_minutes WHERE run_id = $1`, runID).Scan(&n); err != nil {
-		return 0, fmt.Errorf("store: gpu samples of %s: %w", runID, err)
+	m, err := s.GPUStamps(ctx, []string{runID})
+	return m[runID], err
+}
+
+// GPUStamps is [Store.GPUStamp] of each of runIDs, in one statement.
+// Every id has an entry.
+func (s *Store) GPUStamps(ctx context.Context, runIDs []string) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT run_id, coalesce(sum(samples), 0)::bigint + count(*) FROM gpu_minutes
+		WHERE run_id = ANY($1) GROUP BY run_id`, runIDs)
+	if err != nil {
+		return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
 	}
-	return n, nil
+	defer rows.Close()
+	out := make(map[string]int64, len(runIDs))
+	for _, id := range runIDs {
+		out[id] = 0
+	}
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
+		}
+		out[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
+	}
+	return out, nil
 }

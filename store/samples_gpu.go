@@ -115,68 +115,6 @@ func minuteSplit(from, to time.Time) minuteWindow {
 	return w
 }
 
-// RunHosts returns the hosts a run's processes ran on, sorted: those of
-// the GPU samples attributed to it and those whose host samples in
-// [from, to] list one of its processes (host samples have no run index:
-// the time range bounds the scan).
-func (s *Store) RunHosts(ctx context.Context, runID string, from, to time.Time) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `
-		WITH RECURSIVE g AS (
-			(SELECT host FROM gpu_minutes WHERE run_id = $1 ORDER BY host LIMIT 1)
-			UNION ALL
-			SELECT (SELECT m.host FROM gpu_minutes m WHERE m.run_id = $1 AND m.host > g.host ORDER BY m.host LIMIT 1)
-			FROM g WHERE g.host IS NOT NULL
-		)
-		SELECT host FROM g WHERE host IS NOT NULL
-		UNION
-		SELECT h.host FROM host_samples h
-		WHERE h.time >= $2 AND h.time <= $3 AND jsonb_typeof(h.processes) = 'array'
-		  AND h.processes @> jsonb_build_array(jsonb_build_object('run_id', $1::text))
-		ORDER BY 1`, runID, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
-	}
-	hosts, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("store: hosts of %s: %w", runID, err)
-	}
-	return hosts, nil
-}
-
-// HostCPUStats is the whole-host CPU use of some hosts over a time range.
-type HostCPUStats struct {
-	// MeanPct is the mean over the hosts of each host's mean CPU
-	// utilisation (0..100, all of its CPUs), or nil without samples.
-	MeanPct *float64
-	Samples int64
-}
-
-// HostCPU averages the CPU utilisation of the host samples of hosts in
-// [from, to] (whole minutes from host_minutes, the edges from the
-// samples): each host's samples are averaged, then the hosts.
-func (s *Store) HostCPU(ctx context.Context, hosts []string, from, to time.Time) (*HostCPUStats, error) {
-	var h HostCPUStats
-	if len(hosts) == 0 {
-		return &h, nil
-	}
-	w := minuteSplit(from, to)
-	err := s.pool.QueryRow(ctx, `
-		SELECT avg(c), coalesce(sum(n), 0)::bigint FROM (
-			SELECT sum(cs) / sum(cn) AS c, sum(cn) AS n FROM (
-				SELECT host, cpu_sum AS cs, cpu_n AS cn FROM host_minutes
-				WHERE host = ANY($1) AND $2::timestamptz IS NOT NULL AND minute >= $2 AND minute < $3 AND cpu_n > 0
-				UNION ALL
-				SELECT host, cpu_util_pct, 1 FROM host_samples
-				WHERE host = ANY($1) AND cpu_util_pct IS NOT NULL AND (
-				     ($4::timestamptz IS NOT NULL AND time >= $4 AND time < $5)
-				  OR ($6::timestamptz IS NOT NULL AND time >= $6 AND time <= $7))
-			) u GROUP BY host) x`, hosts, w.minLo, w.minHi, w.rawLo1, w.rawHi1, w.rawLo2, w.rawHi2).Scan(&h.MeanPct, &h.Samples)
-	if err != nil {
-		return nil, fmt.Errorf("store: host cpu of %v: %w", hosts, err)
-	}
-	return &h, nil
-}
-
 func nullTime(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil

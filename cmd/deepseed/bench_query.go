@@ -39,7 +39,8 @@ second call times the same data.
 Then every query the provisioned dashboards make for a run is sent
 --rounds times, the queries interleaved within each round, and each one's
 median, p95, largest time and answer size are printed; with --list-runs,
-also a page of 100 runs of the runs list and the runs of the sweep.
+also a page of 100 runs of the runs list, the runs of the sweep and their
+comparison (GET /compare?sweep=).
 --warmup rounds come first and are not counted.`
 
 // benchReadToken is the read token bench query may send for its queries;
@@ -222,7 +223,8 @@ type benchQueryCase struct{ name, path string }
 
 // benchQueries are the queries the provisioned dashboards make for run r
 // (ids: r first, then the runs it is compared with), and with a sweep of
-// the list runs a page of 100 runs and the runs of that sweep.
+// the list runs a page of 100 runs, the runs of that sweep and their
+// comparison.
 func benchQueries(r fleettest.Bench, ids []string, sweep string) []benchQueryCase {
 	id := url.PathEscape(r.ID)
 	q := url.QueryEscape(r.ID)
@@ -248,7 +250,8 @@ func benchQueries(r fleettest.Bench, ids []string, sweep string) []benchQueryCas
 	}
 	if sweep != "" {
 		cases = append(cases, benchQueryCase{"runs list of 100", "/runs?limit=100"},
-			benchQueryCase{"runs of a sweep", "/runs?limit=100&sweep=" + url.QueryEscape(sweep)})
+			benchQueryCase{"runs of a sweep", "/runs?limit=100&sweep=" + url.QueryEscape(sweep)},
+			benchQueryCase{"compare of a sweep", "/compare?sweep=" + url.QueryEscape(sweep)})
 	}
 	return cases
 }
