@@ -36,7 +36,7 @@ type Limits struct {
 	// the connection closed.
 	BodyTimeout time.Duration
 	// MaxConns bounds the open connections of the listener; one more is
-	// answered 503 at once, and closed once its request is read.
+	// answered 503 once its request has come, and closed once it is read.
 	MaxConns int
 	// MaxBatchRows bounds the rows an ingest body expands to (each step of
 	// a steps record is one, see api.Record.Rows); past it the body is

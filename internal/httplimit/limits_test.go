@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -195,12 +197,12 @@ func TestBodyTimeoutSparesSlowHandlers(t *testing.T) {
 	}
 }
 
-// A refused connection is closed only once the client has read the
-// answer: a client whose request is still arriving after the 503 (one
-// accepted late, on a loaded machine) can finish sending it and then
-// read the 503. Closed at once, the server's side reset the connection
-// at the client's next write, and Go's client reported a connection
-// error instead of the answer it was to retry on.
+// A refused connection is answered once its request has come, and closed
+// once the client has read the answer. Answered at accept, a client that
+// had not yet sent its request (on a loaded machine) dropped the 503 as
+// unsolicited and reported a failed request; closed at once, the server's
+// side reset the connection at the client's next write. Either way the
+// client saw a connection error instead of the answer it retries on.
 func TestRefusedConnectionKeepsItsAnswer(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -218,13 +220,20 @@ func TestRefusedConnectionKeepsItsAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.refuse(sc)
-	// The request comes in two writes after the answer; the second is the
-	// one a closed server's reset would fail.
+	// Nothing is answered before the request: Go's client drops an
+	// answer that comes before it has sent its request.
+	_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("refused client read %d bytes (%v) before sending its request", n, err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	// The request comes in two writes; the second is the one a server
+	// that had closed would reset.
 	for _, part := range []string{"POST / HTTP/1.1\r\nHost: x\r\n", "Content-Length: 3\r\n\r\nabc"} {
-		time.Sleep(100 * time.Millisecond)
 		if _, err := fmt.Fprint(c, part); err != nil {
 			t.Fatalf("refused client could not send its request: %v", err)
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {

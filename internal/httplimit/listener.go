@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"net"
@@ -18,9 +19,9 @@ var busy = func() []byte {
 }()
 
 // Listener returns ln bounded to MaxConns open connections. A connection
-// past the bound is answered 503 with Retry-After at once (and closed
-// once its request is read), instead of waiting unseen in the kernel's
-// queue: a sender that retries
+// past the bound is answered 503 with Retry-After once its request has
+// come (and closed once the client has read it), instead of waiting
+// unseen in the kernel's queue: a sender that retries
 // (the hook, the collector) tries again, and the connections already open
 // keep being served. The refusals are logged at most once a minute.
 // MaxConns left zero takes the default.
@@ -32,15 +33,19 @@ func (l Limits) Listener(ln net.Listener, log *slog.Logger) net.Listener {
 	return &limitListener{Listener: ln, slots: make(chan struct{}, l.MaxConns), lingering: make(chan struct{}, maxLingering), log: log}
 }
 
-// A refused connection is closed only once the client has read the
-// answer: closed at once, with the client's request still arriving,
-// the kernel resets the connection and the client may see the reset
-// instead of the 503. So the answer is followed by the end of the
-// server's side, and what the client sends is read, up to lingerBytes
-// and lingerTimeout, before the close; at most maxLingering connections
-// at a time, past which one is closed at once as before.
+// A refused connection is answered once its request's head has arrived
+// (up to headWait), and closed once the client has read the answer. An
+// answer written before the request reaches a client that has not sent
+// it yet, which Go's client drops as unsolicited and reports as a failed
+// request; and a connection closed with the client's request still
+// arriving is reset by the kernel, the answer lost with it. So the
+// server reads the request's head, answers, ends its side and reads what
+// the client still sends, up to lingerBytes and lingerTimeout, before the
+// close: at most maxLingering connections at a time, past which one is
+// answered and closed at once.
 const (
 	maxLingering  = 256
+	headWait      = time.Second
 	lingerBytes   = 64 << 10
 	lingerTimeout = 2 * time.Second
 )
@@ -73,17 +78,16 @@ func (l *limitListener) Accept() (net.Conn, error) {
 }
 
 func (l *limitListener) refuse(c net.Conn) {
-	// A fresh connection's send buffer is empty: the write does not wait,
-	// and the deadline makes sure of it.
-	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = c.Write(busy)
 	select {
 	case l.lingering <- struct{}{}:
 		go func() {
 			defer func() { <-l.lingering }()
+			awaitHead(c)
+			answerBusy(c)
 			lingerClose(c)
 		}()
 	default:
+		answerBusy(c)
 		_ = c.Close()
 	}
 	n := l.refused.Add(1)
@@ -93,6 +97,28 @@ func (l *limitListener) refuse(c net.Conn) {
 		l.logged = now
 		l.log.Warn("connection bound reached: answering new connections 503", "max_conns", cap(l.slots),
 			"addr", l.Addr().String(), "refused_total", n)
+	}
+}
+
+// answerBusy writes the 503. A connection's send buffer holds it without
+// waiting, and the deadline makes sure of it.
+func answerBusy(c net.Conn) {
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.Write(busy)
+}
+
+// awaitHead reads c until the blank line that ends a request's head, 4 KiB
+// of it, an error or headWait, whichever comes first.
+func awaitHead(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(headWait))
+	var buf [4 << 10]byte
+	n := 0
+	for n < len(buf) {
+		k, err := c.Read(buf[n:])
+		n += k
+		if bytes.Contains(buf[max(0, n-k-3):n], []byte("\r\n\r\n")) || err != nil {
+			return
+		}
 	}
 }
 
