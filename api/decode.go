@@ -147,14 +147,15 @@ func decodeRecordWithin(raw []byte, maxRows int) (Record, *RecordError) {
 	if len(head.Kind) == 0 {
 		return Record{}, &RecordError{Field: "kind", Msg: "missing"}
 	}
-	if re := tooWide(raw, head.Kind, maxRows); re != nil {
+	var kind string
+	kindErr := json.Unmarshal(head.Kind, &kind)
+	if re := tooWide(raw, kind, maxRows); re != nil {
 		return Record{}, re
 	}
 	if k := DuplicateKey(raw); k != "" {
 		return Record{}, &RecordError{Msg: fmt.Sprintf("key %q appears twice in one object; send each key once", truncate(k, 60))}
 	}
-	var kind string
-	if err := json.Unmarshal(head.Kind, &kind); err != nil {
+	if kindErr != nil {
 		return Record{}, &RecordError{Field: "kind", Msg: "want a string"}
 	}
 	if kind == KindSteps {

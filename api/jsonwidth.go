@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -127,9 +126,9 @@ func arrayPast(raw []byte, limit int) bool {
 // than any of its fields may have, before it is decoded: MaxEntries, or
 // for a steps record, whose columns hold a batch's rows, the rows the
 // batch has left (a rows error) when that is more. kind is the record's
-// "kind" value as sent.
-func tooWide(raw []byte, kind []byte, maxRows int) *RecordError {
-	steps := string(kind) == `"`+KindSteps+`"`
+// kind, "" when it is not a string.
+func tooWide(raw []byte, kind string, maxRows int) *RecordError {
+	steps := kind == KindSteps
 	limit := MaxEntries
 	if steps {
 		limit = max(limit, maxRows)
@@ -138,9 +137,7 @@ func tooWide(raw []byte, kind []byte, maxRows int) *RecordError {
 	if why == "" {
 		return nil
 	}
-	var k string
-	_ = json.Unmarshal(kind, &k)
-	re := &RecordError{Kind: truncate(k, 40), Field: field, Msg: why}
+	re := &RecordError{Kind: truncate(kind, 40), Field: field, Msg: why}
 	if steps && strings.HasPrefix(why, "more than") {
 		re.rows = true
 	}
