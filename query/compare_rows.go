@@ -173,22 +173,31 @@ func (h *Handler) gpuOf(ctx context.Context, runID string, s *store.SteadySummar
 	return g, api.SourceGPUSamplesRun, nil
 }
 
+// layoutOf is run r's precision and parallelism as compare and the
+// regression fingerprint show them: the meta's, else the precision of
+// its DeepSpeed config and data parallelism (pipeline with stages).
+func layoutOf(r *store.RunRow, m api.RunMeta) (precision, parallelism string) {
+	precision, parallelism = m.Precision, m.Parallelism
+	if precision == "" {
+		precision = precisionFromConfig(r.Config)
+	}
+	if parallelism == "" {
+		parallelism = "data"
+		if m.PipelineStages != nil && *m.PipelineStages > 1 {
+			parallelism = "pipeline"
+		}
+	}
+	return precision, parallelism
+}
+
 // compareRowOf computes the compare row of run r, of meta m, from its
 // steady-state summary s and what else was read for it (see compareRows).
 func compareRowOf(r *store.RunRow, m api.RunMeta, s *store.SteadySummary, rd *compareReads) api.CompareRow {
 	row := api.CompareRow{RunID: r.RunID, Name: r.Name, Project: r.Project, Status: r.Status, Model: m.Model,
-		ZeroStage: m.ZeroStage, Precision: m.Precision, PipelineStages: m.PipelineStages, Parallelism: m.Parallelism,
+		ZeroStage: m.ZeroStage, PipelineStages: m.PipelineStages,
 		OffloadOptim: m.OffloadOptim, OffloadParams: m.OffloadParams, MicroBatch: m.MicroBatch, WorldSize: m.WorldSize,
 		Sources: map[string]string{}}
-	if row.Precision == "" {
-		row.Precision = precisionFromConfig(r.Config)
-	}
-	if row.Parallelism == "" {
-		row.Parallelism = "data"
-		if m.PipelineStages != nil && *m.PipelineStages > 1 {
-			row.Parallelism = "pipeline"
-		}
-	}
+	row.Precision, row.Parallelism = layoutOf(r, m)
 	if s.Ranks > 0 {
 		fillSteady(&row, s, m)
 		fillMeasured(&row, s, rd)

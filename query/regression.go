@@ -181,17 +181,8 @@ func (h *Handler) comparableRuns(ctx context.Context, r *store.RunRow, fp api.Fi
 func fingerprintOf(r *store.RunRow) api.Fingerprint {
 	var m api.RunMeta
 	_ = json.Unmarshal(r.Meta, &m)
-	fp := api.Fingerprint{Model: m.Model, Params: m.Params, WorldSize: m.WorldSize, Precision: m.Precision,
-		Parallelism: m.Parallelism, MicroBatch: m.MicroBatch}
-	if fp.Precision == "" {
-		fp.Precision = precisionFromConfig(r.Config)
-	}
-	if fp.Parallelism == "" {
-		fp.Parallelism = "data"
-		if m.PipelineStages != nil && *m.PipelineStages > 1 {
-			fp.Parallelism = "pipeline"
-		}
-	}
+	fp := api.Fingerprint{Model: m.Model, Params: m.Params, WorldSize: m.WorldSize, MicroBatch: m.MicroBatch}
+	fp.Precision, fp.Parallelism = layoutOf(r, m)
 	return fp
 }
 
