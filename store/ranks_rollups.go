@@ -272,20 +272,8 @@ func (s *Store) StepRowsOf(ctx context.Context, runs []RankFrom) (map[string]int
 		        FROM metric_rollups WHERE run_id = x.run_id AND width = 0 AND bucket = 0 AND metric = 'step' AND (x.rank < 0 OR rank = x.rank))
 		     + (SELECT 100 * count(*) FROM rollup_dirty WHERE run_id = x.run_id AND block >= x.from_step / 100 AND (x.rank < 0 OR rank = x.rank))
 		FROM unnest($1::text[], $2::int[], $3::float8[]) AS x(run_id, rank, from_step)`, ids, ranks, from)
+	out, err := runCounts(rows, err)
 	if err != nil {
-		return nil, fmt.Errorf("store: step rows of %s: %w", runsWhat(ids), err)
-	}
-	defer rows.Close()
-	out := make(map[string]int64, len(runs))
-	for rows.Next() {
-		var id string
-		var n int64
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("store: step rows of %s: %w", runsWhat(ids), err)
-		}
-		out[id] = n
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: step rows of %s: %w", runsWhat(ids), err)
 	}
 	return out, nil

@@ -264,24 +264,35 @@ func (s *Store) GPUStamp(ctx context.Context, runID string) (int64, error) {
 func (s *Store) GPUStamps(ctx context.Context, runIDs []string) (map[string]int64, error) {
 	rows, err := s.pool.Query(ctx, `SELECT run_id, coalesce(sum(samples), 0)::bigint + count(*) FROM gpu_minutes
 		WHERE run_id = ANY($1) GROUP BY run_id`, runIDs)
+	out, err := runCounts(rows, err)
 	if err != nil {
 		return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
 	}
-	defer rows.Close()
-	out := make(map[string]int64, len(runIDs))
 	for _, id := range runIDs {
-		out[id] = 0
+		if _, ok := out[id]; !ok {
+			out[id] = 0 // every id has an entry
+		}
 	}
+	return out, nil
+}
+
+// runCounts collects rows of (run id, count) into a map, the query's
+// error first: the shape of the batched reads that count something of
+// each run.
+func runCounts(rows pgx.Rows, err error) (map[string]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
 	for rows.Next() {
 		var id string
 		var n int64
 		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
+			rows.Close()
+			return nil, err
 		}
 		out[id] = n
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: gpu samples of %s: %w", runsWhat(runIDs), err)
-	}
-	return out, nil
+	rows.Close()
+	return out, rows.Err()
 }
