@@ -11,7 +11,7 @@ they took per watched step.
     python3 hook/gpu_check/bench_split.py [--old DIR] [--pairs 2000] [--rounds 2] --out split.json
 
 Variants are bench.py's (default, layer_every_0, periods_only, …, and
-old_… with --old) and the floors under them (floor_empty, floor_events:
+old_… with --old) and the floors under them (floor_empty, floor_events, …:
 see Floor), each a block of pairs, blocks interleaved over rounds.
 """
 
@@ -43,24 +43,66 @@ def tiny(seed=0):
 class Floor:
     """The hooks the watcher registers (the model's forward pre-hook with
     keyword arguments, the optimizer's pre- and post-hooks) with empty
-    bodies, or recording one reused CUDA event each at a step's open and
-    close: what PyTorch's hook calls and two events cost, the floor under
-    the hook's own work (variants floor_empty, floor_events)."""
+    bodies or with the least a step could do in them, the floor under the
+    hook's own work:
+
+    floor_empty       nothing
+    floor_events      a reused CUDA event recorded at the step's open and
+                      at its close (Event.record(), its stream looked up)
+    floor_one_event   the stream looked up at the open, one event recorded
+                      on it at the close, as the hook does
+    floor_stream      the stream looked up at the open, nothing recorded
+    floor_record      one event recorded at the close on the stream looked
+                      up once
+    floor_untimed     as floor_record, an event without timing
+    floor_kernel      one one-element kernel at the close instead
+    floor_every4      as floor_record, every fourth step
+    floor_open_record as floor_record, at the open instead of the close
+    """
 
     steps_logged = 0
 
-    def __init__(self, model, opt, events):
-        pool = [torch.cuda.Event(enable_timing=True) for _ in range(8)]
+    def __init__(self, model, opt, kind):
+        timing = kind != "floor_untimed"
+        pool = [torch.cuda.Event(enable_timing=timing) for _ in range(8)]
         n = [0]
+        stream = [torch.cuda.current_stream()]
+        record_on = torch._C._CudaEventBase.record
+        flag = torch.zeros((), device="cuda")
 
-        def rec(*args):
-            if events:
-                pool[n[0] % 8].record()
-                n[0] += 1
+        def rec_plain():
+            pool[n[0] % 8].record()
+            n[0] += 1
 
-        self.handles = [model.register_forward_pre_hook(lambda m, a, k: rec(), with_kwargs=True),
+        def rec_cached():
+            record_on(pool[n[0] % 8], stream[0])
+            n[0] += 1
+
+        def look_up():
+            stream[0] = torch.cuda.current_stream()
+
+        def every4():
+            if n[0] % 4 == 0:
+                record_on(pool[n[0] % 8], stream[0])
+            n[0] += 1
+
+        def nothing():
+            pass
+
+        opening, closing = {
+            "floor_empty": (nothing, nothing),
+            "floor_events": (rec_plain, rec_plain),
+            "floor_one_event": (look_up, rec_cached),
+            "floor_stream": (look_up, nothing),
+            "floor_record": (nothing, rec_cached),
+            "floor_untimed": (nothing, rec_cached),
+            "floor_kernel": (nothing, lambda: flag.add_(1.0)),
+            "floor_every4": (nothing, every4),
+            "floor_open_record": (rec_cached, nothing),
+        }[kind]
+        self.handles = [model.register_forward_pre_hook(lambda m, a, k: opening(), with_kwargs=True),
                         opt.register_step_pre_hook(lambda o, a, k: None),
-                        opt.register_step_post_hook(lambda o, a, k: rec())]
+                        opt.register_step_post_hook(lambda o, a, k: closing())]
 
     def finish(self):
         for h in self.handles:
@@ -78,7 +120,7 @@ def block(variant, pairs, url, xs, ys):
         o.zero_grad(set_to_none=True)
 
     if variant.startswith("floor_"):
-        run = Floor(ma, oa, variant == "floor_events")
+        run = Floor(ma, oa, variant)
     else:
         run = bench.start_hook(variant, ma, oa, url)
     for i in range(60):

@@ -6,7 +6,10 @@
    registered but returning at once: what torch's hook dispatch costs),
    `reader_lean` (the read-back thread takes steps off the queue without
    building their records: what building and sending them costs, the
-   interpreter they take from the training thread included);
+   interpreter they take from the training thread included),
+   `build_nothing` (finished steps are read back and their events
+   returned, no record built), `send_nothing` (records built and dropped
+   instead of sent);
 2. each hook entry point's inclusive time on the training thread, timed
    around the call (the timer's own cost measured and taken off);
 3. the hook's threads' CPU per watched step, thread by thread.
@@ -55,8 +58,24 @@ def _lean_loop(self):
                         self.pool.put(ev)
 
 
+def _build_nothing(self, slot):
+    """A read-back that returns a finished step's events and builds nothing."""
+    nxt = slot.nxt_start
+    for ev in self._slot_events(slot):
+        if ev is not nxt:
+            self.pool.put(ev)
+    return None
+
+
+def _send_nothing(self):
+    """Steps read back and dropped instead of leaving as records."""
+    self.columns = None
+
+
 PATCHES = {"hooks_empty": [(steps.StepState, m, _empty) for m in HOOK_METHODS],
-           "reader_lean": [(readback.StepReader, "_read_loop", _lean_loop)]}
+           "reader_lean": [(readback.StepReader, "_read_loop", _lean_loop)],
+           "build_nothing": [(readback.StepReader, "_build", _build_nothing)],
+           "send_nothing": [(readback.StepReader, "send_steps", _send_nothing)]}
 
 
 def patched_block(variant, pairs, url, xs, ys):
