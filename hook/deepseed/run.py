@@ -476,11 +476,12 @@ class Run:
                 on Accelerate's optimizer by itself): a step it skips for
                 inf gradients is recorded as a skipped step of its own, and
                 every step carries its loss scale.
-            sample_min_ms: in a single process, layers, phases and the
-                gradient norm at their default periods also come no sooner
-                than this after the previous one of their kind (250; 0: by
-                period alone). A period set by argument or environment
-                variable is kept exactly.
+            sample_min_ms: in a single process, phases and the gradient
+                norm at their default periods also come no sooner than this
+                after the previous one of their kind, layers no sooner than
+                four times this (250, layers 1,000; 0: by period alone). A
+                period set by argument or environment variable is kept
+                exactly.
         """
         try:
             from .watch import Watcher

@@ -201,19 +201,21 @@ class PhaseSamplingTest(unittest.TestCase):
         self.assertEqual([s for s in sorted(steps) if "forward_ms" in steps[s]], [6])
 
     def test_short_steps_sample_no_sooner_than_the_floor(self):
-        # On steps of about 5 ms (an injected clock), layers, phases and the
+        # On steps of about 5 ms (an injected clock), phases and the
         # gradient norm come every 10 steps but no sooner than 250 ms after
-        # the previous of their kind; on 26 ms steps the periods hold.
+        # the previous of their kind, layers no sooner than 1 s; on 26 ms
+        # steps the periods of phases and norm hold, layers come every 40
+        # steps; on 101 ms steps every period holds.
         from deepseed import steps as steps_mod
         torch = sys.modules["torch"]
         every10, phases10 = list(range(10, 121, 10)), list(range(5, 121, 10))
         # The third case sets the periods itself: they are kept exactly,
         # however short the step.
-        for step_s, want_layers, want_phases, periods in ((0.00505, [10, 60, 110], [5, 55, 105], {}),
-                                                          (0.026, every10, phases10, {}),
-                                                          (0.00505, every10, phases10,
-                                                           {"layer_every": 10, "phase_every": 10,
-                                                            "grad_norm_every": 10})):
+        for step_s, want_layers, want_norms, want_phases, periods in (
+                (0.00505, [10], [10, 60, 110], [5, 55, 105], {}),
+                (0.026, [10, 50, 90], every10, phases10, {}),
+                (0.101, every10, every10, phases10, {}),
+                (0.00505, every10, every10, phases10, {"layer_every": 10, "phase_every": 10, "grad_norm_every": 10})):
             clock = [1000.0]
             path = os.path.join(self.dir, "floor%g%d.ndjson" % (step_s, len(periods)))
             with mock.patch.object(steps_mod, "_now", lambda: clock[0]), \
@@ -237,7 +239,7 @@ class PhaseSamplingTest(unittest.TestCase):
             self.assertEqual([r["step"] for r in steps], list(range(1, 121)), step_s)
             self.assertEqual([r["step"] for r in recs if r["kind"] == "layers"], want_layers, step_s)
             self.assertEqual([r["step"] for r in steps if "forward_ms" in r], want_phases, step_s)
-            self.assertEqual([r["step"] for r in steps if "grad_norm" in r], want_layers, step_s)
+            self.assertEqual([r["step"] for r in steps if "grad_norm" in r], want_norms, step_s)
             self.assertTrue(all(r["grad_norm"] == 3.0 for r in steps if "grad_norm" in r))
 
     def test_forward_end_hook_only_on_phase_steps_without_an_output_loss(self):
