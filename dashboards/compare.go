@@ -129,7 +129,9 @@ func focusedTable(t compareTable, pos dashboard.GridPos, q api.PluginQuery) *tab
 		// Every run compared shows, or the table pages and says so; a
 		// cut-off table would hide the baseline row.
 		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{}).EnablePagination(true)).
-		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.minWidth", 180)})
+		// A run's name whole, on two lines where it must: runs of one
+		// model differ by the end of their names.
+		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.width", 180), prop("custom.wrapText", true)})
 	for _, f := range t.figures {
 		p = p.OverrideByName("Δ "+f.display, []dashboard.DynamicConfigValue{
 			prop("unit", "percent"),

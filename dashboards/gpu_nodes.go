@@ -110,9 +110,9 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		// GPU index needs little, a model name ("NVIDIA H100 80GB HBM3")
 		// and a run id more, or they are cut.
 		OverrideByName("GPU", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
-		OverrideByName("Model", []dashboard.DynamicConfigValue{prop("custom.minWidth", 210)}).
-		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.minWidth", 170)}).
-		OverrideByName("Host", []dashboard.DynamicConfigValue{prop("custom.minWidth", 130)}))
+		OverrideByName("Model", []dashboard.DynamicConfigValue{prop("custom.width", 210)}).
+		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.width", 170)}).
+		OverrideByName("Host", []dashboard.DynamicConfigValue{prop("custom.width", 130)}))
 	y += 9
 	b = b.WithRow(row("Host $host", y))
 	y++

@@ -57,17 +57,17 @@ func jobTableOverrides(p *table.PanelBuilder) *table.PanelBuilder {
 			prop("mappings", stateMappings()),
 			prop("custom.width", 100),
 		}).
-		OverrideByName("Runtime", []dashboard.DynamicConfigValue{prop("unit", "dtdurations"), prop("custom.width", 150)}).
+		OverrideByName("Runtime", []dashboard.DynamicConfigValue{prop("unit", "dtdurations"), prop("custom.width", 110)}).
 		// Narrow numbers get widths of their own: at Grafana's 150 px a
 		// column, pid, exit code and run were pushed off a 1,600-px screen.
 		OverrideByName("GPU-hours", []dashboard.DynamicConfigValue{prop("unit", api.GPUHoursUnit), prop("decimals", 2), prop("custom.width", 90)}).
 		OverrideByName("GPUs", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
-		OverrideByName("Exit code", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
-		OverrideByName("Slurm job / pid", []dashboard.DynamicConfigValue{prop("custom.width", 120)}).
-		OverrideByName("Agent", []dashboard.DynamicConfigValue{prop("custom.minWidth", 100)}).
+		OverrideByName("Exit code", []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
+		OverrideByName("Slurm job / pid", []dashboard.DynamicConfigValue{prop("custom.width", 100)}).
+		OverrideByName("Agent", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
 		OverrideByName("Run", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Training run of ${__value.raw}", "url": trainingRunURL}}),
-			prop("custom.minWidth", 120),
+			prop("custom.width", 100),
 		}).
 		OverrideByName("Run from", []dashboard.DynamicConfigValue{prop("custom.hidden", true)}).
 		OverrideByName("Run to", []dashboard.DynamicConfigValue{prop("custom.hidden", true)})
@@ -117,9 +117,9 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByName("Sweep", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Jobs of sweep ${__value.raw}",
 				"url": "/d/" + UIDJobs + "?var-" + varProject + "=${__data.fields.project}&var-" + varSweep + "=${__value.raw}&var-" + varState + "=" + api.AllValue}}),
-			prop("custom.minWidth", 100),
+			prop("custom.width", 80),
 		}).
-		OverrideByName("Params", []dashboard.DynamicConfigValue{prop("custom.minWidth", 180)}).
+		OverrideByName("Params", []dashboard.DynamicConfigValue{prop("custom.width", 150)}).
 		// Every column on a 1,600-px screen: Submitted, Ended (Started +
 		// Runtime) and Attempt stay in the panel's data, out of the table.
 		WithTransformation(dashboard.DataTransformerConfig{
@@ -127,8 +127,8 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 			Options: map[string]any{"excludeByName": map[string]any{"Submitted": true, "Ended": true, "Attempt": true}, "indexByName": map[string]any{}, "renameByName": map[string]any{}},
 		}).
 		OverrideByName("Job", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
-		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.minWidth", 100)}).
-		OverrideByName("Detail", []dashboard.DynamicConfigValue{prop("custom.minWidth", 140)}))
+		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
+		OverrideByName("Detail", []dashboard.DynamicConfigValue{prop("custom.width", 110)}))
 
 	b = b.WithPanel(bargauge.NewPanelBuilder().
 		Title("GPU quota").
@@ -160,6 +160,13 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 	b = b.WithPanel(jobTableOverrides(dataTable("Sweep trials by $metric ($goal)",
 		"Each trial of the sweep picked (the newest for All): its parameters beside the final and best value of the metric, best first; trials without a value yet come last.",
 		gridPos(8, 15, 16, 9), tq)).
+		// Where and how each trial ran is in the Jobs table above: here
+		// the trial's parameters and results have the panel's width.
+		WithTransformation(dashboard.DataTransformerConfig{
+			Id: "organize",
+			Options: map[string]any{"excludeByName": map[string]any{"Agent": true, "Slurm job / pid": true,
+				"Exit code": true, "Submitted": true, "Started": true, "Ended": true, "GPUs": true}},
+		}).
 		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}))
 
 	// Below the quota and the trials (rows 15 to 24).

@@ -24,7 +24,7 @@ func whatChanged(b *dashboard.DashboardBuilder, y uint32) (*dashboard.DashboardB
 		gridPos(0, y, 24, 5), runQuery(api.QueryRegression)).
 		FrameIndex(0).
 		Filterable(false).
-		OverrideByName("What changed", []dashboard.DynamicConfigValue{wrap, prop("custom.minWidth", 600)}).
+		OverrideByName("What changed", []dashboard.DynamicConfigValue{wrap, prop("custom.width", 600)}).
 		OverrideByName("Likely cause", []dashboard.DynamicConfigValue{prop("custom.width", 110)}).
 		OverrideByName("Baseline runs", []dashboard.DynamicConfigValue{wrap}).
 		OverrideByName("Δ", []dashboard.DynamicConfigValue{prop("decimals", 1)}).
@@ -48,10 +48,10 @@ func lostGPUHours(description string, pos dashboard.GridPos, q api.PluginQuery) 
 			prop("custom.cellOptions", map[string]any{"type": "gauge", "mode": "basic", "valueDisplayMode": "text"}),
 			prop("min", 0),
 			prop("decimals", 2),
-			prop("custom.minWidth", 120),
+			prop("custom.width", 120),
 		}).
 		OverrideByName("Cause", []dashboard.DynamicConfigValue{prop("custom.width", 210)}).
-		OverrideByName("How it was computed", []dashboard.DynamicConfigValue{prop("custom.inspect", true), prop("custom.minWidth", 360)})
+		OverrideByName("How it was computed", []dashboard.DynamicConfigValue{prop("custom.inspect", true), prop("custom.width", 360)})
 }
 
 // ledgerHow is what the descriptions of both ledger panels say.

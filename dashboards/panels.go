@@ -166,6 +166,18 @@ func timeSeries(title, description, unit string, pos dashboard.GridPos, queries 
 }
 
 // dataTable is a table panel of plugin queries.
+// tableMinWidthPx is the least width of a table column that sets none:
+// Grafana's own default (150 px) put the right-hand columns of most tables
+// off-screen in a 1,600-px window; narrower, every column shows, a long
+// value ends in an ellipsis (its cell shows it whole on hover) and a long
+// header wraps onto a second line.
+const tableMinWidthPx = 64
+
+// noCellValue is what a table cell without a value (null or NaN) reads.
+// Without it Grafana writes the panel's no-data sentence into every such
+// cell, cut to the column's width.
+const noCellValue = "–"
+
 func dataTable(title, description string, pos dashboard.GridPos, queries ...api.PluginQuery) *table.PanelBuilder {
 	p := table.NewPanelBuilder().
 		Title(title).
@@ -174,6 +186,13 @@ func dataTable(title, description string, pos dashboard.GridPos, queries ...api.
 		GridPos(pos).
 		ShowHeader(true).
 		CellHeight(common.TableCellHeightSm).
+		MinWidth(tableMinWidthPx).
+		Mappings([]dashboard.ValueMapping{{SpecialValueMap: &dashboard.SpecialValueMap{
+			Type: dashboard.MappingTypeSpecialValue,
+			Options: dashboard.DashboardSpecialValueMapOptions{Match: dashboard.SpecialValueMatchNullAndNan,
+				Result: dashboard.ValueMappingResult{Text: ptr(noCellValue), Index: ptr(int32(0))}},
+		}}}).
+		OverrideByRegexp("/.*/", []dashboard.DynamicConfigValue{prop("custom.wrapHeaderText", true)}).
 		Filterable(true)
 	for i, q := range queries {
 		p = p.WithTarget(target(refID(i), q))

@@ -28,9 +28,12 @@ func ranks() (dashboard.Dashboard, []Annotation, error) {
 	y := uint32(0)
 	b = b.WithRow(row("Stragglers", y))
 	y++
-	b = b.WithPanel(topStragglers(gridPos(0, y, 12, 9)))
-	b = b.WithPanel(hostTable(gridPos(12, y, 12, 9)))
-	y += 9
+	// Each table the page's width: side by side, half of their columns
+	// were off-screen at 1,600 px.
+	b = b.WithPanel(topStragglers(gridPos(0, y, 24, 8)))
+	y += 8
+	b = b.WithPanel(hostTable(gridPos(0, y, 24, 6)))
+	y += 6
 	b = b.WithPanel(rankTable(gridPos(0, y, 24, 9)))
 	y += 9
 	b = b.WithPanel(rankBars("Busy time per rank", "busy_ms", "Busy", "ms", gridPos(0, y, 8, 8)))
@@ -98,12 +101,15 @@ func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id: "organize",
 			Options: map[string]any{
-				"excludeByName": map[string]any{"Rank name": true},
-				"indexByName":   columnOrder(rankColumns),
+				// Why a straggler is one is the Top stragglers table's:
+				// with those columns too, nineteen were too narrow to read.
+				"excludeByName": map[string]any{"Rank name": true, "Named by": true, "Cause": true, "Own excess": true,
+					"Hidden wait": true},
+				"indexByName": columnOrder(rankColumns),
 			},
 		}).
 		OverrideByRegexp(fieldRegexp("rank", "steps"), []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
-		OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.minWidth", 120)}))
+		OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.width", 120)}))
 }
 
 // rankColumns is the order of the Ranks table's columns, by display name.

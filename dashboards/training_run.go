@@ -101,7 +101,7 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		NoValue("no hang reported: a rank reports one when its steps stop longer than the hook's threshold, or on SIGTERM").
 		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
 		OverrideByName("Step", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
-		OverrideByName("Stack (main thread)", []dashboard.DynamicConfigValue{prop("custom.inspect", true), prop("custom.minWidth", 320)}).
+		OverrideByName("Stack (main thread)", []dashboard.DynamicConfigValue{prop("custom.inspect", true), prop("custom.width", 320)}).
 		OverrideByName("Full report", []dashboard.DynamicConfigValue{prop("custom.inspect", true)}))
 	y += 6
 

@@ -205,8 +205,9 @@ func OwnWorkOf(byRank map[int][]StepRow, window int) OwnWork {
 	out.Ranks = make(map[int]OwnRank, n)
 	for i, r := range ranks {
 		a := acc[i]
-		o := OwnRank{Rank: r, ExcessMS: stats.Median(a.own), DataMS: stats.Median(a.data), HostMS: stats.Median(a.host),
-			GPUMS: stats.Median(a.gpu), HiddenWaitMS: stats.Median(a.hidden)}
+		o := OwnRank{Rank: r, ExcessMS: toSent(stats.Median(a.own)), DataMS: toSent(stats.Median(a.data)),
+			HostMS: toSent(stats.Median(a.host)), GPUMS: toSent(stats.Median(a.gpu)),
+			HiddenWaitMS: toSent(stats.Median(a.hidden))}
 		best := 0.0
 		for _, c := range []struct {
 			name string
@@ -266,6 +267,18 @@ func cmpF(a, b float64) int {
 		return 1
 	}
 	return 0
+}
+
+// sentMS is the precision of the timings the hook sends (four decimals of
+// a millisecond): a difference of them is rounded to it, so that equal
+// parts read 0 ms, not the 2e-16 ms their float difference leaves.
+const sentMS = 1e-4
+
+func toSent(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	return math.Round(v/sentMS) * sentMS
 }
 
 func pos(v float64) float64 {

@@ -223,3 +223,35 @@ func TestLeaveOneOutExcess(t *testing.T) {
 		}
 	}
 }
+
+// Ranks doing the same work read 0 ms of own excess, not the 2e-16 ms that
+// the float differences of their identical phases leave; a real excess
+// keeps the four decimals of a millisecond the hook sends.
+func TestOwnExcessOfEqualRanksIsZero(t *testing.T) {
+	rows := phaseRows(8, 40, 0, true, func(r, _ int) phaseRow {
+		// The same 0.3 ms, as two float sums that differ in the last bit.
+		p := phaseRow{data: 0.3, fwd: 8.3, bwd: 30.7, opt: 5.1, host: 2.3}
+		if r%2 == 1 {
+			a, b := 0.1, 0.2
+			p.data = a + b
+		}
+		if r == 5 {
+			p.data += 12.34567
+		}
+		return p
+	})
+	o := OwnWorkOf(rows, 30)
+	for r, x := range o.Ranks {
+		if r == 5 {
+			if math.Abs(x.ExcessMS-12.3457) > 1e-9 || math.Abs(x.DataMS-12.3457) > 1e-9 {
+				t.Errorf("rank 5: excess %v, data %v ms; want 12.3457 (the precision sent)", x.ExcessMS, x.DataMS)
+			}
+			continue
+		}
+		for name, v := range map[string]float64{"excess": x.ExcessMS, "data": x.DataMS, "host": x.HostMS, "gpu": x.GPUMS} {
+			if v != 0 {
+				t.Errorf("rank %d: %s %g ms, want exactly 0", r, name, v)
+			}
+		}
+	}
+}
