@@ -98,4 +98,22 @@ func TestGPUNodesPastSixteenGPUs(t *testing.T) {
 	if !fleet {
 		t.Errorf("no table lists the run's %d GPUs", run.Ranks)
 	}
+	// A time range without a sample: Grafana draws a frame of columns and
+	// no rows as an empty box of headers, and says the panel's no-data
+	// sentence only for a frame without fields.
+	later := backend.TimeRange{From: start.Add(24 * time.Hour), To: start.Add(25 * time.Hour)}
+	for _, p := range doc.Panels {
+		if p.Type != "table" {
+			continue
+		}
+		frames, err := runPanel(ctx, ds, p, vars, later)
+		if err != nil && !errors.Is(err, errBlank) {
+			t.Fatalf("%q a day later: %v", p.Title, err)
+		}
+		for _, f := range frames {
+			if len(f.Fields) > 0 && f.Rows() == 0 {
+				t.Errorf("%q a day later: %d columns and no rows, an empty box instead of %q", p.Title, len(f.Fields), noValue[p.Title])
+			}
+		}
+	}
 }

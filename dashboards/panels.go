@@ -173,7 +173,8 @@ func timeSeries(title, description, unit string, pos dashboard.GridPos, queries 
 // header wraps onto a second line.
 const tableMinWidthPx = 64
 
-// noCellValue is what a table cell without a value (null or NaN) reads.
+// noCellValue is what a table cell without a value (null, NaN or an empty
+// string) reads.
 // Without it Grafana writes the panel's no-data sentence into every such
 // cell, cut to the column's width.
 const noCellValue = "–"
@@ -187,17 +188,24 @@ func dataTable(title, description string, pos dashboard.GridPos, queries ...api.
 		ShowHeader(true).
 		CellHeight(common.TableCellHeightSm).
 		MinWidth(tableMinWidthPx).
-		Mappings([]dashboard.ValueMapping{{SpecialValueMap: &dashboard.SpecialValueMap{
-			Type: dashboard.MappingTypeSpecialValue,
-			Options: dashboard.DashboardSpecialValueMapOptions{Match: dashboard.SpecialValueMatchNullAndNan,
-				Result: dashboard.ValueMappingResult{Text: ptr(noCellValue), Index: ptr(int32(0))}},
-		}}}).
+		Mappings([]dashboard.ValueMapping{noCell(dashboard.SpecialValueMatchNullAndNan, 0),
+			noCell(dashboard.SpecialValueMatchEmpty, 1)}).
 		OverrideByRegexp("/.*/", []dashboard.DynamicConfigValue{prop("custom.wrapHeaderText", true)}).
 		Filterable(true)
 	for i, q := range queries {
 		p = p.WithTarget(target(refID(i), q))
 	}
 	return p
+}
+
+// noCell maps a table cell's special value (null and NaN, or an empty
+// string) to noCellValue.
+func noCell(match dashboard.SpecialValueMatch, index int32) dashboard.ValueMapping {
+	return dashboard.ValueMapping{SpecialValueMap: &dashboard.SpecialValueMap{
+		Type: dashboard.MappingTypeSpecialValue,
+		Options: dashboard.DashboardSpecialValueMapOptions{Match: match,
+			Result: dashboard.ValueMappingResult{Text: ptr(noCellValue), Index: ptr(index)}},
+	}}
 }
 
 func refID(i int) string { return string(rune('A' + i)) }
