@@ -94,10 +94,29 @@ func (d *Datasource) query(ctx context.Context, dq backend.DataQuery) backend.Da
 	if err != nil {
 		return errorResponse(err)
 	}
+	rows := 0
 	for _, f := range frames {
 		f.RefID = dq.RefID
+		rows += f.Rows()
+	}
+	if rows == 0 && q.QueryType != api.QueryAnnotations {
+		for i, f := range frames {
+			frames[i] = withoutFields(f)
+		}
 	}
 	return backend.DataResponse{Frames: frames}
+}
+
+// withoutFields is f (its name, query and notices) without its columns, for
+// an answer without a row: Grafana draws a table of columns and no rows as
+// an empty box of headers, and says the panel's no-data sentence only for
+// frames without fields. An answer with rows in any frame keeps every
+// frame's columns (a panel may pick one frame of several), and an annotation
+// query keeps them: Grafana reads their names.
+func withoutFields(f *data.Frame) *data.Frame {
+	out := data.NewFrame(f.Name)
+	out.RefID, out.Meta = f.RefID, f.Meta
+	return out
 }
 
 // errorResponse maps a failed call to the status Grafana shows: the

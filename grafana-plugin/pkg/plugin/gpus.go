@@ -102,12 +102,6 @@ func gpuTableFrame(r api.GPUResponse) *data.Frame {
 		g.run = cmp.Or(g.run, s.RunID)
 		g.series[s.Metric] = s.Points
 	}
-	if len(rows) == 0 {
-		// No columns either: Grafana draws a table of headers and no rows
-		// as an empty box, and says the panel's no-data text only for a
-		// frame without fields.
-		return data.NewFrame("gpus")
-	}
 	list := make([]*gpuRow, 0, len(rows))
 	for _, g := range rows {
 		list = append(list, g)
