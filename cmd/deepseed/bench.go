@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,9 +102,9 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		errs = append(errs, fmt.Errorf("--duration %q: want a duration such as 20s", *duration))
 	}
 	cfg.duration = dur
-	base, err := url.Parse(strings.TrimRight(*server, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		errs = append(errs, fmt.Errorf("--server %q: want an http(s) URL", *server))
+	base, err := serverURL(*server)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return configError("bench ingest", errs)

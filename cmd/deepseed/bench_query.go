@@ -82,14 +82,14 @@ func benchQuery(ctx context.Context, args []string) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	base, err := url.Parse(strings.TrimRight(*server, "/"))
-	if err != nil || base.Host == "" {
-		return fmt.Errorf("--server: want a URL such as http://localhost:8080, got %q", *server)
+	base, err := serverURL(*server)
+	if err != nil {
+		return err
 	}
 	qbase := base
 	if *queryServer != "" {
-		if qbase, err = url.Parse(strings.TrimRight(*queryServer, "/")); err != nil || qbase.Host == "" {
-			return fmt.Errorf("--query-server: want a URL, got %q", *queryServer)
+		if qbase, err = serverURL(*queryServer); err != nil {
+			return fmt.Errorf("--query-server: %w", err)
 		}
 	}
 	token, err := tok.value()

@@ -114,6 +114,12 @@ func TestClientCommandLines(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "0 jobs") {
 		t.Errorf("job list --server host:port: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	// The load tools read --server as every client command does.
+	code, _, stderr = runBinary(t, read, "bench", "query", "--server", hostPort, "--ranks", "2", "--steps", "5",
+		"--compare-runs", "0", "--rounds", "1", "--warmup", "0", "--prefix", "hostport")
+	if code != 0 {
+		t.Errorf("bench query --server host:port: exit %d, stderr %q", code, stderr)
+	}
 	code, _, stderr = runBinary(t, read, "sweep", "show", "--server", base, "nosuch")
 	oneLine(t, "sweep show --server URL ID", code, stderr, nil, "sweep show: ")
 
