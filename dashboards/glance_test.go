@@ -88,6 +88,45 @@ func TestRankBarsSorted(t *testing.T) {
 	}
 }
 
+// TestBarLabelsThinOut: a bar chart whose labels thin out as its bars
+// narrow (xTickLabelSpacing) gives its label field a blank no-value text:
+// Grafana writes each skipped label as that field's no-value text, and
+// the panel's sentence under each of a thousand ranks' bars was a grey
+// smear.
+func TestBarLabelsThinOut(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			spacing, _ := p.get("options", "xTickLabelSpacing").(float64)
+			x, _ := p.get("options", "xField").(string)
+			if p["type"] != "barchart" || spacing == 0 || x == "" {
+				continue
+			}
+			n++
+			blank := false
+			for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+				m, _ := o.(map[string]any)
+				if opt, _ := m["matcher"].(map[string]any)["options"].(string); opt != x {
+					continue
+				}
+				for _, pr := range anyList(m["properties"]) {
+					pm := pr.(map[string]any)
+					if v, ok := pm["value"].(string); pm["id"] == "noValue" && ok && strings.TrimSpace(v) == "" {
+						blank = true
+					}
+				}
+			}
+			if !blank {
+				t.Errorf("%s %q: skipped labels of %q read the panel's no-value text %q", d.UID, p["title"], x,
+					p.str("fieldConfig", "defaults", "noValue"))
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no bar chart thins its labels")
+	}
+}
+
 // TestCompareBaselineDefault: Compare opens with the first selected run
 // as the baseline, not whatever run the list offers first.
 func TestCompareBaselineDefault(t *testing.T) {

@@ -307,6 +307,10 @@ func rankBars(title, field, display, unit string, pos dashboard.GridPos) *barcha
 		// ranks is labelled, a thousand ranks' bars are not smeared.
 		ShowValue(common.VisibilityModeAuto).
 		XTickLabelSpacing(60).
+		// Grafana writes a skipped label as the field's no-value text: the
+		// panel's sentence under every bar, overlapping, unless the rank
+		// names have a no-value text of their own, none.
+		OverrideByName("Rank name", []dashboard.DynamicConfigValue{prop("noValue", " ")}).
 		Stacking(common.StackingModeNone).
 		Unit(unit).
 		Min(0).
