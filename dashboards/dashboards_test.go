@@ -276,7 +276,8 @@ func TestVariables(t *testing.T) {
 	}
 }
 
-// variableRefs returns the names of the $variables in s.
+// variableRefs returns the names of the $variables in s; $1, $2, … are a
+// regular expression's groups (a renameByRegex pattern), not variables.
 func variableRefs(s string) []string {
 	var out []string
 	for i := 0; i < len(s); i++ {
@@ -291,7 +292,7 @@ func variableRefs(s string) []string {
 		for k < len(s) && (s[k] == '_' || s[k] >= 'a' && s[k] <= 'z' || s[k] >= 'A' && s[k] <= 'Z' || s[k] >= '0' && s[k] <= '9') {
 			k++
 		}
-		if k > j {
+		if k > j && strings.Trim(s[j:k], "0123456789") != "" {
 			out = append(out, s[j:k])
 		}
 	}

@@ -20,6 +20,10 @@ func gpuTableQuery() api.PluginQuery {
 	return q
 }
 
+// hostPrefix matches a GPU series' name, "<host> GPU <n>[ <metric>]", and
+// keeps what follows the host (host names hold no spaces).
+const hostPrefix = `^\S+ (GPU \d+.*)$`
+
 // gpuQuery asks for GPU telemetry of the host picked in $host, every GPU.
 func gpuQuery(metrics ...string) api.PluginQuery {
 	return api.PluginQuery{QueryType: api.QueryGPUs, Host: "$" + varHost, RunID: "$" + varRun, Metrics: metrics}
@@ -147,7 +151,12 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 				ShowLegend(true).
 				DisplayMode(common.LegendDisplayModeTable).
 				Placement(common.LegendPlacementRight).
-				Calcs([]string{"lastNotNull", "max"}))
+				Calcs([]string{"lastNotNull", "max"})).
+			// The section is one host's: its name before every entry
+			// ("node-000 GPU 3 memory used") pushed the legend's
+			// figures out of a half-width panel.
+			WithTransformation(dashboard.DataTransformerConfig{Id: "renameByRegex", Options: map[string]any{
+				"regex": hostPrefix, "renamePattern": "$1"}})
 		if c.metrics[0] == "util_pct" {
 			p = p.Max(100)
 		}

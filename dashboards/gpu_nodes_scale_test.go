@@ -8,6 +8,8 @@ import (
 	"github.com/deepseed/deepseed/api"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,9 +66,17 @@ func TestGPUNodesPastSixteenGPUs(t *testing.T) {
 	}
 	vars := map[string]string{"project": "fleet", "run": run.ID, "host": run.Host(0)}
 	noValue := map[string]string{}
+	renames := map[string]*regexp.Regexp{} // a panel's renameByRegex, by title
 	for _, p := range rawPanels(t, dashboards.UIDGPUNodes) {
 		title, _ := p["title"].(string)
 		noValue[title] = p.str("fieldConfig", "defaults", "noValue")
+		for _, tr := range anyList(p["transformations"]) {
+			m, _ := tr.(map[string]any)
+			if opts, _ := m["options"].(map[string]any); m["id"] == "renameByRegex" {
+				re, _ := opts["regex"].(string)
+				renames[title] = grafanaRegexp(t, re)
+			}
+		}
 	}
 	fleet := false
 	for _, p := range doc.Panels {
@@ -92,6 +102,23 @@ func TestGPUNodesPastSixteenGPUs(t *testing.T) {
 			}
 			if p.Title == "GPU utilisation" && len(frames) != fleettest.RanksPerHost {
 				t.Errorf("%d series, want the %d GPUs of %s", len(frames), fleettest.RanksPerHost, run.Host(0))
+			}
+			// A host's charts name its GPUs without the host, so that the
+			// legend's figures fit beside the chart.
+			if panelUses(p, "$host") && p.Type == "timeseries" {
+				re := renames[p.Title]
+				for _, name := range displayNames(frames) {
+					if name == "time" {
+						continue
+					}
+					shown := name
+					if re != nil {
+						shown = re.ReplaceAllString(name, "$1")
+					}
+					if strings.Contains(shown, run.Host(0)) || !strings.HasPrefix(shown, "GPU ") {
+						t.Errorf("legend entry %q (from %q): want it to start with the GPU, not the host", shown, name)
+					}
+				}
 			}
 		})
 	}
