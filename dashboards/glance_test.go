@@ -566,3 +566,27 @@ func TestGPUNodesLegendsFit(t *testing.T) {
 		t.Fatalf("%d host charts, want 9", n)
 	}
 }
+
+// TestSymlogAxesDrawNoNegativeTick: Grafana 12.3 draws a symmetric-log
+// axis bounded at 0 down to minus its linear threshold, so a threshold of
+// 1 ms put a "-1 ms" tick under the Step time chart; each such axis keeps
+// its threshold at 0.1 or below and is soft-bounded at 0.
+func TestSymlogAxesDrawNoNegativeTick(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			if p.str("fieldConfig", "defaults", "custom", "scaleDistribution", "type") != "symlog" {
+				continue
+			}
+			n++
+			lin, _ := p.get("fieldConfig", "defaults", "custom", "scaleDistribution", "linearThreshold").(float64)
+			soft, ok := p.get("fieldConfig", "defaults", "custom", "axisSoftMin").(float64)
+			if lin > 0.1 || !ok || soft != 0 {
+				t.Errorf("%s %q: symlog threshold %v, soft minimum %v (set %v): a tick below 0 shows", d.UID, p["title"], lin, soft, ok)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no symmetric-log axis checked")
+	}
+}

@@ -161,10 +161,13 @@ func trainingRun() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByRegexp("/^(lr|learning[ _]rate)/i", rightAxis("sci")))
 	// A symmetric log axis: the first steps (compilation, warm-up, often
 	// tens of times the rest) do not squash the steady state to the
-	// bottom, and parts of 0 ms stay on the chart.
+	// bottom, and parts of 0 ms stay on the chart. Linear below 0.1 ms
+	// and soft-bounded at 0: with a threshold of 1 ms Grafana drew a
+	// "-1 ms" tick under the chart.
 	b = b.WithPanel(stepChart("Step time", "Step time of rank 0 by step, and its parts: forward, backward, optimizer, communication and data loading. Logarithmic axis, so slow first steps leave the steady state readable.",
 		"ms", gridPos(12, y, 12, 9), stepQuery("0", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "data_ms")).Min(0).
-		ScaleDistribution(common.NewScaleDistributionConfigBuilder().Type(common.ScaleDistributionSymlog).Log(10).LinearThreshold(1)).
+		ScaleDistribution(common.NewScaleDistributionConfigBuilder().Type(common.ScaleDistributionSymlog).Log(10).LinearThreshold(0.1)).
+		AxisSoftMin(0).
 		NoValue(noStepTimes))
 	y += 9
 	b = b.WithPanel(stepChart("TFLOP/s and MFU",
