@@ -165,7 +165,6 @@ func timeSeries(title, description, unit string, pos dashboard.GridPos, queries 
 	return p
 }
 
-// dataTable is a table panel of plugin queries.
 // tableMinWidthPx is the least width of a table column that sets none:
 // Grafana's own default (150 px) put the right-hand columns of most tables
 // off-screen in a 1,600-px window; narrower, every column shows, a long
@@ -174,11 +173,11 @@ func timeSeries(title, description, unit string, pos dashboard.GridPos, queries 
 const tableMinWidthPx = 64
 
 // noCellValue is what a table cell without a value (null, NaN or an empty
-// string) reads.
-// Without it Grafana writes the panel's no-data sentence into every such
-// cell, cut to the column's width.
+// string) reads. Without it Grafana writes the panel's no-data sentence
+// into every such cell, cut to the column's width.
 const noCellValue = "–"
 
+// dataTable is a table panel of plugin queries.
 func dataTable(title, description string, pos dashboard.GridPos, queries ...api.PluginQuery) *table.PanelBuilder {
 	p := table.NewPanelBuilder().
 		Title(title).

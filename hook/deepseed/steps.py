@@ -348,9 +348,7 @@ class StepState:
                     fn()
                 return
             if not cur.phases:
-                every = self.grad_norm_every
-                if every and not cur.step % every:  # the rest of its checks are take_grad_norm's
-                    self.take_grad_norm(cur)
+                self.take_grad_norm(cur)
                 return
             self.end_open_backward(cur)
             if cur.bwd and cur.sync_end is None:
