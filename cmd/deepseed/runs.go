@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/deepseed/deepseed/api"
 )
@@ -47,14 +48,14 @@ func (c *RunsCommand) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("%d runs (%d shown)\n", l.Total, len(l.Runs))
 	t := newTable("RUN", "PROJECT", "NAME", "STATUS", "STEPS", "LOSS", "STEP MS", "MFU", "STARTED")
-	behind := 0
+	behind, now := 0, time.Now()
 	for _, r := range l.Runs {
 		steps := strconv.FormatInt(r.Steps, 10)
 		if r.RollupLag != nil {
 			steps += "*"
 			behind++
 		}
-		t.row(r.RunID, r.Project, dash(r.Name), r.Status, steps,
+		t.row(r.RunID, r.Project, dash(r.Name), r.ShownStatus(now), steps,
 			fnum(r.FinalLoss), fnum(r.MeanStepMS), pct(r.MeanMFU), when(r.StartedAt))
 	}
 	if err := t.flush(); err != nil {
@@ -135,7 +136,7 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 		steps += " of " + strconv.FormatInt(*r.TotalSteps, 10)
 	}
 	fields := [][2]string{
-		{"run", r.RunID}, {"project", r.Project}, {"name", dash(r.Name)}, {"status", r.Status},
+		{"run", r.RunID}, {"project", r.Project}, {"name", dash(r.Name)}, {"status", r.ShownStatus(time.Now())},
 		{"model", dash(r.Model)}, {"started", when(r.StartedAt)}, {"ended", when(r.EndedAt)},
 		{"steps", steps}, {"final loss", fnum(r.FinalLoss)}, {"mean step ms", fnum(r.MeanStepMS)},
 		{"mean MFU", pct(r.MeanMFU)}, {"best val accuracy", fnum(r.BestValAccuracy)},

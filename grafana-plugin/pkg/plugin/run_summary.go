@@ -14,7 +14,7 @@ var runSummaryQuery = get[api.RunDetail]{
 		if r.Format == api.FormatNumeric {
 			return data.Frames{summaryNumericFrame(rd.RunSummary)}
 		}
-		return data.Frames{runsFrame("run_summary", []api.RunSummary{rd.RunSummary})}
+		return data.Frames{runsFrame("run_summary", []api.RunSummary{rd.RunSummary}, r.now)}
 	},
 }
 

@@ -24,17 +24,18 @@ var runsQuery = queryFunc(func(ctx context.Context, d *Datasource, r request) (d
 	if err != nil {
 		return nil, err
 	}
-	return data.Frames{runsFrame("runs", runs)}, nil
+	return data.Frames{runsFrame("runs", runs, r.now)}, nil
 })
 
 // runsFrame is the runs table; run_summary is the same frame with one row,
 // for the stat panels of the summary cards.
-func runsFrame(name string, runs []api.RunSummary) *data.Frame {
+// A running run silent for long reads so (api.RunSummary.ShownStatus).
+func runsFrame(name string, runs []api.RunSummary, now time.Time) *data.Frame {
 	return data.NewFrame(name,
 		strCol(runs, "run_id", "Run ID", func(r api.RunSummary) string { return r.RunID }),
 		strCol(runs, "name", "Run", func(r api.RunSummary) string { return r.Name }),
 		strCol(runs, "project", "Project", func(r api.RunSummary) string { return r.Project }),
-		strCol(runs, "status", "Status", func(r api.RunSummary) string { return r.Status }),
+		strCol(runs, "status", "Status", func(r api.RunSummary) string { return r.ShownStatus(now) }),
 		strCol(runs, "tags", "Tags", func(r api.RunSummary) string { return strings.Join(r.Tags, ", ") }),
 		strCol(runs, "sweep_id", "Sweep", func(r api.RunSummary) string { return r.SweepID }),
 		timeCol(runs, "started_at", "Started", func(r api.RunSummary) *time.Time { return r.StartedAt }),

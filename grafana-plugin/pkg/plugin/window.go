@@ -29,10 +29,6 @@ const windowMargin = 0.02
 // minWindowMargin is the least margin on each side.
 const minWindowMargin = 5 * time.Second
 
-// silentAfter is how long a run said to be running may send nothing
-// before its window ends at its last record.
-const silentAfter = 5 * time.Minute
-
 // explicitRangeSlack is how far before now a range may end and still be
 // read as relative ("Last N", ending now).
 const explicitRangeSlack = time.Minute
@@ -56,7 +52,7 @@ func windowOf(r api.RunSummary, now time.Time) (runWindow, error) {
 		end, running = *r.EndedAt, false
 	case r.Status != "" && r.Status != "running" && r.LastSeenAt != nil:
 		end, running = *r.LastSeenAt, false
-	case r.LastSeenAt != nil && now.Sub(*r.LastSeenAt) > silentAfter:
+	case r.LastSeenAt != nil && now.Sub(*r.LastSeenAt) > api.SilentAfter:
 		// "running" with no record for long and no end record (a job
 		// killed without one): the window ends at its last record, not
 		// now, or its minutes would sit at the left of hours of nothing.
