@@ -17,7 +17,15 @@ type VariableQuery struct {
 	Run     string `json:"run,omitempty"`     // metrics, ranks, hosts, window
 	Part    string `json:"part,omitempty"`    // window: span, shift, from or to
 	Metric  string `json:"metric,omitempty"`  // sweep_goals
+
+	// Baseline (runs): the list offers baselines, led by
+	// [BaselineOptionText] whose value is [BaselineFirst].
+	Baseline bool `json:"baseline,omitempty"`
 }
+
+// BaselineOptionText is the text of the baseline list's first option,
+// the first of the runs selected.
+const BaselineOptionText = "First selected run"
 
 // Resources of [VariableQuery]: the plugin backend serves each as a GET
 // resource answering a list of {text, value}.

@@ -131,7 +131,8 @@ func focusedTable(t compareTable, pos dashboard.GridPos, q api.PluginQuery) *tab
 		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{}).EnablePagination(true)).
 		// A run's name whole, on two lines where it must: runs of one
 		// model differ by the end of their names.
-		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.width", 180), prop("custom.wrapText", true)})
+		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.width", 180), prop("custom.wrapText", true)}).
+		OverrideByName("Model", []dashboard.DynamicConfigValue{prop("custom.width", 180), prop("custom.wrapText", true)})
 	for _, f := range t.figures {
 		p = p.OverrideByName("Δ "+f.display, []dashboard.DynamicConfigValue{
 			prop("unit", "percent"),
@@ -192,14 +193,13 @@ func compare() (dashboard.Dashboard, []Annotation, error) {
 		WithVariable(queryVar(varSweep, "Sweep", api.VariableQuery{Resource: api.VariableSweeps, Project: "$" + varProject}).
 			Multi(true)).
 		WithVariable(runVar(true)).
-		// The baseline opens on "All", which here is the first run
-		// selected (api.BaselineFirst), not whichever run the list
-		// offers first: a slow outlier would make every Δ read +3,000 %.
-		WithVariable(queryVar(varBaseline, "Baseline", api.VariableQuery{Resource: api.VariableRuns, Project: "$" + varProject}).
-			Description("Run the others are compared against; figures show their change in percent. All: the first run selected.").
-			IncludeAll(true).
-			AllValue(api.BaselineFirst).
-			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: ptr("All")}, Value: dashboard.StringOrArrayOfString{String: ptr("$__all")}}))
+		// The baseline opens on the first run selected
+		// (api.BaselineFirst), an option of its own ahead of the runs,
+		// not whichever run the list offers first: a slow outlier would
+		// make every Δ read +3,000 %.
+		WithVariable(queryVar(varBaseline, "Baseline", api.VariableQuery{Resource: api.VariableRuns, Project: "$" + varProject, Baseline: true}).
+			Description("Run the others are compared against; figures show their change in percent. " + api.BaselineOptionText + ": the first of the runs picked.").
+			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: ptr(api.BaselineOptionText)}, Value: dashboard.StringOrArrayOfString{String: ptr(api.BaselineFirst)}}))
 
 	y := uint32(0)
 	b = b.WithRow(row("Selected runs", y))

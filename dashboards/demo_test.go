@@ -230,7 +230,7 @@ func pickVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource, doc
 	vars, offered = make(map[string]string), make(map[string][]string)
 	for _, v := range doc.Templating.List {
 		q := v.Query
-		params := map[string]string{"project": q.Project, "sweep": q.Sweep, "tag": q.Tag, "status": q.Status, "run": q.Run, "part": q.Part, "metric": q.Metric}
+		params := variableParams(q)
 		if q.Resource == api.VariableHosts || q.Resource == api.VariableWindow {
 			params["from"], params["to"] = tr.From.Format(time.RFC3339), tr.To.Format(time.RFC3339)
 		}
@@ -251,7 +251,9 @@ func pickVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource, doc
 		if v.Name == "project" && slices.ContainsFunc(opts, func(o plugin.Option) bool { return o.Value == fleettest.DemoProject }) {
 			pick = fleettest.DemoProject
 		}
-		if v.Name == "run" || v.Name == "baseline" {
+		// The baseline stays on the first selected run, the option
+		// Grafana opens on.
+		if v.Name == "run" {
 			for _, o := range opts {
 				if o.Value == demoBERT {
 					pick = o.Value
@@ -267,6 +269,16 @@ func pickVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource, doc
 		}
 	}
 	return vars, offered
+}
+
+// variableParams is the query string a variable's resource call
+// carries, as the frontend's variableParams writes it.
+func variableParams(q api.VariableQuery) map[string]string {
+	p := map[string]string{"project": q.Project, "sweep": q.Sweep, "tag": q.Tag, "status": q.Status, "run": q.Run, "part": q.Part, "metric": q.Metric}
+	if q.Baseline {
+		p["baseline"] = "true"
+	}
+	return p
 }
 
 func callResource(ctx context.Context, t *testing.T, ds *plugin.Datasource, path, query string) []plugin.Option {

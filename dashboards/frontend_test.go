@@ -197,7 +197,7 @@ func firstLoadVariables(ctx context.Context, t *testing.T, ds *plugin.Datasource
 		vars := make(map[string][]string)
 		for _, v := range doc.Templating.List {
 			q := v.Query
-			params := map[string]string{"project": q.Project, "sweep": q.Sweep, "tag": q.Tag, "status": q.Status, "run": q.Run, "part": q.Part, "metric": q.Metric}
+			params := variableParams(q)
 			if q.Resource == api.VariableHosts || q.Resource == api.VariableWindow {
 				params["from"], params["to"] = tr.From.Format(time.RFC3339), tr.To.Format(time.RFC3339)
 			}

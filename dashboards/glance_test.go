@@ -2,8 +2,11 @@ package dashboards_test
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/dashboards"
 )
 
@@ -41,6 +45,41 @@ func TestNoValueFits(t *testing.T) {
 				t.Errorf("%s: %q: noValue of %d characters, %d fit: %q", d.UID, p["title"], utf8.RuneCountInString(nv), fit, nv)
 			}
 		}
+	}
+}
+
+// TestEmptyCellsUncoloured: a table cell without a value reads "–" in
+// the text's colour. A Δ column colours its text by thresholds, and an
+// uncoloured mapping left its "–" painted as a gain or a loss.
+func TestEmptyCellsUncoloured(t *testing.T) {
+	n := 0
+	for _, d := range dashboards.All() {
+		for _, p := range rawPanels(t, d.UID) {
+			if p.str("type") != "table" {
+				continue
+			}
+			maps, _ := p.get("fieldConfig", "defaults", "mappings").([]any)
+			special := 0
+			for _, m := range maps {
+				mm, _ := m.(map[string]any)
+				if mm["type"] != "special" {
+					continue
+				}
+				special++
+				r := rawPanel(mm).get("options", "result")
+				res, _ := r.(map[string]any)
+				if res["text"] != "–" || res["color"] != "text" {
+					t.Errorf("%s: %q: special-value mapping %v; want \"–\" in the text colour", d.UID, p["title"], res)
+				}
+			}
+			if special == 0 {
+				t.Errorf("%s: %q: no mapping for empty cells", d.UID, p["title"])
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no tables")
 	}
 }
 
@@ -128,15 +167,36 @@ func TestBarLabelsThinOut(t *testing.T) {
 }
 
 // TestCompareBaselineDefault: Compare opens with the first selected run
-// as the baseline, not whatever run the list offers first.
+// as the baseline, an option of its own named so (not "All"), rather
+// than whatever run the list offers first.
 func TestCompareBaselineDefault(t *testing.T) {
-	docs := loadDashboards(t)
-	for _, v := range docs[dashboards.UIDCompare].Templating.List {
+	raw, err := os.ReadFile(filepath.Join(jsonDir, "deepseed-compare.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Templating struct {
+			List []struct {
+				Name       string            `json:"name"`
+				Query      api.VariableQuery `json:"query"`
+				IncludeAll bool              `json:"includeAll"`
+				Current    struct {
+					Text  string `json:"text"`
+					Value string `json:"value"`
+				} `json:"current"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range doc.Templating.List {
 		if v.Name != "baseline" {
 			continue
 		}
-		if got := v.AllValue; got != "@first" || !v.IncludeAll {
-			t.Errorf("baseline: includeAll %v, allValue %v; want the first selected run as All", v.IncludeAll, v.AllValue)
+		if v.IncludeAll || !v.Query.Baseline || v.Current.Value != api.BaselineFirst || v.Current.Text != api.BaselineOptionText {
+			t.Errorf("baseline: includeAll %v, query %+v, current %+v; want no All, the baseline list, current %q (%s)",
+				v.IncludeAll, v.Query, v.Current, api.BaselineOptionText, api.BaselineFirst)
 		}
 		return
 	}
@@ -313,9 +373,10 @@ const gridWidthPx = 1280
 func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 	t.Helper()
 	type sizing struct {
-		match         func(string) bool
-		width, minPx  float64
-		hide, hideSet bool
+		match                 func(name string, f *data.Field) bool
+		width, minPx          float64
+		hide, hideSet         bool
+		filterable, filterSet bool
 	}
 	var rules []sizing
 	least := float64(gridDefaultMinWidthPx)
@@ -329,10 +390,12 @@ func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 		r := sizing{}
 		switch matcher["id"] {
 		case "byName":
-			r.match = func(n string) bool { return n == opt }
+			r.match = func(n string, _ *data.Field) bool { return n == opt }
 		case "byRegexp":
 			re := grafanaRegexp(t, opt)
-			r.match = re.MatchString
+			r.match = func(n string, _ *data.Field) bool { return re.MatchString(n) }
+		case "byType":
+			r.match = func(_ string, f *data.Field) bool { return fieldKind(f) == opt }
 		default:
 			continue
 		}
@@ -346,6 +409,9 @@ func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 			case "custom.hidden":
 				r.hide, _ = pm["value"].(bool)
 				r.hideSet = true
+			case "custom.filterable":
+				r.filterable, _ = pm["value"].(bool)
+				r.filterSet = true
 			}
 		}
 		rules = append(rules, r)
@@ -379,9 +445,12 @@ func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 	w, _ := p.get("gridPos", "w").(float64)
 	// The panel's padding, and a vertical scroll bar where rows overflow.
 	room := w*gridWidthPx/24 - 24
+	filterAll, _ := p.get("fieldConfig", "defaults", "custom", "filterable").(bool)
 	var cols []string
 	var fixed []float64 // a column's width, 0 for one sized by share
 	var mins []float64
+	var filters []bool
+	var fields []*data.Field
 	for _, f := range frames[0].Fields {
 		n := f.Name
 		if f.Config != nil {
@@ -393,9 +462,9 @@ func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 		if hidden[n] || hidden[f.Name] {
 			continue
 		}
-		width, minPx, hide := 0.0, least, false
+		width, minPx, hide, filter := 0.0, least, false, filterAll
 		for _, r := range rules {
-			if !r.match(n) && !r.match(f.Name) {
+			if !r.match(n, f) && !r.match(f.Name, f) {
 				continue
 			}
 			if r.width > 0 {
@@ -407,13 +476,18 @@ func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 			if r.hideSet {
 				hide = r.hide
 			}
+			if r.filterSet {
+				filter = r.filterable
+			}
 		}
 		if hide {
 			continue
 		}
 		cols = append(cols, n)
+		fields = append(fields, f)
 		fixed = append(fixed, width)
 		mins = append(mins, minPx)
+		filters = append(filters, filter)
 	}
 	defined, auto := 0.0, 0
 	for _, v := range fixed {
@@ -426,11 +500,66 @@ func checkTableFits(t *testing.T, p rawPanel, frames data.Frames) {
 	total := defined
 	for i, v := range fixed {
 		if v == 0 {
-			total += math.Max(mins[i], (room-defined)/float64(auto))
+			fixed[i] = math.Max(mins[i], (room-defined)/float64(auto))
+			total += fixed[i]
 		}
 	}
 	if total > room+0.5 {
 		t.Errorf("%q: columns %v take %.0f px, the panel has %.0f", p["title"], cols, total, room)
+	}
+	// A header wraps at its spaces: its longest word must fit beside the
+	// cell's padding and, where the column filters, the filter's icon
+	// ("Proj…" at 80 px, "G…" at 60).
+	for i, n := range cols {
+		need := 0.0
+		for _, word := range strings.Fields(strings.ReplaceAll(n, "-", "- ")) {
+			need = math.Max(need, headerTextPx(word))
+		}
+		need += headerPaddingPx
+		if filters[i] {
+			need += headerFilterPx
+		}
+		if need > fixed[i]+0.5 {
+			t.Errorf("%q: header %q needs %.0f px, its column has %.0f", p["title"], n, need, fixed[i])
+		}
+		// A name (a host, a run, a sweep: text without spaces) is cut
+		// at its end, where hosts and runs differ ("small-8x300-node-").
+		if f := fields[i]; f.Type() == data.FieldTypeString || f.Type() == data.FieldTypeNullableString {
+			for j := 0; j < f.Len(); j++ {
+				v, _ := f.ConcreteAt(j)
+				str, _ := v.(string)
+				if str == "" || strings.ContainsRune(str, ' ') {
+					continue
+				}
+				if px := headerTextPx(str) + headerPaddingPx; px > fixed[i]+0.5 {
+					t.Errorf("%q: column %q cuts %q (%.0f px) at %.0f px", p["title"], n, str, px, fixed[i])
+					break
+				}
+			}
+		}
+	}
+}
+
+// A table header's text is smaller than a panel title's (12 px against
+// 14); its cell pads it and a filterable column adds the filter's icon.
+const (
+	headerPaddingPx = 22
+	headerFilterPx  = 24
+)
+
+func headerTextPx(s string) float64 { return titleTextPx(s) * 12 / 14 }
+
+// fieldKind is a field's type as Grafana's byType matcher names it.
+func fieldKind(f *data.Field) string {
+	switch {
+	case f.Type().Numeric():
+		return "number"
+	case f.Type().Time():
+		return "time"
+	case f.Type() == data.FieldTypeBool || f.Type() == data.FieldTypeNullableBool:
+		return "boolean"
+	default:
+		return "string"
 	}
 }
 

@@ -55,15 +55,16 @@ func jobTableOverrides(p *table.PanelBuilder) *table.PanelBuilder {
 		OverrideByName("State", []dashboard.DynamicConfigValue{
 			prop("custom.cellOptions", map[string]any{"type": "color-background", "mode": "basic"}),
 			prop("mappings", stateMappings()),
-			prop("custom.width", 100),
+			prop("custom.width", 90),
 		}).
-		OverrideByName("Runtime", []dashboard.DynamicConfigValue{prop("unit", "dtdurations"), prop("custom.width", 110)}).
+		OverrideByName("Runtime", []dashboard.DynamicConfigValue{prop("unit", "s"), prop("custom.width", 80)}).
+		// Today's times without their date.
+		OverrideByName("Started", []dashboard.DynamicConfigValue{prop("unit", "dateTimeAsLocalNoDateIfToday"), prop("custom.width", 150)}).
 		// Narrow numbers get widths of their own: at Grafana's 150 px a
 		// column, pid, exit code and run were pushed off a 1,600-px screen.
 		OverrideByName("GPU-hours", []dashboard.DynamicConfigValue{prop("unit", api.GPUHoursUnit), prop("decimals", 2), prop("custom.width", 90)}).
 		OverrideByName("GPUs", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
-		OverrideByName("Exit code", []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
-		OverrideByName("Slurm job / pid", []dashboard.DynamicConfigValue{prop("custom.width", 100)}).
+		OverrideByName("Slurm job / pid", []dashboard.DynamicConfigValue{prop("custom.width", 90)}).
 		OverrideByName("Agent", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
 		OverrideByName("Run", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Training run of ${__value.raw}", "url": trainingRunURL}}),
@@ -117,18 +118,18 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByName("Sweep", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Jobs of sweep ${__value.raw}",
 				"url": "/d/" + UIDJobs + "?var-" + varProject + "=${__data.fields.project}&var-" + varSweep + "=${__value.raw}&var-" + varState + "=" + api.AllValue}}),
-			prop("custom.width", 80),
+			prop("custom.width", 125),
 		}).
 		OverrideByName("Params", []dashboard.DynamicConfigValue{prop("custom.width", 150)}).
 		// Every column on a 1,600-px screen: Submitted, Ended (Started +
-		// Runtime) and Attempt stay in the panel's data, out of the table.
+		// Runtime), Attempt and the exit code (Detail says "exit status
+		// 3") stay in the panel's data, out of the table.
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id:      "organize",
-			Options: map[string]any{"excludeByName": map[string]any{"Submitted": true, "Ended": true, "Attempt": true}, "indexByName": map[string]any{}, "renameByName": map[string]any{}},
+			Options: map[string]any{"excludeByName": map[string]any{"Submitted": true, "Ended": true, "Attempt": true, "Exit code": true}, "indexByName": map[string]any{}, "renameByName": map[string]any{}},
 		}).
 		OverrideByName("Job", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
-		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
-		OverrideByName("Detail", []dashboard.DynamicConfigValue{prop("custom.width", 110)}))
+		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.width", 90)}))
 
 	b = b.WithPanel(bargauge.NewPanelBuilder().
 		Title("GPU quota").
@@ -165,9 +166,11 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id: "organize",
 			Options: map[string]any{"excludeByName": map[string]any{"Agent": true, "Slurm job / pid": true,
-				"Exit code": true, "Submitted": true, "Started": true, "Ended": true, "GPUs": true}},
+				"Exit code": true, "Submitted": true, "Started": true, "Ended": true, "GPUs": true, "GPU-hours": true}},
 		}).
-		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}))
+		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		// The metric's final and best values, their header its name.
+		OverrideByRegexp("/^(Final|Best) /", []dashboard.DynamicConfigValue{prop("custom.width", 100)}))
 
 	// Below the quota and the trials (rows 15 to 24).
 	b, _ = jobsLedger(b, 24)

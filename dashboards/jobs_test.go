@@ -74,7 +74,7 @@ func TestJobsPanels(t *testing.T) {
 				colours[m[0].Options[s].Color] = true
 			}
 		}
-		if overrides["Runtime"]["unit"] != "dtdurations" || overrides["GPU-hours"]["unit"] != api.GPUHoursUnit {
+		if overrides["Runtime"]["unit"] != "s" || overrides["GPU-hours"]["unit"] != api.GPUHoursUnit {
 			t.Errorf("%s: runtime %v and GPU-hours %v not formatted", title, overrides["Runtime"], overrides["GPU-hours"])
 		}
 		links, _ := json.Marshal(overrides["Run"]["links"])

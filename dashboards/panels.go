@@ -190,7 +190,10 @@ func dataTable(title, description string, pos dashboard.GridPos, queries ...api.
 		Mappings([]dashboard.ValueMapping{noCell(dashboard.SpecialValueMatchNullAndNan, 0),
 			noCell(dashboard.SpecialValueMatchEmpty, 1)}).
 		OverrideByRegexp("/.*/", []dashboard.DynamicConfigValue{prop("custom.wrapHeaderText", true)}).
-		Filterable(true)
+		Filterable(true).
+		// Numbers sort; a filter's list of their values helps nobody, and
+		// its icon would take a narrow column's header.
+		WithOverride(dashboard.MatcherConfig{Id: "byType", Options: "number"}, []dashboard.DynamicConfigValue{prop("custom.filterable", false)})
 	for i, q := range queries {
 		p = p.WithTarget(target(refID(i), q))
 	}
@@ -198,12 +201,13 @@ func dataTable(title, description string, pos dashboard.GridPos, queries ...api.
 }
 
 // noCell maps a table cell's special value (null and NaN, or an empty
-// string) to noCellValue.
+// string) to noCellValue, in the text's colour: a coloured column (Δ
+// against a baseline) would otherwise paint it as a loss or a gain.
 func noCell(match dashboard.SpecialValueMatch, index int32) dashboard.ValueMapping {
 	return dashboard.ValueMapping{SpecialValueMap: &dashboard.SpecialValueMap{
 		Type: dashboard.MappingTypeSpecialValue,
 		Options: dashboard.DashboardSpecialValueMapOptions{Match: match,
-			Result: dashboard.ValueMappingResult{Text: ptr(noCellValue), Index: ptr(index)}},
+			Result: dashboard.ValueMappingResult{Text: ptr(noCellValue), Color: ptr("text"), Index: ptr(index)}},
 	}}
 }
 

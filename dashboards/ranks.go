@@ -109,7 +109,8 @@ func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 			},
 		}).
 		OverrideByRegexp(fieldRegexp("rank", "steps"), []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
-		OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.width", 120)}))
+		// Host names differ at their end ("…-node-017"): the whole name.
+		OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.width", 170)}))
 }
 
 // rankColumns is the order of the Ranks table's columns, by display name.

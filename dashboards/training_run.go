@@ -22,7 +22,7 @@ var summaryCards = []card{
 	{"ZeRO stage", "zero_stage", "none", 0, "DeepSpeed ZeRO stage (FSDP sharding shown as its ZeRO equivalent).", "", ""},
 	{"Precision", "precision", "", -1, "fp32, fp16 or bf16.", "", ""},
 	{"Effective batch", "effective_batch", "none", 0, "micro batch × gradient accumulation × data-parallel ranks.", "", ""},
-	{"Status", "status", "", -1, "running, finished, failed or killed.", "", ""},
+	{"Status", "status", "", -1, "running, finished, failed or killed; a running run that has sent nothing for 5 minutes reads \"silent\" and for how long (a job killed without an end record).", "", ""},
 	{"Duration", "duration_s", "s", 0, "Wall-clock time from start to end (or to the last record).", "", ""},
 	{"Steps", "last_step", "none", 0, "Highest step recorded.", "Last step", ""},
 	{"Final loss", "final_loss", "none", 4, "Training loss at the last step; NaN when it was not finite.", "", ""},

@@ -268,6 +268,8 @@ export interface VariableQuery extends DataQuery {
   part?: string;
   /** sweep_goals: the metric the goal is for. */
   metric?: string;
+  /** runs: offered as baselines, led by the first selected run. */
+  baseline?: boolean;
 }
 
 export interface Option {

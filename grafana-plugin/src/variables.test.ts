@@ -29,6 +29,10 @@ describe('variableParams', () => {
       tag: undefined,
       status: 'running',
     });
+    expect(variableParams({ refId: 'V', resource: 'runs', project: '$project', baseline: true })).toEqual({
+      project: '$project',
+      baseline: 'true',
+    });
     expect(variableParams({ refId: 'V', resource: 'projects', project: 'nlp' })).toEqual({});
     expect(variableParams({ refId: 'V', resource: 'window', run: '$run', part: 'span', project: 'nlp' })).toEqual({
       run: '$run',

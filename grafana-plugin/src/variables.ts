@@ -29,7 +29,13 @@ export function normalizeVariableQuery(stored: StoredVariableQuery | undefined):
 export function variableParams(q: VariableQuery): Record<string, string | undefined> {
   switch (q.resource) {
     case 'runs':
-      return { project: q.project, sweep: q.sweep, tag: q.tag, status: q.status };
+      return {
+        project: q.project,
+        sweep: q.sweep,
+        tag: q.tag,
+        status: q.status,
+        baseline: q.baseline ? 'true' : undefined,
+      };
     case 'sweeps':
       return { project: q.project };
     case 'metrics':

@@ -108,6 +108,9 @@ func TestCallResource(t *testing.T) {
 		{"runs?sweep=lr-sweep", 200, `{"text":"ViT lr 1 · vit-lr1","value":"vit-lr1"}`},
 		{"runs?project=nlp", 200, `{"text":"BERT ZeRO-3","value":"bert-z3"}`},
 		{"runs?project=other", 200, `[]`},
+		// The baseline list: the first selected run, then the runs.
+		{"runs?project=nlp&baseline=true", 200, `[{"text":"First selected run","value":"@first"},{"text":"BERT`},
+		{"runs?project=other&baseline=true", 200, `[{"text":"First selected run","value":"@first"}]`},
 		{"runs?sweep=zero-sweep&tag=bert", 200, `"value":"bert-z2"`},
 		{"metrics?run=bert-z2", 200, `{"text":"metrics.tokens_seen","value":"metrics.tokens_seen"}`},
 		{"metrics", 200, `{"text":"loss","value":"loss"}`},

@@ -245,6 +245,11 @@ func TestJobQueries(t *testing.T) {
 		if display(lr) != "lr" || lr.Type() != data.FieldTypeNullableFloat64 || code.Type() != data.FieldTypeNullableFloat64 {
 			t.Errorf("param columns: %q %s, %s; want numbers named by the parameter", display(lr), lr.Type(), code.Type())
 		}
+		// Learning rates in scientific notation (5.00e-5), exit codes
+		// as they are.
+		if unit(lr) != "sci" || unit(code) != "none" {
+			t.Errorf("param units: lr %q, code %q; want sci and none", unit(lr), unit(code))
+		}
 		final, best := field(t, f, "final"), field(t, f, "best")
 		if display(best) != "Best val_accuracy" || unit(best) != "percentunit" {
 			t.Errorf("best: display %q unit %q", display(best), unit(best))

@@ -103,7 +103,10 @@ func (d *Datasource) resource(ctx context.Context, path string, q url.Values) ([
 		for i, r := range runs {
 			ids[i], names[i] = r.RunID, r.Name
 		}
-		opts := make([]Option, 0, len(runs))
+		opts := make([]Option, 0, len(runs)+1)
+		if q.Get("baseline") == "true" {
+			opts = append(opts, Option{Text: api.BaselineOptionText, Value: api.BaselineFirst})
+		}
 		for i, text := range runLabels(ids, names) {
 			opts = append(opts, Option{Text: text, Value: ids[i]})
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"maps"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -126,19 +127,25 @@ func sweepTrialsFrame(sw api.Sweep, now time.Time) *data.Frame {
 }
 
 // paramField is one parameter of the trials, numbers when every trial
-// that has it has a number, so the column sorts as numbers.
+// that has it has a number, so the column sorts as numbers; in
+// scientific notation where one is very small or very large.
 func paramField(rows []api.Trial, name string) *data.Field {
-	numeric := true
+	numeric, unit := true, "none"
 	for _, t := range rows {
 		if v, ok := t.Job.Params[name]; ok {
-			if _, err := strconv.ParseFloat(v, 64); err != nil {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
 				numeric = false
 				break
+			}
+			// Learning rates read 5.00e-5, not a cut 0.0000500.
+			if a := math.Abs(f); a != 0 && (a < 1e-3 || a >= 1e6) {
+				unit = "sci"
 			}
 		}
 	}
 	if numeric {
-		return numCol(rows, "param."+name, "none", name, func(t api.Trial) *float64 {
+		return numCol(rows, "param."+name, unit, name, func(t api.Trial) *float64 {
 			v, ok := t.Job.Params[name]
 			if !ok {
 				return nil
