@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 )
@@ -42,8 +44,12 @@ type compareReads struct {
 // keeps its figures from the nearest readings, as Sources and Note say.
 // The steady-state summaries, whole-run figures, evaluations, hosts and
 // their CPU use are read for every run together; a summary computed
-// afresh, GPU samples a summary does not hold and a running run's wasted
-// GPU-hours are read run by run.
+// afresh and GPU samples a summary does not hold are read run by run, a
+// running run's wasted GPU-hours run by run, compareWastedReaders at once.
+// compareWastedReaders is how many runs' wasted GPU-hours one compare
+// reads at once: a share of the pool's connections (eight at least).
+const compareWastedReaders = 4
+
 func (h *Handler) compareRows(ctx context.Context, runs []*store.RunRow) ([]api.CompareRow, error) {
 	out := make([]api.CompareRow, len(runs))
 	if len(runs) == 0 {
@@ -68,12 +74,20 @@ func (h *Handler) compareRows(ctx context.Context, runs []*store.RunRow) ([]api.
 	if err != nil {
 		return nil, err
 	}
+	// A running run's wasted GPU-hours are six statements of its own:
+	// several runs' at once, each on a connection of its own.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(compareWastedReaders)
 	for i, r := range runs {
 		sum := sums[r.RunID]
 		reads[i].stats, reads[i].evals = stats[r.RunID], evals[r.RunID]
-		if reads[i].wasted, err = h.wastedOf(ctx, r, &sum); err != nil {
-			return nil, err
-		}
+		g.Go(func() (err error) {
+			reads[i].wasted, err = h.wastedOf(gctx, r, &sum)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	if err := h.readMeasured(ctx, runs, metas, sums, reads); err != nil {
 		return nil, err
