@@ -65,7 +65,7 @@ func jobTableOverrides(p *table.PanelBuilder) *table.PanelBuilder {
 		OverrideByName("GPU-hours", []dashboard.DynamicConfigValue{prop("unit", api.GPUHoursUnit), prop("decimals", 2), prop("custom.width", 90)}).
 		OverrideByName("GPUs", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
 		OverrideByName("Slurm job / pid", []dashboard.DynamicConfigValue{prop("custom.width", 90)}).
-		OverrideByName("Agent", []dashboard.DynamicConfigValue{prop("custom.width", 80)}).
+		OverrideByName("Agent", []dashboard.DynamicConfigValue{prop("custom.width", 95)}).
 		OverrideByName("Run", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Training run of ${__value.raw}", "url": trainingRunURL}}),
 			prop("custom.width", 100),
@@ -118,9 +118,9 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByName("Sweep", []dashboard.DynamicConfigValue{
 			prop("links", []any{map[string]any{"title": "Jobs of sweep ${__value.raw}",
 				"url": "/d/" + UIDJobs + "?var-" + varProject + "=${__data.fields.project}&var-" + varSweep + "=${__value.raw}&var-" + varState + "=" + api.AllValue}}),
-			prop("custom.width", 125),
+			prop("custom.width", 140),
 		}).
-		OverrideByName("Params", []dashboard.DynamicConfigValue{prop("custom.width", 150)}).
+		OverrideByName("Params", []dashboard.DynamicConfigValue{prop("custom.width", 135)}).
 		// Every column on a 1,600-px screen: Submitted, Ended (Started +
 		// Runtime), Attempt and the exit code (Detail says "exit status
 		// 3") stay in the panel's data, out of the table.
@@ -128,7 +128,7 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 			Id:      "organize",
 			Options: map[string]any{"excludeByName": map[string]any{"Submitted": true, "Ended": true, "Attempt": true, "Exit code": true}, "indexByName": map[string]any{}, "renameByName": map[string]any{}},
 		}).
-		OverrideByName("Job", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
+		OverrideByName("Job", []dashboard.DynamicConfigValue{prop("custom.width", 50)}).
 		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.width", 90)}))
 
 	b = b.WithPanel(bargauge.NewPanelBuilder().
@@ -170,7 +170,7 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 		}).
 		OverrideByName("Rank", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
 		// The metric's final and best values, their header its name.
-		OverrideByRegexp("/^(Final|Best) /", []dashboard.DynamicConfigValue{prop("custom.width", 100)}))
+		OverrideByRegexp("/^(Final|Best) /", []dashboard.DynamicConfigValue{prop("custom.width", 115)}))
 
 	// Below the quota and the trials (rows 15 to 24).
 	b, _ = jobsLedger(b, 24)

@@ -101,14 +101,15 @@ func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 		WithTransformation(dashboard.DataTransformerConfig{
 			Id: "organize",
 			Options: map[string]any{
-				// Why a straggler is one is the Top stragglers table's:
-				// with those columns too, nineteen were too narrow to read.
+				// Why a straggler is one is the Top stragglers table's
+				// (with its delay and share of steps arrived last): with
+				// those columns too, the headers were cut ("Late…").
 				"excludeByName": map[string]any{"Rank name": true, "Named by": true, "Cause": true, "Own excess": true,
-					"Hidden wait": true},
+					"Hidden wait": true, "Delay": true, "Arrived last": true},
 				"indexByName": columnOrder(rankColumns),
 			},
 		}).
-		OverrideByRegexp(fieldRegexp("rank", "steps"), []dashboard.DynamicConfigValue{prop("custom.width", 70)}).
+		OverrideByRegexp(fieldRegexp("rank", "steps"), []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
 		// Host names differ at their end ("…-node-017"): the whole name.
 		OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.width", 170)}))
 }
@@ -130,7 +131,7 @@ func columnOrder(names []string) map[string]any {
 func stragglerFlag(p *table.PanelBuilder) *table.PanelBuilder {
 	return p.OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
 		prop("custom.cellOptions", map[string]any{"type": "color-background", "applyToRow": true}),
-		prop("custom.width", 100),
+		prop("custom.width", 105),
 		prop("mappings", stragglerMappings()),
 	})
 }
