@@ -116,7 +116,7 @@ func gpuNodes() (dashboard.Dashboard, []Annotation, error) {
 		OverrideByName("GPU", []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
 		OverrideByName("Model", []dashboard.DynamicConfigValue{prop("custom.width", 210)}).
 		OverrideByName("Run", []dashboard.DynamicConfigValue{prop("custom.width", 170)}).
-		OverrideByName("Host", []dashboard.DynamicConfigValue{prop("custom.width", 170)}))
+		OverrideByName("Host", []dashboard.DynamicConfigValue{prop("custom.width", hostWidthPx)}))
 	y += 9
 	b = b.WithRow(row("Host $host", y))
 	y++

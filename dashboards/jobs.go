@@ -129,7 +129,10 @@ func jobsDashboard() (dashboard.Dashboard, []Annotation, error) {
 			Options: map[string]any{"excludeByName": map[string]any{"Submitted": true, "Ended": true, "Attempt": true, "Exit code": true}, "indexByName": map[string]any{}, "renameByName": map[string]any{}},
 		}).
 		OverrideByName("Job", []dashboard.DynamicConfigValue{prop("custom.width", 50)}).
-		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.width", 90)}))
+		OverrideByName("Project", []dashboard.DynamicConfigValue{prop("custom.width", 90)}).
+		// What Detail says (exit status 3, why a job was lost) wraps in
+		// the room the other columns leave.
+		OverrideByName("Detail", []dashboard.DynamicConfigValue{prop("custom.wrapText", true)}))
 
 	b = b.WithPanel(bargauge.NewPanelBuilder().
 		Title("GPU quota").

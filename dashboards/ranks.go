@@ -109,9 +109,16 @@ func rankTable(pos dashboard.GridPos) *table.PanelBuilder {
 				"indexByName": columnOrder(rankColumns),
 			},
 		}).
-		OverrideByRegexp(fieldRegexp("rank", "steps"), []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
-		// Host names differ at their end ("…-node-017"): the whole name.
-		OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.width", 170)}))
+		OverrideByRegexp(fieldRegexp("rank", "steps"), []dashboard.DynamicConfigValue{prop("custom.width", 60)}))
+}
+
+// hostWidthPx is a host column's width: host names differ at their end
+// ("fleet-1024x300-node-017"), so the whole name shows.
+const hostWidthPx = 200
+
+// wholeHost gives a table's host column hostWidthPx.
+func wholeHost(p *table.PanelBuilder) *table.PanelBuilder {
+	return p.OverrideByRegexp(fieldRegexp("host"), []dashboard.DynamicConfigValue{prop("custom.width", hostWidthPx)})
 }
 
 // rankColumns is the order of the Ranks table's columns, by display name.
@@ -129,7 +136,7 @@ func columnOrder(names []string) map[string]any {
 // stragglerFlag colours the ranks frame's straggler flag and, through it,
 // the whole row of a straggler.
 func stragglerFlag(p *table.PanelBuilder) *table.PanelBuilder {
-	return p.OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
+	return wholeHost(p).OverrideByRegexp(fieldRegexp("straggler"), []dashboard.DynamicConfigValue{
 		prop("custom.cellOptions", map[string]any{"type": "color-background", "applyToRow": true}),
 		prop("custom.width", 105),
 		prop("mappings", stragglerMappings()),
@@ -168,6 +175,7 @@ func topStragglers(pos dashboard.GridPos) *table.PanelBuilder {
 			Options: map[string]any{"include": map[string]any{"names": []string{"Rank", "Host", "Delay", "Named by", "Cause",
 				"Lateness", "Own excess", "Hidden wait", "Straggler score", "Arrived last", "Busy", "Wait in collective", "Straggler"}}},
 		}).
+		OverrideByRegexp(fieldRegexp("rank"), []dashboard.DynamicConfigValue{prop("custom.width", 60)}).
 		NoValue(noRankSteps))
 }
 
@@ -182,7 +190,7 @@ func hostsQuery() api.PluginQuery {
 // slow node reads as one row however many ranks it holds.
 func hostTable(pos dashboard.GridPos) *table.PanelBuilder {
 	one := 1.0
-	return dataTable("Hosts",
+	return wholeHost(dataTable("Hosts",
 		"The ranks of each host, the slowest host first (the one holding the latest rank): how many of its ranks are stragglers, its worst rank, the largest and mean lateness of its ranks, its largest step time, mean GPU utilisation and largest straggler score. A slow node shows as one row with many stragglers; one slow GPU as one straggler on an otherwise ordinary host.",
 		pos, hostsQuery()).
 		NoValue(noRankSteps).
@@ -191,7 +199,7 @@ func hostTable(pos dashboard.GridPos) *table.PanelBuilder {
 			prop("thresholds", dashboard.ThresholdsConfig{Mode: dashboard.ThresholdsModeAbsolute, Steps: []dashboard.Threshold{
 				{Value: nil, Color: "green"}, {Value: &one, Color: "red"},
 			}}),
-		})
+		}))
 }
 
 // bandNote says how a per-rank chart reads past api.MaxRankSeries ranks.
