@@ -163,10 +163,11 @@ func deltaThresholds(field string) map[string]any {
 
 // Heights of the compare panels, in grid rows: a table pages seven runs
 // at a time (21 runs in three whole pages; nine rows showed six), and a
-// bar chart gives each of 21 runs a bar tall enough for its name.
+// bar chart gives each of 21 runs a bar of about 20 px, tall enough for
+// its name (uPlot leaves out names that would overlap).
 const (
 	compareTableH = 10
-	compareBarsH  = 14
+	compareBarsH  = 13
 )
 
 // compareSection is the focused tables and the bar charts of one set of
@@ -176,10 +177,14 @@ func compareSection(b *dashboard.DashboardBuilder, y uint32, q api.PluginQuery) 
 		b = b.WithPanel(focusedTable(t, gridPos(0, y, 24, compareTableH), q))
 		y += compareTableH
 	}
+	// A chart a row: Grafana gives a bar chart's run names at most 40 %
+	// of its width and cuts the rest from the left ("raining Progress
+	// (simulated)" at a third of the row); the page's width holds names
+	// of about 80 characters.
 	for i, f := range compareFigures {
-		b = b.WithPanel(compareBars(f, gridPos(uint32(i%3)*8, y+uint32(i/3)*compareBarsH, 8, compareBarsH), q))
+		b = b.WithPanel(compareBars(f, gridPos(0, y+uint32(i)*compareBarsH, 24, compareBarsH), q))
 	}
-	return b, y + uint32((len(compareFigures)+2)/3)*compareBarsH
+	return b, y + uint32(len(compareFigures))*compareBarsH
 }
 
 func compare() (dashboard.Dashboard, []Annotation, error) {

@@ -10,12 +10,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/dashboards"
+	"github.com/deepseed/deepseed/internal/fleettest"
 )
 
 // noValueCharPx is about the width of a character of Grafana's no-data
@@ -47,6 +49,10 @@ func TestNoValueFits(t *testing.T) {
 		}
 	}
 }
+
+// barLabelCharPx is about the width of a character of a bar chart's
+// axis labels (12 px).
+const barLabelCharPx = 6.1
 
 // TestEmptyCellsUncoloured: a table cell without a value reads "–" in
 // the text's colour. A Δ column colours its text by thresholds, and an
@@ -86,6 +92,12 @@ func TestEmptyCellsUncoloured(t *testing.T) {
 // TestCompareBarsNameRunsInFull: no compare bar chart cuts a run's name
 // (Grafana cuts from the left: "raining Progress (simulated)").
 func TestCompareBarsNameRunsInFull(t *testing.T) {
+	longest := ""
+	for _, r := range fleettest.DemoRuns(time.Now()) {
+		if titleTextPx(r.Name) > titleTextPx(longest) {
+			longest = r.Name
+		}
+	}
 	n := 0
 	for _, p := range rawPanels(t, dashboards.UIDCompare) {
 		if p["type"] != "barchart" {
@@ -94,6 +106,14 @@ func TestCompareBarsNameRunsInFull(t *testing.T) {
 		n++
 		if v := p.get("options", "xTickLabelMaxLength"); v != nil {
 			t.Errorf("%q: xTickLabelMaxLength %v cuts run names", p["title"], v)
+		}
+		// Grafana's uPlot axis gives the names at most 40 % of the chart
+		// (calculateAxisSize), in 12-px text: about 6.1 px a character,
+		// as "raining Progress (simulated)" took 170 px.
+		w, _ := p.get("gridPos", "w").(float64)
+		room := (w*gridWidthPx/24 - 16) * 0.4
+		if px := float64(utf8.RuneCountInString(longest)) * barLabelCharPx; px > room {
+			t.Errorf("%q: %.0f px for run names, %q needs %.0f", p["title"], room, longest, px)
 		}
 	}
 	if n == 0 {
