@@ -197,7 +197,9 @@ class Watcher:
     def _find_compiled(self):
         """An optimizer step came and no hook saw its forward: the model was
         compiled after watch(), and dynamo traced the hooks away. They move
-        to what compiles it; the steps before this one are not timed."""
+        to what compiles it; the steps before this one are not timed (and
+        counted as one: the first step compiles, and its forward is the
+        only one the hooks cannot have seen)."""
         root = self.root
         target = root if compiled.compiled_in_place(root) else compiled.find_wrapper(root)
         if target is None:
@@ -217,6 +219,9 @@ class Watcher:
             steps.attach_post()
         if not moved:
             return
+        # The step that just ran is one of the loop's: it is not timed, but
+        # it counts, so that the steps after it keep the loop's numbers.
+        self.steps.link.next_step += 1
         self.whole_compiled = self.steps.compiled = True
         prof, self.profiler = self.profiler, None
         if prof is not None:

@@ -74,7 +74,11 @@ def invariants(got, tol_ms=0.1, tol_frac=0.05):
     per_rank = {r: [s for s in steps if s.get("rank", 0) == r] for r in ranks}
     m = got["meta"]
     lrs = [s.get("lr") for s in steps if s.get("lr") is not None]
+    nums = [s.get("step") for s in per_rank.get(ranks[0], ())] if ranks else []
     return {"steps_recorded": {str(r): len(v) for r, v in per_rank.items()},
+            # the first and last step numbers of the lowest rank: the last
+            # is the loop's step count where every step was counted
+            "first_last_step": [nums[0], nums[-1]] if nums else None,
             "precision": m.get("precision"), "peak_tflops": m.get("peak_tflops"),
             "micro_batch": m.get("micro_batch"), "grad_accum": m.get("grad_accum"),
             "effective_batch": m.get("effective_batch"),

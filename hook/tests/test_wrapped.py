@@ -148,6 +148,30 @@ class WrappedTest(unittest.TestCase):
         steps, _ = self.read(path)
         self.assertEqual(len(steps), 2)
 
+    def test_a_model_compiled_after_watch_keeps_the_loops_step_numbers(self):
+        torch = self.torch
+        run, path = self.run_file("compiled-after")
+        model = self.model()
+        opt = torch.optim.Optimizer(model.parameters(), lr=0.25)
+        run.watch(model, optimizer=opt, grad_norm_every=0, sample_min_ms=0)
+        # torch.compile(model) after watch(): what it returns holds the
+        # model as _orig_mod and runs its graph, in which the model's own
+        # hooks were traced away (the forward runs without them).
+        OptimizedModule = type("OptimizedModule", (torch.nn.Module,), {})
+        wrapper = OptimizedModule(forward=lambda x: model._forward(x))
+        wrapper._orig_mod = model
+        wrapper._modules = {"_orig_mod": model}
+        for _ in range(5):
+            loss = wrapper(torch.Tensor(0.0, (4, 8)))
+            loss.backward_reached()
+            opt.step()
+        run.finish()
+        steps, _ = self.read(path)
+        # The first step ran before the hooks found the wrapper: it is not
+        # timed, and the steps after it keep the loop's numbers (steps
+        # count from 1), not one less.
+        self.assertEqual([s["step"] for s in steps], [2, 3, 4, 5])
+
     def test_layers_that_run_inside_a_compiled_graph_are_said_unavailable(self):
         torch = self.torch
         Block = type("Block", (torch.nn.Module,), {})
