@@ -115,6 +115,22 @@ func TestCompareBarsNameRunsInFull(t *testing.T) {
 		if px := float64(utf8.RuneCountInString(longest)) * barLabelCharPx; px > room {
 			t.Errorf("%q: %.0f px for run names, %q needs %.0f", p["title"], room, longest, px)
 		}
+		// Grafana measures the names narrower than it draws them: a blank
+		// axis label adds the slack ("pert-large …" without it).
+		label := false
+		for _, o := range anyList(p.get("fieldConfig", "overrides")) {
+			m, _ := o.(map[string]any)
+			if mt, _ := m["matcher"].(map[string]any); mt["options"] != "Run" {
+				continue
+			}
+			for _, pr := range anyList(m["properties"]) {
+				pm, _ := pr.(map[string]any)
+				label = label || pm["id"] == "custom.axisLabel" && pm["value"] != ""
+			}
+		}
+		if !label {
+			t.Errorf("%q: the run names' axis has no label to make room", p["title"])
+		}
 	}
 	if n == 0 {
 		t.Fatal("no compare bar charts")
