@@ -383,6 +383,8 @@ func gpuStoredColumns() []string {
 // minute's sums in the same statement; each collector adds to its own
 // host's rows, so concurrent batches of one run do not queue on them.
 // The same goes for each GPU's minute rollups (samples_gpu_minutes.go).
+// A rank's host (rank_hosts) changes only when a newer sample comes from
+// another host: its row is not rewritten by every sample of the rank.
 var mergeGPU = `WITH ins AS (
 	INSERT INTO gpu_samples SELECT * FROM tmp_gpu_samples ORDER BY host, gpu, time ON CONFLICT DO NOTHING
 	RETURNING *
@@ -403,6 +405,7 @@ var mergeGPU = `WITH ins AS (
 	INSERT INTO rank_hosts AS h (run_id, rank, host, time)
 	SELECT DISTINCT ON (run_id, rank) run_id, rank, host, time FROM ins
 	WHERE run_id <> '' AND rank IS NOT NULL ORDER BY run_id, rank, time DESC
-	ON CONFLICT (run_id, rank) DO UPDATE SET host = EXCLUDED.host, time = EXCLUDED.time WHERE h.time <= EXCLUDED.time
+	ON CONFLICT (run_id, rank) DO UPDATE SET host = EXCLUDED.host, time = EXCLUDED.time
+	WHERE h.time <= EXCLUDED.time AND h.host <> EXCLUDED.host
 )
 SELECT count(*) FROM ins`
