@@ -41,7 +41,12 @@ Then every query the provisioned dashboards make for a run is sent
 median, p95, largest time and answer size are printed; with --list-runs,
 also a page of 100 runs of the runs list, the runs of the sweep and their
 comparison (GET /compare?sweep=).
---warmup rounds come first and are not counted.`
+--warmup rounds come first and are not counted.
+
+With --database-url (the server's database), each table's bytes (indexes
+and TOAST included; a hypertable's chunks, compressed or not) are printed
+last, per rank-step of the runs the tool wrote, raw tables apart from the
+state derived from them, with PostgreSQL's count of dead row versions.`
 
 // benchReadToken is the read token bench query may send for its queries;
 // without it they go with the ingest token.
@@ -67,6 +72,7 @@ func benchQuery(ctx context.Context, args []string) error {
 	rounds := f.String("rounds", "", "9", "timed rounds")
 	warmup := f.String("warmup", "", "1", "rounds before the timed ones")
 	only := f.String("only", "", "", "time only the queries whose names contain this")
+	dbURL := f.String("database-url", "DEEPSEED_DATABASE_URL", "", "database of that server: also print each table's bytes per rank-step after the rounds")
 	f.setUsage("deepseed bench query [flags]", "Load a run of many ranks through ingest and time every dashboard query of it.", benchQueryNotes)
 	if err := f.parse(args); err != nil {
 		return err
@@ -147,7 +153,17 @@ func benchQuery(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "every run rolled up %s after the load\n", time.Since(drain).Round(time.Second))
-	return timeQueries(ctx, qbase.String()+"/api/v1", readToken, cases, nRounds, nWarm, *only)
+	if err := timeQueries(ctx, qbase.String()+"/api/v1", readToken, cases, nRounds, nWarm, *only); err != nil {
+		return err
+	}
+	if *dbURL == "" {
+		return nil
+	}
+	var rankSteps int64
+	for _, r := range runs {
+		rankSteps += int64(r.Ranks) * int64(r.Steps)
+	}
+	return printTableSizes(ctx, os.Stdout, *dbURL, rankSteps)
 }
 
 // loadFleetRun writes r unless the server already has its steps.
