@@ -54,14 +54,6 @@ func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger, bounds 
 	if err != nil && ctx.Err() == nil {
 		log.Warn("analyze tables changed in bulk", "err", err)
 	}
-	// Then the dead rows of what the refresh and ingest rewrite
-	// (store/vacuum.go), so that their space is taken again.
-	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	_, err = st.VacuumChurned(vctx)
-	cancel()
-	if err != nil && ctx.Err() == nil {
-		log.Warn("vacuum tables rewritten as data arrives", "err", err)
-	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	runs, err := st.DirtyRuns(lctx, refresherRuns)
 	cancel()
