@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/deepseed/deepseed/internal/tick"
@@ -39,7 +40,35 @@ func RunRefresher(ctx context.Context, st *store.Store, every time.Duration, log
 	}
 	log = log.With("component", "rollup-refresher")
 	bounds := map[string]time.Duration{}
+	// GPU minutes are closed on a loop of their own, so that a long
+	// refresh pass holds no GPU minute open (store/samples_gpu_close.go).
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { tick.Loop(ctx, closeEvery, true, closePass(st, log)) })
 	tick.Loop(ctx, every, true, func(ctx context.Context) bool { return refreshPass(ctx, st, log, bounds) })
+}
+
+// closeEvery is how often the refresher closes the GPU minutes that are
+// over; readers take the samples of those still open.
+const closeEvery = 15 * time.Second
+
+// closePass is one pass of the refresher's GPU minute loop.
+func closePass(st *store.Store, log *slog.Logger) func(ctx context.Context) bool {
+	return func(ctx context.Context) bool {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		hosts, more, err := st.CloseGPUMinutes(cctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("close GPU minutes", "err", err)
+			}
+			return false
+		}
+		if hosts > 0 {
+			log.Debug("closed GPU minutes", "hosts", hosts, "more", more)
+		}
+		return more
+	}
 }
 
 // refreshPass refreshes a bounded amount of every dirty run and reports

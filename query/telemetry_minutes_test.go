@@ -120,12 +120,48 @@ func (e *env) getBytes(path string) []byte {
 // most 200 KB for the GPU nodes dashboard's charts, in buckets of whole
 // minutes holding exactly what the samples inside the window give, the
 // window's edges cutting minutes included.
+// It answers the same while the minutes are still open (their samples
+// read instead of their rows) and once they are closed.
 func TestGPUDayFromMinuteRollups(t *testing.T) {
 	e := newEnv(t)
 	recs := daySamples()
 	e.write(recs...)
 	from, to := t0.Add(35*time.Second), t0.Add(24*time.Hour-25*time.Second)
 	window := "&from=" + url.QueryEscape(from.Format(time.RFC3339Nano)) + "&to=" + url.QueryEscape(to.Format(time.RFC3339Nano))
+	t.Run("open", func(t *testing.T) { checkGPUDay(t, e, recs, from, to, window) })
+	if n := e.closeMinutes(); n != 1 {
+		t.Fatalf("closed the minutes of %d hosts, want 1", n)
+	}
+	var rows int
+	if err := storetest.Pool(t, e.s).QueryRow(context.Background(), `SELECT count(*) FROM gpu_device_minutes`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 8*(24*60-1) {
+		t.Fatalf("%d minute rows once closed, want one a GPU and minute but its newest (%d)", rows, 8*(24*60-1))
+	}
+	t.Run("closed", func(t *testing.T) { checkGPUDay(t, e, recs, from, to, window) })
+}
+
+// closeMinutes closes every GPU minute there is to close and returns how
+// many hosts it closed.
+func (e *env) closeMinutes() int {
+	e.t.Helper()
+	n := 0
+	for {
+		hosts, more, err := e.s.CloseGPUMinutes(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n += hosts
+		if !more {
+			return n
+		}
+	}
+}
+
+// checkGPUDay holds the day's answers to what its samples give.
+func checkGPUDay(t *testing.T, e *env, recs []api.Record, from, to time.Time, window string) {
+	e = &env{t: t, s: e.s, srv: e.srv}
 
 	body := e.getBytes("/gpus?host=h&max_points=1000" + window)
 	if len(body) > 200_000 {
@@ -223,6 +259,12 @@ func BenchmarkGPUDay(b *testing.B) {
 			b.Fatal(err)
 		}
 		recs = recs[n:]
+	}
+	for more := true; more; {
+		var err error
+		if _, more, err = st.CloseGPUMinutes(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 	path := srv.URL + "/api/v1/gpus?host=h&max_points=1000&from=" + url.QueryEscape(t0.Format(time.RFC3339)) +
 		"&to=" + url.QueryEscape(t0.Add(24*time.Hour).Format(time.RFC3339))

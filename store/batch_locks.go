@@ -2,6 +2,7 @@ package store
 
 import (
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -38,14 +39,27 @@ func lockKey(parts ...string) int64 {
 
 func runLockKey(run string) int64 { return lockKey(run, "run") }
 
-// runLockKeys returns the shared run locks of the batch, sorted.
+// gpuHostLockKey is the lock of a host's GPU minute rollups: batches of
+// its GPU samples hold it shared, and the closing of its minutes
+// (samples_gpu_close.go) exclusively.
+func gpuHostLockKey(host string) int64 { return lockKey(host, "gpu-minutes") }
+
+// runLockKeys returns the shared locks of the batch, sorted: its runs',
+// and the GPU minute locks of the hosts it brings GPU samples of.
 func (b *batchPlan) runLockKeys() []int64 {
-	keys := make([]int64, len(b.runIDs))
-	for i, id := range b.runIDs {
-		keys[i] = runLockKey(id)
+	keys := make([]int64, 0, len(b.runIDs))
+	for _, id := range b.runIDs {
+		keys = append(keys, runLockKey(id))
+	}
+	hosts := map[string]bool{}
+	for _, g := range b.gpus {
+		if !hosts[g.Host] {
+			hosts[g.Host] = true
+			keys = append(keys, gpuHostLockKey(g.Host))
+		}
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	return keys
+	return slices.Compact(keys)
 }
 
 func rankLockKey(run string, rank int) int64 { return lockKey(run, "rank", strconv.Itoa(rank)) }

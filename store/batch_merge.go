@@ -40,7 +40,8 @@ func (b *batchPlan) merge(ctx context.Context, tx batchConn) (map[string]int, er
 		case api.KindEval:
 			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeEvals, count: true})
 		case api.KindGPU:
-			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeGPU, count: true})
+			stmts = append(stmts, mergeStmt{kind: t.kind, sql: newGPUMarks, discard: true},
+				mergeStmt{kind: t.kind, sql: mergeGPU, count: true})
 		case api.KindHost:
 			stmts = append(stmts, mergeStmt{kind: t.kind, sql: mergeHost, count: true})
 		case api.KindMemory:

@@ -382,7 +382,11 @@ func gpuStoredColumns() []string {
 // The samples written (not those already stored) are added to their
 // minute's sums in the same statement; each collector adds to its own
 // host's rows, so concurrent batches of one run do not queue on them.
-// The same goes for each GPU's minute rollups (samples_gpu_minutes.go).
+// Each GPU's minute rollups (samples_gpu_minutes.go) take the samples of
+// the minutes it has closed (a sample that came late); those of its open
+// minutes are written when the refresher closes them
+// (samples_gpu_close.go). A GPU seen for the first time gets its mark at
+// its first minute here, before this statement (newGPUMarks).
 // A rank's host (rank_hosts) changes only when a newer sample comes from
 // another host: its row is not rewritten by every sample of the rank.
 var mergeGPU = `WITH ins AS (

@@ -15,9 +15,11 @@ import (
 // Per-GPU minute rollups (gpu_device_minutes, migration 0015): one row a
 // host, GPU, minute, run and rank of the GPU samples, with every stored
 // value summed up so that any bucket of whole minutes is what the samples
-// inside it would give. Ingest keeps them in the statement that writes
-// the samples (mergeGPU); /gpus reads them for windows longer than
-// gpuRawSpan (samples_gpu_read.go). The columns of each value follow
+// inside it would give. They are written once a minute is over, from its
+// samples, and a sample that comes later is added to its row by the
+// statement that writes it (samples_gpu_close.go, mergeGPU); /gpus reads
+// them for windows longer than gpuRawSpan (samples_gpu_read.go), and the
+// samples of the minutes not closed yet. The columns of each value follow
 // from its row in api.GPUMetrics:
 //
 //	AggMean: <c>_n, <c>_sum, <c>_min, <c>_max
@@ -77,13 +79,37 @@ func minuteSelect(from string) string {
 	return `SELECT ` + minuteKey + `, ` + strings.Join(aggs, ", ") + ` FROM ` + from + ` GROUP BY 1, 2, 3, 4, 5`
 }
 
-// mergeGPUMinutes adds the samples of the CTE ins (those just written) to
-// their minutes' rows, in key order.
+// mergeGPUMinutes adds the samples of the CTE ins (those just written)
+// that fall in their GPU's closed minutes (gpu_minute_marks) to those
+// minutes' rows, in key order.
 var mergeGPUMinutes = func() string {
 	cols, _, merges := minuteCols()
 	return `INSERT INTO gpu_device_minutes AS m (host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + `)
-	` + minuteSelect("ins") + ` ORDER BY 1, 2, 3, 4, 5
+	` + minuteSelect("ins JOIN gpu_minute_marks k USING (host, gpu) WHERE time < k.closed_until") + ` ORDER BY 1, 2, 3, 4, 5
 	ON CONFLICT (host, gpu, minute, run_id, rank) DO UPDATE SET ` + strings.Join(merges, ", ")
+}()
+
+// newGPUMarks gives each GPU of tmp_gpu_samples that has no mark yet one
+// at the first minute of its samples: its minutes are open from there on.
+// An existing mark is left as it is, not written.
+const newGPUMarks = `INSERT INTO gpu_minute_marks (host, gpu, closed_until)
+	SELECT host, gpu, date_trunc('minute', min(time)) FROM tmp_gpu_samples GROUP BY 1, 2 ORDER BY 1, 2
+	ON CONFLICT (host, gpu) DO NOTHING`
+
+// closeGPUMinutes writes the rows of the minutes [$3[i], $4[i]) of GPU
+// $2[i] of host $1 from their samples, each row replaced whole: the
+// samples are every one of those minutes while the host's lock is held
+// (closeHostMinutes).
+var closeGPUMinutes = func() string {
+	cols, _, _ := minuteCols()
+	sets := make([]string, len(cols))
+	for i, c := range cols {
+		sets[i] = c + " = EXCLUDED." + c
+	}
+	return `INSERT INTO gpu_device_minutes AS m (host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + `)
+	` + minuteSelect("gpu_samples JOIN unnest($2::int[], $3::timestamptz[], $4::timestamptz[]) AS w(gpu, lo, hi) USING (gpu) "+
+		"WHERE host = $1 AND time >= w.lo AND time < w.hi") + ` ORDER BY 1, 2, 3, 4, 5
+	ON CONFLICT (host, gpu, minute, run_id, rank) DO UPDATE SET ` + strings.Join(sets, ", ")
 }()
 
 // gpuMinuteUnion is a CTE u of gpu_device_minutes rows of the GPUs sel
@@ -107,10 +133,19 @@ func gpuMinuteUnion(sel GPUSelect, metrics []string, from, to time.Time) (cte st
 		}
 	}
 	w := minuteSplit(from, to)
+	// The whole minutes are the rows of each GPU's closed minutes and the
+	// samples of its open ones (samples_gpu_close.go).
 	cte = `u AS (
-		SELECT host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + ` FROM gpu_device_minutes
-		WHERE $4::timestamptz IS NOT NULL AND minute >= $4 AND minute < $5
+		SELECT host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + `
+		FROM gpu_device_minutes JOIN gpu_minute_marks k USING (host, gpu)
+		WHERE $4::timestamptz IS NOT NULL AND minute >= $4 AND minute < $5 AND minute < k.closed_until
 		  AND ($1 = '' OR host = $1) AND ($2 = '' OR run_id = $2) AND ($3::int IS NULL OR rank = $3)
+		UNION ALL
+		SELECT ` + minuteKey + `, ` + strings.Join(aggs, ", ") + `
+		FROM gpu_minute_marks k JOIN gpu_samples USING (host, gpu)
+		WHERE $4::timestamptz IS NOT NULL AND k.closed_until < $5 AND time >= greatest($4, k.closed_until) AND time < $5
+		  AND ($1 = '' OR host = $1) AND ($2 = '' OR run_id = $2) AND ($3::int IS NULL OR rank = $3)
+		GROUP BY 1, 2, 3, 4, 5
 		UNION ALL
 		SELECT ` + minuteKey + `, ` + strings.Join(aggs, ", ") + ` FROM gpu_samples WHERE (($6::timestamptz IS NOT NULL AND time >= $6 AND time < $7)
 		     OR ($8::timestamptz IS NOT NULL AND time >= $8 AND time <= $9))
@@ -133,14 +168,23 @@ func minuteAggs(c string) string {
 }
 
 // GPUMinuteSpan says what the minute rollups hold of the GPUs sel picks
-// in [from, to]: the start of the first minute and the newest sample
-// (each within the window), and how many GPUs. first is nil when they
-// hold nothing.
+// in [from, to], the samples of the GPUs' open minutes included: the start
+// of the first minute and the newest sample (each within the window), and
+// how many GPUs. first is nil when they hold nothing.
 func (s *Store) GPUMinuteSpan(ctx context.Context, sel GPUSelect, from, to time.Time) (first, last *time.Time, gpus int, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT greatest(min(minute), $1), least(max(last_time), $2), count(DISTINCT (host, gpu))::int
-		FROM gpu_device_minutes WHERE minute >= date_trunc('minute', $1::timestamptz) AND minute <= $2
-		  AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)`,
-		from, to, sel.Host, sel.RunID, sel.Rank).Scan(&first, &last, &gpus)
+	err = s.pool.QueryRow(ctx, `SELECT greatest(min(f), $1), least(max(l), $2), count(DISTINCT (host, gpu))::int FROM (
+		SELECT host, gpu, min(minute) AS f, max(last_time) AS l
+		FROM gpu_device_minutes JOIN gpu_minute_marks k USING (host, gpu)
+		WHERE minute >= date_trunc('minute', $1::timestamptz) AND minute <= $2 AND minute < k.closed_until
+		  AND ($3 = '' OR host = $3) AND ($4 = '' OR run_id = $4) AND ($5::int IS NULL OR rank = $5)
+		GROUP BY host, gpu
+		UNION ALL
+		SELECT k.host, k.gpu, date_trunc('minute', o.f), o.l FROM gpu_minute_marks k,
+		LATERAL (SELECT min(s.time) AS f, max(s.time) AS l FROM gpu_samples s
+		         WHERE s.host = k.host AND s.gpu = k.gpu AND s.time >= greatest(date_trunc('minute', $1::timestamptz), k.closed_until)
+		           AND s.time <= $2 AND ($4 = '' OR s.run_id = $4) AND ($5::int IS NULL OR s.rank = $5)) o
+		WHERE k.closed_until <= $2 AND ($3 = '' OR k.host = $3) AND o.f IS NOT NULL
+	) x`, from, to, sel.Host, sel.RunID, sel.Rank).Scan(&first, &last, &gpus)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("store: gpu minute span: %w", err)
 	}
