@@ -57,12 +57,26 @@ func FinalScores(byRank map[int][]StepRow, cfg Config) map[int]float64 {
 // with ranks × steps, so the caller bounds what it reads (BlockScores
 // takes rollups instead). Oldest first; nil for fewer than two ranks.
 func ScoreSeries(byRank map[int][]StepRow, cfg Config) []ScorePoint {
+	return ScoreSeriesAfter(byRank, cfg, -1, nil)
+}
+
+// ScoreSeriesAfter is ScoreSeries of the steps after step after alone,
+// each rank's EWMA continued from prev (its score at step after, as the
+// evaluator stored it): what the evaluator's next pass stores for them,
+// the steps up to after giving their cross-rank figures the context the
+// evaluator's window gives them.
+func ScoreSeriesAfter(byRank map[int][]StepRow, cfg Config, after int64, prev map[int]float64) []ScorePoint {
 	n := 0
 	for _, rows := range byRank {
 		n = max(n, len(rows))
 	}
+	steps := SyncSteps(byRank, n)
+	i := slices.IndexFunc(steps, func(x SyncStep) bool { return x.Step > after })
+	if i < 0 {
+		return nil
+	}
 	var out []ScorePoint
-	for _, s := range StragglerScores(SyncSteps(byRank, n), cfg.StragglerAlpha, nil) {
+	for _, s := range StragglerScores(steps[i:], cfg.StragglerAlpha, prev) {
 		out = append(out, ScorePoint{Rank: s.Rank, Step: s.Step, Time: s.Time, Score: s.Score})
 	}
 	return out

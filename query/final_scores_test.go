@@ -121,6 +121,48 @@ func TestStragglerScoreSeriesBeforeTheStoredOnes(t *testing.T) {
 	}
 }
 
+// The evaluator scores a live run every few seconds: the steps written
+// since its last pass have no stored score yet. They get theirs computed
+// on read as its next pass will store them, each rank's EWMA continued
+// from its stored score, so the chart runs to the run's last step: rank 1,
+// stored at 0.5, falls toward its 30 ms / 100 ms = 0.3 step by step, and
+// rank 0 stays at 0.
+func TestStragglerScoreSeriesAfterTheStoredOnes(t *testing.T) {
+	e := newEnv(t)
+	writeLateRank(e, 60)
+	var stored []store.RankScore
+	for step := int64(1); step <= 40; step++ {
+		for rank, score := range []float64{0, 0.5} {
+			stored = append(stored, store.RankScore{Rank: rank, Step: step, Time: t0.Add(time.Duration(step) * time.Second), Score: score})
+		}
+	}
+	if err := e.s.AddRankScores(context.Background(), "ddp-late", stored); err != nil {
+		t.Fatal(err)
+	}
+
+	var res api.SeriesResponse
+	e.get("/runs/ddp-late/series?metric=straggler_score&rank=all&x_axis=step", 200, &res)
+	if len(res.Series) != 2 {
+		t.Fatalf("%d series, want one a rank", len(res.Series))
+	}
+	for _, s := range res.Series {
+		if len(s.Points) != 60 || s.Points[59].Step != 60 {
+			t.Fatalf("rank %d: %d points, want one a step to step 60", s.Rank, len(s.Points))
+		}
+		for i, p := range s.Points {
+			v := float64(p.Value)
+			switch {
+			case s.Rank == 0 && v != 0:
+				t.Fatalf("rank 0 scores %v at step %d, want 0", v, p.Step)
+			case s.Rank == 1 && p.Step <= 40 && v != 0.5:
+				t.Fatalf("rank 1 at step %d: %v, want the stored 0.5", p.Step, v)
+			case s.Rank == 1 && p.Step > 40 && !(v > 0.3 && v < float64(s.Points[i-1].Value)):
+				t.Fatalf("rank 1 at step %d: %v after %v, want it falling from the stored 0.5 toward 0.3", p.Step, v, s.Points[i-1].Value)
+			}
+		}
+	}
+}
+
 // Past the row budget (many ranks × steps) the scores come from the
 // rollups of lateness and busy time, a block of 100 steps an update: the
 // same story, rank 1 at 0.3 and rank 0 at 0, from a few rows a rank.

@@ -52,8 +52,13 @@ func (rs *rankSeries) buckets(ctx context.Context, rank int, metric string, p pl
 			rows, err = rs.h.store.LatenessBuckets(ctx, rs.runID, from, p.From, p.To, p.Width)
 		default:
 			rows, err = rs.h.store.ScoreBuckets(ctx, rs.runID, p.From, p.To, p.Width)
+			var after []store.RankBucket
+			if err == nil && len(rows) > 0 {
+				after, err = rs.afterStored(ctx, p)
+			}
 			if err == nil {
 				rows, err = rs.beforeStored(ctx, p, rows)
+				rows = append(rows, after...)
 			}
 		}
 		if err != nil {
@@ -128,6 +133,45 @@ func (rs *rankSeries) beforeStored(ctx context.Context, p plan, stored []store.R
 		return nil, err
 	}
 	return append(pre, stored...), nil
+}
+
+// afterStored is the scores of the plan's steps after the newest stored
+// one, computed on read as the evaluator's next pass stores them: each
+// rank's EWMA continued from its stored score, the cross-rank figures
+// taken over the evaluator's window before them. The evaluator scores a
+// live run every few seconds; without them the series would end a few
+// seconds short of the run's steps until its next pass. Past the row
+// budget (an evaluator far behind) the series ends at the stored scores.
+func (rs *rankSeries) afterStored(ctx context.Context, p plan) ([]store.RankBucket, error) {
+	heads, err := rs.h.store.LastRankScores(ctx, rs.runID)
+	if err != nil || len(heads) == 0 || heads[0].Step >= p.To {
+		return nil, err
+	}
+	last := heads[0].Step
+	ranks, err := rs.runRanks(ctx)
+	if err != nil || len(ranks) < 2 {
+		return nil, err
+	}
+	cfg := rs.h.alertsConfig().WithMeta(rs.meta)
+	lo := max(0, last+1-int64(cfg.Window))
+	if int64(len(ranks))*(p.To-lo+1) > max(scoreRowBudget, rs.rowBudget) {
+		return nil, nil
+	}
+	rows, err := rs.h.store.SyncSteps(ctx, rs.runID, ranks, lo, p.To)
+	if err != nil {
+		return nil, fmt.Errorf("query: score series: %w", err)
+	}
+	prev := make(map[int]float64, len(heads))
+	for _, h := range heads {
+		prev[h.Rank] = h.Score
+	}
+	var pts []detect.ScorePoint
+	for _, pt := range detect.ScoreSeriesAfter(detect.ByRank(rows), cfg, last, prev) {
+		if pt.Step >= p.From {
+			pts = append(pts, pt)
+		}
+	}
+	return bucketScores(pts, p.Width), nil
 }
 
 // scoreRowBudget is the most rank-steps a straggler score series is
