@@ -9,7 +9,9 @@
    interpreter they take from the training thread included),
    `build_nothing` (finished steps are read back and their events
    returned, no record built), `send_nothing` (records built and dropped
-   instead of sent);
+   instead of sent), `no_reader_thread`, `no_sender` (records dropped as
+   they are queued), `no_threads` (both), `no_inline_read` (the training
+   thread never reads steps back; the reader thread reads them all);
 2. each hook entry point's inclusive time on the training thread, timed
    around the call (the timer's own cost measured and taken off);
 3. the hook's threads' CPU per watched step, thread by thread.
@@ -30,7 +32,7 @@ from common import CaptureProcess
 
 import torch  # noqa: E402
 
-from deepseed import readback, steps, torch_utils  # noqa: E402
+from deepseed import readback, sender, steps, torch_utils  # noqa: E402
 
 HOOK_METHODS = ("forward_pre", "forward_post", "optimizer_pre", "optimizer_post")
 TIMED = {steps.StepState: ("forward_pre", "forward_post", "optimizer_pre", "optimizer_post", "open_step",
@@ -72,7 +74,19 @@ def _send_nothing(self):
     self.columns = None
 
 
+def _put_nothing(self, record):
+    """A sender that drops every record: its thread waits and sends nothing."""
+
+
 PATCHES = {"hooks_empty": [(steps.StepState, m, _empty) for m in HOOK_METHODS],
+           # The hook's threads taken away one at a time: the reader thread
+           # (the training thread still reads steps back as they close), the
+           # sender's work (records dropped), both; and the training
+           # thread's own read-back (the reader thread reads every step).
+           "no_reader_thread": [(readback.StepReader, "start", _empty)],
+           "no_sender": [(sender.Sender, "put", _put_nothing)],
+           "no_threads": [(readback.StepReader, "start", _empty), (sender.Sender, "put", _put_nothing)],
+           "no_inline_read": [(readback.StepReader, "read_waiting", _empty)],
            "reader_lean": [(readback.StepReader, "_read_loop", _lean_loop)],
            "build_nothing": [(readback.StepReader, "_build", _build_nothing)],
            "send_nothing": [(readback.StepReader, "send_steps", _send_nothing)]}
