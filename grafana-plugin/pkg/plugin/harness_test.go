@@ -41,10 +41,21 @@ func startServer(t *testing.T) string {
 	return servertest.Start(t, cfg, storetest.NewStore(t))
 }
 
-// ingest posts NDJSON records to the server with the ingest token.
+// ingest posts NDJSON records to the server with the ingest token and
+// waits until the rollups of their runs are refreshed: the views answer at
+// once whatever the backlog, with the figures rolled up so far, and the
+// golden answers are those of runs rolled up whole, as a user sees them a
+// moment after the last step.
 func ingest(t *testing.T, base string, records []map[string]any) {
 	t.Helper()
 	servertest.Ingest(t, base, ingestToken, records)
+	seen := map[string]bool{}
+	for _, r := range records {
+		if id, ok := r["run_id"].(string); ok && r["kind"] == "run" && !seen[id] {
+			seen[id] = true
+			servertest.WaitRollups(t, base, readToken, id)
+		}
+	}
 }
 
 func ts(d time.Duration) string { return t0.Add(d).Format(time.RFC3339Nano) }
