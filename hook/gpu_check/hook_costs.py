@@ -86,7 +86,10 @@ PATCHES = {"hooks_empty": [(steps.StepState, m, _empty) for m in HOOK_METHODS],
            "no_reader_thread": [(readback.StepReader, "start", _empty)],
            "no_sender": [(sender.Sender, "put", _put_nothing)],
            "no_threads": [(readback.StepReader, "start", _empty), (sender.Sender, "put", _put_nothing)],
-           "no_inline_read": [(readback.StepReader, "read_waiting", _empty)],
+           # The reader thread then reads every finished step each time it
+           # wakes, not only those left READ_LATE_S: else most steps would be
+           # read at the run's end, outside the timed steps.
+           "no_inline_read": [(readback.StepReader, "read_waiting", _empty), (readback, "READ_LATE_S", 0.0)],
            "reader_lean": [(readback.StepReader, "_read_loop", _lean_loop)],
            "build_nothing": [(readback.StepReader, "_build", _build_nothing)],
            "send_nothing": [(readback.StepReader, "send_steps", _send_nothing)]}
@@ -95,7 +98,7 @@ PATCHES = {"hooks_empty": [(steps.StepState, m, _empty) for m in HOOK_METHODS],
 def patched_block(variant, pairs, url, xs, ys):
     saved = []
     for cls, name, fn in PATCHES.get(variant, ()):
-        saved.append((cls, name, cls.__dict__[name]))
+        saved.append((cls, name, vars(cls)[name]))
         setattr(cls, name, fn)
     try:
         res = bench_split.block("default" if variant in PATCHES else variant, pairs, url, xs, ys)
