@@ -88,15 +88,7 @@ func TestStragglerScoreSeriesAfterTheFact(t *testing.T) {
 func TestStragglerScoreSeriesBeforeTheStoredOnes(t *testing.T) {
 	e := newEnv(t)
 	writeLateRank(e, 60)
-	var stored []store.RankScore
-	for step := int64(31); step <= 60; step++ {
-		for rank, score := range []float64{0, 0.5} {
-			stored = append(stored, store.RankScore{Rank: rank, Step: step, Time: t0.Add(time.Duration(step) * time.Second), Score: score})
-		}
-	}
-	if err := e.s.AddRankScores(context.Background(), "ddp-late", stored); err != nil {
-		t.Fatal(err)
-	}
+	storeLateRankScores(e, 31, 60)
 
 	var res api.SeriesResponse
 	e.get("/runs/ddp-late/series?metric=straggler_score&rank=all&x_axis=step", 200, &res)
@@ -130,15 +122,7 @@ func TestStragglerScoreSeriesBeforeTheStoredOnes(t *testing.T) {
 func TestStragglerScoreSeriesAfterTheStoredOnes(t *testing.T) {
 	e := newEnv(t)
 	writeLateRank(e, 60)
-	var stored []store.RankScore
-	for step := int64(1); step <= 40; step++ {
-		for rank, score := range []float64{0, 0.5} {
-			stored = append(stored, store.RankScore{Rank: rank, Step: step, Time: t0.Add(time.Duration(step) * time.Second), Score: score})
-		}
-	}
-	if err := e.s.AddRankScores(context.Background(), "ddp-late", stored); err != nil {
-		t.Fatal(err)
-	}
+	storeLateRankScores(e, 1, 40)
 
 	var res api.SeriesResponse
 	e.get("/runs/ddp-late/series?metric=straggler_score&rank=all&x_axis=step", 200, &res)
@@ -186,6 +170,22 @@ func TestStragglerScoreSeriesFromRollups(t *testing.T) {
 	}
 	if last[0] != 0 || last[1] < 0.29 || last[1] > 0.31 {
 		t.Errorf("final scores %v, want rank 1 at 0.3 and rank 0 at 0", last)
+	}
+}
+
+// storeLateRankScores stores, as the evaluator would, the straggler
+// scores of writeLateRank's run for steps from to to: 0 for rank 0, 0.5
+// for rank 1.
+func storeLateRankScores(e *env, from, to int64) {
+	e.t.Helper()
+	var stored []store.RankScore
+	for step := from; step <= to; step++ {
+		for rank, score := range []float64{0, 0.5} {
+			stored = append(stored, store.RankScore{Rank: rank, Step: step, Time: t0.Add(time.Duration(step) * time.Second), Score: score})
+		}
+	}
+	if err := e.s.AddRankScores(context.Background(), "ddp-late", stored); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

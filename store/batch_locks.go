@@ -2,7 +2,6 @@ package store
 
 import (
 	"hash/fnv"
-	"slices"
 	"sort"
 	"strconv"
 )
@@ -59,7 +58,7 @@ func (b *batchPlan) runLockKeys() []int64 {
 		}
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	return slices.Compact(keys)
+	return keys
 }
 
 func rankLockKey(run string, rank int) int64 { return lockKey(run, "rank", strconv.Itoa(rank)) }

@@ -90,7 +90,7 @@ func (s *Store) ApplyRetention(ctx context.Context, keep time.Duration) (Retenti
 	}
 	ts, err := timescaleTables(ctx, conn)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("retention: %w", err)
 	}
 	// failed logs a step that failed and counts it, unless the pass was
 	// cancelled, which ends it.
@@ -262,11 +262,11 @@ func (s *Store) dropUnattributedGPUSamples(ctx context.Context, cutoff time.Time
 
 // timescaleTables returns the hypertables and continuous aggregates of
 // the current schema, none when TimescaleDB is not in use.
-func timescaleTables(ctx context.Context, conn *pgxpool.Conn) (map[string]bool, error) {
+func timescaleTables(ctx context.Context, conn querier) (map[string]bool, error) {
 	out := map[string]bool{}
 	var on bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'timescaledb')`).Scan(&on); err != nil {
-		return nil, fmt.Errorf("retention: look up timescaledb: %w", err)
+		return nil, fmt.Errorf("store: look up timescaledb: %w", err)
 	}
 	if !on {
 		return out, nil
@@ -276,11 +276,11 @@ func timescaleTables(ctx context.Context, conn *pgxpool.Conn) (map[string]bool, 
 		UNION ALL
 		SELECT view_name::text FROM timescaledb_information.continuous_aggregates WHERE view_schema = current_schema()`)
 	if err != nil {
-		return nil, fmt.Errorf("retention: list hypertables: %w", err)
+		return nil, fmt.Errorf("store: list hypertables: %w", err)
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("retention: list hypertables: %w", err)
+		return nil, fmt.Errorf("store: list hypertables: %w", err)
 	}
 	for _, n := range names {
 		out[n] = true

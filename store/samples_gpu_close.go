@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,7 +61,6 @@ func (s *Store) CloseGPUMinutes(ctx context.Context) (hosts int, more bool, err 
 	if err != nil {
 		return 0, false, fmt.Errorf("store: find GPU minutes to close: %w", err)
 	}
-	names = names[:min(len(names), closeHosts)]
 	for _, h := range names {
 		if err := s.closeHostMinutes(ctx, h); err != nil {
 			return hosts, true, err
@@ -93,11 +91,11 @@ func (s *Store) closeHostMinutes(ctx context.Context, host string) error {
 		SELECT k.gpu, k.closed_until,
 		       greatest(k.closed_until + interval '1 minute', least(l.lim, coalesce(date_trunc('minute', n.time), l.lim)))
 		FROM gpu_minute_marks k
-		CROSS JOIN LATERAL (`+strings.ReplaceAll(closeLimit, "$1", "$2")+`) l
+		CROSS JOIN LATERAL (`+closeLimit+`) l
 		LEFT JOIN LATERAL (SELECT s.time FROM gpu_samples s WHERE s.host = k.host AND s.gpu = k.gpu AND s.time >= k.closed_until
 		                   ORDER BY s.time OFFSET $3 LIMIT 1) n ON true
-		WHERE k.host = $1 AND k.closed_until < l.lim
-		ORDER BY k.gpu`, host, closeGrace.Seconds(), closeSamples)
+		WHERE k.host = $2 AND k.closed_until < l.lim
+		ORDER BY k.gpu`, closeGrace.Seconds(), host, closeSamples)
 	if err != nil {
 		return fmt.Errorf("store: close GPU minutes of %s: read marks: %w", host, err)
 	}

@@ -83,10 +83,8 @@ func minuteSelect(from string) string {
 // that fall in their GPU's closed minutes (gpu_minute_marks) to those
 // minutes' rows, in key order.
 var mergeGPUMinutes = func() string {
-	cols, _, merges := minuteCols()
-	return `INSERT INTO gpu_device_minutes AS m (host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + `)
-	` + minuteSelect("ins JOIN gpu_minute_marks k USING (host, gpu) WHERE time < k.closed_until") + ` ORDER BY 1, 2, 3, 4, 5
-	ON CONFLICT (host, gpu, minute, run_id, rank) DO UPDATE SET ` + strings.Join(merges, ", ")
+	_, _, merges := minuteCols()
+	return upsertMinutes("ins JOIN gpu_minute_marks k USING (host, gpu) WHERE time < k.closed_until", merges)
 }()
 
 // newGPUMarks gives each GPU of tmp_gpu_samples that has no mark yet one
@@ -106,11 +104,19 @@ var closeGPUMinutes = func() string {
 	for i, c := range cols {
 		sets[i] = c + " = EXCLUDED." + c
 	}
-	return `INSERT INTO gpu_device_minutes AS m (host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + `)
-	` + minuteSelect("gpu_samples JOIN unnest($2::int[], $3::timestamptz[], $4::timestamptz[]) AS w(gpu, lo, hi) USING (gpu) "+
-		"WHERE host = $1 AND time >= w.lo AND time < w.hi") + ` ORDER BY 1, 2, 3, 4, 5
-	ON CONFLICT (host, gpu, minute, run_id, rank) DO UPDATE SET ` + strings.Join(sets, ", ")
+	return upsertMinutes("gpu_samples JOIN unnest($2::int[], $3::timestamptz[], $4::timestamptz[]) AS w(gpu, lo, hi) USING (gpu) "+
+		"WHERE host = $1 AND time >= w.lo AND time < w.hi", sets)
 }()
+
+// upsertMinutes writes the samples of from (minuteSelect) into their
+// minutes' rows, in key order, a stored row taking sets (m: the stored
+// row, EXCLUDED: the new one).
+func upsertMinutes(from string, sets []string) string {
+	cols, _, _ := minuteCols()
+	return `INSERT INTO gpu_device_minutes AS m (host, gpu, minute, run_id, rank, ` + strings.Join(cols, ", ") + `)
+	` + minuteSelect(from) + ` ORDER BY 1, 2, 3, 4, 5
+	ON CONFLICT (host, gpu, minute, run_id, rank) DO UPDATE SET ` + strings.Join(sets, ", ")
+}
 
 // gpuMinuteUnion is a CTE u of gpu_device_minutes rows of the GPUs sel
 // picks in [from, to]: the stored rows of the minutes wholly inside the

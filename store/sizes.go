@@ -20,12 +20,11 @@ type TableSize struct {
 	// Bytes counts the table, its indexes and TOAST; a hypertable's chunks
 	// too, compressed or not.
 	Bytes int64
-	// Hypertable is true on TimescaleDB for a hypertable; Compressed then
-	// counts its compressed chunks and CompressedBytes their bytes.
-	Hypertable      bool
-	Chunks          int64
-	Compressed      int64
-	CompressedBytes int64
+	// Hypertable is true on TimescaleDB for a hypertable; Chunks then
+	// counts its chunks and Compressed the compressed ones.
+	Hypertable bool
+	Chunks     int64
+	Compressed int64
 	// Live and Dead are PostgreSQL's estimates of live and dead row
 	// versions (pg_stat_user_tables; a hypertable's chunks summed).
 	Live, Dead int64
@@ -50,24 +49,9 @@ func TableSizes(ctx context.Context, url string) ([]TableSize, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
-	var ts bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'timescaledb')`).Scan(&ts); err != nil {
-		return nil, fmt.Errorf("look up timescaledb: %w", err)
-	}
-	hyper := map[string]bool{}
-	if ts {
-		rows, err := conn.Query(ctx, `SELECT hypertable_name::text FROM timescaledb_information.hypertables
-			WHERE hypertable_schema = current_schema()`)
-		if err != nil {
-			return nil, fmt.Errorf("list hypertables: %w", err)
-		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, fmt.Errorf("list hypertables: %w", err)
-		}
-		for _, n := range names {
-			hyper[n] = true
-		}
+	hyper, err := timescaleTables(ctx, conn)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]TableSize, 0, len(sizedTables))
 	for _, t := range sizedTables {
@@ -76,17 +60,12 @@ func TableSizes(ctx context.Context, url string) ([]TableSize, error) {
 			// Chunks are tables of their own (the compressed ones beside
 			// them): their statistics are summed.
 			err = conn.QueryRow(ctx, `
-				SELECT hypertable_size($1::text::regclass),
-				       (SELECT count(*) FROM timescaledb_information.chunks c WHERE c.hypertable_name = $1::text),
-				       (SELECT count(*) FROM timescaledb_information.chunks c WHERE c.hypertable_name = $1::text AND c.is_compressed),
-				       coalesce((SELECT sum(after_compression_total_bytes)::bigint FROM chunk_compression_stats($1::text::regclass)), 0),
-				       coalesce((SELECT sum(st.n_live_tup)::bigint FROM pg_stat_user_tables st
-				                 JOIN timescaledb_information.chunks c ON c.chunk_schema = st.schemaname AND c.chunk_name = st.relname
-				                 WHERE c.hypertable_name = $1::text), 0),
-				       coalesce((SELECT sum(st.n_dead_tup)::bigint FROM pg_stat_user_tables st
-				                 JOIN timescaledb_information.chunks c ON c.chunk_schema = st.schemaname AND c.chunk_name = st.relname
-				                 WHERE c.hypertable_name = $1::text), 0)`, t.name).
-				Scan(&s.Bytes, &s.Chunks, &s.Compressed, &s.CompressedBytes, &s.Live, &s.Dead)
+				SELECT hypertable_size($1::text::regclass), count(*), count(*) FILTER (WHERE c.is_compressed),
+				       coalesce(sum(st.n_live_tup), 0)::bigint, coalesce(sum(st.n_dead_tup), 0)::bigint
+				FROM timescaledb_information.chunks c
+				LEFT JOIN pg_stat_user_tables st ON st.schemaname = c.chunk_schema AND st.relname = c.chunk_name
+				WHERE c.hypertable_name = $1::text`, t.name).
+				Scan(&s.Bytes, &s.Chunks, &s.Compressed, &s.Live, &s.Dead)
 		} else {
 			err = conn.QueryRow(ctx, `
 				SELECT pg_total_relation_size($1::text::regclass),
