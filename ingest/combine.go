@@ -36,6 +36,7 @@ type combiner struct {
 type combined struct {
 	ctx  context.Context
 	recs []api.Record
+	keys []int64 // the locks its records take (store.LockKeys)
 	done chan combineResult
 }
 
@@ -52,7 +53,9 @@ const (
 	// already pays for its transaction.
 	combineMaxBatch = 200
 	// combineMaxRecords and combineMaxBatches bound one combined write;
-	// each batch's ranks are advisory locks held to its end.
+	// each batch's ranks are advisory locks held to its end, and a group
+	// takes no more than store.MaxBatchLocks of them: past that it would
+	// be a wide batch, which writes beside no other.
 	combineMaxRecords = 5000
 	combineMaxBatches = 256
 )
@@ -80,7 +83,7 @@ func (c *combiner) write(ctx context.Context, recs []api.Record) (store.WriteRes
 	if !combinable(recs) {
 		return c.st.WriteBatch(ctx, recs)
 	}
-	me := &combined{ctx: ctx, recs: recs, done: make(chan combineResult, 1)}
+	me := &combined{ctx: ctx, recs: recs, keys: store.LockKeys(recs), done: make(chan combineResult, 1)}
 	c.mu.Lock()
 	c.pending = append(c.pending, me)
 	if c.writers < combineWriters {
@@ -118,17 +121,21 @@ func (c *combiner) take() []*combined {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var group []*combined
+	locks := map[int64]struct{}{}
 	n, i := 0, 0
 	for ; i < len(c.pending) && len(group) < combineMaxBatches; i++ {
 		p := c.pending[i]
 		if p.ctx.Err() != nil {
 			continue
 		}
-		if len(group) > 0 && n+len(p.recs) > combineMaxRecords {
+		if len(group) > 0 && (n+len(p.recs) > combineMaxRecords || len(locks)+newKeys(locks, p.keys) > store.MaxBatchLocks) {
 			break
 		}
 		group = append(group, p)
 		n += len(p.recs)
+		for _, k := range p.keys {
+			locks[k] = struct{}{}
+		}
 	}
 	c.pending = append(c.pending[:0], c.pending[i:]...)
 	if len(group) == 0 && len(c.pending) == 0 {
@@ -136,6 +143,17 @@ func (c *combiner) take() []*combined {
 		return nil
 	}
 	return group
+}
+
+// newKeys counts the keys not in set.
+func newKeys(set map[int64]struct{}, keys []int64) int {
+	n := 0
+	for _, k := range keys {
+		if _, ok := set[k]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 func (c *combiner) writeGroup(group []*combined) {

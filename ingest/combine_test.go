@@ -96,3 +96,25 @@ func logCombined(t *testing.T, s *server) {
 		}
 	}
 }
+
+// One body of 50,000 ranks, as many as --max-batch-rows lets it hold, and
+// the same as a JSON array: each is stored (200), not refused for want of
+// the database's lock slots, and sent again is all duplicates.
+func TestIngestBodyOfFiftyThousandRanks(t *testing.T) {
+	s := newServer(t, ingest.Options{})
+	const ranks = 50000
+	lines := make([]string, ranks)
+	for r := range lines {
+		lines[r] = fmt.Sprintf(`{"kind":"step","run_id":"r%d","rank":%d,"step":0,"time":1000,"loss":1.5}`, r%3, r)
+	}
+	if res := s.ingest(t, lines...).result(t); res.Accepted != ranks || res.Duplicates != 0 {
+		t.Fatalf("%d accepted, %d duplicates; want %d new", res.Accepted, res.Duplicates, ranks)
+	}
+	array := []byte("[" + strings.Join(lines, ",") + "]")
+	if res := s.post(t, "/api/v1/ingest", array, "Content-Type", "application/json").result(t); res.Accepted != 0 || res.Duplicates != ranks {
+		t.Fatalf("sent again: %d accepted, %d duplicates; want %d duplicates", res.Accepted, res.Duplicates, ranks)
+	}
+	if n := s.count(t, `SELECT count(*) FROM steps`); n != ranks {
+		t.Fatalf("%d steps stored, want %d", n, ranks)
+	}
+}

@@ -213,6 +213,9 @@ type batchPlan struct {
 	groups    map[string][]*segGroup
 	// rollback ends the transaction with ROLLBACK instead of COMMIT.
 	rollback bool
+	// wide is set when the batch holds wideBatchLock exclusively in place
+	// of its runs', ranks' and hosts' locks (batch_locks.go).
+	wide bool
 }
 
 func newBatchPlan(recs []api.Record, now time.Time) *batchPlan {
@@ -291,13 +294,19 @@ func (b *batchPlan) seen(runID string, t time.Time) {
 func (b *batchPlan) prepare(ctx context.Context, tx batchConn) error {
 	q := &pgx.Batch{}
 	q.Queue(`BEGIN`)
-	if keys := b.runLockKeys(); len(keys) > 0 {
-		q.Queue(`SELECT count(pg_advisory_xact_lock_shared(k)) FROM (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS l`, keys)
-	}
-	if keys := b.lockKeys(); len(keys) > 0 {
-		// Locks are taken in key order so that batches cannot deadlock
-		// each other over them.
-		q.Queue(`SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS l`, keys)
+	shared, exclusive := b.runLockKeys(), b.lockKeys()
+	if b.wide = wideBatch(shared, exclusive); b.wide {
+		q.Queue(`SELECT pg_advisory_xact_lock($1)`, wideBatchLock)
+	} else {
+		q.Queue(`SELECT pg_advisory_xact_lock_shared($1)`, wideBatchLock)
+		if len(shared) > 0 {
+			q.Queue(`SELECT count(pg_advisory_xact_lock_shared(k)) FROM (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS l`, shared)
+		}
+		if len(exclusive) > 0 {
+			// Locks are taken in key order so that batches cannot deadlock
+			// each other over them.
+			q.Queue(`SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS l`, exclusive)
+		}
 	}
 	if len(b.runIDs) > 0 {
 		// A new run is created here; an existing one is only moved by

@@ -4,6 +4,8 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+
+	"github.com/deepseed/deepseed/api"
 )
 
 // Concurrency of a batch's writes. Every batch holds a shared lock on each
@@ -23,6 +25,24 @@ import (
 // records, and last_seen_at and started_at when a record moves them,
 // last_seen_at by a second or more, so that a steady stream of batches of a
 // live run does not queue on its row.
+//
+// Every lock a transaction holds takes a slot of PostgreSQL's shared lock
+// table (max_locks_per_transaction times max_connections, 6,400 by
+// default), and a batch may name up to --max-batch-rows runs or ranks: one
+// that held a lock for each would fill the table ("out of shared memory")
+// and fail every time it is retried, along with whatever else wanted a
+// lock meanwhile. So a batch that needs more than maxBatchLocks locks is a
+// wide batch: it takes wideBatchLock alone, exclusively, in place of all
+// of them. Every other batch holds wideBatchLock shared, first, so a wide
+// batch waits for the batches in flight and they for it: whatever a wide
+// batch writes, no batch writes beside it. Whoever takes a run's or a
+// host's lock exclusively (dropping a run, closing GPU minutes) holds
+// wideBatchLock shared first too, since a wide batch takes no lock of its
+// own runs and hosts. Taking wideBatchLock before any other lock keeps
+// the order of every transaction the same, so none waits in a cycle.
+const maxBatchLocks = 512
+
+var wideBatchLock = lockKey("wide-batch")
 
 // lockKey hashes the parts of a lock's name into PostgreSQL's advisory
 // lock space. A collision makes two batches wait for each other, nothing
@@ -65,6 +85,10 @@ func rankLockKey(run string, rank int) int64 { return lockKey(run, "rank", strco
 func splitLockKey(run, split string) int64   { return lockKey(run, "split", split) }
 func eventLockKey(run string) int64          { return lockKey(run, "events") }
 
+// wide reports whether the batch takes wideBatchLock alone (see above):
+// shared and exclusive are its runLockKeys and lockKeys.
+func wideBatch(shared, exclusive []int64) bool { return len(shared)+len(exclusive) > maxBatchLocks }
+
 // lockKeys returns the advisory locks the batch takes, sorted and unique.
 func (b *batchPlan) lockKeys() []int64 {
 	set := map[int64]struct{}{}
@@ -85,5 +109,37 @@ func (b *batchPlan) lockKeys() []int64 {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+// MaxBatchLocks is the most locks a batch takes one by one; past it, it
+// takes wideBatchLock alone and writes beside no other batch. Ingest
+// combines batches up to it (LockKeys).
+const MaxBatchLocks = maxBatchLocks
+
+// LockKeys returns the locks WriteBatch takes for a batch of run, step,
+// layers and evaluation records, the kinds ingest combines into one
+// transaction, unique and in no order; records of other kinds add none.
+func LockKeys(recs []api.Record) []int64 {
+	set := map[int64]struct{}{}
+	for _, r := range recs {
+		switch {
+		case r.Run != nil:
+			set[runLockKey(r.Run.RunID)] = struct{}{}
+		case r.Step != nil:
+			set[runLockKey(r.Step.RunID)] = struct{}{}
+			set[rankLockKey(r.Step.RunID, r.Step.Rank)] = struct{}{}
+		case r.Layers != nil:
+			set[runLockKey(r.Layers.RunID)] = struct{}{}
+			set[rankLockKey(r.Layers.RunID, r.Layers.Rank)] = struct{}{}
+		case r.Eval != nil:
+			set[runLockKey(r.Eval.RunID)] = struct{}{}
+			set[splitLockKey(r.Eval.RunID, orDefault(r.Eval.Split, "val"))] = struct{}{}
+		}
+	}
+	keys := make([]int64, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
 	return keys
 }

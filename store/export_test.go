@@ -16,3 +16,7 @@ var RunLockKey = runLockKey
 
 // SyncRollupSQL is the SQL the synchronisation rollups are held to.
 var SyncRollupSQL = syncRollupRefSQL
+
+// WideBatchLock is the lock a wide batch takes alone, exclusively, and
+// every other batch shared.
+var WideBatchLock = wideBatchLock

@@ -187,8 +187,8 @@ func (s *Store) dropExpiredRun(ctx context.Context, id string, cutoff time.Time,
 		// batch_locks.go), then the rollup refresher's: a batch or a refresh
 		// of this run waits for the drop and, when it comes after, starts
 		// from nothing.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2),
-			pg_advisory_xact_lock(`+refreshLockKey("$1")+`)`, id, runLockKey(id)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($3), pg_advisory_xact_lock($2),
+			pg_advisory_xact_lock(`+refreshLockKey("$1")+`)`, id, runLockKey(id), wideBatchLock); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
 		var n int

@@ -307,6 +307,10 @@ func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
 		for i, id := range runIDs {
 			keys[i] = runLockKey(id)
 		}
+		// A wide batch takes none of its runs' locks (batch_locks.go).
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, wideBatchLock); err != nil {
+			return fmt.Errorf("store: delete runs: lock batches: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM
 			(SELECT DISTINCT k FROM unnest($1::bigint[]) AS k ORDER BY 1) AS l`, keys); err != nil {
 			return fmt.Errorf("store: delete runs: lock runs: %w", err)

@@ -81,7 +81,8 @@ func (s *Store) closeHostMinutes(ctx context.Context, host string) error {
 		return fmt.Errorf("store: close GPU minutes of %s: %w", host, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gpuHostLockKey(host)); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($2), pg_advisory_xact_lock($1)`,
+		gpuHostLockKey(host), wideBatchLock); err != nil {
 		return fmt.Errorf("store: close GPU minutes of %s: lock: %w", host, err)
 	}
 	// Read after the lock: the marks as the last closing left them. Each
