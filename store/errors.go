@@ -135,3 +135,22 @@ func NeedsOperator(err error) string {
 	}
 	return ""
 }
+
+// connEnded reports whether err is the failure of a pooled connection that
+// the database server ended while it sat idle (terminated by an
+// administrator or a restart, or found closed): the pool drops it, and the
+// same statement on another connection may succeed.
+func connEnded(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P01" // admin_shutdown: terminated by pg_terminate_backend or a shutdown
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return false // a new connection that failed: the server is away
+	}
+	if pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	return strings.Contains(err.Error(), "conn closed")
+}

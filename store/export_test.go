@@ -1,5 +1,7 @@
 package store
 
+import "github.com/jackc/pgx/v5/pgxpool"
+
 // SetAfterMarkersRead makes every refresh call f right after reading its
 // markers, until the returned function restores the default.
 func SetAfterMarkersRead(f func()) (restore func()) {
@@ -20,3 +22,6 @@ var SyncRollupSQL = syncRollupRefSQL
 // WideBatchLock is the lock a wide batch takes alone, exclusively, and
 // every other batch shared.
 var WideBatchLock = wideBatchLock
+
+// OwnPool is the store's own connection pool.
+func OwnPool(s *Store) *pgxpool.Pool { return s.pool }

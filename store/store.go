@@ -224,11 +224,15 @@ func (s *Store) Migrated(ctx context.Context) (bool, error) {
 	}
 	var n int
 	// A pooled connection the server ended (a restart, an administrator)
-	// fails once and is dropped: one more try takes another, so that one
-	// stale connection does not read as a database that is away.
-	for try := 0; ; try++ {
+	// fails once and is dropped: the next try takes another. The server
+	// ends all of them at once, so tries go on while they fail that way,
+	// one a pooled connection and one more, so that stale connections do
+	// not read as a database that is away; any other failure gets one
+	// more try.
+	tries := int(s.pool.Config().MaxConns) + 1
+	for try := 1; ; try++ {
 		err = s.pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
-		if err == nil || try == 1 || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || try >= tries || (try >= 2 && !connEnded(err)) {
 			break
 		}
 	}

@@ -5,6 +5,10 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
@@ -54,5 +58,63 @@ func TestMigrateConcurrently(t *testing.T) {
 	ok, err := s.Migrated(ctx)
 	if err != nil || !ok {
 		t.Fatalf("Migrated = %v, %v", ok, err)
+	}
+}
+
+// Every pooled connection ended at once by the database (an administrator,
+// a restart) is not a database that is away: Migrated goes on to a live
+// connection and answers.
+func TestMigratedAfterEveryPooledConnectionEnded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := storetest.NewDatabase(t)
+	s := storetest.Open(t, url, nil)
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Six connections in the store's pool, idle.
+	pool := store.OwnPool(s)
+	var conns []*pgxpool.Conn
+	for i := 0; i < 6; i++ {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	var name string
+	if err := conns[0].QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	admin, err := pgx.Connect(ctx, storetest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var ended int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
+		name).Scan(&ended); err != nil || ended < 6 {
+		t.Fatalf("ended %d connections (%v), want 6 or more", ended, err)
+	}
+	// The ended backends are gone before the pool uses their connections.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var left int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
+			name).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backends still there a minute after they were ended", left)
+		}
+	}
+	ok, err := s.Migrated(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Migrated after the pooled connections ended: %v, %v; want true", ok, err)
 	}
 }
