@@ -195,7 +195,7 @@ func BenchmarkRollupBuild(b *testing.B) {
 		var durs []time.Duration
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
-			exec(`TRUNCATE metric_rollups, layer_rollups, rollup_dirty`)
+			exec(`TRUNCATE metric_rollup_rows, metric_rollup_sets, layer_rollups, rollup_dirty`)
 			exec(`INSERT INTO rollup_dirty (run_id, rank, block) SELECT 'big', 0, b FROM generate_series(0, 9999) b`)
 			b.StartTimer()
 			start := time.Now()

@@ -164,7 +164,7 @@ func compressionStats(t *testing.T, s *store.Store) string {
 		}
 		fmt.Fprintf(&b, "%-14s %10d %12.0f %12.0f %7.1fx\n", h, rows, float64(*before)/float64(rows), float64(*after)/float64(rows), float64(*before)/float64(*after))
 	}
-	for _, r := range []string{"metric_rollups", "layer_rollups", "runs"} {
+	for _, r := range []string{"metric_rollup_rows", "metric_rollup_sets", "layer_rollups", "runs"} {
 		var rows, bytes int64
 		if err := storetest.Pool(t, s).QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r+`), pg_total_relation_size($1::regclass)`, r).Scan(&rows, &bytes); err != nil {
 			t.Fatal(err)

@@ -39,7 +39,7 @@ func (b *layerBucket) row(runID string, w int64) []any {
 var layerRollupColumns = []string{"run_id", "rank", "width", "bucket", "first_step", "first_time", "rows",
 	"fwd_sums", "fwd_counts", "bwd_sums", "bwd_counts"}
 
-var layerRollups = rollupTable{name: "layer_rollups", raw: rawLayerRollups, coarser: coarserLayerRollups}
+var layerRollups = rollupTable{names: []string{"layer_rollups"}, raw: rawLayerRollups, coarser: coarserLayerRollups}
 
 // rawLayerRollups writes the width-100 layer rollups of the spans. The
 // raw arrays are streamed in binary and summed in Go without decoding

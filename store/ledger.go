@@ -14,7 +14,7 @@ import (
 // when it has none.
 func (s *Store) StepTimeSpan(ctx context.Context, runID string, rank int) (first, last time.Time, found bool, err error) {
 	var lt *time.Time
-	err = s.pool.QueryRow(ctx, `SELECT first_time, last_time FROM metric_rollups
+	err = s.pool.QueryRow(ctx, `SELECT first_time, last_time FROM metric_rollup_rows
 		WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket = 0 AND metric = 'step'`, runID, rank, TotalWidth).Scan(&first, &lt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return first, last, false, nil

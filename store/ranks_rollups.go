@@ -39,7 +39,7 @@ var rankRollupMetrics = []string{"step", "step_ms", "forward_ms", "backward_ms",
 // count of the blocks before step $3 (a multiple of 100), by widths.
 var rankRollupSQL = `
 WITH t AS (
-	SELECT rank, metric, first_step, first_time, last_time, min, max, sum, count FROM metric_rollups
+	SELECT rank, metric, first_step, first_time, last_time, min, max, sum, count FROM metric_rollup_rows
 	WHERE run_id = $1 AND width = 0 AND bucket = 0 AND metric = ANY($2) AND ($4 < 0 OR rank = $4)
 ), p AS (
 	SELECT rank, metric, sum(sum) AS sum, sum(count)::bigint AS count, max(last_time) AS last_time FROM metric_rollups
@@ -229,7 +229,7 @@ func (s *Store) LatenessSource(ctx context.Context, runID string) (string, error
 	// the newest block of its rows is read.
 	err := s.pool.QueryRow(ctx, `
 		WITH r AS (
-			SELECT rank, max::bigint AS last FROM metric_rollups
+			SELECT rank, max::bigint AS last FROM metric_rollup_rows
 			WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1
 		)
 		SELECT CASE WHEN s.sync_ns IS NOT NULL THEN 'arrivals' WHEN s.sync_wait_ms IS NOT NULL THEN 'waits' ELSE '' END
@@ -269,7 +269,7 @@ func (s *Store) StepRowsOf(ctx context.Context, runs []RankFrom) (map[string]int
 	rows, err := s.pool.Query(ctx, `
 		SELECT x.run_id,
 		       (SELECT coalesce(sum(count * greatest(0, least(1, (max - x.from_step + 1) / greatest(max - min + 1, 1)))), 0)::bigint
-		        FROM metric_rollups WHERE run_id = x.run_id AND width = 0 AND bucket = 0 AND metric = 'step' AND (x.rank < 0 OR rank = x.rank))
+		        FROM metric_rollup_rows WHERE run_id = x.run_id AND width = 0 AND bucket = 0 AND metric = 'step' AND (x.rank < 0 OR rank = x.rank))
 		     + (SELECT 100 * count(*) FROM rollup_dirty WHERE run_id = x.run_id AND block >= x.from_step / 100 AND (x.rank < 0 OR rank = x.rank))
 		FROM unnest($1::text[], $2::int[], $3::float8[]) AS x(run_id, rank, from_step)`, ids, ranks, from)
 	out, err := runCounts(rows, err)

@@ -29,7 +29,7 @@ import (
 // runTables are the tables whose rows belong to one run, dropped with it;
 // runs comes last.
 var runTables = []string{"steps", "layer_times", "evals", "events", "memory_breakdowns",
-	"gpu_samples", "gpu_minutes", "gpu_device_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_score_heads", "rank_score_spans", "run_summaries", "runs"}
+	"gpu_samples", "gpu_minutes", "gpu_device_minutes", "rank_hosts", "rollup_dirty", "metric_rollup_rows", "metric_rollup_sets", "metric_spread", "layer_rollups", "rank_score_heads", "rank_score_spans", "run_summaries", "runs"}
 
 // retentionLock keeps replicas from running the job at the same time.
 const retentionLock = migrationLock + 2

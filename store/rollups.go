@@ -337,7 +337,7 @@ r AS (
 	ON s.run_id = $1 AND s.rank = d.rank AND s.step >= d.lo * 100 AND s.step < (d.hi + 1) * 100
 	WHERE jsonb_typeof(s.metrics) = 'object'
 )
-INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+INSERT INTO metric_rollup_rows (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
 SELECT $1, rank, 100, bucket, metric, first_step, first_time, last_time, mn, mx, sm, n FROM (
 	SELECT r.rank, r.step / 100 AS bucket, 'metrics.' || kv.key AS metric,
 	       min(r.step) AS first_step, (array_agg(r.time ORDER BY r.step))[1] AS first_time, max(r.time) AS last_time,
@@ -349,20 +349,41 @@ SELECT $1, rank, 100, bucket, metric, first_step, first_time, last_time, mn, mx,
 ) u WHERE n > 0`
 
 // parentMetricsSQL recomputes the buckets of width $4 that cover the given
-// buckets of width $5 = $4 / 10 from those finer rows.
+// buckets of width $5 = $4 / 10 from those finer rows: the rows of
+// metric_rollup_rows from its rows, then the sets of the built-in metrics
+// (metric_rollup_sets) from its sets, a metric at a time.
 const parentMetricsSQL = `
 WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS p(rank, bucket))
-INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+INSERT INTO metric_rollup_rows (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
 SELECT $1, m.rank, $4, m.bucket * $5 / $4, m.metric, min(m.first_step),
        (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time), min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
-FROM p JOIN metric_rollups m
+FROM p JOIN metric_rollup_rows m
 ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5
    AND m.bucket >= p.bucket * $4 / $5 AND m.bucket < (p.bucket + 1) * $4 / $5
 GROUP BY m.rank, m.metric, m.bucket * $5 / $4`
 
-// clearRollups deletes the rollups of width in table (metric_rollups or
-// layer_rollups) whose buckets lie in the spans ranks, los, his of run, so
-// that a refresh writes them afresh.
+const parentMetricSetsSQL = `
+WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS p(rank, bucket)),
+g AS (
+	SELECT m.rank, m.bucket * $5 / $4 AS bucket, u.metric, min(u.first_step) AS fs,
+	       (array_agg(u.first_time ORDER BY u.first_step))[1] AS ft, max(u.last_time) AS lt,
+	       min(u.min) AS mn, max(u.max) AS mx, sum(u.sum) AS sm, sum(u.count)::bigint AS n
+	FROM p JOIN metric_rollup_sets m
+	ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5
+	   AND m.bucket >= p.bucket * $4 / $5 AND m.bucket < (p.bucket + 1) * $4 / $5,
+	LATERAL unnest(m.metrics, m.first_steps, m.first_times, m.last_times, m.mins, m.maxs, m.sums, m.counts)
+	    AS u(metric, first_step, first_time, last_time, min, max, sum, count)
+	GROUP BY 1, 2, 3
+)
+INSERT INTO metric_rollup_sets (run_id, rank, width, bucket, metrics, first_steps, first_times, last_times, mins, maxs, sums, counts)
+SELECT $1, rank, $4, bucket, array_agg(metric ORDER BY metric), array_agg(fs ORDER BY metric), array_agg(ft ORDER BY metric),
+       array_agg(lt ORDER BY metric), array_agg(mn ORDER BY metric), array_agg(mx ORDER BY metric), array_agg(sm ORDER BY metric),
+       array_agg(n ORDER BY metric)
+FROM g GROUP BY rank, bucket`
+
+// clearRollups deletes the rollups of width in table (metric_rollup_rows,
+// metric_rollup_sets or layer_rollups) whose buckets lie in the spans
+// ranks, los, his of run, so that a refresh writes them afresh.
 func clearRollups(ctx context.Context, tx pgx.Tx, table, runID string, ranks []int32, los, his []int64, width int64) error {
 	if _, err := tx.Exec(ctx, `
 		DELETE FROM `+table+` r USING unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi)
@@ -373,11 +394,12 @@ func clearRollups(ctx context.Context, tx pgx.Tx, table, runID string, ranks []i
 	return nil
 }
 
-// rollupTable is what the refresh of one rollup table (metric_rollups,
-// layer_rollups) does on its own; refreshBlocks walks the widths for
-// each, clearing every bucket it writes.
+// rollupTable is what the refresh of one rollup table (the metric rollups,
+// in metric_rollup_rows and metric_rollup_sets, and layer_rollups) does on
+// its own; refreshBlocks walks the widths for each, clearing every bucket
+// it writes in each of its tables.
 type rollupTable struct {
-	name string
+	names []string
 	// raw writes the width-100 buckets in the spans ranks, los, his from
 	// the raw rows.
 	raw func(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, los, his []int64) error
@@ -386,12 +408,23 @@ type rollupTable struct {
 	coarser func(ctx context.Context, tx pgx.Tx, runID string, parents []bucketKey, w, cw int64) error
 }
 
+// clear deletes the rollups of width in every table of t whose buckets lie
+// in the spans ranks, los, his of run.
+func (t rollupTable) clear(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, los, his []int64, width int64) error {
+	for _, name := range t.names {
+		if err := clearRollups(ctx, tx, name, runID, ranks, los, his, width); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // refreshBlocks recomputes t's rollups of the width-100 buckets keys
 // (sorted, distinct) and of the coarser buckets above them, the finer
 // width first: each width's buckets are deleted, then written afresh.
 func refreshBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKey, t rollupTable) error {
 	ranks, los, his := spans(keys)
-	if err := clearRollups(ctx, tx, t.name, runID, ranks, los, his, RollupWidths[0]); err != nil {
+	if err := t.clear(ctx, tx, runID, ranks, los, his, RollupWidths[0]); err != nil {
 		return err
 	}
 	if err := t.raw(ctx, tx, runID, ranks, los, his); err != nil {
@@ -402,7 +435,7 @@ func refreshBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bucketKe
 		w, cw := RollupWidths[i], RollupWidths[i-1]
 		parents := parentKeys(child, w/cw)
 		pr, pl, ph := spans(parents)
-		if err := clearRollups(ctx, tx, t.name, runID, pr, pl, ph, w); err != nil {
+		if err := t.clear(ctx, tx, runID, pr, pl, ph, w); err != nil {
 			return err
 		}
 		if err := t.coarser(ctx, tx, runID, parents, w, cw); err != nil {
@@ -423,7 +456,8 @@ func refreshMetricBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 	return refreshTotals(ctx, tx, runID, uniqueRanks(keys), nil)
 }
 
-var metricRollups = rollupTable{name: "metric_rollups", raw: rawMetricRollups, coarser: coarserMetricRollups}
+var metricRollups = rollupTable{names: []string{"metric_rollup_rows", "metric_rollup_sets"}, raw: rawMetricRollups,
+	coarser: coarserMetricRollups}
 
 // rawMetricRollups writes the width-100 metric rollups of the spans. The
 // built-in metrics are folded here from a binary stream of the raw rows,
@@ -441,18 +475,14 @@ func rawMetricRollups(ctx context.Context, tx pgx.Tx, runID string, ranks []int3
 	if err != nil {
 		return fmt.Errorf("read steps: %w", err)
 	}
-	out := make([][]any, 0, len(buckets)*len(rollupMetrics))
+	out := make([][]any, 0, len(buckets))
 	for _, b := range buckets {
-		ft, lt := pgTime(b.firstTime), pgTime(b.lastTime)
-		for i, a := range b.m {
-			if a.n > 0 {
-				out = append(out, []any{runID, b.key.rank, int32(100), b.key.bucket, rollupMetrics[i],
-					b.firstStep, ft, lt, a.min, a.max, a.sum, a.n})
-			}
+		if row := metricSet(runID, b); row != nil {
+			out = append(out, row)
 		}
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollups"},
-		[]string{"run_id", "rank", "width", "bucket", "metric", "first_step", "first_time", "last_time", "min", "max", "sum", "count"},
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_sets"},
+		[]string{"run_id", "rank", "width", "bucket", "metrics", "first_steps", "first_times", "last_times", "mins", "maxs", "sums", "counts"},
 		pgx.CopyFromRows(out)); err != nil {
 		return fmt.Errorf("write metric rollups: %w", err)
 	}
@@ -462,15 +492,45 @@ func rawMetricRollups(ctx context.Context, tx pgx.Tx, runID string, ranks []int3
 	return nil
 }
 
+// metricSet is the metric_rollup_sets row of width-100 bucket b: its
+// metrics that hold a value, every one from the bucket's first step and
+// time to its last time. Nil when none holds a value. (A set's arrays
+// hold the same metric at the same place; their order is of no meaning.)
+func metricSet(runID string, b *stepBucket) []any {
+	n := 0
+	for _, a := range b.m {
+		if a.n > 0 {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	ft, lt := pgTime(b.firstTime), pgTime(b.lastTime)
+	names, fs := make([]string, 0, n), make([]int64, 0, n)
+	fts, lts := make([]time.Time, 0, n), make([]time.Time, 0, n)
+	mins, maxs, sums := make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
+	counts := make([]int64, 0, n)
+	for i, a := range b.m {
+		if a.n > 0 {
+			names, fs, fts, lts = append(names, rollupMetrics[i]), append(fs, b.firstStep), append(fts, ft), append(lts, lt)
+			mins, maxs, sums, counts = append(mins, a.min), append(maxs, a.max), append(sums, a.sum), append(counts, a.n)
+		}
+	}
+	return []any{runID, b.key.rank, int32(100), b.key.bucket, names, fs, fts, lts, mins, maxs, sums, counts}
+}
+
 // coarserMetricRollups writes the metric rollups of width w of parents
-// with parentMetricsSQL.
+// with parentMetricsSQL and parentMetricSetsSQL.
 func coarserMetricRollups(ctx context.Context, tx pgx.Tx, runID string, parents []bucketKey, w, cw int64) error {
 	pranks, pbuckets := make([]int32, len(parents)), make([]int64, len(parents))
 	for j, p := range parents {
 		pranks[j], pbuckets[j] = p.rank, p.bucket
 	}
-	if _, err := tx.Exec(ctx, parentMetricsSQL, runID, pranks, pbuckets, w, cw); err != nil {
-		return fmt.Errorf("compute metric rollups of width %d: %w", w, err)
+	for _, sql := range []string{parentMetricsSQL, parentMetricSetsSQL} {
+		if _, err := tx.Exec(ctx, sql, runID, pranks, pbuckets, w, cw); err != nil {
+			return fmt.Errorf("compute metric rollups of width %d: %w", w, err)
+		}
 	}
 	return nil
 }

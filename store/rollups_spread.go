@@ -14,7 +14,7 @@ import (
 // below compare the ranks of each step, so one late rank changes everyone's.
 
 // SyncMetrics are the per-rank metrics computed across the ranks of each
-// step, rolled up beside the step metrics (in metric_rollups) over the
+// step, rolled up beside the step metrics (in metric_rollup_rows) over the
 // steps that every rank of the run reported:
 //
 //	lateness_ms        arrival at the step's synchronisation point after the
@@ -29,10 +29,10 @@ var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_
 // parentSyncSQL recomputes, for every rank, the rollups of SyncMetrics of
 // width $3 in the buckets $2 from the rows of width $4 = $3 / 10.
 const parentSyncSQL = `
-INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+INSERT INTO metric_rollup_rows (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
 SELECT $1, m.rank, $3, m.bucket * $4 / $3, m.metric, min(m.first_step),
        (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time), min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
-FROM unnest($2::bigint[]) AS p(bucket) JOIN metric_rollups m
+FROM unnest($2::bigint[]) AS p(bucket) JOIN metric_rollup_rows m
 ON m.run_id = $1 AND m.width = $4 AND m.bucket >= p.bucket * ($3 / $4) AND m.bucket < (p.bucket + 1) * ($3 / $4)
 WHERE m.metric = ANY($5)
 GROUP BY m.rank, m.metric, m.bucket * $4 / $3`
@@ -66,7 +66,7 @@ func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 	}
 	slices.Sort(blocks)
 	blocks = slices.Compact(blocks)
-	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollups WHERE run_id = $1 AND width = 100 AND bucket = ANY($2) AND metric = ANY($3)`,
+	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollup_rows WHERE run_id = $1 AND width = 100 AND bucket = ANY($2) AND metric = ANY($3)`,
 		runID, blocks, SyncMetrics); err != nil {
 		return fmt.Errorf("clear synchronisation rollups: %w", err)
 	}
@@ -91,7 +91,7 @@ func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 				buckets = append(buckets, b*cw/w)
 			}
 			buckets = slices.Compact(buckets)
-			if _, err := tx.Exec(ctx, `DELETE FROM metric_rollups WHERE run_id = $1 AND width = $2 AND bucket = ANY($3) AND metric = ANY($4)`,
+			if _, err := tx.Exec(ctx, `DELETE FROM metric_rollup_rows WHERE run_id = $1 AND width = $2 AND bucket = ANY($3) AND metric = ANY($4)`,
 				runID, w, buckets, SyncMetrics); err != nil {
 				return fmt.Errorf("clear synchronisation rollups of width %d: %w", w, err)
 			}
@@ -138,13 +138,13 @@ const TotalWidth = 0
 // widest rollups, for metrics (nil: every metric).
 func refreshTotals(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, metrics []string) error {
 	w := RollupWidths[len(RollupWidths)-1]
-	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollups m USING unnest($2::int[]) AS r(rank)
+	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollup_rows m USING unnest($2::int[]) AS r(rank)
 		WHERE m.run_id = $1 AND m.rank = r.rank AND m.width = $3 AND ($4::text[] IS NULL OR m.metric = ANY($4))`,
 		runID, ranks, TotalWidth, metrics); err != nil {
 		return fmt.Errorf("clear whole-run rollups: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO metric_rollups (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
+		INSERT INTO metric_rollup_rows (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
 		SELECT $1, m.rank, $3, 0, m.metric, min(m.first_step), (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time),
 		       min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
 		FROM unnest($2::int[]) AS r(rank) JOIN metric_rollups m ON m.run_id = $1 AND m.rank = r.rank AND m.width = $4
@@ -208,7 +208,7 @@ func (s *Store) MetricSpread(ctx context.Context, runID, metric string, w, fromB
 // metric, largest first (a NaN mean counts as largest).
 func (s *Store) TopRanks(ctx context.Context, runID, metric string, k int) ([]int, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT rank FROM metric_rollups WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = $3 AND count > 0
+		SELECT rank FROM metric_rollup_rows WHERE run_id = $1 AND width = $2 AND bucket = 0 AND metric = $3 AND count > 0
 		ORDER BY sum / count DESC NULLS LAST, rank LIMIT $4`, runID, TotalWidth, metric, k)
 	if err != nil {
 		return nil, fmt.Errorf("store: top ranks of %s by %s: %w", runID, metric, err)

@@ -68,7 +68,7 @@ func refreshSyncBlocks(ctx context.Context, tx pgx.Tx, runID string, blocks []in
 		return fmt.Errorf("read synchronisation fields: %w", err)
 	}
 	out := foldSync(runID, in, len(ranks))
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollups"},
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_rows"},
 		[]string{"run_id", "rank", "width", "bucket", "metric", "first_step", "first_time", "last_time", "min", "max", "sum", "count"},
 		pgx.CopyFromRows(out)); err != nil {
 		return fmt.Errorf("write synchronisation rollups: %w", err)

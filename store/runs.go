@@ -163,9 +163,10 @@ func runRanks(ctx context.Context, q interface {
 			FROM ` + name + ` WHERE ` + name + `.rank IS NOT NULL
 		)`
 	}
-	rows, err := q.Query(ctx, `WITH RECURSIVE `+skip("m", "metric_rollups")+`, `+skip("l", "layer_rollups")+`, `+skip("d", "rollup_dirty")+`
-		SELECT rank FROM m WHERE rank IS NOT NULL UNION SELECT rank FROM l WHERE rank IS NOT NULL
-		UNION SELECT rank FROM d WHERE rank IS NOT NULL ORDER BY 1`, runID)
+	rows, err := q.Query(ctx, `WITH RECURSIVE `+skip("m", "metric_rollup_rows")+`, `+skip("s", "metric_rollup_sets")+`,
+		`+skip("l", "layer_rollups")+`, `+skip("d", "rollup_dirty")+`
+		SELECT rank FROM m WHERE rank IS NOT NULL UNION SELECT rank FROM s WHERE rank IS NOT NULL
+		UNION SELECT rank FROM l WHERE rank IS NOT NULL UNION SELECT rank FROM d WHERE rank IS NOT NULL ORDER BY 1`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: ranks of %s: %w", runID, err)
 	}
@@ -319,7 +320,7 @@ func (s *Store) DeleteRuns(ctx context.Context, runIDs []string) error {
 			(SELECT DISTINCT `+refreshLockKey("r")+` AS k FROM unnest($1::text[]) AS r ORDER BY 1) AS l`, runIDs); err != nil {
 			return fmt.Errorf("store: delete runs: lock rollups: %w", err)
 		}
-		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollups", "metric_spread", "layer_rollups", "rank_score_heads", "rank_score_spans", "run_summaries", "runs"} {
+		for _, t := range []string{"steps", "layer_times", "evals", "memory_breakdowns", "events", "gpu_minutes", "rank_hosts", "rollup_dirty", "metric_rollup_rows", "metric_rollup_sets", "metric_spread", "layer_rollups", "rank_score_heads", "rank_score_spans", "run_summaries", "runs"} {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE run_id = ANY($1)`, runIDs); err != nil {
 				return fmt.Errorf("store: delete runs from %s: %w", t, err)
 			}

@@ -107,7 +107,7 @@ func (s *Store) RunStatsOf(ctx context.Context, runIDs []string) (map[string]*Ru
 	rows, err = s.pool.Query(ctx, `
 		SELECT x.run_id, r.rank, r.count, r.min::bigint, r.max::bigint FROM unnest($1::text[]) AS x(run_id)
 		CROSS JOIN LATERAL (
-			SELECT rank, count, min, max FROM metric_rollups
+			SELECT rank, count, min, max FROM metric_rollup_rows
 			WHERE run_id = x.run_id AND width = $2 AND bucket = 0 AND metric = 'step' ORDER BY rank LIMIT 1
 		) r`, runIDs, TotalWidth)
 	if err != nil {

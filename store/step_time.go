@@ -33,7 +33,7 @@ func (s *Store) LowestRanks(ctx context.Context, runIDs []string) (map[string]in
 	first := func(table string) string {
 		return `(SELECT rank FROM ` + table + ` WHERE run_id = x.run_id ORDER BY rank LIMIT 1)`
 	}
-	rows, err := s.pool.Query(ctx, `SELECT x.run_id, least(`+first("metric_rollups")+`, `+first("layer_rollups")+`, `+first("rollup_dirty")+`)
+	rows, err := s.pool.Query(ctx, `SELECT x.run_id, least(`+first("metric_rollup_rows")+`, `+first("metric_rollup_sets")+`, `+first("layer_rollups")+`, `+first("rollup_dirty")+`)
 		FROM unnest($1::text[]) AS x(run_id)`, runIDs)
 	if err != nil {
 		return nil, fmt.Errorf("store: lowest ranks of %s: %w", runsWhat(runIDs), err)
@@ -104,7 +104,7 @@ func (s *Store) StepTimesFrom(ctx context.Context, raw, rolled []RankFrom) (map[
 			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) AS x(run_id, rank, from_step)
 		), t AS (
 			SELECT x.run_id, x.rank, x.from_step, m.* FROM x CROSS JOIN LATERAL (
-				SELECT metric, first_step, first_time, last_time, max, sum, count FROM metric_rollups
+				SELECT metric, first_step, first_time, last_time, max, sum, count FROM metric_rollup_rows
 				WHERE run_id = x.run_id AND rank = x.rank AND width = 0 AND bucket = 0 AND metric IN ('step', 'step_ms') OFFSET 0
 			) m
 		), p AS (

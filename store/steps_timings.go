@@ -69,7 +69,7 @@ func (s *Store) StepMSTimelines(ctx context.Context, runs []RankFrom, maxRaw int
 	// Each rank's rows from its whole-run rollup when it has one (counting
 	// the steps would read them); else counted, at most maxRaw+1.
 	rows, err := s.pool.Query(ctx, `SELECT x.run_id, coalesce(
-		(SELECT count FROM metric_rollups WHERE run_id = x.run_id AND rank = x.rank AND width = $4 AND bucket = 0 AND metric = 'step'),
+		(SELECT count FROM metric_rollup_rows WHERE run_id = x.run_id AND rank = x.rank AND width = $4 AND bucket = 0 AND metric = 'step'),
 		(SELECT count(*) FROM (SELECT 1 FROM steps WHERE run_id = x.run_id AND rank = x.rank LIMIT $3) c))
 		FROM unnest($1::text[], $2::int[]) AS x(run_id, rank)`, ids, ranks, maxRaw+1, TotalWidth)
 	if err != nil {

@@ -81,7 +81,7 @@ func (s *Store) WastedGPUHoursOf(ctx context.Context, runID string, nRanks, lowe
 		if running {
 			var last time.Time
 			err := s.pool.QueryRow(ctx, `SELECT time FROM steps WHERE run_id = $1 AND rank = $2
-				AND step >= coalesce((SELECT max::bigint FROM metric_rollups
+				AND step >= coalesce((SELECT max::bigint FROM metric_rollup_rows
 					WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket = 0 AND metric = 'step'), 0) - 100
 				ORDER BY step DESC, time DESC LIMIT 1`, runID, lowest, TotalWidth).Scan(&last)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -148,7 +148,7 @@ func (s *Store) medianStepMS(ctx context.Context, runID string, rank int) (float
 	// The rank's row count from its whole-run rollup: counting its
 	// steps would read them (decompress them, on compressed chunks).
 	err := s.pool.QueryRow(ctx, `
-		WITH n AS (SELECT coalesce((SELECT count FROM metric_rollups
+		WITH n AS (SELECT coalesce((SELECT count FROM metric_rollup_rows
 			WHERE run_id = $1 AND rank = $2 AND width = $4 AND bucket = 0 AND metric = 'step'), 0) AS n)
 		SELECT CASE WHEN (SELECT n FROM n) <= $3 THEN
 			(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY step_ms) FROM steps WHERE run_id = $1 AND rank = $2 AND step_ms > 0)
