@@ -349,37 +349,17 @@ SELECT $1, rank, 100, bucket, metric, first_step, first_time, last_time, mn, mx,
 ) u WHERE n > 0`
 
 // parentMetricsSQL recomputes the buckets of width $4 that cover the given
-// buckets of width $5 = $4 / 10 from those finer rows: the rows of
-// metric_rollup_rows from its rows, then the sets of the built-in metrics
-// (metric_rollup_sets) from its sets, a metric at a time.
+// buckets of width $5 = $4 / 10 from those finer rows of
+// metric_rollup_rows (parentMetricSetsSQL does the same for the sets).
 const parentMetricsSQL = `
 WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS p(rank, bucket))
 INSERT INTO metric_rollup_rows (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
 SELECT $1, m.rank, $4, m.bucket * $5 / $4, m.metric, min(m.first_step),
-       (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time), min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
+       (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time), min(m.min), max(m.max), sum(m.sum ORDER BY m.bucket), sum(m.count)::bigint
 FROM p JOIN metric_rollup_rows m
 ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5
    AND m.bucket >= p.bucket * $4 / $5 AND m.bucket < (p.bucket + 1) * $4 / $5
 GROUP BY m.rank, m.metric, m.bucket * $5 / $4`
-
-const parentMetricSetsSQL = `
-WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS p(rank, bucket)),
-g AS (
-	SELECT m.rank, m.bucket * $5 / $4 AS bucket, u.metric, min(u.first_step) AS fs,
-	       (array_agg(u.first_time ORDER BY u.first_step))[1] AS ft, max(u.last_time) AS lt,
-	       min(u.min) AS mn, max(u.max) AS mx, sum(u.sum) AS sm, sum(u.count)::bigint AS n
-	FROM p JOIN metric_rollup_sets m
-	ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5
-	   AND m.bucket >= p.bucket * $4 / $5 AND m.bucket < (p.bucket + 1) * $4 / $5,
-	LATERAL unnest(m.metrics, m.first_steps, m.first_times, m.last_times, m.mins, m.maxs, m.sums, m.counts)
-	    AS u(metric, first_step, first_time, last_time, min, max, sum, count)
-	GROUP BY 1, 2, 3
-)
-INSERT INTO metric_rollup_sets (run_id, rank, width, bucket, metrics, first_steps, first_times, last_times, mins, maxs, sums, counts)
-SELECT $1, rank, $4, bucket, array_agg(metric ORDER BY metric), array_agg(fs ORDER BY metric), array_agg(ft ORDER BY metric),
-       array_agg(lt ORDER BY metric), array_agg(mn ORDER BY metric), array_agg(mx ORDER BY metric), array_agg(sm ORDER BY metric),
-       array_agg(n ORDER BY metric)
-FROM g GROUP BY rank, bucket`
 
 // clearRollups deletes the rollups of width in table (metric_rollup_rows,
 // metric_rollup_sets or layer_rollups) whose buckets lie in the spans
@@ -477,47 +457,17 @@ func rawMetricRollups(ctx context.Context, tx pgx.Tx, runID string, ranks []int3
 	}
 	out := make([][]any, 0, len(buckets))
 	for _, b := range buckets {
-		if row := metricSet(runID, b); row != nil {
+		if row := metricSet(runID, b.key.rank, b.key.bucket, stepSet, rollupMetrics, b.m, b.firstStep, b.firstTime, b.lastTime); row != nil {
 			out = append(out, row)
 		}
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_sets"},
-		[]string{"run_id", "rank", "width", "bucket", "metrics", "first_steps", "first_times", "last_times", "mins", "maxs", "sums", "counts"},
-		pgx.CopyFromRows(out)); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_sets"}, setColumns, pgx.CopyFromRows(out)); err != nil {
 		return fmt.Errorf("write metric rollups: %w", err)
 	}
 	if _, err := tx.Exec(ctx, userMetricsSQL, runID, ranks, los, his); err != nil {
 		return fmt.Errorf("compute user metric rollups: %w", err)
 	}
 	return nil
-}
-
-// metricSet is the metric_rollup_sets row of width-100 bucket b: its
-// metrics that hold a value, every one from the bucket's first step and
-// time to its last time. Nil when none holds a value. (A set's arrays
-// hold the same metric at the same place; their order is of no meaning.)
-func metricSet(runID string, b *stepBucket) []any {
-	n := 0
-	for _, a := range b.m {
-		if a.n > 0 {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	ft, lt := pgTime(b.firstTime), pgTime(b.lastTime)
-	names, fs := make([]string, 0, n), make([]int64, 0, n)
-	fts, lts := make([]time.Time, 0, n), make([]time.Time, 0, n)
-	mins, maxs, sums := make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
-	counts := make([]int64, 0, n)
-	for i, a := range b.m {
-		if a.n > 0 {
-			names, fs, fts, lts = append(names, rollupMetrics[i]), append(fs, b.firstStep), append(fts, ft), append(lts, lt)
-			mins, maxs, sums, counts = append(mins, a.min), append(maxs, a.max), append(sums, a.sum), append(counts, a.n)
-		}
-	}
-	return []any{runID, b.key.rank, int32(100), b.key.bucket, names, fs, fts, lts, mins, maxs, sums, counts}
 }
 
 // coarserMetricRollups writes the metric rollups of width w of parents

@@ -36,11 +36,12 @@ func metricRollupRows(t *testing.T, s *store.Store) []string {
 	return out
 }
 
-// Migration 0019 moves the built-in metrics' rows into one set a rank and
-// bucket, and the metric_rollups view reads back exactly the rows that
-// were there, user metrics, metrics across ranks and whole-run rows
-// included; a refresh of every block afterwards writes the same rows
-// again, with no metric twice where moved rows and new sets meet.
+// Migrations 0019 and 0020 move the built-in metrics' rows and those of
+// the metrics across ranks into sets of a rank and bucket, and the
+// metric_rollups view reads back exactly the rows that were there, user
+// metrics and whole-run rows included; a refresh of blocks afterwards
+// writes the same rows again, with no metric twice where moved rows and
+// new sets meet.
 func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -106,7 +107,7 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 			f[0], f[1], f[2], f[3], f[4], f[5], f[6]+" "+f[7], f[8]+" "+f[9], f[10], f[11], f[12], f[13])
 	}
 	applied, err := s.Migrate(ctx)
-	if err != nil || len(applied) != 1 || applied[0] != "0019_metric_rollup_sets.sql" {
+	if err != nil || len(applied) != 2 || applied[0] != "0019_metric_rollup_sets.sql" || applied[1] != "0020_sync_rollup_sets.sql" {
 		t.Fatalf("migrate: %v, %v", applied, err)
 	}
 	same := func(when string) {
@@ -122,11 +123,13 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 		}
 	}
 	same("after the migration")
-	if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_rows WHERE width > 0 AND metric IN ('loss', 'step_ms', 'loss_scale')`); n != 0 {
-		t.Fatalf("%d built-in rows left in metric_rollup_rows", n)
+	if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_rows WHERE width > 0 AND metric NOT LIKE 'metrics.%'`); n != 0 {
+		t.Fatalf("%d built-in rows or rows of metrics across ranks left in metric_rollup_rows", n)
 	}
-	if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets`); n == 0 {
-		t.Fatal("no sets written by the migration")
+	for part, m := range map[int]string{0: "loss", 1: "lateness_ms"} {
+		if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets WHERE part = $1 AND $2 = ANY(metrics)`, part, m); n == 0 {
+			t.Fatalf("no sets of part %d holding %s written by the migrations", part, m)
+		}
 	}
 
 	// Every block refreshed again, over the moved rows.

@@ -14,8 +14,8 @@ import (
 // below compare the ranks of each step, so one late rank changes everyone's.
 
 // SyncMetrics are the per-rank metrics computed across the ranks of each
-// step, rolled up beside the step metrics (in metric_rollup_rows) over the
-// steps that every rank of the run reported:
+// step, rolled up beside the step metrics (as sets of their own,
+// rollups_sets.go) over the steps that every rank of the run reported:
 //
 //	lateness_ms        arrival at the step's synchronisation point after the
 //	                   first rank's, host clocks aligned by an offset
@@ -25,17 +25,6 @@ import (
 //	                   the step: time lost to the slowest rank
 //	last_arrival       1 when the rank arrived last (and late), else 0
 var SyncMetrics = []string{"lateness_ms", "busy_ms", "straggler_wait_ms", "last_arrival"}
-
-// parentSyncSQL recomputes, for every rank, the rollups of SyncMetrics of
-// width $3 in the buckets $2 from the rows of width $4 = $3 / 10.
-const parentSyncSQL = `
-INSERT INTO metric_rollup_rows (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
-SELECT $1, m.rank, $3, m.bucket * $4 / $3, m.metric, min(m.first_step),
-       (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time), min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
-FROM unnest($2::bigint[]) AS p(bucket) JOIN metric_rollup_rows m
-ON m.run_id = $1 AND m.width = $4 AND m.bucket >= p.bucket * ($3 / $4) AND m.bucket < (p.bucket + 1) * ($3 / $4)
-WHERE m.metric = ANY($5)
-GROUP BY m.rank, m.metric, m.bucket * $4 / $3`
 
 // spreadSQL recomputes metric_spread of width $2 in the buckets $3 from
 // every rank's rollups of the same buckets.
@@ -66,8 +55,8 @@ func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 	}
 	slices.Sort(blocks)
 	blocks = slices.Compact(blocks)
-	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollup_rows WHERE run_id = $1 AND width = 100 AND bucket = ANY($2) AND metric = ANY($3)`,
-		runID, blocks, SyncMetrics); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM metric_rollup_sets WHERE run_id = $1 AND width = 100 AND bucket = ANY($2) AND part = $3`,
+		runID, blocks, syncSet); err != nil {
 		return fmt.Errorf("clear synchronisation rollups: %w", err)
 	}
 	all, err := runRanks(ctx, tx, runID)
@@ -91,11 +80,11 @@ func refreshSpreadBlocks(ctx context.Context, tx pgx.Tx, runID string, keys []bu
 				buckets = append(buckets, b*cw/w)
 			}
 			buckets = slices.Compact(buckets)
-			if _, err := tx.Exec(ctx, `DELETE FROM metric_rollup_rows WHERE run_id = $1 AND width = $2 AND bucket = ANY($3) AND metric = ANY($4)`,
-				runID, w, buckets, SyncMetrics); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM metric_rollup_sets WHERE run_id = $1 AND width = $2 AND bucket = ANY($3) AND part = $4`,
+				runID, w, buckets, syncSet); err != nil {
 				return fmt.Errorf("clear synchronisation rollups of width %d: %w", w, err)
 			}
-			if _, err := tx.Exec(ctx, parentSyncSQL, runID, buckets, w, cw, SyncMetrics); err != nil {
+			if _, err := tx.Exec(ctx, parentSyncSetsSQL, runID, buckets, w, cw); err != nil {
 				return fmt.Errorf("compute synchronisation rollups of width %d: %w", w, err)
 			}
 		}
@@ -146,7 +135,7 @@ func refreshTotals(ctx context.Context, tx pgx.Tx, runID string, ranks []int32, 
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO metric_rollup_rows (run_id, rank, width, bucket, metric, first_step, first_time, last_time, min, max, sum, count)
 		SELECT $1, m.rank, $3, 0, m.metric, min(m.first_step), (array_agg(m.first_time ORDER BY m.first_step))[1], max(m.last_time),
-		       min(m.min), max(m.max), sum(m.sum), sum(m.count)::bigint
+		       min(m.min), max(m.max), sum(m.sum ORDER BY m.bucket), sum(m.count)::bigint
 		FROM unnest($2::int[]) AS r(rank) JOIN metric_rollups m ON m.run_id = $1 AND m.rank = r.rank AND m.width = $4
 		WHERE $5::text[] IS NULL OR m.metric = ANY($5)
 		GROUP BY m.rank, m.metric`, runID, ranks, TotalWidth, w, metrics); err != nil {

@@ -68,9 +68,7 @@ func refreshSyncBlocks(ctx context.Context, tx pgx.Tx, runID string, blocks []in
 		return fmt.Errorf("read synchronisation fields: %w", err)
 	}
 	out := foldSync(runID, in, len(ranks))
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_rows"},
-		[]string{"run_id", "rank", "width", "bucket", "metric", "first_step", "first_time", "last_time", "min", "max", "sum", "count"},
-		pgx.CopyFromRows(out)); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_sets"}, setColumns, pgx.CopyFromRows(out)); err != nil {
 		return fmt.Errorf("write synchronisation rollups: %w", err)
 	}
 	return nil
@@ -162,7 +160,7 @@ type syncBucket struct {
 	m                [4]metricAcc // in SyncMetrics order
 }
 
-// foldSync computes the rollup rows of SyncMetrics from rows of nRanks
+// foldSync computes the width-100 sets of SyncMetrics from rows of nRanks
 // ranks (each rank and step at least once, any order).
 func foldSync(runID string, rows []syncRow, nRanks int) [][]any {
 	// The newest row of each rank and step, by step then rank.
@@ -302,13 +300,10 @@ func foldSync(runID string, rows []syncRow, nRanks int) [][]any {
 	slices.SortFunc(all, func(x, y *syncBucket) int {
 		return cmp.Or(cmp.Compare(x.rank, y.rank), cmp.Compare(x.block, y.block))
 	})
-	out := make([][]any, 0, len(all)*len(SyncMetrics))
+	out := make([][]any, 0, len(all))
 	for _, b := range all {
-		ft, lt := pgTime(b.firstTime), pgTime(b.lastT)
-		for i, a := range b.m {
-			if a.n > 0 {
-				out = append(out, []any{runID, b.rank, int32(100), b.block, SyncMetrics[i], b.firstStep, ft, lt, a.min, a.max, a.sum, a.n})
-			}
+		if row := metricSet(runID, b.rank, b.block, syncSet, SyncMetrics, b.m[:], b.firstStep, b.firstTime, b.lastT); row != nil {
+			out = append(out, row)
 		}
 	}
 	return out
