@@ -44,7 +44,18 @@ type Options struct {
 	// 0 means httplimit.DefaultMaxBatchRows. A body past it gets 413.
 	MaxBatchRows int
 	Logger       *slog.Logger
+	// SetUp, when set, returns a channel closed once the database's tables
+	// are set up (store.SetupMode), or nil when there is nothing to wait
+	// for. Until it is closed a write waits, setUpWait at most, then is
+	// answered 503: a table being turned into a TimescaleDB hypertable has
+	// its rows moved into chunks, and a COPY that waited for that went on
+	// into the table itself, where no query of the hypertable sees it
+	// (acknowledged, and lost).
+	SetUp func() <-chan struct{}
 }
+
+// setUpWait bounds how long a write waits for the tables' setup.
+const setUpWait = RetryAfterSeconds * time.Second
 
 // Handler serves the ingest routes.
 type Handler struct {
@@ -175,6 +186,9 @@ var clientGone = &httpError{status: httplimit.StatusClientClosedRequest,
 func (h *Handler) write(req *http.Request, recs []api.Record, at *chunkAt) (api.IngestResult, *httpError) {
 	ctx, cancel := context.WithTimeout(req.Context(), writeTimeout)
 	defer cancel()
+	if herr := h.waitSetUp(ctx); herr != nil {
+		return api.IngestResult{}, herr
+	}
 	start := time.Now()
 	res, err := h.comb.write(ctx, recs)
 	h.m.write.Update(time.Since(start).Seconds())
@@ -225,4 +239,36 @@ func (h *Handler) growLease(c echo.Context, lease *httplimit.Lease, n int, recs 
 
 func limitError(err *httplimit.Error) *httpError {
 	return &httpError{status: err.Status, body: api.Error{Error: err.Error()}, retryAfter: err.RetryAfter}
+}
+
+// settingUp answers a write that came while the tables are set up.
+var settingUp = &httpError{status: http.StatusServiceUnavailable,
+	body: api.Error{Error: fmt.Sprintf("server starting: database setup in progress, nothing stored; retry in %d s", RetryAfterSeconds)}}
+
+// waitSetUp waits until the tables are set up (Options.SetUp), setUpWait at
+// most; a settingUp error when they are not by then.
+func (h *Handler) waitSetUp(ctx context.Context) *httpError {
+	if h.opt.SetUp == nil {
+		return nil
+	}
+	done := h.opt.SetUp()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	t := time.NewTimer(setUpWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return clientGone
+	case <-t.C:
+		h.log.Warn("write refused: the server is still setting up its database", "retry_in_s", RetryAfterSeconds)
+		return settingUp
+	}
 }

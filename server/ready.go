@@ -57,6 +57,10 @@ type ReadDatabase struct {
 // writesWhy is the readiness problem of a database that refuses writes.
 const writesWhy = "database refuses writes"
 
+// setupWhy is the readiness problem of a server whose tables are still
+// being set up: it takes no writes yet.
+const setupWhy = "database setup in progress"
+
 // readPrefix starts the readiness problems of the read database.
 const readPrefix = "read database "
 
@@ -87,6 +91,12 @@ func (s *Server) readyz(c echo.Context) error {
 	case needPrimary && primaryWhy != "":
 		s.noteNotReady(primaryWhy, primaryErr)
 		out.Error = primaryWhy
+		return c.JSON(http.StatusServiceUnavailable, out)
+	case s.ingest != nil && s.settingUp():
+		// The tables are being set up (TimescaleDB's hypertables): writes
+		// wait for it (ingest.Options.SetUp).
+		s.noteNotReady(setupWhy, nil)
+		out.Error = setupWhy
 		return c.JSON(http.StatusServiceUnavailable, out)
 	case writesErr != nil:
 		// The database answers but refuses writes for a reason that
@@ -156,7 +166,7 @@ func (s *Server) noteNotReady(why string, err error) {
 	switch {
 	case why == "":
 		s.log.Info("ready")
-	case !s.prepared.Load(), strings.HasPrefix(why, readPrefix) && !s.readReady.Load():
+	case !s.prepared.Load(), why == setupWhy, strings.HasPrefix(why, readPrefix) && !s.readReady.Load():
 		// Not ready while starting is the normal course: the migrations
 		// are being applied, or the database is being waited for (Prepare
 		// logs that), or a standby has yet to replay the migrations.

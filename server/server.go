@@ -52,8 +52,10 @@ type Server struct {
 
 	// prepared is set once migrations have been applied by this process.
 	prepared atomic.Bool
-	// mode is "timescaledb" or "postgresql" once known.
-	mode atomic.Value
+	// mode is "timescaledb" or "postgresql" once known. setUp, from the
+	// start of Prepare (or Serve), is closed then: writes wait for it.
+	mode  atomic.Value
+	setUp atomic.Pointer[chan struct{}]
 	// notReady is the last readiness problem logged, "" once ready.
 	notReady atomic.Value
 	// primaryState is the last problem of the primary logged by a query
@@ -118,7 +120,8 @@ func NewReading(cfg Config, primary, read *store.Store, log *slog.Logger) *Serve
 	g := e.Group(APIPrefix, s.auth.middleware, unescapeParams)
 	if cfg.Role == RoleAll || cfg.Role == RoleIngest || cfg.Role == "" {
 		// ingest.New names its own component in the log.
-		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, MaxBatchRows: cfg.HTTP.MaxBatchRows, Logger: log})
+		ih := ingest.New(primary, ingest.Options{MaxBodyBytes: cfg.HTTP.MaxBodyBytes, MaxBatchRows: cfg.HTTP.MaxBatchRows, Logger: log,
+			SetUp: s.setUpDone})
 		ih.Register(g)
 		s.prom.reg.Writer(ih.WriteMetrics)
 		s.ingest = ih
@@ -148,6 +151,39 @@ func (s *Server) Routes() []*echo.Route { return s.echo.Routes() }
 // prepared, "" before.
 func (s *Server) Mode() string { return s.mode.Load().(string) }
 
+// beginSetUp returns the channel that Prepare closes once the database
+// mode is known, made by the first call.
+func (s *Server) beginSetUp() chan struct{} {
+	ch := make(chan struct{})
+	if s.setUp.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *s.setUp.Load()
+}
+
+// setUpDone is nil where the server does not set its database up (its
+// Handler serves without Prepare), else the channel closed once it has.
+func (s *Server) setUpDone() <-chan struct{} {
+	if ch := s.setUp.Load(); ch != nil {
+		return *ch
+	}
+	return nil
+}
+
+// settingUp reports whether Prepare has yet to learn the database mode.
+func (s *Server) settingUp() bool {
+	ch := s.setUpDone()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
 // ListenAndServe listens on cfg.Listen and calls Serve.
 func (s *Server) ListenAndServe(ctx context.Context) error {
 	l, err := net.Listen("tcp", s.cfg.Listen)
@@ -163,6 +199,7 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // cancellation it stops accepting connections, lets in-flight requests
 // finish within cfg.ShutdownTimeout and returns nil.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	s.beginSetUp() // before the first request can come
 	pctx, stopPrepare := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -290,6 +327,7 @@ func (s *Server) Prepare(ctx context.Context) error {
 		s.log.Info("database mode: plain PostgreSQL (every query works without TimescaleDB; compression is off)",
 			"retention", FormatDuration(s.cfg.Retention), "why", mode.Why)
 	}
+	close(s.beginSetUp())
 
 	var bg sync.WaitGroup
 	if s.cfg.Retention > 0 {
