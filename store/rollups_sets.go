@@ -1,9 +1,6 @@
 package store
 
-import (
-	"strconv"
-	"time"
-)
+import "strconv"
 
 // The rollups of the metrics the refresher folds itself, the step metrics
 // (rollupMetrics) and the metrics across ranks (SyncMetrics), are kept as
@@ -18,14 +15,19 @@ const (
 	syncSet int16 = 1 // SyncMetrics, by the spread's pass
 )
 
-// setColumns are the columns of a set, in metricSet's order.
-var setColumns = []string{"run_id", "rank", "width", "bucket", "part", "metrics", "first_steps", "first_times", "last_times",
+// A set's metrics that all begin at one step and time and end at one time
+// keep them once (first_step, first_time, last_time) and leave the arrays
+// of them NULL; where they differ, the arrays hold them and the three
+// columns are NULL (migration 0021).
+
+// setColumns are the columns of a width-100 set, in metricSet's order.
+var setColumns = []string{"run_id", "rank", "width", "bucket", "part", "metrics", "first_step", "first_time", "last_time",
 	"mins", "maxs", "sums", "counts"}
 
 // metricSet is the width-100 set of part of bucket of rank: the metrics of
 // names whose accumulators in m hold a value, every one from the bucket's
 // first step and time to its last time (microseconds since the PostgreSQL
-// epoch). Nil when none holds a value.
+// epoch), which the set keeps once. Nil when none holds a value.
 func metricSet(runID string, rank int32, bucket int64, part int16, names []string, m []metricAcc, firstStep, firstTime, lastTime int64) []any {
 	n := 0
 	for _, a := range m {
@@ -36,18 +38,16 @@ func metricSet(runID string, rank int32, bucket int64, part int16, names []strin
 	if n == 0 {
 		return nil
 	}
-	ft, lt := pgTime(firstTime), pgTime(lastTime)
-	ms, fs := make([]string, 0, n), make([]int64, 0, n)
-	fts, lts := make([]time.Time, 0, n), make([]time.Time, 0, n)
+	ms := make([]string, 0, n)
 	mins, maxs, sums := make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
 	counts := make([]int64, 0, n)
 	for i, a := range m {
 		if a.n > 0 {
-			ms, fs, fts, lts = append(ms, names[i]), append(fs, firstStep), append(fts, ft), append(lts, lt)
+			ms = append(ms, names[i])
 			mins, maxs, sums, counts = append(mins, a.min), append(maxs, a.max), append(sums, a.sum), append(counts, a.n)
 		}
 	}
-	return []any{runID, rank, int32(100), bucket, part, ms, fs, fts, lts, mins, maxs, sums, counts}
+	return []any{runID, rank, int32(100), bucket, part, ms, firstStep, pgTime(firstTime), pgTime(lastTime), mins, maxs, sums, counts}
 }
 
 // parentSetsSQL recomputes sets of width $W from the sets of width $CW =
@@ -60,19 +60,28 @@ func metricSet(runID string, rank int32, bucket int64, part int16, names []strin
 func parentSetsSQL(with, from, on, w, cw string) string {
 	return `
 WITH ` + with + `g AS (
-	SELECT m.rank, m.bucket * ` + cw + ` / ` + w + ` AS bucket, m.part, u.metric, min(u.first_step) AS fs,
-	       (array_agg(u.first_time ORDER BY u.first_step))[1] AS ft, max(u.last_time) AS lt,
+	SELECT m.rank, m.bucket * ` + cw + ` / ` + w + ` AS bucket, m.part, u.metric,
+	       min(coalesce(m.first_step, u.first_step)) AS fs,
+	       (array_agg(CASE WHEN m.first_step IS NULL THEN u.first_time ELSE m.first_time END
+	                  ORDER BY coalesce(m.first_step, u.first_step)))[1] AS ft,
+	       max(CASE WHEN m.first_step IS NULL THEN u.last_time ELSE m.last_time END) AS lt,
 	       min(u.min) AS mn, max(u.max) AS mx, sum(u.sum ORDER BY m.bucket) AS sm, sum(u.count)::bigint AS n
 	FROM ` + from + ` ` + on + `,
 	LATERAL unnest(m.metrics, m.first_steps, m.first_times, m.last_times, m.mins, m.maxs, m.sums, m.counts)
 	    AS u(metric, first_step, first_time, last_time, min, max, sum, count)
 	GROUP BY 1, 2, 3, 4
+), s AS (
+	SELECT rank, bucket, part, count(DISTINCT (fs, ft, lt)) = 1 AS same, min(fs) AS fs, min(ft) AS ft, max(lt) AS lt,
+	       array_agg(metric ORDER BY metric) AS metrics, array_agg(fs ORDER BY metric) AS fss, array_agg(ft ORDER BY metric) AS fts,
+	       array_agg(lt ORDER BY metric) AS lts, array_agg(mn ORDER BY metric) AS mns, array_agg(mx ORDER BY metric) AS mxs,
+	       array_agg(sm ORDER BY metric) AS sms, array_agg(n ORDER BY metric) AS ns
+	FROM g GROUP BY rank, bucket, part
 )
-INSERT INTO metric_rollup_sets (run_id, rank, width, bucket, part, metrics, first_steps, first_times, last_times, mins, maxs, sums, counts)
-SELECT $1, rank, ` + w + `, bucket, part, array_agg(metric ORDER BY metric), array_agg(fs ORDER BY metric), array_agg(ft ORDER BY metric),
-       array_agg(lt ORDER BY metric), array_agg(mn ORDER BY metric), array_agg(mx ORDER BY metric), array_agg(sm ORDER BY metric),
-       array_agg(n ORDER BY metric)
-FROM g GROUP BY rank, bucket, part`
+INSERT INTO metric_rollup_sets (run_id, rank, width, bucket, part, metrics, first_step, first_time, last_time,
+	first_steps, first_times, last_times, mins, maxs, sums, counts)
+SELECT $1, rank, ` + w + `, bucket, part, metrics, CASE WHEN same THEN fs END, CASE WHEN same THEN ft END, CASE WHEN same THEN lt END,
+       CASE WHEN NOT same THEN fss END, CASE WHEN NOT same THEN fts END, CASE WHEN NOT same THEN lts END, mns, mxs, sms, ns
+FROM s`
 }
 
 // parentMetricSetsSQL recomputes the sets, every part, of width $4 that

@@ -36,7 +36,7 @@ func metricRollupRows(t *testing.T, s *store.Store) []string {
 	return out
 }
 
-// Migrations 0019 and 0020 move the built-in metrics' rows and those of
+// Migrations 0019 to 0021 move the built-in metrics' rows and those of
 // the metrics across ranks into sets of a rank and bucket, and the
 // metric_rollups view reads back exactly the rows that were there, user
 // metrics and whole-run rows included; a refresh of blocks afterwards
@@ -110,7 +110,8 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 			f[0], f[1], f[2], f[3], f[4], f[5], f[6]+" "+f[7], f[8]+" "+f[9], f[10], f[11], f[12], f[13])
 	}
 	applied, err := s.Migrate(ctx)
-	if err != nil || len(applied) != 2 || applied[0] != "0019_metric_rollup_sets.sql" || applied[1] != "0020_sync_rollup_sets.sql" {
+	if err != nil || len(applied) != 3 || applied[0] != "0019_metric_rollup_sets.sql" || applied[1] != "0020_sync_rollup_sets.sql" ||
+		applied[2] != "0021_metric_set_bounds.sql" {
 		t.Fatalf("migrate: %v, %v", applied, err)
 	}
 	same := func(when string) {
@@ -133,6 +134,16 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 		if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets WHERE part = $1 AND $2 = ANY(metrics)`, part, m); n == 0 {
 			t.Fatalf("no sets of part %d holding %s written by the migrations", part, m)
 		}
+	}
+
+	// Sets whose metrics share their bounds keep them once: all of width
+	// 100, and the coarser ones that hold loss_scale (from step 1,500 on
+	// only) keep one each.
+	if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets WHERE width = 100 AND first_steps IS NOT NULL`); n != 0 {
+		t.Fatalf("%d sets of width 100 keep their bounds metric by metric", n)
+	}
+	if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets WHERE width = 1000 AND bucket = 1 AND part = 0 AND first_steps IS NOT NULL`); n != 2 {
+		t.Fatalf("%d sets of steps 1,000 to 1,999 keep their bounds metric by metric, want 2 (one a rank)", n)
 	}
 
 	// Every block refreshed again, over the moved rows.
