@@ -50,13 +50,13 @@ func metricSet(runID string, rank int32, bucket int64, part int16, names []strin
 	return []any{runID, rank, int32(100), bucket, part, ms, firstStep, pgTime(firstTime), pgTime(lastTime), mins, maxs, sums, counts}
 }
 
-// parentSetsSQL recomputes sets of width $W from the sets of width $CW =
-// $W / 10 below them, a metric at a time, summing in the order of the
-// buckets (floating-point sums depend on their order, and every path to a
-// figure adds them in that one): from names the children that
-// join (a FROM list ending in "JOIN metric_rollup_sets m ON", whose
-// condition follows), and on the condition that picks them; w and cw are
-// the placeholders of the two widths.
+// parentSetsSQL recomputes sets of width w from the sets of width cw =
+// w / 10 below them (w and cw are the placeholders of the two widths), a
+// metric at a time, summing in the order of the buckets: floating-point
+// sums depend on their order, and every path to a figure adds them in that
+// one. with opens the statement's WITH list; from is its FROM list, ending
+// in "JOIN metric_rollup_sets m", and on the join's condition, which picks
+// the children.
 func parentSetsSQL(with, from, on, w, cw string) string {
 	return `
 WITH ` + with + `g AS (
