@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deepseed/deepseed/api"
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -46,6 +47,49 @@ func stepLine(run string, rank, step int, at int) string {
 	return fmt.Sprintf(`{"kind":"step","run_id":%q,"rank":%d,"step":%d,"time":%d,"loss":%d.5}`, run, rank, step, at, step)
 }
 
+// writeWaitsForLock writes recs in the background and returns once the
+// write waits for an advisory lock, as the database shows, without having
+// written; what names the write in failures. The channel gives its error.
+func writeWaitsForLock(t *testing.T, s *store.Store, what string, recs []api.Record) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.WriteBatch(context.Background(), recs)
+		done <- err
+	}()
+	for deadline := time.Now().Add(2 * time.Minute); mustCount(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 0; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("%s ended while the lock it needs was held elsewhere (err %v)", what, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never waited for its lock", what)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("%s ended while the lock it needs was held elsewhere (err %v)", what, err)
+	default:
+	}
+	return done
+}
+
+// writeEnds waits, within limit, for the write of writeWaitsForLock once
+// its lock is let go, and fails the test on its error.
+func writeEnds(t *testing.T, done <-chan error, what string, limit time.Duration) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("%s still waits after the lock was let go", what)
+	}
+}
+
 // A rank's batch does not wait for another rank of the same run, nor for
 // the runs row, while a batch of the same rank does wait.
 func TestWriteBatchRanksDoNotWaitForEachOther(t *testing.T) {
@@ -66,40 +110,9 @@ func TestWriteBatchRanksDoNotWaitForEachOther(t *testing.T) {
 	wantResult(t, res, 2, 0)
 
 	// Rank 0 itself waits until the lock is let go.
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.WriteBatch(context.Background(), mustDecode(t, stepLine("par", 0, 1, 1000)))
-		done <- err
-	}()
-	// It waits on the lock, as the database shows, and has not written.
-	waiting := func() bool {
-		return mustCount(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
-	}
-	for deadline := time.Now().Add(2 * time.Minute); !waiting(); time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-done:
-			t.Fatalf("rank 0 wrote while its lock was held elsewhere (err %v)", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("rank 0's write never waited for its lock")
-		}
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("rank 0 wrote while its lock was held elsewhere (err %v)", err)
-	default:
-	}
+	done := writeWaitsForLock(t, s, "rank 0's write", mustDecode(t, stepLine("par", 0, 1, 1000)))
 	releaseRank()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("rank 0 still waiting after the lock was released")
-	}
+	writeEnds(t, done, "rank 0's write", 30*time.Second)
 	if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'par'`); n != 5 {
 		t.Fatalf("%d steps stored, want 5", n)
 	}

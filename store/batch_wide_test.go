@@ -48,37 +48,12 @@ func TestWideBatchWaitsForBatchesInFlight(t *testing.T) {
 	for r := 0; r <= store.MaxBatchLocks; r++ {
 		lines = append(lines, stepLine("wide", r, 0, 1000))
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.WriteBatch(context.Background(), mustDecode(t, lines...))
-		done <- err
-	}()
-	waiting := func() bool {
-		return mustCount(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
-	}
-	for deadline := time.Now().Add(2 * time.Minute); !waiting(); time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-done:
-			t.Fatalf("the wide batch wrote beside a batch in flight (err %v)", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the wide batch never waited for the batch in flight")
-		}
-	}
+	done := writeWaitsForLock(t, s, "the wide batch", mustDecode(t, lines...))
 	if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'wide'`); n != 0 {
 		t.Fatalf("%d steps stored while the batch in flight held its locks", n)
 	}
 	release()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the wide batch still waits after the batch in flight ended")
-	}
+	writeEnds(t, done, "the wide batch", time.Minute)
 	if n := mustCount(t, s, `SELECT count(*) FROM steps WHERE run_id = 'wide'`); n != store.MaxBatchLocks+1 {
 		t.Fatalf("%d steps stored, want %d", n, store.MaxBatchLocks+1)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deepseed/deepseed/store"
 	"github.com/deepseed/deepseed/store/storetest"
 )
@@ -21,16 +23,8 @@ func metricRollupRows(t *testing.T, s *store.Store) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var r string
-		if err := rows.Scan(&r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -53,6 +47,19 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+	// refresh refreshes the run until no marked block is left.
+	refresh := func() {
+		t.Helper()
+		for {
+			n, err := s.RefreshRollups(ctx, "mig")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+		}
+	}
 	// Two ranks of 2,500 steps, both reporting their synchronisation, a
 	// NaN loss now and then, user metrics on every third step, a loss
 	// scale from step 1,500 on only.
@@ -67,15 +74,7 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 			       CASE WHEN s % 3 = 0 THEN jsonb_build_object('tok', s % 11) END
 			FROM generate_series(0, 2499) s, (VALUES (0), (1)) ranks(r)`)
 		exec(`INSERT INTO rollup_dirty (run_id, rank, block) SELECT DISTINCT run_id, rank, step / 100 FROM steps`)
-		for {
-			n, err := s.RefreshRollups(ctx, "mig")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n == 0 {
-				break
-			}
-		}
+		refresh()
 	}
 	load()
 	want := metricRollupRows(t, s)
@@ -148,15 +147,7 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 
 	// Every block refreshed again, over the moved rows.
 	exec(`INSERT INTO rollup_dirty (run_id, rank, block) SELECT DISTINCT run_id, rank, step / 100 FROM steps WHERE step % 700 < 100`)
-	for {
-		n, err := s.RefreshRollups(ctx, "mig")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	refresh()
 	same("after a refresh of part of the blocks")
 	// Each set holds a metric once, its arrays of one length.
 	if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets WHERE cardinality(metrics) <> cardinality(counts)
