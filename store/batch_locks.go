@@ -119,27 +119,28 @@ const MaxBatchLocks = maxBatchLocks
 
 // LockKeys returns the locks WriteBatch takes for a batch of run, step,
 // layers and evaluation records, the kinds ingest combines into one
-// transaction, unique and in no order; records of other kinds add none.
+// transaction, in no order: the keys of runLockKeys and lockKeys of the
+// plan of recs; records of other kinds add none.
 func LockKeys(recs []api.Record) []int64 {
-	set := map[int64]struct{}{}
+	b := &batchPlan{}
+	runs := map[string]bool{}
 	for _, r := range recs {
 		switch {
 		case r.Run != nil:
-			set[runLockKey(r.Run.RunID)] = struct{}{}
+			runs[r.Run.RunID] = true
 		case r.Step != nil:
-			set[runLockKey(r.Step.RunID)] = struct{}{}
-			set[rankLockKey(r.Step.RunID, r.Step.Rank)] = struct{}{}
+			runs[r.Step.RunID] = true
+			b.steps = append(b.steps, r.Step)
 		case r.Layers != nil:
-			set[runLockKey(r.Layers.RunID)] = struct{}{}
-			set[rankLockKey(r.Layers.RunID, r.Layers.Rank)] = struct{}{}
+			runs[r.Layers.RunID] = true
+			b.layers = append(b.layers, r.Layers)
 		case r.Eval != nil:
-			set[runLockKey(r.Eval.RunID)] = struct{}{}
-			set[splitLockKey(r.Eval.RunID, orDefault(r.Eval.Split, "val"))] = struct{}{}
+			runs[r.Eval.RunID] = true
+			b.evals = append(b.evals, r.Eval)
 		}
 	}
-	keys := make([]int64, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
+	for id := range runs {
+		b.runIDs = append(b.runIDs, id)
 	}
-	return keys
+	return append(b.runLockKeys(), b.lockKeys()...)
 }
