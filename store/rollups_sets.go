@@ -84,10 +84,12 @@ SELECT $1, rank, ` + w + `, bucket, part, metrics, CASE WHEN same THEN fs END, C
 FROM s`
 }
 
-// parentMetricSetsSQL recomputes the sets, every part, of width $4 that
-// cover the given buckets (ranks $2, buckets $3) of width $5 = $4 / 10.
+// parentMetricSetsSQL recomputes the step sets of width $4 that cover the
+// given buckets (ranks $2, buckets $3) of width $5 = $4 / 10. The sets of
+// SyncMetrics above the same blocks are the spread's pass's, which comes
+// next in the same transaction and writes them for every rank.
 var parentMetricSetsSQL = parentSetsSQL(`p AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS p(rank, bucket)),`,
-	`p JOIN metric_rollup_sets m`, `ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5
+	`p JOIN metric_rollup_sets m`, `ON m.run_id = $1 AND m.rank = p.rank AND m.width = $5 AND m.part = `+strconv.Itoa(int(stepSet))+`
 	   AND m.bucket >= p.bucket * $4 / $5 AND m.bucket < (p.bucket + 1) * $4 / $5`, "$4", "$5")
 
 // parentSyncSetsSQL recomputes, for every rank, the SyncMetrics sets of
