@@ -124,6 +124,13 @@ class StepReader:
         self.anchor_walls = WindowMax(ANCHOR_KEEP)
         self.last_end_wall_ns = None  # the previous emitted step's end, wall clock
         self.last_close_ns = None
+        # The previous emitted step's end event and its device time since
+        # the anchor (ns): a step that begins there is placed from it with
+        # one short interval instead of a second one back to the anchor
+        # (cheaper, and exact where an interval of hours in a float32 of
+        # milliseconds is not).
+        self.chain_ev = None
+        self.chain_ns = 0
         self.no_layer_hook = False  # a profiled step's layer hooks never ran (compiled layers)
 
     def start(self):
@@ -372,8 +379,10 @@ class StepReader:
             rec = {}
             start = slot.ev_start
             end = slot.nxt_start if slot.nxt_start is not None else slot.ev_end
+            step_ms = None
             if start is not None and end is not None:
-                rec["step_ms"] = _nonneg_ms(start.elapsed_time(end))
+                step_ms = start.elapsed_time(end)
+                rec["step_ms"] = _nonneg_ms(step_ms)
             if slot.fwd:
                 fw = _ms_sum(slot.fwd)
                 if fw is not None:
@@ -389,7 +398,7 @@ class StepReader:
             # The step's synchronisation fields, from its own events: the
             # record is built once they (and its values) have arrived.
             sync = {}
-            self._sync_fields(slot, sync)
+            self._sync_fields(slot, sync, step_ms if end is slot.ev_end else None)
             if self.comm is not None:
                 self.comm.fill(slot, rec, sync)
             if slot.data_ms is not None:
@@ -404,6 +413,8 @@ class StepReader:
             if slot.tokens:
                 rec["tokens"] = int(slot.tokens)
             f = dict(slot.extra) if slot.extra else {}
+            if slot.lr is not None and "lr" not in f:
+                f["lr"] = slot.lr
             for k, box in slot.boxes:
                 if k == "loss+":
                     f["loss"] = sum(b.value for b in box)
@@ -434,6 +445,8 @@ class StepReader:
             return None
         finally:
             nxt = slot.nxt_start
+            if self.chain_ev is not nxt:
+                self.chain_ev = None  # it goes back to the pool below
             for ev in self._slot_events(slot):
                 if ev is not nxt:
                     self.pool.put(ev)
@@ -452,9 +465,17 @@ class StepReader:
             self.anchor = False
             self.link.warn_once("anchor", "deepseed: device clock anchor: %s", e)
 
-    def _sync_fields(self, slot, out):
+    def _since_anchor_ns(self, slot, ev):
+        """Device ns from the anchor to ev, one of slot's events: from the
+        previous step's end where slot began there, else from the anchor."""
+        if slot.ev_start is self.chain_ev and self.chain_ev is not None:
+            return self.chain_ns + int(round(self.chain_ev.elapsed_time(ev) * 1e6))
+        return int(round(self.anchor.elapsed_time(ev) * 1e6))
+
+    def _sync_fields(self, slot, out, step_ms=None):
         """Puts sync_ns, sync_wait_ms and input_wait_ms of an emitted step
-        in out, where it has them."""
+        in out, where it has them. step_ms, when given, is the device time
+        from the step's start to its ev_end."""
         bwd_end = slot.bwd[-1][1] if slot.bwd else None
         anchor = self.anchor
         if self.cuda and anchor:
@@ -469,7 +490,7 @@ class StepReader:
                 walls.append(slot.open_ns - int(anchor.elapsed_time(slot.open_ev) * 1e6))
             base = walls.max()
             if bwd_end is not None:
-                out["sync_ns"] = base + int(anchor.elapsed_time(bwd_end) * 1e6)
+                out["sync_ns"] = base + self._since_anchor_ns(slot, bwd_end)
                 if slot.sync_end is not None:
                     out["sync_wait_ms"] = round_ms(max(0.0, bwd_end.elapsed_time(slot.sync_end)))
             last_end = self.last_end_wall_ns
@@ -477,7 +498,19 @@ class StepReader:
                 busy = (last_end - self.last_close_ns) / 1e6
                 out["input_wait_ms"] = round_ms(min(max(0.0, busy), slot.data_ms))
             end = slot.ev_end
-            self.last_end_wall_ns = base + int(anchor.elapsed_time(end) * 1e6) if end is not None else None
+            if end is None:
+                self.last_end_wall_ns = self.chain_ev = None
+            else:
+                if step_ms is not None and slot.ev_start is self.chain_ev and self.chain_ev is not None:
+                    end_ns = self.chain_ns + int(round(step_ms * 1e6))
+                else:
+                    end_ns = self._since_anchor_ns(slot, end)
+                # Kept only while it stays out of the pool: as the next
+                # step's start (an event the pool hands out again is
+                # recorded anew).
+                self.chain_ev = end if end is slot.nxt_start else None
+                self.chain_ns = end_ns
+                self.last_end_wall_ns = base + end_ns
             self.last_close_ns = slot.close_ns
         elif slot.host_arrive_ns is not None:
             out["sync_ns"] = slot.host_arrive_ns

@@ -68,44 +68,43 @@ _now = time.perf_counter  # the host clock of data time and the sampling floor
 class Step:
     """One step's events (start, end, forward/backward/optimizer pairs, the
     synchronisation marks) and values (device values waiting in boxes,
-    what the caller logged), from its open to its read-back."""
+    what the caller logged), from its open to its read-back. Opened every
+    step on the training thread: what most steps leave as it is stays a
+    class default, and only the lists a step appends to are its own."""
 
-    __slots__ = ("step", "ev_start", "fwd", "bwd", "opt", "ev_end", "samples", "tokens", "user", "user_step",
-                 "closed", "data_ms", "layer", "losses", "extra", "bwd_open", "ukeys", "boxes", "nxt_start",
-                 "open_ns", "close_ns", "sync_end", "host_arrive_ns", "host_release_ns", "phases", "fwd_open",
-                 "comm", "nfwd", "sid", "open_ev")
+    ev_start = None
+    opt = None
+    ev_end = None
+    samples = 0
+    tokens = 0
+    user = None
+    user_step = False
+    closed = False
+    data_ms = None
+    layer = None
+    bwd_open = False
+    ukeys = ()
+    nxt_start = None
+    open_ns = None  # host wall clock when open_ev was recorded
+    open_ev = None  # the event recorded at the step's open, if any (its start, or its forward's)
+    close_ns = None
+    sync_end = None  # event after the end-of-backward collective
+    host_arrive_ns = None  # host clock at the end of backward (no CUDA)
+    host_release_ns = None
+    phases = True  # forward, backward and optimizer timed (PHASE_EVERY)
+    fwd_open = False  # a training forward began and has not returned
+    comm = None  # comm.Spans: the step's timed collectives and waits
+    nfwd = 0  # training forwards (micro-batches) in the step
+    sid = None  # the stream its events are recorded on (EventPool.sid)
+    lr = None  # the optimizer's learning rate, a number (a tensor one waits in boxes)
 
     def __init__(self, step):
         self.step = step
-        self.ev_start = None
         self.fwd = []  # [start, end] pairs
         self.bwd = []
-        self.opt = None
-        self.ev_end = None
-        self.samples = 0
-        self.tokens = 0
-        self.user = None
-        self.user_step = False
-        self.closed = False
-        self.data_ms = None
-        self.layer = None
         self.losses = []  # Boxes, one per forward; the step's loss is their mean
         self.extra = {}
-        self.bwd_open = False
-        self.ukeys = ()
         self.boxes = []  # (key, Box) read once the device has them
-        self.nxt_start = None
-        self.open_ns = None  # host wall clock when open_ev was recorded
-        self.open_ev = None  # the event recorded at the step's open, if any (its start, or its forward's)
-        self.close_ns = None
-        self.sync_end = None  # event after the end-of-backward collective
-        self.host_arrive_ns = None  # host clock at the end of backward (no CUDA)
-        self.host_release_ns = None
-        self.phases = True  # forward, backward and optimizer timed (PHASE_EVERY)
-        self.fwd_open = False  # a training forward began and has not returned
-        self.comm = None  # comm.Spans: the step's timed collectives and waits
-        self.nfwd = 0  # training forwards (micro-batches) in the step
-        self.sid = None  # the stream its events are recorded on (EventPool.sid)
 
 
 class StepState:
@@ -365,8 +364,8 @@ class StepState:
         # every gradient costs a read of all of them (about 0.5 ms of an H100
         # for BERT-large) and ~100 µs of launches, so it runs every
         # grad_norm_every steps.
-        if (self.adapter is not None or self.grad_norm == "off" or self.user_grad_norm
-                or not self.grad_norm_every or cur.step % self.grad_norm_every):
+        if (not self.grad_norm_every or cur.step % self.grad_norm_every or self.adapter is not None
+                or self.grad_norm == "off" or self.user_grad_norm):
             return
         if self.grad_norm_every > 1 and self.norm_floor:
             now = _now()
@@ -410,8 +409,8 @@ class StepState:
             return
         if isinstance(lr, torch.Tensor):
             cur.boxes.append(("lr", self.fetch.add(lr)))
-        elif lr is not None:
-            cur.extra["lr"] = lr
+        else:
+            cur.lr = lr
 
     # ---- open and close -------------------------------------------------------
 
@@ -476,7 +475,9 @@ class StepState:
         cur = self.cur
         if cur is None:
             return
-        self.end_open_backward(cur)
+        if cur.bwd:
+            self.end_open_backward(cur)
+        cur.bwd_open = False
         cur.ev_end = ev_end
         cur.closed = True
         now = _now()
@@ -484,8 +485,9 @@ class StepState:
         self.last_close_host = now
         if cur.layer is not None:
             self.profiler.disarm()
-        if self.wrapped_graphs(now):
-            self.fetch.copy_now = True
+        if self.cuda and not self.fetch.copy_now and (self.compiled or now - self.graphs_at >= GRAPHS_CHECK_S):
+            if self.wrapped_graphs(now):
+                self.fetch.copy_now = True
         if self.cuda and now - self.mem_read_at >= MEM_EVERY_S:
             self.mem_read_at = now
             self.reader.mem = peak_memory_gb(self.dev_index)

@@ -38,7 +38,10 @@ HOOK_METHODS = ("forward_pre", "forward_post", "optimizer_pre", "optimizer_post"
 TIMED = {steps.StepState: ("forward_pre", "forward_post", "optimizer_pre", "optimizer_post", "open_step",
                            "close_step", "count_batch", "read_lr", "take_grad_norm", "wrapped_graphs"),
          torch_utils.Fetcher: ("add", "flush"),
-         torch_utils.EventPool: ("record", "use_current_stream")}
+         torch_utils.EventPool: ("record", "use_current_stream"),
+         readback.StepReader: ("read_waiting", "_take_batch", "_build", "_sync_fields", "_deliver_outbox",
+                               "send_steps"),
+         torch.cuda.Event: ("elapsed_time", "query")}
 
 
 def _empty(self, *a, **k):
@@ -163,6 +166,48 @@ def method_costs(steps_n, url, xs, ys):
     return {"timer_ns_per_call": round(per_call_ns, 1), "methods": out}
 
 
+def inloop_primitives(steps_n, xs, ys):
+    """Host µs of each device call the hook makes, timed one by one inside
+    the unwatched tiny-MLP loop right after the optimizer's step (where the
+    hook makes them): a call costs there what the launches queued before it
+    make it cost, not what it costs alone. Medians and means."""
+    torch.manual_seed(0)
+    model = TinyMLP().cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    mse = torch.nn.functional.mse_loss
+    stream = torch.cuda.current_stream()
+    rec = torch._C._CudaEventBase.record
+    ring = [torch.cuda.Event(enable_timing=True) for _ in range(16)]
+    get_sid = torch._C._cuda_getCurrentStream
+    pc = time.perf_counter_ns
+    names = ("record", "elapsed_first", "elapsed_second", "query", "current_stream_id")
+    acc = {k: [] for k in names}
+    for i in range(steps_n + 50):
+        loss = mse(model(xs[i % 4]), ys[i % 4])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t0 = pc()
+        rec(ring[i % 16], stream)
+        t1 = pc()
+        if i >= 16:
+            a, b = ring[(i - 12) % 16], ring[(i - 11) % 16]
+            a.elapsed_time(b)
+            t2 = pc()
+            b.elapsed_time(ring[(i - 10) % 16])
+            t3 = pc()
+            b.query()
+            t4 = pc()
+            get_sid(0)
+            t5 = pc()
+            if i >= 50:
+                for k, v in zip(names, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+                    acc[k].append(v / 1e3)
+    torch.cuda.synchronize()
+    return {k: {"median_us": round(statistics.median(v), 2), "mean_us": round(statistics.fmean(v), 2)}
+            for k, v in acc.items()}
+
+
 def thread_split(pairs, url, xs, ys):
     """The hook's threads' CPU per watched step, by thread."""
     (ma, oa) = bench_split.tiny()
@@ -204,6 +249,8 @@ def main():
     ys = [torch.randn(32, 1, device="cuda") for _ in range(4)]
     variants = a.variants.split(",")
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "pairs": a.pairs, "blocks": []}
+    out["inloop"] = inloop_primitives(3000, xs, ys)
+    print(json.dumps(out["inloop"], indent=1), flush=True)
     out["methods"] = method_costs(3000, cap.url, xs, ys)
     print(json.dumps(out["methods"], indent=1), flush=True)
     out["threads"] = thread_split(3000, cap.url, xs, ys)
