@@ -267,9 +267,9 @@ func (s *Store) LayersRaw(ctx context.Context, runID string, rank int, from, to 
 // LayerRollups returns layer rollup buckets of width w in [fromBucket,
 // toBucket], with the sums and counts of one pass.
 func (s *Store) LayerRollups(ctx context.Context, runID string, rank int, w, fromBucket, toBucket int64, backward bool) ([]LayerRow, error) {
-	cols := "fwd_sums, fwd_counts"
+	cols := "fwd_sums, " + layerCountsSQL("", "fwd")
 	if backward {
-		cols = "bwd_sums, bwd_counts"
+		cols = "bwd_sums, " + layerCountsSQL("", "bwd")
 	}
 	rows, err := s.pool.Query(ctx, `SELECT bucket, first_step, first_time, `+cols+` FROM layer_rollups
 		WHERE run_id = $1 AND rank = $2 AND width = $3 AND bucket >= $4 AND bucket <= $5 ORDER BY bucket`,

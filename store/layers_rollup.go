@@ -24,16 +24,31 @@ type layerBucket struct {
 }
 
 func (b *layerBucket) row(runID string, w int64) []any {
-	// A NULL array would break NOT NULL; a bucket without values is '{}'.
-	nz := func(f []float64, c []int64) ([]float64, []int64) {
+	// Sums are never NULL: a bucket without values is '{}'. Counts are
+	// NULL where every row timed every layer (layerCountsSQL).
+	pass := func(f []float64, c []int64) ([]float64, []int64) {
 		if f == nil {
-			return []float64{}, []int64{}
+			return []float64{}, nil
+		}
+		if len(c) == len(f) && !slices.ContainsFunc(c, func(n int64) bool { return n != b.rows }) {
+			return f, nil
 		}
 		return f, c
 	}
-	fs, fc := nz(b.fwdSums, b.fwdCounts)
-	bs, bc := nz(b.bwdSums, b.bwdCounts)
+	fs, fc := pass(b.fwdSums, b.fwdCounts)
+	bs, bc := pass(b.bwdSums, b.bwdCounts)
 	return []any{runID, b.key.rank, int32(w), b.key.bucket, b.firstStep, pgTime(b.firstTime), b.rows, fs, fc, bs, bc}
+}
+
+// layerCountsSQL is the SQL of a layer rollup's counts of one pass ("fwd"
+// or "bwd") of the table or alias t: stored NULL where each is the
+// bucket's rows (migration 0022), once per layer of the sums.
+func layerCountsSQL(t, pass string) string {
+	c, s, rows := pass+"_counts", pass+"_sums", "rows"
+	if t != "" {
+		c, s, rows = t+"."+c, t+"."+s, t+".rows"
+	}
+	return "coalesce(" + c + ", array_fill(" + rows + ", ARRAY[cardinality(" + s + ")]))"
 }
 
 var layerRollupColumns = []string{"run_id", "rank", "width", "bucket", "first_step", "first_time", "rows",
@@ -67,7 +82,8 @@ func coarserLayerRollups(ctx context.Context, tx pgx.Tx, runID string, parents [
 	pr, pl, ph := spans(parents)
 	f := w / cw
 	rows, err := tx.Query(ctx, `
-		SELECT l.rank, l.bucket, l.first_step, l.first_time, l.rows, l.fwd_sums, l.fwd_counts, l.bwd_sums, l.bwd_counts
+		SELECT l.rank, l.bucket, l.first_step, l.first_time, l.rows, l.fwd_sums, `+layerCountsSQL("l", "fwd")+`,
+			l.bwd_sums, `+layerCountsSQL("l", "bwd")+`
 		FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS d(rank, lo, hi) JOIN layer_rollups l
 		ON l.run_id = $1 AND l.rank = d.rank AND l.width = $5 AND l.bucket >= d.lo * $6 AND l.bucket < (d.hi + 1) * $6`,
 		runID, pr, pl, ph, cw, f)

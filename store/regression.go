@@ -127,7 +127,8 @@ const LayerMeanBlocks = 200
 func (s *Store) LayerMeans(ctx context.Context, runID string, rank int, fromStep int64, names []string) (map[string]float64, error) {
 	out := map[string]float64{}
 	rows, err := s.pool.Query(ctx, `SELECT fwd_sums, fwd_counts, bwd_sums, bwd_counts FROM (
-			SELECT bucket, fwd_sums, fwd_counts, bwd_sums, bwd_counts FROM layer_rollups
+			SELECT bucket, fwd_sums, `+layerCountsSQL("", "fwd")+` AS fwd_counts, bwd_sums,
+				`+layerCountsSQL("", "bwd")+` AS bwd_counts FROM layer_rollups
 			WHERE run_id = $1 AND rank = $2 AND width = 100 AND bucket >= $3 / 100 ORDER BY bucket DESC LIMIT $4) b`,
 		runID, rank, fromStep, LayerMeanBlocks)
 	if err != nil {
