@@ -461,7 +461,7 @@ func rawMetricRollups(ctx context.Context, tx pgx.Tx, runID string, ranks []int3
 			out = append(out, row)
 		}
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_sets"}, setColumns, pgx.CopyFromRows(out)); err != nil {
+	if err := copySets(ctx, tx, out); err != nil {
 		return fmt.Errorf("write metric rollups: %w", err)
 	}
 	if _, err := tx.Exec(ctx, userMetricsSQL, runID, ranks, los, his); err != nil {

@@ -31,11 +31,11 @@ func metricRollupRows(t *testing.T, s *store.Store) []string {
 }
 
 // Migrations 0019 to 0021 move the built-in metrics' rows and those of
-// the metrics across ranks into sets of a rank and bucket, and the
-// metric_rollups view reads back exactly the rows that were there, user
-// metrics and whole-run rows included; a refresh of blocks afterwards
-// writes the same rows again, with no metric twice where moved rows and
-// new sets meet.
+// the metrics across ranks into sets of a rank and bucket, and 0023 names
+// each set's metrics by a shared layout; the metric_rollups view reads
+// back exactly the rows that were there, user metrics and whole-run rows
+// included; a refresh of blocks afterwards writes the same rows again,
+// with no metric twice where moved rows and new sets meet.
 func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -131,7 +131,7 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 		t.Fatalf("%d built-in rows or rows of metrics across ranks left in metric_rollup_rows", n)
 	}
 	for part, m := range map[int]string{0: "loss", 1: "lateness_ms"} {
-		if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets WHERE part = $1 AND $2 = ANY(metrics)`, part, m); n == 0 {
+		if n := mustCount(t, s, `SELECT count(*) FROM `+setsNamed+` WHERE part = $1 AND $2 = ANY(metrics)`, part, m); n == 0 {
 			t.Fatalf("no sets of part %d holding %s written by the migrations", part, m)
 		}
 	}
@@ -151,8 +151,16 @@ func TestMigrationMovesMetricRollupsIntoSets(t *testing.T) {
 	refresh()
 	same("after a refresh of part of the blocks")
 	// Each set holds a metric once, its arrays of one length.
-	if n := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets WHERE cardinality(metrics) <> cardinality(counts)
+	if n := mustCount(t, s, `SELECT count(*) FROM `+setsNamed+` WHERE cardinality(metrics) <> cardinality(counts)
 		OR cardinality(metrics) <> cardinality(first_times) OR cardinality(metrics) <> (SELECT count(DISTINCT m) FROM unnest(metrics) m)`); n != 0 {
 		t.Fatalf("%d sets with a metric twice or arrays of unequal lengths", n)
 	}
+	// The sets share their lists of names: a few layouts for them all.
+	sets, layouts := mustCount(t, s, `SELECT count(*) FROM metric_rollup_sets`), mustCount(t, s, `SELECT count(*) FROM metric_set_layouts`)
+	if layouts == 0 || layouts*10 > sets {
+		t.Fatalf("%d layouts for %d sets", layouts, sets)
+	}
 }
+
+// setsNamed is metric_rollup_sets with each set's metrics' names.
+const setsNamed = `(SELECT s.*, l.metrics FROM metric_rollup_sets s JOIN metric_set_layouts l ON l.layout = s.layout) sets`

@@ -68,7 +68,7 @@ func refreshSyncBlocks(ctx context.Context, tx pgx.Tx, runID string, blocks []in
 		return fmt.Errorf("read synchronisation fields: %w", err)
 	}
 	out := foldSync(runID, in, len(ranks))
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"metric_rollup_sets"}, setColumns, pgx.CopyFromRows(out)); err != nil {
+	if err := copySets(ctx, tx, out); err != nil {
 		return fmt.Errorf("write synchronisation rollups: %w", err)
 	}
 	return nil

@@ -37,7 +37,7 @@ var sizedTables = []struct {
 }{
 	{"steps", false}, {"layer_times", false}, {"evals", false}, {"gpu_samples", false}, {"host_samples", false},
 	{"events", false}, {"memory_breakdowns", false},
-	{"metric_rollup_rows", true}, {"metric_rollup_sets", true}, {"metric_spread", true}, {"layer_rollups", true}, {"gpu_minutes", true},
+	{"metric_rollup_rows", true}, {"metric_rollup_sets", true}, {"metric_set_layouts", true}, {"metric_spread", true}, {"layer_rollups", true}, {"gpu_minutes", true},
 	{"gpu_device_minutes", true}, {"gpu_minute_marks", true}, {"host_minutes", true}, {"rank_hosts", true}, {"rank_score_heads", true},
 	{"rank_score_spans", true}, {"run_summaries", true}, {"rollup_dirty", true},
 }
