@@ -92,6 +92,16 @@ func refreshPass(ctx context.Context, st *store.Store, log *slog.Logger, bounds 
 		}
 		return false
 	}
+	if len(runs) == 0 {
+		// The queue is drained: its file is cut back once it grew
+		// (store/queue_vacuum.go).
+		vctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, _, err := st.VacuumDrainedQueue(vctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			log.Warn("vacuum the drained rollup queue", "err", err)
+		}
+	}
 	for _, r := range runs {
 		if ctx.Err() != nil {
 			return false

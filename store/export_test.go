@@ -25,3 +25,13 @@ var WideBatchLock = wideBatchLock
 
 // OwnPool is the store's own connection pool.
 func OwnPool(s *Store) *pgxpool.Pool { return s.pool }
+
+// SetQueueVacuumBytes sets the size of an empty marker queue above which
+// VacuumDrainedQueue vacuums it, and lets it vacuum again at once, until
+// the returned function restores the default.
+func SetQueueVacuumBytes(s *Store, n int64) (restore func()) {
+	old := queueVacuumBytes
+	queueVacuumBytes = n
+	s.queueVacuumAt.Store(0)
+	return func() { queueVacuumBytes = old }
+}

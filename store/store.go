@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,8 @@ type Store struct {
 	// Timescale is true when the timescaledb extension is installed in the
 	// database and the time-series tables are hypertables.
 	Timescale bool
+	// queueVacuumAt is when VacuumDrainedQueue last vacuumed (Unix ns).
+	queueVacuumAt atomic.Int64
 }
 
 // Open connects to the database at url. It does not wait for the database
