@@ -46,7 +46,7 @@ def train(config, watched, steps, path):
         data = [(torch.randn(32, 256, device="cuda", generator=g), torch.randn(32, 1, device="cuda", generator=g))
                 for _ in range(4)]
         if config == "mlp_fp16_scaler":
-            scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 20)  # overflows at first: skipped steps
+            scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 20)
         call = model
     else:
         model, opt = compile_check.build()
