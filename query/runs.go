@@ -77,7 +77,7 @@ func (h *Handler) getRun(ctx context.Context, c echo.Context) (any, error) {
 	if d.OpenAlerts, err = h.store.OpenAlertCount(ctx, r.RunID); err != nil {
 		return nil, err
 	}
-	if d.Wasted, err = h.wasted(ctx, r); err != nil {
+	if d.Wasted, err = h.wasted(ctx, r, ranks); err != nil {
 		return nil, err
 	}
 	if d.Consistency, err = h.consistency(ctx, r, ranks, &d.RunSummary); err != nil {
@@ -148,8 +148,14 @@ func (h *Handler) code(ctx context.Context, c echo.Context) (any, error) {
 
 // wasted computes a run's wasted GPU-hours with the detectors' default
 // thresholds.
-func (h *Handler) wasted(ctx context.Context, r *store.RunRow) (api.WastedGPUHours, error) {
-	w, err := h.store.WastedGPUHours(ctx, r.RunID, r.Status == "running", time.Now(), store.DefaultWasteRules)
+// wasted is the wasted GPU-hours of run r, whose ranks the caller has read
+// (an index skip over 1,024 ranks is tens of milliseconds).
+func (h *Handler) wasted(ctx context.Context, r *store.RunRow, ranks []int) (api.WastedGPUHours, error) {
+	n, lowest := len(ranks), 0
+	if n > 0 {
+		lowest = ranks[0]
+	}
+	w, err := h.store.WastedGPUHoursOf(ctx, r.RunID, n, lowest, r.Status == "running", time.Now(), store.DefaultWasteRules)
 	return wastedAPI(w), err
 }
 

@@ -92,10 +92,15 @@ func (s *Store) WastedGPUHoursOf(ctx context.Context, runID string, nRanks, lowe
 				w.StalledGPUH += float64(nRanks) * (float64(now.Sub(last).Milliseconds()) - med) / msPerHour
 			}
 		}
+		// The raw rows of the buckets that hold a skipped step, bucket by
+		// bucket (OFFSET 0 keeps the planner from turning this around into
+		// a scan of every step of the rank, which its guess of one skipped
+		// step makes look cheap: 0.46 s at 20,000 steps against 3 ms).
 		var skipped *float64
 		if err := s.pool.QueryRow(ctx, `SELECT sum(s.step_ms) FROM metric_rollups m CROSS JOIN LATERAL (
 				SELECT step_ms FROM steps s WHERE s.run_id = m.run_id AND s.rank = m.rank
 				  AND s.step >= m.bucket * 100 AND s.step < (m.bucket + 1) * 100 AND s.skipped AND s.step_ms > 0
+				OFFSET 0
 			) s
 			WHERE m.run_id = $1 AND m.rank = $2 AND m.width = 100 AND m.metric = 'skipped' AND m.sum > 0`, runID, lowest).Scan(&skipped); err != nil {
 			return w, fmt.Errorf("store: skipped steps of %s: %w", runID, err)
