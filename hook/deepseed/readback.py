@@ -465,11 +465,15 @@ class StepReader:
             self.anchor = False
             self.link.warn_once("anchor", "deepseed: device clock anchor: %s", e)
 
-    def _since_anchor_ns(self, slot, ev):
+    def _since_anchor_ns(self, slot, ev, from_start_ms=None):
         """Device ns from the anchor to ev, one of slot's events: from the
-        previous step's end where slot began there, else from the anchor."""
-        if slot.ev_start is self.chain_ev and self.chain_ev is not None:
-            return self.chain_ns + int(round(self.chain_ev.elapsed_time(ev) * 1e6))
+        previous step's end where slot began there (with from_start_ms, the
+        interval from slot's start to ev, when the caller has it), else
+        from the anchor."""
+        if self.chain_ev is not None and slot.ev_start is self.chain_ev:
+            if from_start_ms is None:
+                from_start_ms = self.chain_ev.elapsed_time(ev)
+            return self.chain_ns + int(round(from_start_ms * 1e6))
         return int(round(self.anchor.elapsed_time(ev) * 1e6))
 
     def _sync_fields(self, slot, out, step_ms=None):
@@ -501,10 +505,7 @@ class StepReader:
             if end is None:
                 self.last_end_wall_ns = self.chain_ev = None
             else:
-                if step_ms is not None and slot.ev_start is self.chain_ev and self.chain_ev is not None:
-                    end_ns = self.chain_ns + int(round(step_ms * 1e6))
-                else:
-                    end_ns = self._since_anchor_ns(slot, end)
+                end_ns = self._since_anchor_ns(slot, end, step_ms)
                 # Kept only while it stays out of the pool: as the next
                 # step's start (an event the pool hands out again is
                 # recorded anew).

@@ -475,9 +475,7 @@ class StepState:
         cur = self.cur
         if cur is None:
             return
-        if cur.bwd:
-            self.end_open_backward(cur)
-        cur.bwd_open = False
+        self.end_open_backward(cur)
         cur.ev_end = ev_end
         cur.closed = True
         now = _now()
@@ -485,9 +483,8 @@ class StepState:
         self.last_close_host = now
         if cur.layer is not None:
             self.profiler.disarm()
-        if self.cuda and not self.fetch.copy_now and (self.compiled or now - self.graphs_at >= GRAPHS_CHECK_S):
-            if self.wrapped_graphs(now):
-                self.fetch.copy_now = True
+        if self.wrapped_graphs(now):
+            self.fetch.copy_now = True
         if self.cuda and now - self.mem_read_at >= MEM_EVERY_S:
             self.mem_read_at = now
             self.reader.mem = peak_memory_gb(self.dev_index)
