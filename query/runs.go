@@ -146,16 +146,11 @@ func (h *Handler) code(ctx context.Context, c echo.Context) (any, error) {
 	return out, nil
 }
 
-// wasted computes a run's wasted GPU-hours with the detectors' default
-// thresholds.
-// wasted is the wasted GPU-hours of run r, whose ranks the caller has read
-// (an index skip over 1,024 ranks is tens of milliseconds).
+// wasted computes the wasted GPU-hours of run r, whose ranks the caller
+// has read (an index skip over 1,024 ranks is tens of milliseconds), with
+// the detectors' default thresholds.
 func (h *Handler) wasted(ctx context.Context, r *store.RunRow, ranks []int) (api.WastedGPUHours, error) {
-	n, lowest := len(ranks), 0
-	if n > 0 {
-		lowest = ranks[0]
-	}
-	w, err := h.store.WastedGPUHoursOf(ctx, r.RunID, n, lowest, r.Status == "running", time.Now(), store.DefaultWasteRules)
+	w, err := h.store.WastedGPUHoursOfRanks(ctx, r.RunID, ranks, r.Status == "running", time.Now(), store.DefaultWasteRules)
 	return wastedAPI(w), err
 }
 

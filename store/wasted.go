@@ -53,6 +53,12 @@ func (s *Store) WastedGPUHours(ctx context.Context, runID string, running bool, 
 	if err != nil {
 		return Wasted{}, err
 	}
+	return s.WastedGPUHoursOfRanks(ctx, runID, ranks, running, now, rules)
+}
+
+// WastedGPUHoursOfRanks is [Store.WastedGPUHours] of a run whose ranks
+// (ascending, as [Store.RunRanks] gives them) the caller has read.
+func (s *Store) WastedGPUHoursOfRanks(ctx context.Context, runID string, ranks []int, running bool, now time.Time, rules WasteRules) (Wasted, error) {
 	if len(ranks) == 0 {
 		return s.WastedGPUHoursOf(ctx, runID, 0, 0, running, now, rules)
 	}
