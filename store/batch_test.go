@@ -46,6 +46,14 @@ func mustCount(t testing.TB, s *store.Store, sql string, args ...any) int {
 	return n
 }
 
+// mustExec runs sql on the store's database, failing the test on error.
+func mustExec(t testing.TB, s *store.Store, sql string, args ...any) {
+	t.Helper()
+	if _, err := storetest.Pool(t, s).Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
 func wantResult(t testing.TB, got store.WriteResult, accepted, dups int) {
 	t.Helper()
 	if got.Accepted != accepted || got.Duplicates != dups {

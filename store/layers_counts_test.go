@@ -17,21 +17,15 @@ func TestLayerCountsKeptOnlyWhereALayerWentUntimed(t *testing.T) {
 	s := storetest.NewStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	exec := func(q string) {
-		t.Helper()
-		if _, err := storetest.Pool(t, s).Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	exec(`INSERT INTO runs (run_id, layer_names) VALUES ('c', '{a,b,c}')`)
+	mustExec(t, s, `INSERT INTO runs (run_id, layer_names) VALUES ('c', '{a,b,c}')`)
 	// Every 10th step of 0–2999 on ranks 0 and 1 times every layer, but
 	// rank 1's step 1230 has no time for layer b forward, and no backward.
-	exec(`INSERT INTO layer_times (run_id, rank, step, time, forward_ms, backward_ms)
+	mustExec(t, s, `INSERT INTO layer_times (run_id, rank, step, time, forward_ms, backward_ms)
 		SELECT 'c', r, s, '2026-01-01'::timestamptz + s * interval '1 second',
 		       CASE WHEN r = 1 AND s = 1230 THEN ARRAY[1, NULL, 3]::float8[] ELSE ARRAY[1, 2, 3]::float8[] END,
 		       CASE WHEN r = 1 AND s = 1230 THEN NULL ELSE ARRAY[4, 5, 6]::float8[] END
 		FROM generate_series(0, 2999, 10) s, (VALUES (0), (1)) ranks(r)`)
-	exec(`INSERT INTO rollup_dirty (run_id, rank, block) SELECT DISTINCT run_id, rank, step / 100 FROM layer_times`)
+	mustExec(t, s, `INSERT INTO rollup_dirty (run_id, rank, block) SELECT DISTINCT run_id, rank, step / 100 FROM layer_times`)
 	if _, err := s.RefreshRollups(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}

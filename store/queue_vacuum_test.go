@@ -28,16 +28,12 @@ func TestDrainedQueueIsCutBack(t *testing.T) {
 	}
 	mark := func() {
 		t.Helper()
-		if _, err := pool.Exec(ctx, `INSERT INTO rollup_dirty (run_id, rank, block)
-			SELECT 'q', r, b FROM generate_series(0, 99) r, generate_series(0, 199) b`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, s, `INSERT INTO rollup_dirty (run_id, rank, block)
+			SELECT 'q', r, b FROM generate_series(0, 99) r, generate_series(0, 199) b`)
 	}
 	mark()
 	// One marker left: the queue is not drained and keeps its file.
-	if _, err := pool.Exec(ctx, `DELETE FROM rollup_dirty WHERE NOT (rank = 7 AND block = 7)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s, `DELETE FROM rollup_dirty WHERE NOT (rank = 7 AND block = 7)`)
 	full := size()
 	if before, _, err := s.VacuumDrainedQueue(ctx); err != nil || before != 0 {
 		t.Fatalf("vacuumed a queue holding a marker: %d bytes before, %v", before, err)
@@ -46,9 +42,7 @@ func TestDrainedQueueIsCutBack(t *testing.T) {
 		t.Fatalf("queue holding a marker went from %d to %d bytes", full, size())
 	}
 	// The last one taken: the file is cut back.
-	if _, err := pool.Exec(ctx, `DELETE FROM rollup_dirty`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s, `DELETE FROM rollup_dirty`)
 	before, after, err := s.VacuumDrainedQueue(ctx)
 	if err != nil {
 		t.Fatal(err)
